@@ -1,0 +1,36 @@
+// trainplan/measurement/v1: what `trainplan exec --json` writes and `trainplan compare` reads.
+// Bytes and seconds throughout; time and throughput keys match trainplan/prediction/v1.
+//
+// {"schema": "trainplan/measurement/v1",
+//  "strategy": {...same object as the prediction's...}, "model", "cluster",
+//  "run": {"backend", "device", "warmup_steps", "measured_steps", "seed"},
+//  "environment": {...free-form: devices, backend, torch version, hostname...},
+//  "steps": [{"step", "wall_s", "loss", "phases": PHASES}],
+//  "step_time": {"median_s", "mean_s", "stdev_s", "min_s", "max_s", "count"},
+//  "time": {"step_s" (= step_time.median_s), PHASES...},
+//  "memory": {"peak_bytes", "per_stage": [{"stage", "peak_bytes"}],
+//             "per_rank": [{"rank", "coords": {"tp", "cp", "dp", "pp"}, "peak_allocated_bytes",
+//                           "peak_reserved_bytes", "max_rss_bytes", "peak_bytes", "phases": PHASES}]},
+//  "throughput": {"tokens_per_s", "tokens_per_s_per_gpu", "model_flops_per_step",
+//                 "model_tflops_per_gpu"}}
+// PHASES = {"compute_s" (= forward_s + backward_s), "forward_s", "backward_s", "recompute_s",
+//           "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "dp_comm_exposed_s", "bubble_s",
+//           "optimizer_s", "other_s"}
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "sim/measurement.hpp"
+
+namespace trainplan {
+
+inline constexpr const char* kMeasurementSchema = "trainplan/measurement/v1";
+
+nlohmann::json measurement_to_json(const Measurement& m);
+
+// Strict reader: every key known, required keys present, types and ranges checked, derived
+// figures consistent (compute_s = forward_s + backward_s, time.step_s = step_time.median_s).
+// Throws InputError naming `file` and the field.
+Measurement measurement_from_json(const nlohmann::json& j, const std::string& file);
+
+}  // namespace trainplan
