@@ -1,0 +1,29 @@
+# trainplan's two set-up commands (see README.md):
+#   make run   installs what is missing, builds, and runs the main job on the built-in default
+#   make test  installs what is missing, builds everything, and runs all tests with ctest
+BUILD ?= build
+JOBS ?= 2
+CMAKE_FLAGS ?=
+LAUNCHER := $(shell command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+.PHONY: run test deps build bench clean
+
+deps:
+	@bash cmake/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+run: build
+	./$(BUILD)/trainplan predict --model llama3-70b --cluster dgx-h100 --gpus 64 --tp 8 --pp 4 \
+	  --micro-batch 1 --global-batch 512 --recompute selective --sequence-parallel on
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1500
+
+bench: build
+	./$(BUILD)/tests/trainplan_bench
+
+clean:
+	rm -rf $(BUILD)

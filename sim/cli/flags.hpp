@@ -1,0 +1,44 @@
+// A small command-line flag reader: "--name value" or "--name=value", plus positionals.
+// Every flag a command reads is marked; finish() rejects the rest, so nothing is silently ignored.
+// All errors are InputError naming the flag and the rule.
+#pragma once
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace trainplan::cli {
+
+class Flags {
+ public:
+  // `command` names the subcommand in messages ("predict"). `boolean_flags` take no value.
+  Flags(const std::vector<std::string>& args, std::string command, std::set<std::string> boolean_flags = {});
+
+  bool has(const std::string& name) const;  // given on the command line (marks it read)
+  std::optional<std::string> get(const std::string& name) const;
+  std::string get_or(const std::string& name, const std::string& fallback) const;
+  std::string require(const std::string& name) const;
+  // Integer / real in [lo, hi]; `fallback` when absent.
+  long long get_int(const std::string& name, long long fallback, long long lo, long long hi) const;
+  std::optional<long long> get_optional_int(const std::string& name, long long lo, long long hi) const;
+  double get_double(const std::string& name, double fallback, double lo, double hi) const;
+  // Value must be one of `allowed`.
+  std::string get_choice(const std::string& name, const std::string& fallback,
+                         const std::vector<std::string>& allowed) const;
+  const std::vector<std::string>& positionals() const { return positionals_; }
+  bool help() const { return help_; }
+  const std::string& command() const { return command_; }
+
+  // Throws InputError for any flag given but never read.
+  void finish() const;
+
+ private:
+  std::string command_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positionals_;
+  mutable std::set<std::string> read_;
+  bool help_ = false;
+};
+
+}  // namespace trainplan::cli

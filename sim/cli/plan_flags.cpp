@@ -1,0 +1,148 @@
+#include "sim/cli/plan_flags.hpp"
+
+#include <fmt/format.h>
+
+#include <sstream>
+
+#include "sim/check.hpp"
+#include "sim/json_reader.hpp"
+
+namespace trainplan::cli {
+
+using nlohmann::json;
+
+namespace {
+
+bool on_off(const Flags& f, const std::string& name, bool fallback) {
+  return f.get_choice(name, fallback ? "on" : "off", {"on", "off"}) == "on";
+}
+
+// The prediction object inside a --plan file: a prediction itself, or the best entry of a search.
+json plan_object(const std::string& path) {
+  json j = read_json_file(path);
+  if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string()) {
+    throw InputError(fmt::format("{}: schema is missing (expected trainplan/prediction/v1 or trainplan/search/v1)", path));
+  }
+  const std::string schema = j["schema"];
+  if (schema == "trainplan/search/v1") {
+    if (!j.contains("top") || !j["top"].is_array() || j["top"].empty()) {
+      throw InputError(fmt::format("{}: top must be a non-empty array of predictions", path));
+    }
+    return j["top"][0];
+  }
+  if (schema != "trainplan/prediction/v1") {
+    throw InputError(fmt::format("{}: schema = \"{}\", must be trainplan/prediction/v1 or trainplan/search/v1", path, schema));
+  }
+  return j;
+}
+
+}  // namespace
+
+PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster) {
+  std::optional<Strategy> from_plan;
+  std::string plan_model, plan_cluster;
+  if (auto plan = f.get("plan")) {
+    json p = plan_object(*plan);
+    if (!p.contains("strategy")) throw InputError(fmt::format("{}: strategy is missing (required key)", *plan));
+    from_plan = strategy_from_json(p["strategy"], *plan);
+    if (p.contains("model") && p["model"].is_string()) plan_model = p["model"];
+    if (p.contains("cluster") && p["cluster"].is_string()) plan_cluster = p["cluster"];
+  }
+  PlanInputs in;
+  const std::string model_name = f.has("model") || plan_model.empty() ? f.require("model") : plan_model;
+  in.model = load_model(model_name, data_dir);
+  std::string cluster_name = f.get_or("cluster", plan_cluster.empty() ? default_cluster : plan_cluster);
+  if (cluster_name.empty()) cluster_name = f.require("cluster");
+  in.cluster = load_cluster(cluster_name, data_dir);
+
+  Strategy s = from_plan.value_or(Strategy{});
+  const bool have_plan = from_plan.has_value();
+  auto int_flag = [&](const char* name, int current, int lo, int hi) {
+    return static_cast<int>(f.get_int(name, current, lo, hi));
+  };
+  s.tp = int_flag("tp", s.tp, 1, 1 << 16);
+  s.pp = int_flag("pp", s.pp, 1, 1 << 16);
+  s.cp = int_flag("cp", s.cp, 1, 1 << 16);
+  s.vp = int_flag("vp", s.vp, 1, 1 << 10);
+  s.zero = int_flag("zero", s.zero, 0, 3);
+  s.micro_batch = int_flag("micro-batch", s.micro_batch, 1, 1 << 20);
+  if (auto gb = f.get_optional_int("global-batch", 1, 1 << 30)) {
+    s.global_batch = static_cast<int>(*gb);
+  } else if (!have_plan) {
+    throw InputError(fmt::format("--global-batch: required for 'trainplan {}' (sequences per optimizer step)", f.command()));
+  }
+  s.seq_len = int_flag("seq", have_plan ? s.seq_len : in.model.seq_len, 1, 1 << 24);
+  s.recompute = *parse_recompute(f.get_choice("recompute", to_string(s.recompute), {"none", "selective", "full"}));
+  s.sequence_parallel = on_off(f, "sequence-parallel", s.sequence_parallel);
+  const ScheduleKind default_schedule = (!have_plan && s.vp > 1) ? ScheduleKind::interleaved : s.schedule;
+  s.schedule = *parse_schedule(f.get_choice("schedule", to_string(default_schedule), {"gpipe", "1f1b", "interleaved"}));
+  s.dtype = *parse_dtype(f.get_choice("dtype", to_string(s.dtype), {"bf16", "fp16", "fp8", "fp32"}));
+  s.attention = *parse_attention(f.get_choice("attention", to_string(s.attention), {"flash", "standard"}));
+  s.fp32_grad_accum = on_off(f, "fp32-grad-accum", s.fp32_grad_accum);
+  if (auto order = f.get("rank-order")) {
+    std::stringstream ss(*order);
+    std::string item;
+    bool used[4] = {false, false, false, false};
+    int k = 0;
+    while (std::getline(ss, item, ',')) {
+      auto d = parse_dim(item);
+      if (!d || k >= 4 || used[static_cast<int>(*d)]) {
+        throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", *order));
+      }
+      used[static_cast<int>(*d)] = true;
+      s.order[k++] = *d;
+    }
+    if (k != 4) throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", *order));
+  }
+
+  // DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
+  const int model_parallel = s.tp * s.pp * s.cp;
+  auto gpus = f.get_optional_int("gpus", 1, 1 << 24);
+  auto dp = f.get_optional_int("dp", 1, 1 << 24);
+  if (dp) s.dp = static_cast<int>(*dp);
+  if (gpus) {
+    if (*gpus % model_parallel != 0) {
+      throw InputError(fmt::format("--gpus {}: must be divisible by tp x pp x cp ({} x {} x {} = {})", *gpus, s.tp, s.pp,
+                                   s.cp, model_parallel));
+    }
+    if (!dp) s.dp = static_cast<int>(*gpus / model_parallel);
+    if (s.gpus() != *gpus) {
+      throw InputError(fmt::format("--gpus {}: must equal dp x tp x pp x cp ({} x {} x {} x {} = {})", *gpus, s.dp,
+                                   s.tp, s.pp, s.cp, s.gpus()));
+    }
+  } else if (!dp && !have_plan) {
+    throw InputError(fmt::format("--gpus: required for 'trainplan {}' (or give --dp)", f.command()));
+  }
+  if (auto bad = validate(s, in.model)) throw InputError(*bad);
+  in.strategy = s;
+  return in;
+}
+
+std::string plan_flags_help() {
+  return R"(plan (model, cluster and layout):
+  --model NAME|FILE         built-in model (models/NAME.json), a trainplan model file, or a
+                            Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox)
+  --cluster NAME|FILE       built-in cluster (topologies/NAME.json) or a topology file
+  --gpus N                  GPUs in the job; must equal dp x tp x pp x cp
+  --tp T                    tensor-parallel size (default 1; must divide heads and kv_heads)
+  --pp P                    pipeline stages (default 1)
+  --dp D                    data-parallel replicas (default gpus / (tp x pp x cp))
+  --cp C                    context-parallel size (default 1; 2 x cp must divide --seq)
+  --vp V                    model chunks per stage for --schedule interleaved (default 1)
+  --zero 0|1|2|3            ZeRO stage over the data-parallel group (default 0)
+  --micro-batch b           sequences per micro-batch (default 1)
+  --global-batch B          sequences per optimizer step (required; divisible by dp x b)
+  --seq S                   tokens per sequence (default: the model's seq_len)
+  --recompute none|selective|full   activation recomputation (default none)
+  --sequence-parallel on|off        Megatron sequence parallelism, needs tp > 1 (default off)
+  --schedule gpipe|1f1b|interleaved pipeline schedule (default 1f1b; interleaved if --vp > 1)
+  --dtype bf16|fp16|fp8|fp32        training precision (default bf16)
+  --attention flash|standard        fused attention (default) or materialised scores
+  --fp32-grad-accum on|off          keep 4-byte gradients (default off)
+  --rank-order tp,cp,dp,pp          rank order, fastest-varying first (default tp,cp,dp,pp)
+  --plan FILE               take the layout (and model/cluster) from a trainplan/prediction/v1
+                            file or the best entry of a trainplan/search/v1 file; flags override
+)";
+}
+
+}  // namespace trainplan::cli

@@ -1,0 +1,30 @@
+// The flags that describe one plan (model, cluster, GPU count, strategy), shared by predict,
+// simulate and exec, and the --plan FILE alternative.
+#pragma once
+#include <filesystem>
+#include <string>
+
+#include "sim/cli/flags.hpp"
+#include "sim/cluster.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/strategy.hpp"
+
+namespace trainplan::cli {
+
+struct PlanInputs {
+  ModelSpec model;
+  Cluster cluster;
+  Strategy strategy;
+};
+
+// Reads --model --cluster --gpus --tp --pp --dp --cp --vp --zero --micro-batch --global-batch --seq
+// --recompute --sequence-parallel --schedule --dtype --attention --fp32-grad-accum --rank-order,
+// or --plan FILE (a trainplan/prediction/v1 or trainplan/search/v1 object; explicit flags
+// override it). Validates the strategy against the model; throws InputError naming the flag.
+PlanInputs read_plan_flags(const Flags& flags, const std::filesystem::path& data_dir,
+                           const std::string& default_cluster = "");
+
+// Help text for those flags, one per line, for a command's --help.
+std::string plan_flags_help();
+
+}  // namespace trainplan::cli

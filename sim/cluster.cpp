@@ -1,0 +1,137 @@
+#include "sim/cluster.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "sim/check.hpp"
+#include "sim/json_reader.hpp"
+
+namespace trainplan {
+
+using nlohmann::json;
+
+const char* to_string(Dtype d) {
+  switch (d) {
+    case Dtype::bf16: return "bf16";
+    case Dtype::fp16: return "fp16";
+    case Dtype::fp8: return "fp8";
+    case Dtype::fp32: return "fp32";
+  }
+  return "?";
+}
+
+double activation_bytes(Dtype d) { return d == Dtype::fp32 ? 4.0 : 2.0; }
+
+FlopsPerSecond GpuSpec::peak(Dtype d) const {
+  switch (d) {
+    case Dtype::bf16: return peak_bf16;
+    case Dtype::fp16: return peak_fp16;
+    case Dtype::fp8: return peak_fp8;
+    case Dtype::fp32: return peak_fp32;
+  }
+  return 0;
+}
+
+double GpuSpec::matmul_efficiency(Flops op_flops) const {
+  const auto& c = gemm_efficiency;
+  if (op_flops <= c.front().flops) return c.front().efficiency;
+  if (op_flops >= c.back().flops) return c.back().efficiency;
+  auto hi = std::upper_bound(c.begin(), c.end(), op_flops,
+                             [](Flops f, const EfficiencyPoint& p) { return f < p.flops; });
+  auto lo = hi - 1;
+  double t = std::log(op_flops / lo->flops) / std::log(hi->flops / lo->flops);
+  return lo->efficiency + t * (hi->efficiency - lo->efficiency);
+}
+
+int Cluster::max_gpus() const { return network.empty() ? gpus_per_node : network.back().span_gpus; }
+
+static LinkTier parse_tier(const JsonObject& o, int min_span, bool with_span) {
+  LinkTier t;
+  t.name = o.string("name");
+  if (with_span) t.span_gpus = static_cast<int>(o.integer("span_gpus", min_span, 1 << 24));
+  t.bandwidth = o.number("bandwidth_gbps", 0, 1e6, true) * kGB;
+  t.latency = o.number("latency_us", 0, 1e6) * kMicro;
+  t.efficiency = o.number("efficiency", 0, 1, true);
+  o.finish();
+  return t;
+}
+
+Cluster parse_cluster(const json& j, const std::string& file) {
+  JsonObject o(j, file);
+  Cluster c;
+  c.name = o.string("name");
+  c.source = o.string("source");
+  c.calibration = o.string("calibration");
+  {
+    JsonObject g = o.object("gpu");
+    c.gpu.name = g.string("name");
+    JsonObject peak = g.object("peak_tflops");
+    c.gpu.peak_bf16 = peak.number("bf16", 0, 1e6) * kTera;
+    c.gpu.peak_fp16 = peak.number("fp16", 0, 1e6) * kTera;
+    c.gpu.peak_fp8 = peak.number("fp8", 0, 1e6) * kTera;
+    c.gpu.peak_fp32 = peak.number("fp32", 0, 1e6, true) * kTera;
+    peak.finish();
+    c.gpu.hbm = g.number("hbm_gb", 0, 1e6, true) * kGB;
+    c.gpu.hbm_bandwidth = g.number("hbm_bandwidth_gbps", 0, 1e6, true) * kGB;
+    c.gpu.memory_efficiency = g.number("memory_efficiency", 0, 1, true);
+    c.gpu.attention_efficiency = g.number("attention_efficiency", 0, 1, true);
+    auto points = g.objects("gemm_efficiency", 1);
+    for (const auto& p : points) {
+      EfficiencyPoint e{p.number("flops", 0, 1e30, true), p.number("efficiency", 0, 1, true)};
+      if (!c.gpu.gemm_efficiency.empty() && e.flops <= c.gpu.gemm_efficiency.back().flops) {
+        throw p.error("flops", "must increase along gpu.gemm_efficiency");
+      }
+      p.finish();
+      c.gpu.gemm_efficiency.push_back(e);
+    }
+    g.finish();
+  }
+  {
+    JsonObject n = o.object("node");
+    c.gpus_per_node = static_cast<int>(n.integer("gpus", 1, 1 << 16));
+    c.node = parse_tier(n.object("link"), 1, false);
+    n.finish();
+    c.node.span_gpus = c.gpus_per_node;
+  }
+  int span = c.gpus_per_node;
+  for (const auto& t : o.objects("network")) {
+    c.network.push_back(parse_tier(t, span, true));
+    if (c.network.back().span_gpus % c.gpus_per_node != 0) {
+      throw t.error("span_gpus", fmt::format("must be a multiple of node.gpus ({})", c.gpus_per_node));
+    }
+    span = c.network.back().span_gpus;
+  }
+  c.runtime_overhead = o.number("runtime_overhead_gb", 0, 1e6) * kGB;
+  c.price_per_gpu_hour = o.number("price_per_gpu_hour_usd", 0, 1e6);
+  c.power_per_gpu = o.number("power_per_gpu_w", 0, 1e6);
+  o.finish();
+  return c;
+}
+
+Cluster load_cluster(const std::string& name_or_path, const std::filesystem::path& data_dir) {
+  std::filesystem::path path = name_or_path;
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";
+  if (!looks_like_path) {
+    path = data_dir / "topologies" / (name_or_path + ".json");
+    if (!std::filesystem::exists(path)) {
+      throw InputError(fmt::format("--cluster {}: not a built-in cluster (one of: {}) and not a file",
+                                   name_or_path, fmt::join(builtin_clusters(data_dir), ", ")));
+    }
+  }
+  return parse_cluster(read_json_file(path), path.string());
+}
+
+std::vector<std::string> builtin_clusters(const std::filesystem::path& data_dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(data_dir / "topologies", ec)) {
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace trainplan

@@ -1,0 +1,61 @@
+// Cluster: one kind of GPU cluster, loaded from topologies/<name>.json. Units are converted at load
+// (GB -> bytes, GB/s -> bytes/s, TFLOP/s -> FLOP/s, us -> s); nothing downstream sees file units.
+#pragma once
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sim/units.hpp"
+
+namespace trainplan {
+
+struct EfficiencyPoint {
+  Flops flops = 0;          // FLOPs of one matmul kernel
+  double efficiency = 0;    // achieved / peak at that size
+};
+
+struct GpuSpec {
+  std::string name;
+  FlopsPerSecond peak_bf16 = 0, peak_fp16 = 0, peak_fp8 = 0, peak_fp32 = 0;  // dense; 0 = unsupported
+  Bytes hbm = 0;
+  BytesPerSecond hbm_bandwidth = 0;
+  double memory_efficiency = 1;              // achieved / peak HBM bandwidth for memory-bound kernels
+  std::vector<EfficiencyPoint> gemm_efficiency;  // sorted by flops; log-linear in between, flat outside
+  double attention_efficiency = 1;           // fused attention kernel relative to matmul efficiency
+
+  FlopsPerSecond peak(Dtype d) const;
+  double matmul_efficiency(Flops op_flops) const;
+};
+
+// One level of interconnect. Bandwidth is per GPU and per direction.
+struct LinkTier {
+  std::string name;
+  int span_gpus = 0;          // largest group of GPUs this tier connects at full bandwidth
+  BytesPerSecond bandwidth = 0;
+  Seconds latency = 0;
+  double efficiency = 1;      // achieved bus bandwidth / link bandwidth for large messages
+};
+
+struct Cluster {
+  std::string name;
+  std::string source;
+  std::string calibration;    // what the efficiency figures were fitted on
+  GpuSpec gpu;
+  int gpus_per_node = 1;
+  LinkTier node;              // intra-node (NVLink/NVSwitch, PCIe, or loopback)
+  std::vector<LinkTier> network;  // scale-out tiers, innermost first; the last one spans the cluster
+  Bytes runtime_overhead = 0; // per GPU: CUDA context, communication buffers, allocator slack
+  double price_per_gpu_hour = 0;  // USD
+  double power_per_gpu = 0;       // W, GPU plus its share of the node and network
+
+  int max_gpus() const;
+};
+
+Cluster parse_cluster(const nlohmann::json& j, const std::string& file);
+// `name_or_path` is a built-in name (topologies/<name>.json under data_dir) or a path.
+Cluster load_cluster(const std::string& name_or_path, const std::filesystem::path& data_dir);
+// Names of the built-in clusters (file stems under data_dir/topologies), sorted.
+std::vector<std::string> builtin_clusters(const std::filesystem::path& data_dir);
+
+}  // namespace trainplan

@@ -1,0 +1,67 @@
+#include "sim/collectives.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace trainplan {
+
+namespace {
+
+struct Algorithm {
+  double (*steps)(int n);       // latency steps
+  double (*bus_factor)(int n);  // bytes moved per rank, as a multiple of M
+};
+
+double ring_ar_steps(int n) { return 2.0 * (n - 1); }
+double ring_ar_factor(int n) { return 2.0 * (n - 1) / n; }
+double tree_ar_steps(int n) { return 2.0 * std::ceil(std::log2(static_cast<double>(n))); }
+double tree_ar_factor(int) { return 2.0; }
+double ring_half_steps(int n) { return n - 1.0; }
+double ring_half_factor(int n) { return (n - 1.0) / n; }
+double one(int) { return 1.0; }
+
+// The table: each collective's algorithms.
+constexpr Algorithm kAllReduce[] = {{ring_ar_steps, ring_ar_factor}, {tree_ar_steps, tree_ar_factor}};
+constexpr Algorithm kHalf[] = {{ring_half_steps, ring_half_factor}};
+constexpr Algorithm kSendRecv[] = {{one, one}};
+
+template <std::size_t N>
+Seconds cheapest(const Algorithm (&algos)[N], int n, Bytes m, const Link& l) {
+  Seconds best = std::numeric_limits<double>::infinity();
+  for (const auto& a : algos) best = std::min(best, a.steps(n) * l.latency + a.bus_factor(n) * m / l.bandwidth);
+  return best;
+}
+
+}  // namespace
+
+Link group_link(const Cluster& c, int size, int stride) {
+  if (size <= 1) return {};
+  const int gpn = c.gpus_per_node;
+  const long extent = static_cast<long>(stride) * size;  // ranks covered by the group
+  const BytesPerSecond node_bw = c.node.bandwidth * c.node.efficiency;
+  if (extent <= gpn || c.network.empty()) return {c.node.latency, node_bw};
+  const LinkTier* tier = &c.network.back();
+  for (const auto& t : c.network) {
+    if (extent <= t.span_gpus) {
+      tier = &t;
+      break;
+    }
+  }
+  const int per_node = std::clamp(gpn / std::max(stride, 1), 1, size);
+  const BytesPerSecond bw = std::min(node_bw, per_node * tier->bandwidth * tier->efficiency);
+  return {tier->latency, bw};
+}
+
+Seconds collective_time(Collective kind, int n, Bytes message, const Link& link) {
+  if (n <= 1 || message <= 0) return 0;
+  switch (kind) {
+    case Collective::all_reduce: return cheapest(kAllReduce, n, message, link);
+    case Collective::reduce_scatter:
+    case Collective::all_gather: return cheapest(kHalf, n, message, link);
+    case Collective::send_recv: return cheapest(kSendRecv, n, message, link);
+  }
+  return 0;
+}
+
+}  // namespace trainplan

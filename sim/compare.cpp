@@ -1,0 +1,124 @@
+#include "sim/compare.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace trainplan {
+
+std::optional<double> percent_error(std::optional<double> predicted, std::optional<double> measured) {
+  if (!predicted || !measured) return std::nullopt;
+  if (*measured == 0) return *predicted == 0 ? std::optional<double>(0.0) : std::nullopt;
+  return 100.0 * (*predicted - *measured) / *measured;
+}
+
+namespace {
+
+ComparedFigure figure(std::string key, std::string label, std::string unit, std::optional<double> predicted,
+                      std::optional<double> measured) {
+  ComparedFigure f{std::move(key), std::move(label), std::move(unit), predicted, measured, std::nullopt};
+  f.error_pct = percent_error(predicted, measured);
+  return f;
+}
+
+// Every strategy field whose value differs, as "field: predicted X, measured Y".
+std::vector<std::string> strategy_differences(const Strategy& predicted, const Strategy& measured) {
+  const nlohmann::json p = to_json(predicted), m = to_json(measured);
+  std::vector<std::string> out;
+  for (auto it = p.begin(); it != p.end(); ++it) {
+    const auto other = m.find(it.key());
+    if (other == m.end()) {
+      out.push_back(fmt::format("{}: predicted {}, measured (absent)", it.key(), it.value().dump()));
+    } else if (*other != it.value()) {
+      out.push_back(fmt::format("{}: predicted {}, measured {}", it.key(), it.value().dump(), other->dump()));
+    }
+  }
+  return out;
+}
+
+const StageMemory* stage_of(const Estimate& e, int stage) {
+  for (const StageMemory& s : e.per_stage)
+    if (s.stage == stage) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+Comparison compare(const Estimate& predicted, const std::string& predicted_model, const std::string& predicted_cluster,
+                   const Measurement& measured) {
+  Comparison c;
+  c.predicted_model = predicted_model;
+  c.measured_model = measured.model;
+  c.predicted_cluster = predicted_cluster;
+  c.measured_cluster = measured.cluster;
+  c.predicted_feasible = predicted.feasible;
+  c.strategy = predicted.strategy;
+  c.measured_step_time = measured.step_time;
+  c.warmup = measured.warmup;
+
+  c.strategy_differences = strategy_differences(predicted.strategy, measured.strategy);
+  c.strategies_match = c.strategy_differences.empty();
+  if (!c.strategies_match) {
+    c.warnings.push_back(fmt::format("the strategies differ ({}); the figures compare different layouts",
+                                     fmt::join(c.strategy_differences, "; ")));
+  }
+  if (!predicted_model.empty() && predicted_model != measured.model) {
+    c.warnings.push_back(
+        fmt::format("the models differ: predicted '{}', measured '{}'", predicted_model, measured.model));
+  }
+  if (!predicted_cluster.empty() && predicted_cluster != measured.cluster) {
+    c.warnings.push_back(
+        fmt::format("the clusters differ: predicted '{}', measured '{}'", predicted_cluster, measured.cluster));
+  }
+  if (!predicted.feasible) c.warnings.push_back("the prediction says this plan is infeasible");
+
+  const TimeBreakdown& t = predicted.time;
+  const PhaseTimes& b = measured.breakdown;
+  c.time = {
+      figure("step_s", "step (median)", "s", t.step, measured.step_time.median),
+      figure("compute_s", "compute (fwd+bwd)", "s", t.compute, b.compute()),
+      figure("recompute_s", "recompute", "s", t.recompute, b.recompute),
+      figure("tp_comm_s", "TP comm", "s", t.tp_comm, b.tp_comm),
+      figure("cp_comm_s", "CP comm", "s", t.cp_comm, b.cp_comm),
+      figure("pp_comm_s", "PP comm", "s", t.pp_comm, b.pp_comm),
+      figure("dp_comm_s", "DP comm", "s", t.dp_comm, b.dp_comm),
+      figure("dp_comm_exposed_s", "DP comm exposed", "s", t.dp_comm_exposed, b.dp_comm_exposed),
+      figure("bubble_s", "bubble / idle", "s", t.bubble, b.bubble),
+      figure("optimizer_s", "optimizer", "s", t.optimizer, b.optimizer),
+      figure("other_s", "other (unattributed)", "s", std::nullopt, b.other),
+  };
+
+  c.memory.push_back(figure("peak_bytes", "peak (largest rank)", "B", predicted.peak_memory, measured.peak_memory));
+  for (const StagePeak& s : measured.per_stage) {
+    const StageMemory* p = stage_of(predicted, s.stage);
+    c.memory.push_back(figure(fmt::format("stage{}_peak_bytes", s.stage), fmt::format("stage {}", s.stage), "B",
+                              p ? std::optional<double>(p->total()) : std::nullopt, s.peak));
+  }
+  for (const StageMemory& p : predicted.per_stage) {
+    bool seen = false;
+    for (const StagePeak& s : measured.per_stage) seen = seen || s.stage == p.stage;
+    if (!seen) {
+      c.memory.push_back(figure(fmt::format("stage{}_peak_bytes", p.stage), fmt::format("stage {}", p.stage), "B",
+                                p.total(), std::nullopt));
+    }
+  }
+  for (const RankMeasurement& r : measured.ranks) {
+    const StageMemory* p = stage_of(predicted, r.coords.pp);
+    c.memory.push_back(figure(fmt::format("rank{}_peak_bytes", r.rank),
+                              fmt::format("rank {} (stage {})", r.rank, r.coords.pp), "B",
+                              p ? std::optional<double>(p->total()) : std::nullopt, r.peak_bytes()));
+  }
+
+  const Throughput& pt = predicted.throughput;
+  const MeasuredThroughput& mt = measured.throughput;
+  const bool have_flops = mt.model_flops_per_step > 0;
+  c.throughput = {
+      figure("tokens_per_s", "tokens/s", "tokens/s", pt.tokens_per_s, mt.tokens_per_s),
+      figure("tokens_per_s_per_gpu", "tokens/s per GPU", "tokens/s", pt.tokens_per_s_per_gpu, mt.tokens_per_s_per_gpu),
+      figure("model_tflops_per_gpu", "model TFLOP/s per GPU", "TFLOP/s", pt.model_tflops_per_gpu,
+             have_flops ? std::optional<double>(mt.model_tflops_per_gpu) : std::nullopt),
+  };
+  return c;
+}
+
+}  // namespace trainplan

@@ -1,0 +1,148 @@
+#include "sim/json_reader.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "sim/check.hpp"
+
+namespace trainplan {
+
+using nlohmann::json;
+
+json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open file ({})", path.string(), std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    // nlohmann's message starts with "[json.exception.parse_error.101] "; keep what follows.
+    std::string what = e.what();
+    auto pos = what.find("] ");
+    if (pos != std::string::npos) what = what.substr(pos + 2);
+    throw InputError(fmt::format("{}: malformed JSON: {}", path.string(), what));
+  }
+}
+
+JsonObject::JsonObject(const json& value, std::string file, std::string path)
+    : value_(&value), file_(std::move(file)), path_(std::move(path)) {
+  if (!value.is_object()) {
+    throw InputError(fmt::format("{}: {} must be a JSON object", file_, path_.empty() ? "top level" : path_));
+  }
+}
+
+std::string JsonObject::field(const std::string& key) const {
+  return path_.empty() ? key : path_ + "." + key;
+}
+
+InputError JsonObject::error(const std::string& key, const std::string& rule) const {
+  auto it = value_->find(key);
+  if (it == value_->end()) return InputError(fmt::format("{}: {} {}", file_, field(key), rule));
+  return InputError(fmt::format("{}: {} = {}, {}", file_, field(key), it->dump(), rule));
+}
+
+bool JsonObject::has(const std::string& key) const {
+  seen_.insert(key);
+  return value_->contains(key) && !(*value_)[key].is_null();
+}
+
+const json& JsonObject::need(const std::string& key) const {
+  seen_.insert(key);
+  auto it = value_->find(key);
+  if (it == value_->end()) throw InputError(fmt::format("{}: {} is missing (required key)", file_, field(key)));
+  return *it;
+}
+
+const json& JsonObject::raw(const std::string& key) const { return need(key); }
+
+static std::string range_text(double lo, double hi, bool lo_open) {
+  auto num = [](double v) { return std::isinf(v) ? std::string(v < 0 ? "-inf" : "inf") : fmt::format("{:g}", v); };
+  return fmt::format("must be in {}{}, {}]", lo_open ? "(" : "[", num(lo), num(hi));
+}
+
+double JsonObject::number(const std::string& key, double lo, double hi, bool lo_open) const {
+  const json& v = need(key);
+  if (!v.is_number()) throw error(key, "must be a number");
+  double x = v.get<double>();
+  if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) throw error(key, range_text(lo, hi, lo_open));
+  return x;
+}
+
+std::optional<double> JsonObject::optional_number(const std::string& key, double lo, double hi,
+                                                  bool lo_open) const {
+  if (!has(key)) return std::nullopt;
+  return number(key, lo, hi, lo_open);
+}
+
+long long JsonObject::integer(const std::string& key, long long lo, long long hi) const {
+  const json& v = need(key);
+  if (!v.is_number_integer()) throw error(key, "must be an integer");
+  long long x = v.get<long long>();
+  if (x < lo || x > hi) throw error(key, fmt::format("must be in [{}, {}]", lo, hi));
+  return x;
+}
+
+std::string JsonObject::string(const std::string& key) const {
+  const json& v = need(key);
+  if (!v.is_string()) throw error(key, "must be a string");
+  auto s = v.get<std::string>();
+  if (s.empty()) throw error(key, "must not be empty");
+  return s;
+}
+
+std::optional<std::string> JsonObject::optional_string(const std::string& key) const {
+  if (!has(key)) return std::nullopt;
+  return string(key);
+}
+
+std::string JsonObject::choice(const std::string& key, std::initializer_list<const char*> allowed) const {
+  const json& v = need(key);
+  std::string list;
+  for (const char* a : allowed) list += (list.empty() ? "" : "|") + std::string(a);
+  if (!v.is_string()) throw error(key, "must be one of " + list);
+  auto s = v.get<std::string>();
+  for (const char* a : allowed)
+    if (s == a) return s;
+  throw error(key, "must be one of " + list);
+}
+
+bool JsonObject::boolean(const std::string& key) const {
+  const json& v = need(key);
+  if (!v.is_boolean()) throw error(key, "must be true or false");
+  return v.get<bool>();
+}
+
+JsonObject JsonObject::object(const std::string& key) const {
+  const json& v = need(key);
+  if (!v.is_object()) throw error(key, "must be a JSON object");
+  return JsonObject(v, file_, field(key));
+}
+
+std::vector<JsonObject> JsonObject::objects(const std::string& key, std::size_t min_count) const {
+  const json& v = need(key);
+  if (!v.is_array()) throw error(key, "must be an array of objects");
+  if (v.size() < min_count) throw error(key, fmt::format("must hold at least {} entries", min_count));
+  std::vector<JsonObject> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::string p = fmt::format("{}[{}]", field(key), i);
+    if (!v[i].is_object()) throw InputError(fmt::format("{}: {} must be a JSON object", file_, p));
+    out.emplace_back(v[i], file_, p);
+  }
+  return out;
+}
+
+void JsonObject::finish() const {
+  for (auto it = value_->begin(); it != value_->end(); ++it) {
+    if (!seen_.count(it.key())) {
+      throw InputError(fmt::format("{}: {} is not a known key", file_, field(it.key())));
+    }
+  }
+}
+
+}  // namespace trainplan

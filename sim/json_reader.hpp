@@ -1,0 +1,55 @@
+// Strict reading of JSON input files: every key must be known, every required key present, each
+// value of the right type and in range. Errors name file, field path, value and rule, e.g.
+//   topologies/dgx-h100.json: network[1].efficiency = 1.3, must be in (0, 1]
+#pragma once
+#include <filesystem>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sim/check.hpp"
+
+namespace trainplan {
+
+// Reads and parses a JSON file; throws InputError naming the file for a missing file or bad JSON.
+nlohmann::json read_json_file(const std::filesystem::path& path);
+
+// One JSON object being read. Call the accessors for every key, then finish() to reject extras.
+class JsonObject {
+ public:
+  // `file` names the source in messages; `path` is the field path of this object ("" for root).
+  JsonObject(const nlohmann::json& value, std::string file, std::string path = "");
+
+  double number(const std::string& key, double lo, double hi, bool lo_open = false) const;
+  std::optional<double> optional_number(const std::string& key, double lo, double hi,
+                                        bool lo_open = false) const;
+  long long integer(const std::string& key, long long lo, long long hi) const;
+  std::string string(const std::string& key) const;
+  std::optional<std::string> optional_string(const std::string& key) const;
+  std::string choice(const std::string& key, std::initializer_list<const char*> allowed) const;
+  bool boolean(const std::string& key) const;
+  JsonObject object(const std::string& key) const;
+  std::vector<JsonObject> objects(const std::string& key, std::size_t min_count = 0) const;
+  const nlohmann::json& raw(const std::string& key) const;  // required key, any type
+  bool has(const std::string& key) const;
+
+  // Throws if the object holds a key that no accessor asked for.
+  void finish() const;
+
+  // Builds an InputError for this object's field: "<file>: <path.key> = <value>, <rule>".
+  [[nodiscard]] InputError error(const std::string& key, const std::string& rule) const;
+  const std::string& file() const { return file_; }
+  std::string field(const std::string& key) const;
+
+ private:
+  const nlohmann::json& need(const std::string& key) const;
+  const nlohmann::json* value_;
+  std::string file_;
+  std::string path_;
+  mutable std::set<std::string> seen_;
+};
+
+}  // namespace trainplan

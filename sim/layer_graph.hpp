@@ -1,0 +1,95 @@
+// LayerGraph: a model's training ops as a Boost.Graph DAG (data dependencies, forward direction).
+// Each op carries per-token forward FLOPs, memory traffic, parameters and the activations it saves
+// for backward, for the whole (unsharded) op at the graph's sequence length. Cost models scale
+// these by tokens, TP/CP/SP and dtype; see predict.cpp.
+//
+// All transformer layers are identical, so cost models read the per-layer template (layer_ops())
+// and multiply by layer counts; the full graph (every layer's ops) is there for traversal,
+// inspection and tests.
+#pragma once
+#include <boost/graph/adjacency_list.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/model_spec.hpp"
+#include "sim/units.hpp"
+
+namespace trainplan {
+
+enum class OpKind {
+  embedding,   // token (+ learned position) lookup
+  norm,        // LayerNorm / RMSNorm
+  qkv,         // fused Q, K, V projection
+  attention,   // attention core: softmax(QK^T)V
+  out_proj,    // attention output projection
+  mlp_up,      // MLP up (and gate, for SwiGLU) projection
+  activation,  // GeLU or SwiGLU's silu(gate)*up
+  mlp_down,    // MLP down projection
+  residual,    // residual add (+ dropout)
+  lm_head,     // logits = h * W_vocab
+  loss,        // softmax cross-entropy
+};
+const char* to_string(OpKind k);
+
+// How an op's work and tensors are split by tensor parallelism.
+enum class Split {
+  tensor,      // inside the TP region: divided by tp (column/row-parallel matmuls, attention heads)
+  sequence,    // outside it: replicated across TP ranks, divided by tp only with sequence parallelism
+};
+
+struct OpSpec {
+  std::string name;      // e.g. "layer3.qkv"
+  OpKind kind = OpKind::norm;
+  int layer = -1;        // transformer layer index; -1 before the first layer, `layers` after the last
+  Split split = Split::tensor;
+  bool matmul = false;   // compute-bound kernel timed with the GPU's matmul efficiency curve
+  Flops flops_per_token = 0;        // forward FLOPs per token (backward: 2x)
+  double traffic_elems_per_token = 0;  // forward memory traffic, in activation elements per token
+  double params = 0;                // parameters owned by the op
+  // Activations saved for backward, per token. Elements are activation-dtype sized.
+  double saved_tensor_elems_per_token = 0;  // inside the TP region: divided by tp
+  double saved_seq_elems_per_token = 0;     // outside it: divided by tp only with SP
+  double saved_mask_bytes_per_token = 0;    // 1-byte dropout masks (outside the TP region)
+  double saved_fp32_tensor_elems_per_token = 0;  // fp32 logits kept by the loss (TP region)
+  // Standard (non-fused) attention only: elements per token that grow with heads * seq (score
+  // matrix, softmax output, dropout); zero for every other op.
+  double score_elems_per_token = 0;
+  double score_mask_bytes_per_token = 0;
+};
+
+class LayerGraph {
+ public:
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, OpSpec>;
+
+  // Builds the graph for `model` trained at sequence length `seq_len` tokens.
+  LayerGraph(const ModelSpec& model, int seq_len);
+
+  const ModelSpec& model() const { return model_; }
+  int seq_len() const { return seq_len_; }
+  const Graph& graph() const { return graph_; }
+
+  // One transformer layer's ops (layer 0's), then the ops before and after the layers.
+  std::span<const OpSpec> layer_ops() const { return layer_ops_; }
+  std::span<const OpSpec> pre_ops() const { return pre_ops_; }    // embedding
+  std::span<const OpSpec> post_ops() const { return post_ops_; }  // final norm, LM head, loss
+
+  // Ops in a topological order of the DAG.
+  std::vector<const OpSpec*> topological_order() const;
+
+  double params_per_layer() const { return params_per_layer_; }
+  double embedding_params() const;   // token + learned position embeddings
+  double head_params() const;        // final norm + LM head (0 for the head matrix if tied)
+  double total_params() const;       // tied embeddings counted once
+  // Forward FLOPs of one token through the whole model (no recomputation).
+  Flops forward_flops_per_token() const;
+
+ private:
+  ModelSpec model_;
+  int seq_len_;
+  Graph graph_;
+  std::vector<OpSpec> layer_ops_, pre_ops_, post_ops_;
+  double params_per_layer_ = 0;
+};
+
+}  // namespace trainplan

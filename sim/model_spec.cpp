@@ -1,0 +1,127 @@
+#include "sim/model_spec.hpp"
+
+#include <fmt/format.h>
+
+#include "sim/check.hpp"
+#include "sim/json_reader.hpp"
+
+namespace trainplan {
+
+using nlohmann::json;
+
+const char* to_string(Activation a) { return a == Activation::gelu ? "gelu" : "swiglu"; }
+const char* to_string(Norm n) { return n == Norm::layernorm ? "layernorm" : "rmsnorm"; }
+const char* to_string(Position p) {
+  switch (p) {
+    case Position::learned: return "learned";
+    case Position::rope: return "rope";
+    case Position::alibi: return "alibi";
+  }
+  return "?";
+}
+
+// Checks that relate several fields; `file` and the field named make the message.
+static void check_shape(const ModelSpec& m, const JsonObject& o) {
+  if (m.hidden % m.heads != 0) throw o.error("heads", fmt::format("must divide hidden ({})", m.hidden));
+  if (m.heads % m.kv_heads != 0) throw o.error("kv_heads", fmt::format("must divide heads ({})", m.heads));
+}
+
+ModelSpec parse_model(const json& j, const std::string& file) {
+  JsonObject o(j, file);
+  ModelSpec m;
+  m.name = o.string("name");
+  m.layers = static_cast<int>(o.integer("layers", 1, 100000));
+  m.hidden = static_cast<int>(o.integer("hidden", 1, 1 << 20));
+  m.heads = static_cast<int>(o.integer("heads", 1, 1 << 16));
+  m.kv_heads = static_cast<int>(o.integer("kv_heads", 1, 1 << 16));
+  m.ffn_hidden = static_cast<int>(o.integer("ffn_hidden", 1, 1 << 22));
+  m.vocab = static_cast<int>(o.integer("vocab", 1, 1 << 24));
+  m.seq_len = static_cast<int>(o.integer("seq_len", 1, 1 << 24));
+  m.activation = o.choice("activation", {"gelu", "swiglu"}) == "gelu" ? Activation::gelu : Activation::swiglu;
+  m.norm = o.choice("norm", {"layernorm", "rmsnorm"}) == "layernorm" ? Norm::layernorm : Norm::rmsnorm;
+  m.tied_embeddings = o.boolean("tied_embeddings");
+  auto pos = o.choice("position", {"learned", "rope", "alibi"});
+  m.position = pos == "learned" ? Position::learned : pos == "rope" ? Position::rope : Position::alibi;
+  o.optional_string("source");  // where the architecture figures come from; informational
+  o.finish();
+  check_shape(m, o);
+  return m;
+}
+
+// Hugging Face configs carry many keys we do not need (dropout, init, token ids); only the
+// architecture keys are read, but each one read is type- and range-checked.
+ModelSpec parse_hf_config(const json& j, const std::string& file) {
+  JsonObject o(j, file);
+  const std::string type = o.string("model_type");
+  ModelSpec m;
+  auto int_of = [&](const char* key) { return static_cast<int>(o.integer(key, 1, 1 << 24)); };
+  if (type == "llama" || type == "mistral" || type == "qwen2") {
+    m.layers = int_of("num_hidden_layers");
+    m.hidden = int_of("hidden_size");
+    m.heads = int_of("num_attention_heads");
+    m.kv_heads = o.has("num_key_value_heads") ? int_of("num_key_value_heads") : m.heads;
+    m.ffn_hidden = int_of("intermediate_size");
+    m.vocab = int_of("vocab_size");
+    m.seq_len = int_of("max_position_embeddings");
+    m.activation = Activation::swiglu;
+    m.norm = Norm::rmsnorm;
+    m.position = Position::rope;
+    m.tied_embeddings = o.has("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
+  } else if (type == "gpt2") {
+    m.layers = int_of("n_layer");
+    m.hidden = int_of("n_embd");
+    m.heads = int_of("n_head");
+    m.kv_heads = m.heads;
+    m.ffn_hidden = o.has("n_inner") ? int_of("n_inner") : 4 * m.hidden;
+    m.vocab = int_of("vocab_size");
+    m.seq_len = int_of("n_positions");
+    m.activation = Activation::gelu;
+    m.norm = Norm::layernorm;
+    m.position = Position::learned;
+    m.tied_embeddings = true;  // GPT-2 always ties the LM head to the token embedding
+  } else if (type == "gpt_neox") {
+    m.layers = int_of("num_hidden_layers");
+    m.hidden = int_of("hidden_size");
+    m.heads = int_of("num_attention_heads");
+    m.kv_heads = m.heads;
+    m.ffn_hidden = int_of("intermediate_size");
+    m.vocab = int_of("vocab_size");
+    m.seq_len = int_of("max_position_embeddings");
+    m.activation = Activation::gelu;
+    m.norm = Norm::layernorm;
+    m.position = Position::rope;
+    m.tied_embeddings = o.has("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
+  } else {
+    throw o.error("model_type", "must be one of llama|mistral|qwen2|gpt2|gpt_neox");
+  }
+  m.name = o.has("_name_or_path") ? o.string("_name_or_path") : std::filesystem::path(file).parent_path().filename().string();
+  if (m.name.empty()) m.name = type;
+  check_shape(m, o);
+  return m;
+}
+
+ModelSpec load_model(const std::string& name_or_path, const std::filesystem::path& data_dir) {
+  std::filesystem::path path = name_or_path;
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";
+  if (!looks_like_path) {
+    path = data_dir / "models" / (name_or_path + ".json");
+    if (!std::filesystem::exists(path)) {
+      throw InputError(fmt::format("--model {}: not a built-in model (see {}) and not a file", name_or_path,
+                                   (data_dir / "models").string()));
+    }
+  }
+  json j = read_json_file(path);
+  if (j.is_object() && j.contains("model_type")) return parse_hf_config(j, path.string());
+  return parse_model(j, path.string());
+}
+
+json to_json(const ModelSpec& m) {
+  return json{{"name", m.name},         {"layers", m.layers},
+              {"hidden", m.hidden},     {"heads", m.heads},
+              {"kv_heads", m.kv_heads}, {"ffn_hidden", m.ffn_hidden},
+              {"vocab", m.vocab},       {"seq_len", m.seq_len},
+              {"activation", to_string(m.activation)}, {"norm", to_string(m.norm)},
+              {"tied_embeddings", m.tied_embeddings},  {"position", to_string(m.position)}};
+}
+
+}  // namespace trainplan

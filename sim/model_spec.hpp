@@ -1,0 +1,48 @@
+// ModelSpec: a decoder-only transformer's architecture, and nothing about how it is parallelised.
+#pragma once
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace trainplan {
+
+enum class Activation { gelu, swiglu };
+enum class Norm { layernorm, rmsnorm };
+enum class Position { learned, rope, alibi };
+
+struct ModelSpec {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;      // == heads for multi-head attention, fewer for grouped-query attention
+  int ffn_hidden = 0;    // MLP inner size (per projection for SwiGLU)
+  int vocab = 0;
+  int seq_len = 0;       // default training sequence length
+  Activation activation = Activation::gelu;
+  Norm norm = Norm::layernorm;
+  bool tied_embeddings = false;
+  Position position = Position::learned;
+
+  int head_dim() const { return hidden / heads; }
+};
+
+// Parses a trainplan model object (exact key set, see models/README in README.md). `file` names the
+// source in error messages. Throws InputError.
+ModelSpec parse_model(const nlohmann::json& j, const std::string& file);
+
+// Maps a Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox families). Throws InputError.
+ModelSpec parse_hf_config(const nlohmann::json& j, const std::string& file);
+
+// `name_or_path` is a built-in name (models/<name>.json under data_dir) or a path to a trainplan
+// model file or a Hugging Face config.json (recognised by its "model_type" key).
+ModelSpec load_model(const std::string& name_or_path, const std::filesystem::path& data_dir);
+
+// Serialises back to the trainplan model format (used in reports).
+nlohmann::json to_json(const ModelSpec& m);
+
+const char* to_string(Activation a);
+const char* to_string(Norm n);
+const char* to_string(Position p);
+
+}  // namespace trainplan

@@ -1,0 +1,490 @@
+#include "sim/predict.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+
+#include "sim/check.hpp"
+#include "sim/collectives.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/rank_layout.hpp"
+
+namespace trainplan {
+
+namespace {
+
+// Bytes per parameter for mixed-precision Adam (Rajbhandari et al. 2020, Sec. 3.1): 16-bit weights
+// and gradients, K = 12 bytes of fp32 master weights, momentum and variance. Pure fp32 training
+// keeps 4-byte weights and gradients and K = 8 (momentum, variance).
+struct StateBytes {
+  double weight, grad, optimizer;
+};
+StateBytes state_bytes(const Strategy& s) {
+  if (s.dtype == Dtype::fp32) return {4, 4, 8};
+  return {2, s.fp32_grad_accum ? 4.0 : 2.0, 12};
+}
+
+// Memory traffic of one AdamW step per parameter held: read master, momentum, variance (4 B each)
+// and the gradient; write master, momentum, variance and the 16-bit weight copy.
+double optimizer_traffic_per_param(const Strategy& s) {
+  const StateBytes b = state_bytes(s);
+  return 2 * 12 + b.grad + b.weight;
+}
+
+// Everything that depends only on the strategy, computed once per prediction.
+struct Setting {
+  const LayerGraph& graph;
+  const Cluster& cluster;
+  const Strategy& s;
+  double tokens;          // tokens per rank per micro-batch: b * seq / cp
+  double act_bytes;       // bytes per activation element
+  double seq_share;       // share of a sequence-split tensor a rank holds: 1/tp with SP
+  FlopsPerSecond peak;
+  BytesPerSecond mem_bw;  // achieved HBM bandwidth
+  Link tp_link, cp_link, pp_link, dp_link;
+  int dp_group;           // ranks that hold replicas of the same parameters: dp * cp
+};
+
+Setting make_setting(const LayerGraph& g, const Cluster& c, const Strategy& s) {
+  RankLayout layout(s);
+  Setting x{g, c, s, 0, 0, 0, 0, 0, {}, {}, {}, {}, s.dp * s.cp};
+  x.tokens = static_cast<double>(s.micro_batch) * s.seq_len / s.cp;
+  x.act_bytes = activation_bytes(s.dtype);
+  x.seq_share = s.sequence_parallel ? 1.0 / s.tp : 1.0;
+  x.peak = c.gpu.peak(s.dtype);
+  x.mem_bw = c.gpu.hbm_bandwidth * c.gpu.memory_efficiency;
+  x.tp_link = group_link(c, s.tp, layout.stride(Dim::tp));
+  x.cp_link = group_link(c, s.cp, layout.stride(Dim::cp));
+  x.pp_link = group_link(c, 2, layout.stride(Dim::pp));
+  const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
+  x.dp_link = group_link(c, x.dp_group, dp_stride);
+  return x;
+}
+
+double share_of(const Setting& x, const OpSpec& op) {
+  return op.split == Split::tensor ? 1.0 / x.s.tp : x.seq_share;
+}
+
+struct OpTime {
+  Seconds forward = 0, backward = 0;
+};
+
+// Roofline time of one op for one micro-batch: matmuls at the GPU's matmul efficiency for their
+// size (never faster than their memory traffic), other ops at achieved HBM bandwidth. Backward
+// runs two matmuls of the forward's size (input and weight gradients) and twice the traffic.
+// Standard attention also moves the score matrix: QK^T write, softmax read/write, dropout
+// read/write, softmax*V read = 3x the saved score elements, plus the mask.
+OpTime op_time(const Setting& x, const OpSpec& op) {
+  const double share = share_of(x, op);
+  const Seconds memory = op.traffic_elems_per_token * x.tokens * share * x.act_bytes / x.mem_bw;
+  Seconds fwd = memory;
+  if (op.matmul) {
+    const Flops flops = op.flops_per_token * x.tokens * share;
+    double eff = x.cluster.gpu.matmul_efficiency(flops);
+    if (op.kind == OpKind::attention) eff *= x.cluster.gpu.attention_efficiency;
+    fwd = std::max(flops / (x.peak * eff), memory);
+  }
+  if (op.kind == OpKind::attention && x.s.attention == Attention::standard) {
+    const Bytes scores = (3 * op.score_elems_per_token * x.act_bytes + op.score_mask_bytes_per_token) * x.tokens * share;
+    fwd += scores / x.mem_bw;
+  }
+  return {fwd, 2 * fwd};
+}
+
+// One activation tensor of the micro-batch (tokens x hidden) as moved by TP collectives.
+Bytes hidden_message(const Setting& x) { return x.tokens * x.graph.model().hidden * x.act_bytes; }
+
+// One TP "all-reduce point" of Megatron's layer: an all-reduce, or with sequence parallelism a
+// reduce-scatter + all-gather pair (Korthikanti et al. 2022, Sec. 4.2.2).
+Seconds tp_point(const Setting& x) {
+  if (x.s.tp == 1) return 0;
+  const Bytes m = hidden_message(x);
+  if (x.s.sequence_parallel) {
+    return collective_time(Collective::reduce_scatter, x.s.tp, m, x.tp_link) +
+           collective_time(Collective::all_gather, x.s.tp, m, x.tp_link);
+  }
+  return collective_time(Collective::all_reduce, x.s.tp, m, x.tp_link);
+}
+
+// Costs of one transformer layer (all layers are identical) for one micro-batch.
+struct LayerCost {
+  Seconds forward = 0, backward = 0, recompute = 0, tp_forward = 0, tp_backward = 0, cp_forward = 0,
+          cp_backward = 0;
+  double params = 0;  // per rank
+  Flops flops = 0;    // forward FLOPs per rank
+  Flops recompute_flops = 0;
+  Seconds total() const { return forward + backward + recompute + tp_forward + tp_backward + cp_forward + cp_backward; }
+};
+
+LayerCost layer_cost(const Setting& x) {
+  LayerCost c;
+  Seconds attention_fwd = 0;
+  for (const auto& op : x.graph.layer_ops()) {
+    OpTime t = op_time(x, op);
+    c.forward += t.forward;
+    c.backward += t.backward;
+    c.params += op.params * (op.split == Split::tensor ? 1.0 / x.s.tp : 1.0);
+    c.flops += op.flops_per_token * x.tokens * share_of(x, op);
+    if (op.kind == OpKind::attention) {
+      attention_fwd = t.forward;
+      if (x.s.recompute == Recompute::selective && x.s.attention == Attention::standard) {
+        c.recompute = t.forward;  // selective: only the attention core is recomputed
+        c.recompute_flops = op.flops_per_token * x.tokens * share_of(x, op);
+      }
+    }
+  }
+  // Megatron: two all-reduce points per layer forward (after attention and after the MLP), two in
+  // backward, and two more when full recomputation repeats the forward.
+  c.tp_forward = 2 * tp_point(x);
+  c.tp_backward = 2 * tp_point(x);
+  if (x.s.recompute == Recompute::full) {
+    c.recompute = c.forward;
+    c.recompute_flops = c.flops;
+    c.tp_backward += 2 * tp_point(x);
+  }
+  if (x.s.cp > 1) {
+    // Ring attention: cp-1 steps, each passing the local K and V block to the next rank while
+    // attending to the current one; only the part of a transfer longer than a step's compute
+    // shows. Backward passes K, V and their gradients (twice the bytes, twice the compute).
+    const ModelSpec& m = x.graph.model();
+    const Bytes kv = x.tokens * 2.0 * m.kv_heads * m.head_dim() / x.s.tp * x.act_bytes;
+    const Seconds send = collective_time(Collective::send_recv, 2, kv, x.cp_link);
+    const Seconds send2 = collective_time(Collective::send_recv, 2, 2 * kv, x.cp_link);
+    const Seconds step_fwd = attention_fwd / x.s.cp;
+    c.cp_forward = (x.s.cp - 1) * std::max(0.0, send - step_fwd);
+    c.cp_backward = (x.s.cp - 1) * std::max(0.0, send2 - 2 * step_fwd);
+    if (x.s.recompute == Recompute::full) c.cp_backward += c.cp_forward;
+  }
+  return c;
+}
+
+// The ops before the first layer (embedding) or after the last (final norm, head, loss).
+struct EndCost {
+  Seconds forward = 0, backward = 0, tp_forward = 0, tp_backward = 0;
+  double params = 0;
+  Flops flops = 0;
+  Seconds total() const { return forward + backward + tp_forward + tp_backward; }
+};
+
+EndCost end_cost(const Setting& x, std::span<const OpSpec> ops) {
+  EndCost c;
+  for (const auto& op : ops) {
+    OpTime t = op_time(x, op);
+    c.forward += t.forward;
+    c.backward += t.backward;
+    // The vocabulary-parallel embedding and LM head split the vocabulary over TP ranks; norms and
+    // learned position embeddings are replicated.
+    const bool vocab_split = op.kind == OpKind::embedding || op.kind == OpKind::lm_head;
+    c.params += op.params * (vocab_split ? 1.0 / x.s.tp : 1.0);
+    c.flops += op.flops_per_token * x.tokens * share_of(x, op);
+  }
+  // Vocabulary-parallel embedding / cross-entropy: one all-reduce point each way.
+  c.tp_forward = tp_point(x);
+  c.tp_backward = tp_point(x);
+  return c;
+}
+
+}  // namespace
+
+std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
+                                  double last_extra) {
+  TRAINPLAN_CHECK(chunks >= 1 && layers >= chunks, "need at least one layer per chunk");
+  if (chunks == 1) return {layers};
+  layer_cost = std::max(layer_cost, 1e-30);
+  // Largest layer count a chunk may hold under a time budget T, at least 1.
+  auto cap = [&](double T, double extra) { return std::max(1.0, std::floor((T - extra) / layer_cost + 1e-9)); };
+  auto fits = [&](double T) {
+    return cap(T, first_extra) + cap(T, last_extra) + (chunks - 2) * cap(T, 0.0) >= layers;
+  };
+  // Binary search the smallest budget under which contiguous chunks can hold every layer.
+  double lo = 0, hi = (layers + 1) * layer_cost + first_extra + last_extra;
+  for (int it = 0; it < 64 && hi - lo > 1e-12 * hi; ++it) {
+    double mid = 0.5 * (lo + hi);
+    (fits(mid) ? hi : lo) = mid;
+  }
+  const int first = static_cast<int>(std::min<double>(cap(hi, first_extra), layers - (chunks - 1)));
+  const int last = static_cast<int>(std::min<double>(cap(hi, last_extra), layers - first - (chunks - 2)));
+  std::vector<int> out(chunks, 0);
+  out.front() = first;
+  out.back() = last;
+  // Spread the rest evenly over the middle chunks (later ones take the remainder).
+  int rest = layers - first - last;
+  if (chunks == 2) {
+    out.front() += rest;  // cannot happen when fits() holds; keeps the total exact regardless
+  } else {
+    const int middle = chunks - 2;
+    for (int k = 0; k < middle; ++k) out[1 + k] = rest / middle + (k >= middle - rest % middle ? 1 : 0);
+  }
+  return out;
+}
+
+int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, int vp) {
+  switch (kind) {
+    case ScheduleKind::gpipe: return micro_batches;
+    case ScheduleKind::one_f_one_b: return std::min(pp - stage, micro_batches);
+    case ScheduleKind::interleaved: {
+      const int total = micro_batches * vp;
+      const int warmup = std::min((pp - stage - 1) * 2 + (vp - 1) * pp, total);
+      return std::min(warmup + 1, total);
+    }
+  }
+  return micro_batches;
+}
+
+StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+  const Setting x = make_setting(graph, cluster, s);
+  const LayerCost layer = layer_cost(x);
+  const EndCost pre = end_cost(x, graph.pre_ops());
+  EndCost post = end_cost(x, graph.post_ops());
+  if (graph.model().tied_embeddings && s.pp > 1) post.params += graph.model().vocab * double(graph.model().hidden) / s.tp;
+
+  const int nchunks = s.pp * s.vp;
+  const std::vector<int> split = partition_layers(graph.model().layers, nchunks, layer.total(), pre.total(), post.total());
+  const StateBytes state = state_bytes(s);
+
+  StepCosts out;
+  out.chunks.resize(nchunks);
+  int first_layer = 0;
+  for (int v = 0; v < nchunks; ++v) {
+    ChunkCost& c = out.chunks[v];
+    c.stage = v % s.pp;
+    c.chunk = v / s.pp;
+    c.first_layer = first_layer;
+    c.layers = split[v];
+    first_layer += split[v];
+    c.has_embedding = v == 0;
+    c.has_head = v == nchunks - 1;
+    const double n = c.layers;
+    c.forward = n * layer.forward;
+    c.backward = n * layer.backward;
+    c.recompute = n * layer.recompute;
+    c.tp_forward = n * layer.tp_forward;
+    c.tp_backward = n * layer.tp_backward;
+    c.cp_forward = n * layer.cp_forward;
+    c.cp_backward = n * layer.cp_backward;
+    c.params = n * layer.params;
+    const std::array<const EndCost*, 2> ends{c.has_embedding ? &pre : nullptr, c.has_head ? &post : nullptr};
+    for (const EndCost* e : ends) {
+      if (!e) continue;
+      c.forward += e->forward;
+      c.backward += e->backward;
+      c.tp_forward += e->tp_forward;
+      c.tp_backward += e->tp_backward;
+      c.params += e->params;
+    }
+    c.grad_bytes = c.params * state.grad;
+    c.zero3_gather = s.zero == 3 ? collective_time(Collective::all_gather, x.dp_group, c.params * state.weight, x.dp_link) : 0;
+    // ZeRO 0/1 all-reduce the gradients once per step (stage 1 as reduce-scatter + later
+    // all-gather, the same bytes); ZeRO 2/3 reduce-scatter them (per micro-batch, see below).
+    c.dp_reduce = s.zero >= 2 ? collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes, x.dp_link)
+                : s.zero == 1 ? collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes, x.dp_link)
+                              : collective_time(Collective::all_reduce, x.dp_group, c.grad_bytes, x.dp_link);
+  }
+
+  if (s.pp > 1) {
+    // Activations between stages; with TP each rank sends 1/tp of them and the receiver
+    // all-gathers over NVLink (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already
+    // keeps them sharded.
+    const Bytes msg = hidden_message(x) / s.tp;
+    out.p2p = collective_time(Collective::send_recv, 2, msg, x.pp_link);
+    if (s.tp > 1 && !s.sequence_parallel) out.p2p += collective_time(Collective::all_gather, s.tp, hidden_message(x), x.tp_link);
+  }
+  double busiest_params = 0;
+  std::vector<double> stage_params(s.pp, 0.0);
+  for (const auto& c : out.chunks) stage_params[c.stage] += c.params;
+  busiest_params = *std::max_element(stage_params.begin(), stage_params.end());
+  const double opt_share = s.zero >= 1 ? 1.0 / x.dp_group : 1.0;
+  out.optimizer = busiest_params * opt_share * optimizer_traffic_per_param(s) / x.mem_bw;
+  if (s.zero == 1 || s.zero == 2) {
+    out.dp_param_gather = collective_time(Collective::all_gather, x.dp_group, busiest_params * state.weight, x.dp_link);
+  }
+  out.zero_reduce_per_micro_batch = s.zero >= 2;
+  const double replica_tokens = static_cast<double>(s.micro_batch) * s.seq_len;
+  const Flops model_fwd = graph.forward_flops_per_token() * replica_tokens;
+  out.model_flops_per_micro_batch_per_replica = 3 * model_fwd;
+  // Recomputed forward FLOPs, whole replica: per-rank layer figure x layers x (tp * cp) ranks.
+  out.hardware_flops_per_micro_batch_per_replica =
+      3 * model_fwd + layer.recompute_flops * graph.model().layers * s.tp * s.cp;
+  return out;
+}
+
+namespace {
+
+// Activation bytes one rank keeps for one transformer layer and one micro-batch, with the
+// recomputation policy applied (Korthikanti et al. 2022, Table 2 generalised to GQA/SwiGLU).
+Bytes layer_activation_bytes(const Setting& x, bool keep_all) {
+  Bytes total = 0;
+  for (const auto& op : x.graph.layer_ops()) {
+    const double tensor = 1.0 / x.s.tp;
+    Bytes b = (op.saved_tensor_elems_per_token * tensor + op.saved_seq_elems_per_token * x.seq_share) * x.act_bytes +
+              op.saved_mask_bytes_per_token * x.seq_share;
+    const bool keep_scores =
+        x.s.attention == Attention::standard && (keep_all || x.s.recompute == Recompute::none);
+    if (keep_scores) b += (op.score_elems_per_token * x.act_bytes + op.score_mask_bytes_per_token) * tensor;
+    total += b * x.tokens;
+  }
+  return total;
+}
+
+}  // namespace
+
+// Activation memory per transformer layer and micro-batch as stored between forward and
+// backward (full recomputation: the layer input only).
+Bytes stored_layer_activation_bytes(const LayerGraph& g, const Cluster& c, const Strategy& s) {
+  const Setting x = make_setting(g, c, s);
+  if (s.recompute == Recompute::full) return x.tokens * g.model().hidden * x.act_bytes * x.seq_share;
+  return layer_activation_bytes(x, false);
+}
+
+Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+  Estimate e;
+  e.strategy = s;
+  e.capacity = cluster.gpu.hbm;
+  auto infeasible = [&](std::string reason) {
+    e.feasible = false;
+    e.infeasible_reasons.push_back(std::move(reason));
+  };
+  if (auto bad = validate(s, graph.model())) {
+    infeasible("invalid: " + *bad);
+    return e;
+  }
+  if (s.seq_len != graph.seq_len()) {
+    infeasible(fmt::format("invalid: sequence length {} differs from the layer graph's {}", s.seq_len, graph.seq_len()));
+    return e;
+  }
+  if (cluster.gpu.peak(s.dtype) <= 0) {
+    infeasible(fmt::format("unsupported dtype: {} has no {} peak", cluster.gpu.name, to_string(s.dtype)));
+    return e;
+  }
+  if (s.gpus() > cluster.max_gpus()) {
+    infeasible(fmt::format("cluster too small: {} GPUs requested, {} has at most {}", s.gpus(), cluster.name,
+                           cluster.max_gpus()));
+  }
+
+  const StepCosts costs = step_costs(graph, cluster, s);
+  const Setting x = make_setting(graph, cluster, s);
+  const int m = s.micro_batches();
+  const StateBytes state = state_bytes(s);
+
+  // Per stage and micro-batch: work W_i = forward + backward (+ recompute, TP/CP exposure) and
+  // the stage's p2p transfers (one in and one out per chunk and direction, overlapped pairwise).
+  struct StageSum {
+    Seconds compute = 0, recompute = 0, tp = 0, cp = 0, pp = 0, fwd = 0, bwd = 0;
+    Seconds zero_mb = 0, zero_mb_exposed = 0, dp_step = 0;
+    double params = 0;
+    int layers = 0;
+    Seconds work() const { return compute + recompute + tp + cp + pp + zero_mb_exposed; }
+  };
+  std::vector<StageSum> st(s.pp);
+  for (const auto& c : costs.chunks) {
+    StageSum& t = st[c.stage];
+    t.compute += c.forward + c.backward;
+    t.recompute += c.recompute;
+    t.tp += c.tp_forward + c.tp_backward;
+    t.cp += c.cp_forward + c.cp_backward;
+    t.fwd += c.forward + c.tp_forward + c.cp_forward;
+    t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward;
+    t.params += c.params;
+    t.layers += c.layers;
+    if (s.zero == 3) t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
+    else if (s.zero == 2) t.zero_mb += c.dp_reduce;
+    else t.dp_step += c.dp_reduce;
+  }
+  for (auto& t : st) {
+    if (s.pp > 1) t.pp = 2 * s.vp * costs.p2p;
+    // ZeRO-3 gathers parameters ahead of the forward and the backward (prefetched, so hidden
+    // behind compute up to its length) and reduce-scatters gradients during the backward;
+    // ZeRO-2 only the latter. Only what outlasts the compute it overlaps is exposed.
+    if (s.zero == 3) {
+      const Seconds gather = t.zero_mb / 3;  // approximately equal thirds: gather, gather, reduce
+      t.zero_mb_exposed = std::max(0.0, gather - t.fwd) + std::max(0.0, 2 * gather - t.bwd);
+    } else if (s.zero == 2) {
+      t.zero_mb_exposed = std::max(0.0, t.zero_mb - t.bwd);
+    }
+  }
+  const auto busiest = std::max_element(st.begin(), st.end(), [](const StageSum& a, const StageSum& b) {
+    return a.work() < b.work();
+  });
+  const Seconds work_sum = std::accumulate(st.begin(), st.end(), 0.0, [](Seconds acc, const StageSum& t) { return acc + t.work(); });
+  const StageSum& b = *busiest;
+
+  // Pipeline: the busiest stage runs m micro-batches back to back; filling and draining the
+  // pipeline adds the other stages' work once, shortened v-fold by interleaving. For uniform
+  // stages this is the (p-1)/(v*m) bubble of Narayanan et al. 2021, Sec. 2.2.
+  TimeBreakdown& t = e.time;
+  t.compute = m * b.compute;
+  t.recompute = m * b.recompute;
+  t.tp_comm = m * b.tp;
+  t.cp_comm = m * b.cp;
+  t.pp_comm = m * b.pp;
+  t.bubble = (work_sum - b.work()) / s.vp;
+  // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
+  // as soon as their layer's gradients exist); the updated-parameter all-gather of ZeRO 1/2
+  // follows the optimizer step.
+  Seconds step_exposed = 0, dp_total = 0;
+  for (const auto& stage : st) {
+    step_exposed = std::max(step_exposed, std::max(0.0, stage.dp_step - stage.bwd));
+    dp_total = std::max(dp_total, stage.dp_step + m * stage.zero_mb);
+  }
+  t.dp_comm = dp_total + costs.dp_param_gather;
+  t.dp_comm_exposed = m * b.zero_mb_exposed + step_exposed + costs.dp_param_gather;
+  t.optimizer = costs.optimizer;
+  t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
+
+  // Memory per stage.
+  const Bytes layer_act = stored_layer_activation_bytes(graph, cluster, s);
+  // Full recomputation rebuilds one layer's activations at a time during the backward.
+  const Bytes working_layer = s.recompute == Recompute::full ? layer_activation_bytes(x, true) : 0;
+  const double shard = x.dp_group;
+  const double max_layer_params = graph.params_per_layer() / s.tp;
+  e.per_stage.resize(s.pp);
+  e.stage_layers.resize(s.pp);
+  for (int i = 0; i < s.pp; ++i) {
+    StageMemory& mem = e.per_stage[i];
+    const StageSum& ss = st[i];
+    mem.stage = i;
+    e.stage_layers[i] = ss.layers;
+    mem.weights = ss.params * state.weight / (s.zero == 3 ? shard : 1.0);
+    mem.gradients = ss.params * state.grad / (s.zero >= 2 ? shard : 1.0);
+    mem.optimizer = ss.params * state.optimizer / (s.zero >= 1 ? shard : 1.0);
+    const int chunks_live = in_flight_chunks(s.schedule, s.pp, i, m, s.vp);
+    const double layers_per_chunk = static_cast<double>(ss.layers) / s.vp;
+    Bytes act = chunks_live * layers_per_chunk * layer_act + working_layer;
+    const double h = graph.model().hidden;
+    if (i == 0) act += chunks_live * x.tokens * h * x.seq_share * 1.0;  // embedding dropout mask
+    if (i == s.pp - 1) {
+      // Logits of the micro-batch in the loss, fp32 (4 bytes), plus the head's input.
+      act += x.tokens * graph.model().vocab / s.tp * 4.0 + x.tokens * h * x.seq_share * x.act_bytes;
+    }
+    mem.activations = act;
+    // Runtime (context, communication buffers, allocator) from the cluster file; ZeRO-3 also
+    // holds the gathered parameters of the current and the prefetched layer.
+    mem.other = cluster.runtime_overhead + (s.zero == 3 ? 2 * max_layer_params * state.weight : 0.0);
+    e.peak_memory = std::max(e.peak_memory, mem.total());
+  }
+  if (e.peak_memory > e.capacity) {
+    const auto worst = std::max_element(e.per_stage.begin(), e.per_stage.end(),
+                                        [](const StageMemory& a, const StageMemory& b) { return a.total() < b.total(); });
+    infeasible(fmt::format("out of memory: stage {} needs {:.1f} GB, the GPU has {:.1f} GB", worst->stage,
+                           worst->total() / kGB, e.capacity / kGB));
+  }
+
+  // Throughput.
+  Throughput& tp = e.throughput;
+  const double tokens_per_step = static_cast<double>(s.global_batch) * s.seq_len;
+  tp.tokens_per_s = tokens_per_step / t.step;
+  tp.tokens_per_s_per_gpu = tp.tokens_per_s / s.gpus();
+  const double replicas_mb = static_cast<double>(s.global_batch) / s.micro_batch;
+  tp.model_flops_per_step = costs.model_flops_per_micro_batch_per_replica * replicas_mb;
+  tp.hardware_flops_per_step = costs.hardware_flops_per_micro_batch_per_replica * replicas_mb;
+  tp.model_tflops_per_gpu = tp.model_flops_per_step / t.step / s.gpus() / kTera;
+  tp.hardware_tflops_per_gpu = tp.hardware_flops_per_step / t.step / s.gpus() / kTera;
+  tp.mfu = tp.model_tflops_per_gpu * kTera / x.peak;
+  tp.hfu = tp.hardware_tflops_per_gpu * kTera / x.peak;
+  return e;
+}
+
+}  // namespace trainplan

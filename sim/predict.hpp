@@ -1,0 +1,68 @@
+// predict: the analytical model of one training step. Pure: no I/O, no state, no exceptions for
+// infeasible plans (they come back as Estimate::feasible = false with reasons).
+//
+// step_costs() is the single source of per-op costs: predict() composes them in closed form and
+// the step simulator (simulate.hpp) replays them over the Schedule, so both agree on what each
+// piece of work costs.
+#pragma once
+#include <vector>
+
+#include "sim/cluster.hpp"
+#include "sim/estimate.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/strategy.hpp"
+
+namespace trainplan {
+
+// Cost of one model chunk (a contiguous range of layers on one pipeline stage) for ONE micro-batch.
+struct ChunkCost {
+  int stage = 0;               // pipeline stage holding the chunk
+  int chunk = 0;               // chunk index on that stage (0..vp-1)
+  int first_layer = 0;         // first transformer layer
+  int layers = 0;              // transformer layers in the chunk
+  bool has_embedding = false;  // first virtual stage
+  bool has_head = false;       // last virtual stage (final norm, LM head, loss)
+  Seconds forward = 0;         // forward compute
+  Seconds backward = 0;        // backward compute (without recomputation)
+  Seconds recompute = 0;       // recomputation done before the backward
+  Seconds tp_forward = 0;      // TP collectives in the forward (not overlapped)
+  Seconds tp_backward = 0;     // TP collectives in backward and its recomputation
+  Seconds cp_forward = 0;      // exposed context-parallel exchange, forward
+  Seconds cp_backward = 0;     // exposed context-parallel exchange, backward
+  Bytes grad_bytes = 0;        // gradient bytes this chunk's parameters produce per rank
+  double params = 0;           // parameters of the chunk per rank (after TP split)
+  Seconds zero3_gather = 0;    // ZeRO-3 all-gather of the chunk's parameters (one pass)
+  Seconds dp_reduce = 0;       // reduction of the chunk's gradients over the DP group (once per step)
+};
+
+struct StepCosts {
+  std::vector<ChunkCost> chunks;   // ordered by virtual stage: chunks[chunk * pp + stage]
+  Seconds p2p = 0;                 // one activation (or gradient) send between adjacent stages
+  Seconds optimizer = 0;           // optimizer step on the busiest stage
+  Seconds dp_param_gather = 0;     // ZeRO 1/2 all-gather of updated parameters after the step
+  bool zero_reduce_per_micro_batch = false;  // ZeRO 2/3 reduce-scatter gradients every micro-batch
+  Flops hardware_flops_per_micro_batch_per_replica = 0;  // recomputation included
+  Flops model_flops_per_micro_batch_per_replica = 0;
+};
+
+// Per-op costs of `strategy` (assumed valid for the graph's model; see validate()).
+StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+
+// Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with
+// the embedding on the first and the LM head on the last chunk.
+std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
+                                  double last_extra);
+
+// The analytical estimate. The strategy must pass validate() against graph.model() and its
+// seq_len must equal graph.seq_len(); otherwise the estimate is infeasible with that reason.
+Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+
+// Activation bytes one rank stores per transformer layer and micro-batch between its forward and
+// backward, with the strategy's TP/SP/CP split, recomputation and attention kernel applied.
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+
+// Peak number of micro-batch-chunks whose activations stage `stage` holds (closed form, equal to
+// Schedule::peak_in_flight for the same sizes).
+int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, int vp);
+
+}  // namespace trainplan

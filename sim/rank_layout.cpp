@@ -1,0 +1,73 @@
+#include "sim/rank_layout.hpp"
+
+#include <algorithm>
+
+#include "sim/check.hpp"
+
+namespace trainplan {
+
+int& RankCoord::operator[](Dim d) {
+  switch (d) {
+    case Dim::tp: return tp;
+    case Dim::cp: return cp;
+    case Dim::dp: return dp;
+    case Dim::pp: return pp;
+  }
+  return tp;
+}
+int RankCoord::operator[](Dim d) const { return const_cast<RankCoord&>(*this)[d]; }
+
+RankLayout::RankLayout(const Strategy& s) {
+  int stride = 1;
+  for (Dim d : s.order) {
+    int i = static_cast<int>(d);
+    size_[i] = s.size(d);
+    TRAINPLAN_CHECK(size_[i] >= 1, "parallel sizes must be >= 1");
+    stride_[i] = stride;
+    stride *= size_[i];
+  }
+  world_ = stride;
+}
+
+RankCoord RankLayout::coord(int rank) const {
+  TRAINPLAN_CHECK(rank >= 0 && rank < world_, "rank out of range");
+  RankCoord c;
+  for (Dim d : {Dim::tp, Dim::cp, Dim::dp, Dim::pp}) c[d] = (rank / stride(d)) % size(d);
+  return c;
+}
+
+int RankLayout::rank(const RankCoord& c) const {
+  int r = 0;
+  for (Dim d : {Dim::tp, Dim::cp, Dim::dp, Dim::pp}) {
+    TRAINPLAN_CHECK(c[d] >= 0 && c[d] < size(d), "coordinate out of range");
+    r += c[d] * stride(d);
+  }
+  return r;
+}
+
+std::vector<int> RankLayout::group(int rank, std::initializer_list<Dim> dims) const {
+  RankCoord base = coord(rank);
+  for (Dim d : dims) base[d] = 0;
+  std::vector<int> out{this->rank(base)};
+  for (Dim d : dims) {
+    std::vector<int> next;
+    for (int r : out)
+      for (int k = 0; k < size(d); ++k) next.push_back(r + k * stride(d));
+    out = std::move(next);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::vector<int>> RankLayout::all_groups(std::initializer_list<Dim> dims) const {
+  std::vector<std::vector<int>> out;
+  std::vector<bool> covered(world_, false);
+  for (int r = 0; r < world_; ++r) {
+    if (covered[r]) continue;
+    out.push_back(group(r, dims));
+    for (int m : out.back()) covered[m] = true;
+  }
+  return out;
+}
+
+}  // namespace trainplan

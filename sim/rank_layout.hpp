@@ -1,0 +1,48 @@
+// RankLayout: the one mapping between global ranks and (tp, cp, dp, pp) coordinates, used by both
+// the simulator (to place groups on nodes) and the executor (to build its process groups).
+//
+// With the rank order d0, d1, d2, d3 (fastest-varying first) and sizes n(d):
+//   rank = c(d0) + n(d0) * (c(d1) + n(d1) * (c(d2) + n(d2) * c(d3)))
+// Megatron's default order tp, cp, dp, pp gives rank = tp + T*(cp + C*(dp + D*pp)), which keeps a
+// tensor-parallel group on consecutive ranks, i.e. inside one node.
+// Ranks are placed on nodes in order: rank r runs on node r / gpus_per_node.
+#pragma once
+#include <array>
+#include <vector>
+
+#include "sim/strategy.hpp"
+
+namespace trainplan {
+
+struct RankCoord {
+  int tp = 0, cp = 0, dp = 0, pp = 0;
+  int& operator[](Dim d);
+  int operator[](Dim d) const;
+  bool operator==(const RankCoord&) const = default;
+};
+
+class RankLayout {
+ public:
+  explicit RankLayout(const Strategy& s);
+
+  int world() const { return world_; }
+  int size(Dim d) const { return size_[static_cast<int>(d)]; }
+  // Distance in ranks between neighbours along `d`.
+  int stride(Dim d) const { return stride_[static_cast<int>(d)]; }
+
+  RankCoord coord(int rank) const;
+  int rank(const RankCoord& c) const;
+
+  // Ranks that share every coordinate with `rank` except those in `dims`, in ascending order.
+  std::vector<int> group(int rank, std::initializer_list<Dim> dims) const;
+  // Every such group, each once, ordered by its lowest rank. Each rank of a job creates process
+  // groups in this same order (collective creation must match across ranks).
+  std::vector<std::vector<int>> all_groups(std::initializer_list<Dim> dims) const;
+
+ private:
+  std::array<int, 4> size_{};    // indexed by Dim
+  std::array<int, 4> stride_{};  // indexed by Dim
+  int world_ = 1;
+};
+
+}  // namespace trainplan

@@ -1,0 +1,50 @@
+// Schedule: the order of work of every pipeline stage in one training step, as data.
+// The simulator walks it to time a step; the executor (exec/) runs exactly the same slots, so
+// predicted and executed steps perform the same work in the same order.
+//
+// A slot is (phase, micro-batch, chunk). `chunk` is the model chunk held by the stage: with v
+// chunks per stage on p stages, chunk c of stage i is virtual stage c*p + i (interleaved 1F1B,
+// Narayanan et al. 2021 Sec. 2.2); without interleaving chunk is always 0.
+// A forward of (mb, c) on virtual stage k needs the forward output of (mb) from virtual stage k-1;
+// a backward needs the input gradient from virtual stage k+1 (the last virtual stage starts it
+// from the loss).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "sim/strategy.hpp"
+
+namespace trainplan {
+
+enum class Phase { forward, backward };
+
+struct Slot {
+  Phase phase = Phase::forward;
+  int micro_batch = 0;
+  int chunk = 0;
+  bool operator==(const Slot&) const = default;
+};
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
+  int stages = 1;         // p
+  int micro_batches = 1;  // m
+  int chunks = 1;         // v
+  std::vector<std::vector<Slot>> per_stage;  // per_stage[i]: stage i's slots in execution order
+
+  int virtual_stages() const { return stages * chunks; }
+  // Virtual stage that chunk `c` of pipeline stage `stage` holds.
+  int virtual_stage(int stage, int chunk) const { return chunk * stages + stage; }
+  // Most micro-batches whose activations stage `stage` holds at once (forwards without backward).
+  int peak_in_flight(int stage) const;
+};
+
+// GPipe: all forwards, then all backwards. 1F1B (PipeDream-Flush): stage i runs min(p-i-1, m)
+// warm-up forwards, then alternates one forward and one backward, then drains the backwards.
+// Interleaved 1F1B: Megatron's order with (p-i-1)*2 + (v-1)*p warm-up forwards; needs m % p == 0.
+// Throws std::logic_error on sizes the kind does not support (callers validate first).
+Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
+
+std::string to_string(const Slot& s);  // e.g. "F3.1" (forward, micro-batch 3, chunk 1)
+
+}  // namespace trainplan

@@ -1,0 +1,125 @@
+// simulate: a discrete-event simulation of one training step of one data-parallel replica.
+//
+// What is simulated. Every pipeline stage of the replica (all TP/CP ranks of a stage behave the
+// same, and every DP replica does the same, so one replica's stages stand for the whole job) has
+// four streams:
+//   compute      the stage's slots from the Schedule, in order. A slot's duration includes its
+//                TP collectives and exposed CP exchange (they sit on the critical path inside the
+//                layer); a backward also includes its recomputation (a separate event before it).
+//   pp_forward   sends of activations to the next virtual stage (one at a time, p2p each).
+//   pp_backward  sends of input gradients to the previous virtual stage.
+//   dp           data-parallel / ZeRO collectives, one at a time in issue order: gradient
+//                reductions, ZeRO-3 parameter gathers, the ZeRO-1/2 parameter all-gather.
+// Rules (all costs from StepCosts, see predict.hpp):
+//   - a slot starts when the compute stream is free and its input has arrived: a forward of
+//     (mb, chunk) on virtual stage k needs stage k-1's forward output plus one p2p transfer; a
+//     backward needs stage k+1's input gradient plus one p2p transfer (the last virtual stage
+//     starts from its own loss). Sends are asynchronous: the sender's compute does not wait.
+//   - gradient buckets: a chunk's gradients become ready layer by layer during its backward
+//     (bucket j of n = max(1, layers) ready at start + (j+1)/n of the slot). ZeRO 0/1 reduce a
+//     chunk's gradients once, during its last backward (last micro-batch); with
+//     zero_reduce_per_micro_batch (ZeRO 2/3) every backward reduce-scatters them.
+//   - ZeRO-3 (chunk zero3_gather > 0): the parameters of each slot's chunk are all-gathered on the
+//     dp stream, prefetched one slot ahead (issued when the previous slot starts); a slot waits
+//     for its gather.
+//   - at the end each stage waits for its reductions, runs the optimizer step on the compute
+//     stream, then the ZeRO-1/2 all-gather of updated parameters on the dp stream.
+// The step is the latest end over all stages. Pure: no I/O, no state.
+//
+// With uniform stages, zero p2p cost and no DP traffic the simulated step is the closed form
+// m*W + (p-1)*W/v of Narayanan et al. 2021 Sec. 2.2 (W = per-stage forward+backward of one
+// micro-batch); with uneven stages or p2p latency it is longer (tests/test_simulate.cpp).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "sim/estimate.hpp"
+#include "sim/predict.hpp"
+#include "sim/schedule.hpp"
+#include "sim/units.hpp"
+
+namespace trainplan {
+
+enum class Stream { compute, pp_forward, pp_backward, dp };
+inline constexpr int kStreams = 4;
+
+enum class EventKind {
+  forward,          // forward of (micro_batch, chunk), TP/CP included          (compute)
+  recompute,        // recomputation before a backward                          (compute)
+  backward,         // backward of (micro_batch, chunk), TP/CP included         (compute)
+  optimizer,        // optimizer step                                           (compute)
+  send_activation,  // forward output to the next virtual stage                 (pp_forward)
+  send_gradient,    // input gradient to the previous virtual stage             (pp_backward)
+  grad_reduce,      // gradient all-reduce / reduce-scatter (merged buckets)    (dp)
+  zero3_gather,     // ZeRO-3 all-gather of a chunk's parameters for one slot   (dp)
+  param_gather,     // ZeRO-1/2 all-gather of updated parameters after the step (dp)
+};
+
+const char* to_string(Stream s);
+const char* to_string(EventKind k);
+
+struct Event {
+  int stage = 0;         // pipeline stage (every TP/CP rank of the stage runs the same events)
+  Stream stream = Stream::compute;
+  EventKind kind = EventKind::forward;
+  int micro_batch = -1;  // -1 for optimizer and param_gather
+  int chunk = -1;        // chunk on the stage (0..v-1); -1 for optimizer and param_gather
+  Seconds start = 0, end = 0;
+};
+
+// Where one stage's time went. Compute-stream work plus its waits add up to the moment its
+// optimizer step ends; `end` adds the parameter all-gather after it.
+struct StageUsage {
+  int stage = 0;
+  Seconds compute = 0;      // forward + backward kernels, all slots
+  Seconds recompute = 0;
+  Seconds tp = 0;           // TP collectives inside the slots
+  Seconds cp = 0;           // exposed CP exchange inside the slots
+  Seconds optimizer = 0;
+  Seconds wait_bubble = 0;  // compute idle until another stage's slot produced its input
+  Seconds wait_pp = 0;      // compute idle while that input was in flight (p2p)
+  Seconds wait_dp = 0;      // compute idle for ZeRO-3 gathers and for reductions before the optimizer
+  Seconds pp_busy = 0;      // pp_forward + pp_backward streams busy
+  Seconds dp_busy = 0;      // dp stream busy
+  Seconds end = 0;          // end of the stage's last event
+  Seconds busy() const { return compute + recompute + tp + cp + optimizer; }  // compute stream busy
+};
+
+struct Timeline {
+  std::vector<Event> events;        // ordered by stage, then issue order per stream
+  Seconds step = 0;                 // latest end over all stages
+  std::vector<StageUsage> stages;   // per pipeline stage
+  // Share of the step the stage's compute stream is busy, and idle (1 - busy).
+  double busy_share(int stage) const { return step > 0 ? stages.at(stage).busy() / step : 0.0; }
+  double idle_share(int stage) const { return 1.0 - busy_share(stage); }
+};
+
+// Simulates one step of `schedule` with `costs` (costs.chunks ordered by virtual stage, one per
+// (stage, chunk) of the schedule). Throws std::logic_error (TRAINPLAN_CHECK) on mismatched sizes or a
+// schedule that deadlocks.
+Timeline simulate(const StepCosts& costs, const Schedule& schedule);
+
+// The schedule a strategy runs: make_schedule(s.schedule, s.pp, s.micro_batches(), s.vp).
+Schedule schedule_for(const Strategy& s);
+
+// Global ranks of data-parallel replica 0 that run pipeline stage i: result[i], ascending (all its
+// TP and CP ranks), from RankLayout.
+std::vector<std::vector<int>> replica_stage_ranks(const Strategy& s);
+
+// Time breakdown of the simulated step, read on the busiest stage (most compute-stream work):
+// compute/recompute/tp/cp/optimizer are its work, pp_comm its waits for transfers in flight,
+// dp_comm_exposed its waits for ZeRO-3 gathers, for reductions before the optimizer and the
+// parameter all-gather after it; bubble is the rest of the step (waits for other stages' work).
+// dp_comm is the busiest dp stream of any stage. The fields add up to `step` exactly.
+TimeBreakdown simulated_breakdown(const Timeline& t);
+
+// The analytic estimate with its time figures replaced by the simulation's (for
+// `predict --engine des` and search refinement): time = simulated_breakdown(simulate(costs,
+// schedule)); throughput rescaled by analytic step / simulated step (same FLOPs and tokens per
+// step); memory and feasibility unchanged. An estimate without a step time (invalid strategy) is
+// returned as is.
+Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs, const Schedule& schedule);
+// The same from a timeline already simulated.
+Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeline);
+
+}  // namespace trainplan

@@ -1,0 +1,188 @@
+#include "sim/strategy.hpp"
+
+#include <fmt/format.h>
+
+#include "sim/check.hpp"
+#include "sim/json_reader.hpp"
+#include "sim/model_spec.hpp"
+
+namespace trainplan {
+
+using nlohmann::json;
+
+int Strategy::size(Dim d) const {
+  switch (d) {
+    case Dim::tp: return tp;
+    case Dim::cp: return cp;
+    case Dim::dp: return dp;
+    case Dim::pp: return pp;
+  }
+  return 1;
+}
+
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+const char* to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::gpipe: return "gpipe";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::interleaved: return "interleaved";
+  }
+  return "?";
+}
+const char* to_string(Attention a) { return a == Attention::flash ? "flash" : "standard"; }
+const char* to_string(Dim d) {
+  switch (d) {
+    case Dim::tp: return "tp";
+    case Dim::cp: return "cp";
+    case Dim::dp: return "dp";
+    case Dim::pp: return "pp";
+  }
+  return "?";
+}
+
+std::optional<Recompute> parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  return std::nullopt;
+}
+std::optional<ScheduleKind> parse_schedule(const std::string& s) {
+  if (s == "gpipe") return ScheduleKind::gpipe;
+  if (s == "1f1b") return ScheduleKind::one_f_one_b;
+  if (s == "interleaved") return ScheduleKind::interleaved;
+  return std::nullopt;
+}
+std::optional<Attention> parse_attention(const std::string& s) {
+  if (s == "flash") return Attention::flash;
+  if (s == "standard") return Attention::standard;
+  return std::nullopt;
+}
+std::optional<Dtype> parse_dtype(const std::string& s) {
+  if (s == "bf16") return Dtype::bf16;
+  if (s == "fp16") return Dtype::fp16;
+  if (s == "fp8") return Dtype::fp8;
+  if (s == "fp32") return Dtype::fp32;
+  return std::nullopt;
+}
+std::optional<Dim> parse_dim(const std::string& s) {
+  if (s == "tp") return Dim::tp;
+  if (s == "cp") return Dim::cp;
+  if (s == "dp") return Dim::dp;
+  if (s == "pp") return Dim::pp;
+  return std::nullopt;
+}
+
+std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
+  auto bad = [](const char* flag, auto value, const std::string& rule) {
+    return std::optional<std::string>(fmt::format("{} {}: {}", flag, value, rule));
+  };
+  if (s.dp < 1) return bad("--dp", s.dp, "must be >= 1");
+  if (s.tp < 1) return bad("--tp", s.tp, "must be >= 1");
+  if (s.pp < 1) return bad("--pp", s.pp, "must be >= 1");
+  if (s.cp < 1) return bad("--cp", s.cp, "must be >= 1");
+  if (s.vp < 1) return bad("--vp", s.vp, "must be >= 1");
+  if (s.zero < 0 || s.zero > 3) return bad("--zero", s.zero, "must be 0, 1, 2 or 3");
+  if (s.micro_batch < 1) return bad("--micro-batch", s.micro_batch, "must be >= 1");
+  if (s.global_batch < 1) return bad("--global-batch", s.global_batch, "must be >= 1");
+  if (s.seq_len < 1) return bad("--seq", s.seq_len, "must be >= 1");
+  if (m.heads % s.tp != 0) return bad("--tp", s.tp, fmt::format("must divide the model's heads ({})", m.heads));
+  if (m.kv_heads % s.tp != 0)
+    return bad("--tp", s.tp, fmt::format("must divide the model's kv_heads ({})", m.kv_heads));
+  if (m.ffn_hidden % s.tp != 0)
+    return bad("--tp", s.tp, fmt::format("must divide the model's ffn_hidden ({})", m.ffn_hidden));
+  if (s.global_batch % (s.dp * s.micro_batch) != 0) {
+    return bad("--global-batch", s.global_batch,
+               fmt::format("must be divisible by dp x micro-batch ({} x {})", s.dp, s.micro_batch));
+  }
+  if (s.cp > 1 && s.seq_len % (2 * s.cp) != 0)
+    return bad("--cp", s.cp, fmt::format("2 x cp must divide the sequence length ({})", s.seq_len));
+  if (s.sequence_parallel && s.tp == 1) return bad("--sequence-parallel", "on", "needs --tp > 1");
+  if (s.schedule == ScheduleKind::interleaved) {
+    if (s.pp < 2) return bad("--schedule", "interleaved", "needs --pp >= 2");
+    if (s.vp < 2) return bad("--vp", s.vp, "must be >= 2 with the interleaved schedule");
+    if (s.micro_batches() % s.pp != 0) {
+      return bad("--global-batch", s.global_batch,
+                 fmt::format("interleaving needs micro-batches per replica ({}) divisible by pp ({})",
+                             s.micro_batches(), s.pp));
+    }
+  } else if (s.vp != 1) {
+    return bad("--vp", s.vp, "must be 1 unless --schedule interleaved");
+  }
+  if (m.layers < s.pp * s.vp) {
+    return bad("--pp", s.pp, fmt::format("pp x vp ({}) must not exceed the model's layers ({})", s.pp * s.vp, m.layers));
+  }
+  return std::nullopt;
+}
+
+json to_json(const Strategy& s) {
+  json order = json::array();
+  for (Dim d : s.order) order.push_back(to_string(d));
+  return json{{"dp", s.dp},
+              {"tp", s.tp},
+              {"pp", s.pp},
+              {"cp", s.cp},
+              {"vp", s.vp},
+              {"zero", s.zero},
+              {"micro_batch", s.micro_batch},
+              {"global_batch", s.global_batch},
+              {"micro_batches", s.micro_batches()},
+              {"seq_len", s.seq_len},
+              {"recompute", to_string(s.recompute)},
+              {"sequence_parallel", s.sequence_parallel},
+              {"schedule", to_string(s.schedule)},
+              {"dtype", to_string(s.dtype)},
+              {"attention", to_string(s.attention)},
+              {"fp32_grad_accum", s.fp32_grad_accum},
+              {"rank_order", order}};
+}
+
+Strategy strategy_from_json(const json& j, const std::string& file) {
+  JsonObject o(j, file, "strategy");
+  Strategy s;
+  auto i = [&](const char* k) { return static_cast<int>(o.integer(k, 1, 1 << 24)); };
+  s.dp = i("dp");
+  s.tp = i("tp");
+  s.pp = i("pp");
+  s.cp = i("cp");
+  s.vp = i("vp");
+  s.zero = static_cast<int>(o.integer("zero", 0, 3));
+  s.micro_batch = i("micro_batch");
+  s.global_batch = i("global_batch");
+  if (o.has("micro_batches")) o.integer("micro_batches", 1, 1 << 24);  // derived; checked for type only
+  s.seq_len = i("seq_len");
+  s.recompute = *parse_recompute(o.choice("recompute", {"none", "selective", "full"}));
+  s.sequence_parallel = o.boolean("sequence_parallel");
+  s.schedule = *parse_schedule(o.choice("schedule", {"gpipe", "1f1b", "interleaved"}));
+  s.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32"}));
+  s.attention = *parse_attention(o.choice("attention", {"flash", "standard"}));
+  s.fp32_grad_accum = o.boolean("fp32_grad_accum");
+  const json& order = o.raw("rank_order");
+  if (!order.is_array() || order.size() != 4) throw o.error("rank_order", "must list tp, cp, dp, pp once each");
+  bool used[4] = {false, false, false, false};
+  for (std::size_t k = 0; k < 4; ++k) {
+    auto d = order[k].is_string() ? parse_dim(order[k].get<std::string>()) : std::nullopt;
+    if (!d || used[static_cast<int>(*d)]) throw o.error("rank_order", "must list tp, cp, dp, pp once each");
+    used[static_cast<int>(*d)] = true;
+    s.order[k] = *d;
+  }
+  o.finish();
+  return s;
+}
+
+std::string describe(const Strategy& s) {
+  std::string out = fmt::format("dp{} tp{} pp{}", s.dp, s.tp, s.pp);
+  if (s.vp > 1) out += fmt::format(" vp{}", s.vp);
+  if (s.cp > 1) out += fmt::format(" cp{}", s.cp);
+  out += fmt::format(" zero{} mb{} {} {}", s.zero, s.micro_batch, to_string(s.recompute), to_string(s.schedule));
+  if (s.sequence_parallel) out += " sp";
+  return out;
+}
+
+}  // namespace trainplan

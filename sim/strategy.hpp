@@ -1,0 +1,65 @@
+// Strategy: how one training step is laid out on the GPUs. No model architecture in it.
+#pragma once
+#include <array>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "sim/units.hpp"
+
+namespace trainplan {
+
+struct ModelSpec;
+
+enum class Recompute { none, selective, full };
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
+// flash: a fused kernel that never stores the a*s*s score matrix (FlashAttention, PyTorch SDPA);
+// standard: scores materialised, softmax and dropout as separate kernels (Megatron 2021).
+enum class Attention { flash, standard };
+enum class Dim { tp, cp, dp, pp };
+
+struct Strategy {
+  int dp = 1, tp = 1, pp = 1, cp = 1;
+  int vp = 1;                 // model chunks per pipeline stage (interleaved schedule only)
+  int zero = 0;               // ZeRO stage 0..3 over the data-parallel group
+  int micro_batch = 1;        // sequences per micro-batch per data-parallel replica
+  int global_batch = 1;       // sequences per optimizer step, all replicas together
+  int seq_len = 0;            // tokens per sequence
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  Dtype dtype = Dtype::bf16;
+  Attention attention = Attention::flash;
+  bool fp32_grad_accum = false;  // keep a 4-byte gradient buffer instead of a 16-bit one
+  // Rank order, fastest-varying dimension first (Megatron's default: tp, cp, dp, pp).
+  std::array<Dim, 4> order{Dim::tp, Dim::cp, Dim::dp, Dim::pp};
+
+  int gpus() const { return dp * tp * pp * cp; }
+  // Micro-batches each replica runs per step (gradient-accumulation steps).
+  int micro_batches() const { return global_batch / (dp * micro_batch); }
+  int size(Dim d) const;
+};
+
+// The first rule `s` breaks for model `m`, as "<flag> <value>: <rule>", or nothing if valid.
+std::optional<std::string> validate(const Strategy& s, const ModelSpec& m);
+
+const char* to_string(Recompute r);
+const char* to_string(ScheduleKind k);
+const char* to_string(Attention a);
+const char* to_string(Dim d);
+// Parse the CLI/JSON spelling; std::nullopt when unknown.
+std::optional<Recompute> parse_recompute(const std::string& s);
+std::optional<ScheduleKind> parse_schedule(const std::string& s);
+std::optional<Attention> parse_attention(const std::string& s);
+std::optional<Dtype> parse_dtype(const std::string& s);
+std::optional<Dim> parse_dim(const std::string& s);
+
+// Serialises in the "strategy" object of trainplan/prediction/v1.
+nlohmann::json to_json(const Strategy& s);
+// Reads that object back (used by --plan). Throws InputError naming `file` and the field.
+Strategy strategy_from_json(const nlohmann::json& j, const std::string& file);
+
+// One-line human description, e.g. "dp8 tp8 pp4 vp3 cp1 zero1 mb2 gb1792 full 1f1b sp".
+std::string describe(const Strategy& s);
+
+}  // namespace trainplan

@@ -1,0 +1,60 @@
+// Speed of predict(). A 1T-parameter model (Narayanan et al. 2021 Table 1, last row) on
+// dgx-a100-80g with its published layout, and a Llama-3-70B layout on dgx-h100.
+#include <benchmark/benchmark.h>
+
+#include "sim/cluster.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/predict.hpp"
+
+namespace {
+
+using namespace trainplan;
+
+ModelSpec gpt_1t() {
+  ModelSpec m;
+  m.name = "gpt-1t";
+  m.layers = 128;
+  m.hidden = 25600;
+  m.heads = 160;
+  m.kv_heads = 160;
+  m.ffn_hidden = 4 * 25600;
+  m.vocab = 51200;
+  m.seq_len = 2048;
+  return m;
+}
+
+void BM_Predict1T(benchmark::State& state) {
+  const Cluster c = load_cluster("dgx-a100-80g", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(gpt_1t(), 2048);
+  Strategy s;
+  s.tp = 8;
+  s.pp = 64;
+  s.dp = 6;
+  s.micro_batch = 1;
+  s.global_batch = 3072;
+  s.seq_len = 2048;
+  s.recompute = Recompute::full;
+  for (auto _ : state) benchmark::DoNotOptimize(predict(g, c, s));
+  state.counters["params_T"] = g.total_params() / 1e12;
+}
+BENCHMARK(BM_Predict1T);
+
+void BM_Predict70BInterleaved(benchmark::State& state) {
+  const Cluster c = load_cluster("dgx-a100-80g", TRAINPLAN_SOURCE_DIR);
+  const ModelSpec m = load_model("llama3-70b", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 8192);
+  Strategy s;
+  s.tp = 8;
+  s.pp = 4;
+  s.vp = 5;
+  s.dp = 8;
+  s.global_batch = 512;
+  s.seq_len = 8192;
+  s.schedule = ScheduleKind::interleaved;
+  s.recompute = Recompute::selective;
+  s.sequence_parallel = true;
+  for (auto _ : state) benchmark::DoNotOptimize(predict(g, c, s));
+}
+BENCHMARK(BM_Predict70BInterleaved);
+
+}  // namespace
