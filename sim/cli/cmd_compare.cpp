@@ -1,0 +1,56 @@
+// trainplan compare: a prediction (trainplan/prediction/v1) and a measurement
+// (trainplan/measurement/v1) side by side, with the % error of each figure.
+#include <fmt/format.h>
+
+#include "reports/compare.hpp"
+#include "reports/measurement_json.hpp"
+#include "sim/check.hpp"
+#include "sim/cli/commands.hpp"
+#include "sim/cli/flags.hpp"
+#include "sim/compare.hpp"
+#include "sim/json_reader.hpp"
+
+namespace trainplan::cli {
+
+namespace {
+
+const char* kHelp = R"(usage: trainplan compare PREDICTION.json MEASUREMENT.json [--json FILE]
+
+Prints predicted against measured figures side by side: step time (measured median, with its
+spread), each phase of the step (compute, recompute, TP/CP/PP/DP communication, bubble,
+optimizer), peak memory per pipeline stage and per rank, and throughput, each with its error
+(predicted - measured) / measured. PREDICTION.json is what `trainplan predict --json` writes;
+MEASUREMENT.json is what `trainplan exec --json` writes. A warning is printed when the two files
+describe different strategies, models or clusters.
+
+output:
+  --json FILE   also write the trainplan/comparison/v1 JSON (every printed figure) to FILE
+)";
+
+}  // namespace
+
+int cmd_compare(const Args& args, const Context& ctx) {
+  Flags f(args, "compare");
+  if (f.help()) {
+    ctx.out << kHelp;
+    return 0;
+  }
+  const auto json_path = f.get("json");
+  f.finish();
+  if (f.positionals().size() != 2) {
+    throw InputError(fmt::format("expects two files, PREDICTION.json MEASUREMENT.json (got {} argument{})",
+                                 f.positionals().size(), f.positionals().size() == 1 ? "" : "s"));
+  }
+  const std::string& prediction_path = f.positionals()[0];
+  const std::string& measurement_path = f.positionals()[1];
+  const PredictionFile predicted = prediction_from_json(read_json_file(prediction_path), prediction_path);
+  const Measurement measured = measurement_from_json(read_json_file(measurement_path), measurement_path);
+
+  const Comparison c = compare(predicted.estimate, predicted.model, predicted.cluster, measured);
+  for (const std::string& w : c.warnings) ctx.err << "trainplan compare: warning: " << w << "\n";
+  print_comparison(ctx.out, c, prediction_path, measurement_path);
+  if (json_path) write_json_file("json", *json_path, comparison_to_json(c, prediction_path, measurement_path));
+  return 0;
+}
+
+}  // namespace trainplan::cli
