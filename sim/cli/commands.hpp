@@ -20,6 +20,7 @@ struct Context {
 using Args = std::vector<std::string>;
 
 int cmd_predict(const Args& args, const Context& ctx);
+int cmd_compare(const Args& args, const Context& ctx);  // issue 5
 
 }  // namespace trainplan::cli
 
