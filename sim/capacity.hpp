@@ -1,0 +1,54 @@
+// capacity: which cluster kind and size to buy. For each cluster kind and GPU count (whole nodes,
+// a power of two of them), the fastest layout found by search(), and from it the time to train a
+// token budget, GPU-hours, cost and energy; then the cheapest option meeting a deadline and the
+// fastest one within a budget.
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/cluster.hpp"
+#include "sim/estimate.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/search.hpp"
+
+namespace trainplan {
+
+struct CapacityRequest {
+  std::vector<Cluster> clusters;
+  int gpus_lo = 0, gpus_hi = 0;   // GPU counts considered; 0: one node .. the cluster's size
+  double tokens = 0;              // tokens to train on
+  int global_batch = 1;           // sequences per step
+  std::optional<double> deadline_days;
+  std::optional<double> budget_usd;
+  SearchSpace space;              // template: dtype, limits, lists (gpus and max_tp/max_cp are set per
+                                  // cluster from default_space unless given)
+  int threads = 0;
+};
+
+struct CapacityOption {
+  std::string cluster;
+  int gpus = 0;
+  bool feasible = false;
+  std::string why;                // when infeasible: the most common reason, or "no valid layout"
+  Estimate best;                  // fastest layout (when feasible)
+  double days = 0, hours = 0, gpu_hours = 0, cost_usd = 0, energy_kwh = 0;
+  double price_per_gpu_hour = 0, power_per_gpu_w = 0;  // inputs of the figures, from the cluster file
+  SearchStats stats;
+};
+
+struct CapacityResult {
+  std::vector<CapacityOption> options;            // by cluster (as given), then GPU count
+  std::optional<std::size_t> cheapest_in_deadline;  // index into options
+  std::optional<std::size_t> fastest_in_budget;     // index into options
+  std::vector<std::size_t> pareto;                // feasible options not beaten on both cost and time, by time
+  double elapsed_s = 0;
+};
+
+// GPU counts tried on `c`: gpus_per_node x 2^k within [lo, hi] (0 = defaults) and the cluster's size.
+std::vector<int> capacity_gpu_counts(const Cluster& c, int lo, int hi);
+
+CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& request);
+
+}  // namespace trainplan

@@ -1,0 +1,519 @@
+#include "sim/search.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <thread>
+#include <tuple>
+
+#include "sim/check.hpp"
+#include "sim/predict.hpp"
+
+namespace trainplan {
+
+const char* to_string(Objective o) {
+  switch (o) {
+    case Objective::throughput: return "throughput";
+    case Objective::cost: return "cost";
+    case Objective::time: return "time";
+  }
+  return "?";
+}
+
+std::optional<Objective> parse_objective(const std::string& s) {
+  if (s == "throughput") return Objective::throughput;
+  if (s == "cost") return Objective::cost;
+  if (s == "time") return Objective::time;
+  return std::nullopt;
+}
+
+SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_len) {
+  SearchSpace s;
+  s.gpus = gpus;
+  s.global_batch = global_batch;
+  s.seq_len = seq_len;
+  s.max_tp = c.gpus_per_node;
+  s.max_cp = 1;
+  while (s.max_cp * 2 <= c.gpus_per_node && seq_len / (s.max_cp * 2) >= 1024) s.max_cp *= 2;
+  s.max_vp = 8;
+  return s;
+}
+
+double objective_value(Objective o, const Estimate& e, const Cluster& c) {
+  switch (o) {
+    case Objective::time: return e.time.step;
+    case Objective::throughput: return -e.throughput.tokens_per_s;
+    case Objective::cost: return c.price_per_gpu_hour * e.strategy.gpus() * e.time.step / 3600.0;
+  }
+  return e.time.step;
+}
+
+std::string reason_key(const std::string& reason) {
+  const auto colon = reason.find(':');
+  return colon == std::string::npos ? reason : reason.substr(0, colon);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Layout {
+  int dp, tp, pp, cp;
+  int gpus() const { return dp * tp * pp * cp; }
+};
+
+// One (ZeRO, recompute, sequence-parallel) choice; the innermost odometer digits, flattened.
+struct Setting {
+  int zero;
+  Recompute recompute;
+  bool sp;
+};
+
+// Everything about the search that does not change per candidate, plus the bound constants.
+struct Problem {
+  const LayerGraph& graph;
+  const Cluster& cluster;
+  const SearchSpace& space;
+  const SearchOptions& options;
+  std::vector<int> micro_batches;   // divisors of global_batch within the limit, ascending
+  std::vector<Setting> settings_tp1, settings_tp;  // for tp == 1 / tp > 1
+  // Bounds: per-rank forward matmul FLOPs per token of the whole model (times 1/tp) and of the
+  // transformer layers alone; the fastest a matmul can run; bytes per parameter of model states.
+  Flops matmul_flops_per_token = 0, layer_matmul_flops_per_token = 0;
+  FlopsPerSecond best_matmul_rate = 0;
+  double weight_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  // stored_layer_activation_bytes, tabulated: [tp index][cp index][mb index][recompute][sp].
+  std::vector<int> tps, cps;
+  std::vector<Bytes> layer_act;
+};
+
+int index_of(const std::vector<int>& v, int x) {
+  return static_cast<int>(std::lower_bound(v.begin(), v.end(), x) - v.begin());
+}
+
+Bytes layer_act(const Problem& p, int tp, int cp, int mb_index, Recompute r, bool sp) {
+  const std::size_t i =
+      (((static_cast<std::size_t>(index_of(p.tps, tp)) * p.cps.size() + index_of(p.cps, cp)) * p.micro_batches.size() +
+        mb_index) * 3 + static_cast<int>(r)) * 2 + (sp ? 1 : 0);
+  return p.layer_act[i];
+}
+
+Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k, int vp, const Setting& st) {
+  Strategy s;
+  s.dp = l.dp;
+  s.tp = l.tp;
+  s.pp = l.pp;
+  s.cp = l.cp;
+  s.vp = vp;
+  s.zero = st.zero;
+  s.micro_batch = mb;
+  s.global_batch = p.space.global_batch;
+  s.seq_len = p.space.seq_len;
+  s.recompute = st.recompute;
+  s.sequence_parallel = st.sp;
+  s.schedule = k;
+  s.dtype = p.space.dtype;
+  s.attention = p.space.attention;
+  s.fp32_grad_accum = p.space.fp32_grad_accum;
+  return s;
+}
+
+bool has(const std::vector<ScheduleKind>& v, ScheduleKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }
+
+// The (schedule, vp) digits valid for `pp` stages and `m` micro-batches per replica.
+template <class F>
+void for_each_schedule(const Problem& p, int pp, int m, F&& f) {
+  const auto& kinds = p.space.schedules;
+  if (pp == 1) {
+    // One stage: the schedule does not matter; take 1f1b (or gpipe if that is all that is asked).
+    if (has(kinds, ScheduleKind::one_f_one_b)) f(ScheduleKind::one_f_one_b, 1);
+    else if (has(kinds, ScheduleKind::gpipe)) f(ScheduleKind::gpipe, 1);
+    return;
+  }
+  if (has(kinds, ScheduleKind::gpipe)) f(ScheduleKind::gpipe, 1);
+  if (has(kinds, ScheduleKind::one_f_one_b)) f(ScheduleKind::one_f_one_b, 1);
+  if (has(kinds, ScheduleKind::interleaved) && m % pp == 0) {
+    int max_vp = p.graph.model().layers / pp;
+    if (p.space.max_vp > 0) max_vp = std::min(max_vp, p.space.max_vp);
+    for (int vp = 2; vp <= max_vp; ++vp) f(ScheduleKind::interleaved, vp);
+  }
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; static_cast<long long>(i) * i <= n; ++i) {
+    if (n % i) continue;
+    d.push_back(i);
+    if (i != n / i) d.push_back(n / i);
+  }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+int limit(int value, int fallback) { return value > 0 ? value : fallback; }
+
+Problem make_problem(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, const SearchOptions& o) {
+  const ModelSpec& m = g.model();
+  if (sp.gpus < 1) throw InputError(fmt::format("--gpus {}: must be >= 1", sp.gpus));
+  if (sp.global_batch < 1) throw InputError(fmt::format("--global-batch {}: must be >= 1", sp.global_batch));
+  if (sp.seq_len != g.seq_len()) {
+    throw InputError(fmt::format("--seq {}: differs from the layer graph's sequence length {}", sp.seq_len, g.seq_len()));
+  }
+  if (c.gpu.peak(sp.dtype) <= 0) {
+    throw InputError(fmt::format("--dtype {}: {} ({}) has no {} peak", to_string(sp.dtype), c.name, c.gpu.name,
+                                 to_string(sp.dtype)));
+  }
+  if (sp.exact_gpus && sp.gpus > c.max_gpus()) {
+    throw InputError(fmt::format("--gpus {}: {} has at most {} GPUs", sp.gpus, c.name, c.max_gpus()));
+  }
+  if (o.top_k < 1) throw InputError(fmt::format("--top {}: must be >= 1", o.top_k));
+  if (sp.zero_stages.empty() || sp.recompute.empty() || sp.schedules.empty() || sp.sequence_parallel.empty()) {
+    throw InputError("search space: zero stages, recompute, schedules and sequence-parallel lists must not be empty");
+  }
+  Problem p{g, c, sp, o, {}, {}, {}, 0, 0, 0, 0, 0, 0, {}, {}, {}};
+  for (int mb : divisors(sp.global_batch)) {
+    if (sp.max_micro_batch <= 0 || mb <= sp.max_micro_batch) p.micro_batches.push_back(mb);
+  }
+  for (int z : sp.zero_stages) {
+    if (z < 0 || z > 3) throw InputError(fmt::format("search space: ZeRO stage {} must be 0..3", z));
+    for (Recompute r : sp.recompute) {
+      for (bool on : sp.sequence_parallel) {
+        if (!on) p.settings_tp1.push_back({z, r, false});
+        p.settings_tp.push_back({z, r, on});
+      }
+    }
+  }
+  // Bound constants. Every matmul op is split at least tp ways; predict times a matmul no faster
+  // than flops / (peak x the best point of the efficiency curve); attention_efficiency <= 1.
+  for (const auto& op : g.layer_ops()) if (op.matmul) p.layer_matmul_flops_per_token += op.flops_per_token;
+  p.matmul_flops_per_token = m.layers * p.layer_matmul_flops_per_token;
+  for (auto ops : {g.pre_ops(), g.post_ops()})
+    for (const auto& op : ops) if (op.matmul) p.matmul_flops_per_token += op.flops_per_token;
+  double best_eff = 0;
+  for (const auto& pt : c.gpu.gemm_efficiency) best_eff = std::max(best_eff, pt.efficiency);
+  p.best_matmul_rate = c.gpu.peak(sp.dtype) * best_eff * std::max(1.0, c.gpu.attention_efficiency);
+  // Mixed-precision Adam (Rajbhandari et al. 2020): 2 + 2 + 12 bytes per parameter; fp32: 4 + 4 + 8.
+  // A floor of predict's figure (its state_bytes()); test_search checks the bound holds.
+  if (sp.dtype == Dtype::fp32) {
+    p.weight_bytes = 4, p.grad_bytes = 4, p.optimizer_bytes = 8;
+  } else {
+    p.weight_bytes = 2, p.grad_bytes = sp.fp32_grad_accum ? 4 : 2, p.optimizer_bytes = 12;
+  }
+  for (int tp : divisors(std::gcd(std::gcd(m.heads, m.kv_heads), m.ffn_hidden))) {
+    if (tp <= limit(sp.max_tp, 1 << 30)) p.tps.push_back(tp);
+  }
+  for (int cp : divisors(sp.seq_len)) {
+    if (cp <= limit(sp.max_cp, 1 << 30) && (cp == 1 || sp.seq_len % (2 * cp) == 0)) p.cps.push_back(cp);
+  }
+  return p;
+}
+
+// Tabulates the stored activation bytes per layer for every (tp, cp, mb, recompute, sp).
+void tabulate_activations(Problem& p) {
+  p.layer_act.assign(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, 0.0);
+  std::size_t i = 0;
+  for (int tp : p.tps)
+    for (int cp : p.cps)
+      for (int mb : p.micro_batches)
+        for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+          for (bool sp : {false, true}) {
+            Strategy s;
+            s.tp = tp, s.cp = cp, s.micro_batch = mb, s.global_batch = p.space.global_batch;
+            s.seq_len = p.space.seq_len, s.recompute = r, s.sequence_parallel = sp && tp > 1;
+            s.dtype = p.space.dtype, s.attention = p.space.attention;
+            p.layer_act[i++] = stored_layer_activation_bytes(p.graph, p.cluster, s);
+          }
+}
+
+// The (dp, tp, pp, cp) factorizations of the space: most promising (most GPUs) first.
+std::vector<Layout> make_layouts(const Problem& p) {
+  const SearchSpace& sp = p.space;
+  const Cluster& c = p.cluster;
+  const int max_gpus = std::min(sp.gpus, c.max_gpus());
+  const int gpn = c.gpus_per_node;
+  std::vector<Layout> out;
+  const int max_pp = std::min(p.graph.model().layers, limit(sp.max_pp, 1 << 30));
+  for (int tp : p.tps)
+    for (int cp : p.cps)
+      for (int pp = 1; pp <= max_pp; ++pp) {
+        const long long mp = static_cast<long long>(tp) * cp * pp;
+        if (mp > max_gpus) break;
+        for (int dp : divisors(sp.global_batch)) {
+          const long long g = mp * dp;
+          if (g > max_gpus || dp > limit(sp.max_dp, 1 << 30)) break;
+          if (sp.exact_gpus ? g != sp.gpus : (g % gpn != 0 && gpn % g != 0)) continue;
+          out.push_back({dp, tp, pp, cp});
+        }
+      }
+  std::stable_sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.gpus() > b.gpus(); });
+  return out;
+}
+
+// Activation floor, summed over the stages: sum_i in_flight_i * layers_i / vp * A, at least one
+// layer per chunk (vp per stage), the remaining layers where the fewest micro-batches are in flight.
+Bytes activation_floor_sum(const Problem& p, const Strategy& s, Bytes per_layer) {
+  const int L = p.graph.model().layers, pp = s.pp, m = s.micro_batches();
+  double sum_f = 0, min_f = 0;
+  if (s.schedule == ScheduleKind::one_f_one_b) {
+    // in_flight_i = min(pp - i, m): sum over i = sum_{j=1..pp} min(j, m); the last stage has min(1, m) = 1.
+    const double k = std::min(pp, m);
+    sum_f = k * (k + 1) / 2 + static_cast<double>(pp - k) * m;
+    min_f = 1;
+  } else {
+    min_f = in_flight_chunks(s.schedule, pp, pp - 1, m, s.vp);
+    for (int i = 0; i < pp; ++i) min_f = std::min<double>(min_f, in_flight_chunks(s.schedule, pp, i, m, s.vp));
+    sum_f = pp * min_f;
+  }
+  return (sum_f * s.vp + (L - pp * s.vp) * min_f) / s.vp * per_layer;
+}
+
+struct Bounds {
+  Seconds step;
+  Bytes memory;
+};
+
+// The floors of step time and peak memory; see the header for the argument.
+Bounds bounds(const Problem& p, const Strategy& s, Bytes per_layer_act) {
+  const double tokens = static_cast<double>(s.micro_batch) * s.seq_len / s.cp;
+  // Work of all stages for one micro-batch: forward + backward (2x) of every matmul, plus the
+  // repeated forward of the layers under full recomputation.
+  Flops flops = 3 * p.matmul_flops_per_token;
+  if (s.recompute == Recompute::full) flops += p.graph.model().layers * p.layer_matmul_flops_per_token;
+  const Seconds work = flops * tokens / s.tp / p.best_matmul_rate;
+  // step >= m * max_stage + (sum - max_stage) / vp >= sum / pp * (m + (pp - 1) / vp).
+  const Seconds step = work / s.pp * (s.micro_batches() + static_cast<double>(s.pp - 1) / s.vp);
+  // Peak >= mean over stages: model states (every parameter held by some stage, split >= tp ways,
+  // sharded by ZeRO over dp x cp), the activation floor and the runtime overhead.
+  const double shard = static_cast<double>(s.dp) * s.cp;
+  const double per_param = p.weight_bytes / (s.zero == 3 ? shard : 1.0) + p.grad_bytes / (s.zero >= 2 ? shard : 1.0) +
+                           p.optimizer_bytes / (s.zero >= 1 ? shard : 1.0);
+  const Bytes states = p.graph.total_params() / s.tp * per_param;
+  const Bytes memory = p.cluster.runtime_overhead + (states + activation_floor_sum(p, s, per_layer_act)) / s.pp;
+  // A relative margin so that rounding never lifts a bound above the figure it bounds.
+  return {step * (1 - 1e-9), memory * (1 - 1e-9)};
+}
+
+// Total order of ranked candidates: objective, then fewer GPUs, less memory, then the layout.
+struct Ranked {
+  double value;
+  Estimate e;
+};
+auto rank_key(const Ranked& r) {
+  const Strategy& s = r.e.strategy;
+  return std::make_tuple(r.value, s.gpus(), r.e.peak_memory, s.dp, s.tp, s.pp, s.cp, s.vp, s.zero, s.micro_batch,
+                         static_cast<int>(s.recompute), s.sequence_parallel, static_cast<int>(s.schedule));
+}
+bool better(const Ranked& a, const Ranked& b) { return rank_key(a) < rank_key(b); }
+
+// Keeps the k best by `better`.
+void keep_best(std::vector<Ranked>& list, std::size_t k, Ranked r) {
+  if (list.size() >= k && !better(r, list.back())) return;
+  auto pos = std::upper_bound(list.begin(), list.end(), r, better);
+  list.insert(pos, std::move(r));
+  if (list.size() > k) list.pop_back();
+}
+
+// Pareto front over (step time, peak memory), sorted by step time, memory strictly decreasing.
+void add_to_front(std::vector<Estimate>& front, const Estimate& e) {
+  const double t = e.time.step, m = e.peak_memory;
+  // First point with step > t; every point before it has step <= t.
+  auto pos = std::upper_bound(front.begin(), front.end(), t, [](double x, const Estimate& f) { return x < f.time.step; });
+  if (pos != front.begin() && std::prev(pos)->peak_memory <= m) return;  // dominated (or equal)
+  // Remove the points the new one dominates: step >= t and memory >= m, right after it.
+  auto first = pos;
+  while (first != front.begin() && std::prev(first)->time.step == t) --first;  // same step, more memory
+  auto last = pos;
+  while (last != front.end() && last->peak_memory >= m) ++last;
+  pos = front.erase(first, last);
+  front.insert(pos, e);
+}
+
+// Shared lower-is-better threshold: a minimum that only ever decreases.
+void lower_to(std::atomic<double>& a, double v) {
+  double cur = a.load(std::memory_order_relaxed);
+  while (v < cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+struct Shared {
+  std::atomic<double> kth{std::numeric_limits<double>::infinity()};        // K-th best objective
+  std::atomic<double> best_step{std::numeric_limits<double>::infinity()};  // best feasible step time
+  std::atomic<std::int64_t> next_layout{0};
+  std::atomic<std::int64_t> layouts_done{0};
+};
+
+struct WorkerResult {
+  std::vector<Ranked> top;
+  std::vector<Ranked> infeasible;  // ranked by step time
+  std::vector<Estimate> front;
+  SearchStats stats;
+};
+
+void run_layout(const Problem& p, const Layout& l, Shared& shared, WorkerResult& w) {
+  const SearchOptions& o = p.options;
+  const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
+  const double capacity = p.cluster.gpu.hbm;
+  const double tokens_per_step = static_cast<double>(p.space.global_batch) * p.space.seq_len;
+  const std::size_t k = static_cast<std::size_t>(o.top_k);
+  for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
+    const int mb = p.micro_batches[mi];
+    if (p.space.global_batch % (l.dp * mb) != 0) continue;
+    const int m = p.space.global_batch / (l.dp * mb);
+    for_each_schedule(p, l.pp, m, [&](ScheduleKind kind, int vp) {
+      for (const Setting& st : settings) {
+        const Strategy s = make_strategy(p, l, mb, kind, vp, st);
+        ++w.stats.candidates;
+        if (o.prune) {
+          const Bounds b = bounds(p, s, layer_act(p, l.tp, l.cp, static_cast<int>(mi), st.recompute, st.sp));
+          if (b.memory > capacity) {
+            ++w.stats.pruned_out_of_memory;
+            continue;
+          }
+          double value_bound = b.step;
+          if (o.objective == Objective::throughput) value_bound = -tokens_per_step / b.step;
+          if (o.objective == Objective::cost) value_bound = p.cluster.price_per_gpu_hour * s.gpus() * b.step / 3600.0;
+          const double kth = shared.kth.load(std::memory_order_relaxed);
+          const double window = o.pareto_window * shared.best_step.load(std::memory_order_relaxed);
+          if (value_bound > kth && b.step > window) {
+            ++w.stats.pruned_by_bound;
+            continue;
+          }
+        }
+        Estimate e = o.evaluate ? o.evaluate(s) : predict(p.graph, p.cluster, s);
+        ++w.stats.evaluated;
+        if (!e.feasible) {
+          TRAINPLAN_CHECK(!e.infeasible_reasons.empty(), "an infeasible estimate must say why");
+          ++w.stats.infeasible_by_reason[reason_key(e.infeasible_reasons.front())];
+          if (o.keep_infeasible > 0 && e.time.step > 0) {
+            const double step = e.time.step;
+            keep_best(w.infeasible, static_cast<std::size_t>(o.keep_infeasible), {step, std::move(e)});
+          }
+          continue;
+        }
+        ++w.stats.feasible;
+        const double value = objective_value(o.objective, e, p.cluster);
+        const double step = e.time.step;
+        if (step < shared.best_step.load(std::memory_order_relaxed)) lower_to(shared.best_step, step);
+        if (step <= o.pareto_window * shared.best_step.load(std::memory_order_relaxed)) add_to_front(w.front, e);
+        if (w.top.size() < k || value <= w.top.back().value) {
+          keep_best(w.top, k, {value, std::move(e)});
+          if (w.top.size() == k) lower_to(shared.kth, w.top.back().value);
+        }
+      }
+    });
+  }
+}
+
+void worker(const Problem& p, const std::vector<Layout>& layouts, Shared& shared, WorkerResult& w) {
+  for (;;) {
+    const std::int64_t i = shared.next_layout.fetch_add(1, std::memory_order_relaxed);
+    if (i >= static_cast<std::int64_t>(layouts.size())) break;
+    run_layout(p, layouts[static_cast<std::size_t>(i)], shared, w);
+    shared.layouts_done.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+  SearchSpace space;
+  space.seq_len = s.seq_len;
+  space.global_batch = s.global_batch;
+  space.dtype = s.dtype;
+  space.attention = s.attention;
+  space.fp32_grad_accum = s.fp32_grad_accum;
+  const SearchOptions options;
+  const Problem p = make_problem(graph, cluster, space, options);
+  const Bounds b = bounds(p, s, stored_layer_activation_bytes(graph, cluster, s));
+  return {b.step, b.memory};
+}
+
+std::vector<Strategy> enumerate_space(const LayerGraph& graph, const Cluster& cluster, const SearchSpace& space) {
+  const SearchOptions options;
+  const Problem p = make_problem(graph, cluster, space, options);
+  std::vector<Strategy> out;
+  for (const Layout& l : make_layouts(p)) {
+    const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
+    for (int mb : p.micro_batches) {
+      if (space.global_batch % (l.dp * mb) != 0) continue;
+      for_each_schedule(p, l.pp, space.global_batch / (l.dp * mb), [&](ScheduleKind kind, int vp) {
+        for (const Setting& st : settings) out.push_back(make_strategy(p, l, mb, kind, vp, st));
+      });
+    }
+  }
+  return out;
+}
+
+SearchResult search(const LayerGraph& graph, const Cluster& cluster, const SearchSpace& space,
+                    const SearchOptions& options) {
+  const auto start = Clock::now();
+  Problem p = make_problem(graph, cluster, space, options);
+  if (options.prune) tabulate_activations(p);
+  const std::vector<Layout> layouts = make_layouts(p);
+
+  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  threads = std::clamp(threads, 1, std::max(1, static_cast<int>(layouts.size())));
+  Shared shared;
+  std::vector<WorkerResult> results(threads);
+  {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(worker, std::cref(p), std::cref(layouts), std::ref(shared), std::ref(results[t]));
+    if (options.progress) {
+      // The calling thread reports progress while the workers run.
+      std::atomic<bool> done{false};
+      std::thread reporter_free_worker([&] {
+        worker(p, layouts, shared, results[0]);
+        done = true;
+      });
+      const auto total = static_cast<std::int64_t>(layouts.size());
+      while (!done.load()) {
+        options.progress(shared.layouts_done.load(), total);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      reporter_free_worker.join();
+      for (auto& th : pool) th.join();
+      options.progress(total, total);
+    } else {
+      worker(p, layouts, shared, results[0]);
+      for (auto& th : pool) th.join();
+    }
+  }
+
+  // Merge the workers' results (order-independent: ranking is a total order).
+  SearchResult out;
+  std::vector<Ranked> top, infeasible;
+  std::vector<Estimate> front;
+  SearchStats& st = out.stats;
+  for (auto& w : results) {
+    for (auto& r : w.top) keep_best(top, static_cast<std::size_t>(options.top_k), std::move(r));
+    for (auto& r : w.infeasible) keep_best(infeasible, static_cast<std::size_t>(std::max(0, options.keep_infeasible)), std::move(r));
+    for (const auto& e : w.front) add_to_front(front, e);
+    st.candidates += w.stats.candidates;
+    st.evaluated += w.stats.evaluated;
+    st.feasible += w.stats.feasible;
+    st.pruned_out_of_memory += w.stats.pruned_out_of_memory;
+    st.pruned_by_bound += w.stats.pruned_by_bound;
+    for (const auto& [key, n] : w.stats.infeasible_by_reason) st.infeasible_by_reason[key] += n;
+  }
+  for (auto& r : top) {
+    out.top_value.push_back(r.value);
+    out.top.push_back(std::move(r.e));
+  }
+  for (auto& r : infeasible) out.infeasible.push_back(std::move(r.e));
+  const double best_step = shared.best_step.load();
+  for (auto& e : front) {
+    if (e.time.step <= options.pareto_window * best_step) out.pareto.push_back(std::move(e));
+  }
+  st.layouts = static_cast<int>(layouts.size());
+  st.max_gpus_considered = space.exact_gpus ? space.gpus : std::min(space.gpus, cluster.max_gpus());
+  st.threads = threads;
+  st.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  return out;
+}
+
+}  // namespace trainplan

@@ -1,0 +1,117 @@
+// search: enumerate every valid layout of one model on one cluster, predict each, rank them.
+//
+// The space is (dp, tp, pp, cp) -- every factorization whose GPU count fits the limits -- times a
+// small odometer over micro-batch, schedule (with vp), ZeRO stage, recomputation and sequence
+// parallelism. Each candidate is checked with predict() (or a caller-given evaluator). Work is
+// split over threads by layout; nothing is shared but one atomic pruning threshold per search.
+//
+// Pruning never changes the result. A candidate is skipped without predicting it only when
+//  - a lower bound of its peak memory (model states + a floor of its activations) exceeds the GPU
+//    memory: it is provably out of memory (counted as pruned_out_of_memory), or
+//  - a lower bound of its objective (step time from matmul FLOPs at the GPU's best efficiency,
+//    times the pipeline factor m + (pp-1)/vp) is worse than the K-th best found so far, and its
+//    step-time bound exceeds the Pareto window (pareto_window x best step time): it can enter
+//    neither the top K nor the reported Pareto front (counted as pruned_by_bound).
+// tests/test_search.cpp checks pruned == brute force and bound <= predict on small spaces.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/cluster.hpp"
+#include "sim/estimate.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/strategy.hpp"
+
+namespace trainplan {
+
+enum class Objective { throughput, cost, time };
+const char* to_string(Objective o);
+std::optional<Objective> parse_objective(const std::string& s);
+
+// What to enumerate. Limits of 0 mean "no limit beyond what validate() allows".
+struct SearchSpace {
+  int gpus = 1;                 // GPUs available
+  bool exact_gpus = false;      // use exactly `gpus`; otherwise any count up to it in whole nodes
+                                // (or a divisor of one node)
+  int global_batch = 1;         // sequences per step
+  int seq_len = 0;              // tokens per sequence (must equal the layer graph's)
+  int max_tp = 0, max_pp = 0, max_cp = 0, max_dp = 0, max_vp = 0, max_micro_batch = 0;
+  std::vector<int> zero_stages{0, 1, 2, 3};
+  std::vector<Recompute> recompute{Recompute::none, Recompute::selective, Recompute::full};
+  // gpipe gives the same predicted step time as 1f1b with at least its memory, so it is left out
+  // unless asked for.
+  std::vector<ScheduleKind> schedules{ScheduleKind::one_f_one_b, ScheduleKind::interleaved};
+  std::vector<bool> sequence_parallel{false, true};  // true only where tp > 1
+  Dtype dtype = Dtype::bf16;
+  Attention attention = Attention::flash;
+  bool fp32_grad_accum = false;
+};
+
+// Default limits for a cluster: tp and cp within one node, cp only while each rank keeps at least
+// 1024 tokens, vp up to 8. Callers override single fields.
+SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_len);
+
+struct SearchOptions {
+  Objective objective = Objective::throughput;
+  int top_k = 10;
+  int threads = 0;              // 0: all hardware threads
+  bool prune = true;            // false: predict every candidate (brute force, for tests)
+  // The reported Pareto front (step time vs peak memory) is exact for step times up to
+  // pareto_window x the best step time (candidates beyond it may be pruned, and are not reported).
+  double pareto_window = 1.25;
+  int keep_infeasible = 3;      // best infeasible candidates kept, with their reasons
+  // Replaces predict() (tests). Must be thread-safe; pruning assumes it agrees with predict's
+  // memory and compute floors, so tests with a fake evaluator set prune = false.
+  std::function<Estimate(const Strategy&)> evaluate;
+  // Called from the calling thread about 10 times a second: (layouts done, layouts in all).
+  std::function<void(std::int64_t, std::int64_t)> progress;
+};
+
+struct SearchStats {
+  std::int64_t candidates = 0;            // valid strategies in the space
+  std::int64_t evaluated = 0;             // predicted in full
+  std::int64_t feasible = 0;              // of those evaluated
+  std::map<std::string, std::int64_t> infeasible_by_reason;  // of those evaluated, by reason key
+  std::int64_t pruned_out_of_memory = 0;  // memory bound above capacity: infeasible, not predicted
+  std::int64_t pruned_by_bound = 0;       // objective bound worse than the K-th best: not predicted
+  int layouts = 0;                        // (dp, tp, pp, cp) factorizations enumerated
+  int max_gpus_considered = 0;            // min(gpus, the cluster's size)
+  double elapsed_s = 0;
+  int threads = 1;
+};
+
+struct SearchResult {
+  std::vector<Estimate> top;        // best first, by the objective
+  std::vector<double> top_value;    // objective value of each (see objective_value)
+  std::vector<Estimate> pareto;     // feasible, non-dominated in (step time, peak memory), by step time
+  std::vector<Estimate> infeasible; // best infeasible by step time, with their reasons
+  SearchStats stats;
+};
+
+// The figure ranked by `o`, lower is better: step time (s) for time, minus tokens/s for
+// throughput, USD per step (price per GPU-hour x GPUs x step time) for cost.
+double objective_value(Objective o, const Estimate& e, const Cluster& c);
+
+// The short key of an infeasibility reason: its text before the first ':' ("out of memory").
+std::string reason_key(const std::string& reason);
+
+// Searches `space` for `graph`'s model on `cluster`. Throws InputError if the space is empty of
+// valid layouts' prerequisites (seq_len differs from the graph's, gpus < 1, ...).
+SearchResult search(const LayerGraph& graph, const Cluster& cluster, const SearchSpace& space,
+                    const SearchOptions& options = {});
+
+// Every valid candidate of `space` in enumeration order (for tests and for counting).
+std::vector<Strategy> enumerate_space(const LayerGraph& graph, const Cluster& cluster, const SearchSpace& space);
+
+// Lower bounds used for pruning (exposed for tests: each must never exceed predict's figure).
+struct CandidateBounds {
+  Seconds step = 0;      // <= predict(...).time.step
+  Bytes peak_memory = 0; // <= predict(...).peak_memory
+};
+CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster, const Strategy& s);
+
+}  // namespace trainplan
