@@ -205,19 +205,38 @@ std::vector<int> partition_layers(int layers, int chunks, double layer_cost, dou
     double mid = 0.5 * (lo + hi);
     (fits(mid) ? hi : lo) = mid;
   }
-  const int first = static_cast<int>(std::min<double>(cap(hi, first_extra), layers - (chunks - 1)));
-  const int last = static_cast<int>(std::min<double>(cap(hi, last_extra), layers - first - (chunks - 2)));
-  std::vector<int> out(chunks, 0);
-  out.front() = first;
-  out.back() = last;
-  // Spread the rest evenly over the middle chunks (later ones take the remainder).
-  int rest = layers - first - last;
-  if (chunks == 2) {
-    out.front() += rest;  // cannot happen when fits() holds; keeps the total exact regardless
-  } else {
-    const int middle = chunks - 2;
-    for (int k = 0; k < middle; ++k) out[1 + k] = rest / middle + (k >= middle - rest % middle ? 1 : 0);
+  // Water-fill under each chunk's cap: every chunk gets min(cap, q) for the highest level q that
+  // fits, and the leftover layers go one each to chunks that can take more (later chunks first).
+  const int cap_first = static_cast<int>(cap(hi, first_extra));
+  const int cap_mid = static_cast<int>(cap(hi, 0.0));
+  const int cap_last = static_cast<int>(cap(hi, last_extra));
+  auto filled = [&](long q) {
+    return std::min<long>(cap_first, q) + std::min<long>(cap_last, q) + (chunks - 2L) * std::min<long>(cap_mid, q);
+  };
+  // Highest level q with filled(q) <= layers (filled is non-decreasing in q).
+  long lo_q = 1, hi_q = layers;
+  while (lo_q < hi_q) {
+    const long mid = (lo_q + hi_q + 1) / 2;
+    if (filled(mid) <= layers) {
+      lo_q = mid;
+    } else {
+      hi_q = mid - 1;
+    }
   }
+  const int q = static_cast<int>(lo_q);
+  std::vector<int> caps(chunks, cap_mid);
+  caps.front() = cap_first;
+  caps.back() = cap_last;
+  std::vector<int> out(chunks);
+  int rest = layers;
+  for (int i = 0; i < chunks; ++i) rest -= (out[i] = std::min(caps[i], q));
+  for (int i = chunks - 1; i >= 0 && rest > 0; --i) {
+    if (out[i] < caps[i]) {
+      ++out[i];
+      --rest;
+    }
+  }
+  TRAINPLAN_CHECK(rest == 0, "layer partition lost layers");
   return out;
 }
 

@@ -19,16 +19,29 @@ const char* kHelp = R"(usage: trainplan predict --model M --cluster C --gpus N -
 Predicts per-GPU memory (per pipeline stage) and step time of one training layout, with the
 breakdown into compute, recomputation, communication, pipeline bubble and optimizer, and the
 resulting tokens/s, TFLOP/s per GPU, MFU and HFU.
+Exit status: 0 feasible, 3 infeasible (reasons printed), 2 bad input.
 
 )";
 
 }  // namespace
 
-// Writes `j` to `path`, or throws InputError naming the flag.
+JsonOutput::JsonOutput(const std::string& flag, const std::string& path) : flag_(flag), path_(path), out_(path) {
+  if (!out_) throw InputError(fmt::format("--{} {}: cannot write the file", flag, path));
+}
+
+void JsonOutput::write(const nlohmann::json& j) {
+  out_ << j.dump(2) << "\n";
+  out_.flush();
+  if (!out_) throw InputError(fmt::format("--{} {}: writing the file failed", flag_, path_));
+}
+
 void write_json_file(const std::string& flag, const std::string& path, const nlohmann::json& j) {
-  std::ofstream out(path);
-  if (!out) throw InputError(fmt::format("--{} {}: cannot write the file", flag, path));
-  out << j.dump(2) << "\n";
+  JsonOutput(flag, path).write(j);
+}
+
+std::optional<JsonOutput> open_json_output(const std::string& flag, const std::optional<std::string>& path) {
+  if (!path) return std::nullopt;
+  return std::optional<JsonOutput>(std::in_place, flag, *path);
 }
 
 int cmd_predict(const Args& args, const Context& ctx) {
@@ -39,16 +52,15 @@ int cmd_predict(const Args& args, const Context& ctx) {
     return 0;
   }
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
-  const auto json_path = f.get("json");
+  auto json_out = open_json_output("json", f.get("json"));
   f.finish();
   const LayerGraph graph(in.model, in.strategy.seq_len);
   const Estimate e = predict(graph, in.cluster, in.strategy);
   print_prediction(ctx.out, e, fmt::format("{} on {} x {} ({}), {:.2f}B parameters", in.model.name,
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
                                            graph.total_params() / 1e9));
-  if (json_path) {
-    write_json_file("json", *json_path,
-                    prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "analytic"}}));
+  if (json_out) {
+    json_out->write(prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "analytic"}}));
   }
   return e.feasible ? 0 : 3;
 }

@@ -3,6 +3,8 @@
 // one line and exits 2).
 #pragma once
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <iostream>
 #include <string>
@@ -20,11 +22,27 @@ struct Context {
 using Args = std::vector<std::string>;
 
 int cmd_predict(const Args& args, const Context& ctx);
+int cmd_simulate(const Args& args, const Context& ctx);  // issue 4
 int cmd_compare(const Args& args, const Context& ctx);  // issue 5
 
 }  // namespace trainplan::cli
 
 namespace trainplan::cli {
-// Writes `j` (pretty-printed) to `path`; throws InputError naming --<flag> if it cannot.
+// A JSON output file opened before the work starts, so that an unwritable path is reported
+// before any output (InputError naming --<flag>). write() pretty-prints the document.
+class JsonOutput {
+ public:
+  JsonOutput(const std::string& flag, const std::string& path);
+  void write(const nlohmann::json& j);
+
+ private:
+  std::string flag_, path_;
+  std::ofstream out_;
+};
+
+// Writes `j` to `path` at once (prefer open_json_output, which reports a bad path before work).
 void write_json_file(const std::string& flag, const std::string& path, const nlohmann::json& j);
+
+// Opens `path` for --<flag> when given; nothing otherwise.
+std::optional<JsonOutput> open_json_output(const std::string& flag, const std::optional<std::string>& path);
 }  // namespace trainplan::cli

@@ -1,0 +1,132 @@
+// The trainplan command on real files: output, JSON contract, and one-line errors with exit 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct CmdResult {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+CmdResult run(const std::string& args) {
+  const std::string cmd = std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+const std::string kData = TRAINPLAN_TEST_DATA_DIR;
+const std::string kPlan =
+    "predict --model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --pp 2 --global-batch 64 --micro-batch 2 --seq 2048";
+
+TEST(Cli, PredictPrintsBreakdownWithUnits) {
+  CmdResult r = run(kPlan);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("step time"), std::string::npos);
+  EXPECT_NE(r.output.find(" GB"), std::string::npos);
+  EXPECT_NE(r.output.find("tokens/s"), std::string::npos);
+  EXPECT_NE(r.output.find("MFU"), std::string::npos);
+  EXPECT_NE(r.output.find("dp4 tp2 pp2"), std::string::npos) << "dp defaults to gpus / (tp pp cp)";
+}
+
+TEST(Cli, PredictJsonFollowsTheContract) {
+  const std::string path = ::testing::TempDir() + "/p.json";
+  CmdResult r = run(kPlan + " --json " + path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["schema"], "trainplan/prediction/v1");
+  for (const char* k : {"feasible", "infeasible_reasons", "strategy", "memory", "time", "throughput"}) EXPECT_TRUE(j.contains(k)) << k;
+  for (const char* k : {"peak_bytes", "capacity_bytes", "per_stage"}) EXPECT_TRUE(j["memory"].contains(k)) << k;
+  for (const char* k : {"stage", "weights", "gradients", "optimizer", "activations", "other", "total"})
+    EXPECT_TRUE(j["memory"]["per_stage"][0].contains(k)) << k;
+  for (const char* k : {"step_s", "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
+                        "dp_comm_exposed_s", "bubble_s", "optimizer_s"})
+    EXPECT_TRUE(j["time"].contains(k)) << k;
+  for (const char* k : {"tokens_per_s", "tokens_per_s_per_gpu", "model_flops_per_step", "hardware_flops_per_step",
+                        "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu"})
+    EXPECT_TRUE(j["throughput"].contains(k)) << k;
+  EXPECT_EQ(j["memory"]["per_stage"].size(), 2u);
+  EXPECT_GT(j["time"]["step_s"].get<double>(), 0);
+
+  // The same file works as --plan and gives the same prediction.
+  const std::string again = ::testing::TempDir() + "/p2.json";
+  CmdResult r2 = run("predict --plan " + path + " --json " + again);
+  ASSERT_EQ(r2.code, 0) << r2.output;
+  std::ifstream in2(again);
+  auto j2 = nlohmann::json::parse(in2);
+  EXPECT_EQ(j2["time"], j["time"]);
+}
+
+TEST(Cli, HuggingFaceConfigIsAccepted) {
+  CmdResult r = run("predict --model " + kData + "/hf/llama3-8b/config.json --cluster dgx-h100 --gpus 8 --tp 8 --global-batch 8");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST(Cli, InfeasiblePlanExitsThreeWithReason) {
+  CmdResult r = run("predict --model gpt3-175b --cluster dgx-a100-80g --gpus 8 --tp 8 --global-batch 8");
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
+}
+
+// Every bad input: exit code 2, exactly one line, naming the flag/file/field and the rule.
+struct BadCase {
+  std::string args;
+  std::string expect;  // substring of the one line
+};
+
+class CliBadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(CliBadInput, ExitsTwoWithOneLine) {
+  CmdResult r = run(GetParam().args);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find(GetParam().expect), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate"), std::string::npos);
+}
+
+const std::string kBase = "predict --cluster dgx-a100-80g --global-batch 64 ";
+
+INSTANTIATE_TEST_SUITE_P(
+    AllRules, CliBadInput,
+    ::testing::Values(
+        BadCase{kBase + "--model gpt2 --gpus 10 --tp 5", "--tp 5: must divide the model's heads (12)"},
+        BadCase{kBase + "--model gpt2 --gpus 16 --tp 2 --dp 4", "--gpus 16: must equal dp x tp x pp x cp"},
+        BadCase{kBase + "--model gpt2 --gpus 12 --tp 8", "--gpus 12: must be divisible by tp x pp x cp"},
+        BadCase{"predict --cluster dgx-a100-80g --model gpt2 --gpus 8 --global-batch 12 --micro-batch 1",
+                "--global-batch 12: must be divisible by dp x micro-batch (8 x 1)"},
+        BadCase{kBase + "--model no-such-model --gpus 8", "--model no-such-model: not a built-in model"},
+        BadCase{"predict --cluster no-such-cluster --model gpt2 --gpus 8 --global-batch 8", "--cluster no-such-cluster: not a built-in cluster"},
+        BadCase{kBase + "--model /nonexistent/m.json --gpus 8", "/nonexistent/m.json: cannot open file"},
+        BadCase{kBase + "--model " + kData + "/cli/truncated_model.json --gpus 8", "truncated_model.json: malformed JSON"},
+        BadCase{"predict --model gpt2 --gpus 8 --global-batch 8 --cluster " + kData + "/cli/bad_topology.json",
+                "bad_topology.json: network[1].efficiency = 1.3, must be in (0, 1]"},
+        BadCase{kBase + "--model gpt2 --gpus 8 --recompute most", "--recompute most: must be one of none|selective|full"},
+        BadCase{kBase + "--model gpt2 --gpus eight", "--gpus eight: must be an integer"},
+        BadCase{kBase + "--model gpt2 --gpus 8 --zero 5", "--zero 5: must be in [0, 3]"},
+        BadCase{kBase + "--model gpt2 --gpus 8 --pipeline 2", "--pipeline: unknown flag for 'trainplan predict'"},
+        BadCase{"predict --model gpt2 --cluster dgx-a100-80g --gpus 8", "--global-batch: required"},
+        BadCase{kBase + "--model gpt2 --gpus 3 --seq 1000 --cp 3", "--cp 3: 2 x cp must divide the sequence length (1000)"},
+        BadCase{kBase + "--model gpt2 --gpus 8 --json /nonexistent/dir/out.json", "--json /nonexistent/dir/out.json: cannot write"},
+        BadCase{kBase + "--model gpt2 --gpus 8 --plan /nonexistent/plan.json", "/nonexistent/plan.json: cannot open file"},
+        BadCase{"frobnicate", "'frobnicate' is not a command"}));
+
+TEST(Cli, HelpExplainsEveryFlag) {
+  CmdResult r = run("predict --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--model", "--cluster", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp", "--zero", "--micro-batch",
+                           "--global-batch", "--seq", "--recompute", "--sequence-parallel", "--schedule", "--dtype", "--json", "--plan"})
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+}
+
+}  // namespace

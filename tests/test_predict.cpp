@@ -1,0 +1,196 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "sim/predict.hpp"
+#include "sim/schedule.hpp"
+#include "test_helpers.hpp"
+
+namespace trainplan {
+namespace {
+
+using testing::gpt;
+
+Strategy layout(int dp, int tp, int pp, int b, int B, int seq = 2048) {
+  Strategy s;
+  s.dp = dp;
+  s.tp = tp;
+  s.pp = pp;
+  s.micro_batch = b;
+  s.global_batch = B;
+  s.seq_len = seq;
+  return s;
+}
+
+TEST(Predict, ZeroPaperWorkedExample) {
+  // Rajbhandari et al. 2020, Sec. 3: Psi = 7.5B, 64-way DP, mixed-precision Adam:
+  // 120 / 31.4 / 16.6 / 1.9 GB of model states per GPU for stages 0-3.
+  const ModelSpec m = gpt(4, 1024, 16, 1024, 1000);
+  const LayerGraph g(m, 1024);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  const double expect_gb[] = {120, 31.4, 16.6, 1.9};
+  for (int zero = 0; zero <= 3; ++zero) {
+    Strategy s = layout(64, 1, 1, 1, 64, 1024);
+    s.zero = zero;
+    const Estimate e = predict(g, c, s);
+    const StageMemory& st = e.per_stage.at(0);
+    const double per_param = (st.weights + st.gradients + st.optimizer) / g.total_params();
+    EXPECT_NEAR(per_param * 7.5e9 / 1e9, expect_gb[zero], 0.05) << "stage " << zero;
+  }
+}
+
+TEST(Predict, Fp32GradientAccumulationAddsTwoBytesPerParameter) {
+  const ModelSpec m = gpt(4, 1024, 16, 1024, 1000);
+  const LayerGraph g(m, 1024);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s = layout(8, 1, 1, 1, 8, 1024);
+  const double base = predict(g, c, s).per_stage[0].gradients;
+  s.fp32_grad_accum = true;
+  EXPECT_DOUBLE_EQ(predict(g, c, s).per_stage[0].gradients, 2 * base);
+}
+
+TEST(Predict, PartitionIsUniformWithoutEndCosts) {
+  EXPECT_EQ(partition_layers(32, 4, 1.0, 0, 0), (std::vector<int>{8, 8, 8, 8}));
+  auto p = partition_layers(10, 3, 1.0, 0, 0);
+  EXPECT_EQ(std::accumulate(p.begin(), p.end(), 0), 10);
+  EXPECT_EQ(*std::max_element(p.begin(), p.end()), 4);
+  EXPECT_EQ(*std::min_element(p.begin(), p.end()), 3);
+}
+
+TEST(Predict, PartitionMovesLayersOffAHeavyHead) {
+  // A head worth 3 layers: the last stage takes fewer layers so that no stage exceeds the rest.
+  auto p = partition_layers(30, 4, 1.0, 0.0, 3.0);
+  EXPECT_EQ(std::accumulate(p.begin(), p.end(), 0), 30);
+  EXPECT_LT(p.back(), p.front());
+  double worst = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) worst = std::max(worst, p[i] + (i + 1 == p.size() ? 3.0 : 0.0));
+  EXPECT_LE(worst, 9.0);  // 33 units of work over 4 stages: 8.25, so 9 with whole layers
+  for (int n : p) EXPECT_GE(n, 1);
+}
+
+TEST(Predict, InFlightMatchesTheSchedule) {
+  for (auto kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved}) {
+    for (int p : {2, 4, 8}) {
+      for (int m : {p, 2 * p, 4 * p}) {
+        const int v = kind == ScheduleKind::interleaved ? 3 : 1;
+        const Schedule sched = make_schedule(kind, p, m, v);
+        for (int i = 0; i < p; ++i) {
+          EXPECT_EQ(in_flight_chunks(kind, p, i, m, v), sched.peak_in_flight(i))
+              << to_string(kind) << " p=" << p << " m=" << m << " stage " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Predict, StepIsTheSumOfItsParts) {
+  const ModelSpec m = gpt(48, 8192, 64);
+  const LayerGraph g(m, 2048);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s = layout(4, 8, 4, 1, 64);
+  s.zero = 1;
+  s.recompute = Recompute::full;
+  const Estimate e = predict(g, c, s);
+  const TimeBreakdown& t = e.time;
+  EXPECT_NEAR(t.step, t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer,
+              1e-9 * t.step);
+  EXPECT_GT(t.tp_comm, 0);
+  EXPECT_GT(t.pp_comm, 0);
+  EXPECT_GT(t.bubble, 0);
+  EXPECT_LE(t.dp_comm_exposed, t.dp_comm);
+  EXPECT_NEAR(e.throughput.mfu, e.throughput.model_flops_per_step / t.step / s.gpus() / c.gpu.peak(s.dtype), 1e-12);
+}
+
+TEST(Predict, BubbleFollowsTheClosedForm) {
+  // Tiny vocabulary: the end stages cost next to nothing, so stages are uniform and the bubble is
+  // (p-1)/m of the ideal time (1F1B) and (p-1)/(v m) interleaved.
+  const ModelSpec m = gpt(24, 4096, 32, 2048, 8);
+  const LayerGraph g(m, 2048);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  for (int v : {1, 2}) {
+    Strategy s = layout(1, 1, 4, 1, 16);
+    if (v > 1) {
+      s.schedule = ScheduleKind::interleaved;
+      s.vp = v;
+    }
+    const Estimate e = predict(g, c, s);
+    ASSERT_TRUE(e.feasible) << e.infeasible_reasons.front();
+    const TimeBreakdown& t = e.time;
+    const double ideal = t.compute + t.recompute + t.tp_comm + t.pp_comm;
+    EXPECT_NEAR(t.bubble / ideal, 3.0 / (16 * s.vp), 0.01 * 3.0 / (16 * s.vp)) << "vp " << s.vp;
+  }
+}
+
+TEST(Predict, RecomputationTradesTimeForMemory) {
+  const ModelSpec m = gpt(32, 4096, 32);
+  const LayerGraph g(m, 2048);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s = layout(8, 1, 1, 2, 64);
+  s.attention = Attention::standard;
+  const Estimate none = predict(g, c, s);
+  s.recompute = Recompute::selective;
+  const Estimate sel = predict(g, c, s);
+  s.recompute = Recompute::full;
+  const Estimate full = predict(g, c, s);
+  EXPECT_GT(none.per_stage[0].activations, sel.per_stage[0].activations);
+  EXPECT_GT(sel.per_stage[0].activations, full.per_stage[0].activations);
+  EXPECT_LT(none.time.step, sel.time.step);
+  EXPECT_LT(sel.time.step, full.time.step);
+  EXPECT_EQ(none.time.recompute, 0);
+}
+
+TEST(Predict, InfeasibleReasonsStartWithAKey) {
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  {
+    const ModelSpec m = gpt(96, 12288, 96);  // 175B on 8 GPUs without sharding
+    const Estimate e = predict(LayerGraph(m, 2048), c, layout(1, 8, 1, 1, 8));
+    ASSERT_FALSE(e.feasible);
+    EXPECT_EQ(e.infeasible_reasons[0].rfind("out of memory: stage 0 needs", 0), 0u) << e.infeasible_reasons[0];
+  }
+  const ModelSpec small = gpt(4, 1024, 16);
+  const LayerGraph g(small, 2048);
+  {
+    Strategy s = layout(1, 1, 1, 1, 8);
+    s.dtype = Dtype::fp8;
+    const Estimate e = predict(g, c, s);
+    ASSERT_FALSE(e.feasible);
+    EXPECT_EQ(e.infeasible_reasons[0].rfind("unsupported dtype", 0), 0u);
+  }
+  {
+    const Estimate e = predict(g, c, layout(8192, 1, 1, 1, 8192));
+    ASSERT_FALSE(e.feasible);
+    EXPECT_EQ(e.infeasible_reasons[0].rfind("cluster too small", 0), 0u);
+  }
+  {
+    const Estimate e = predict(g, c, layout(1, 3, 1, 1, 8));
+    ASSERT_FALSE(e.feasible);
+    EXPECT_EQ(e.infeasible_reasons[0].rfind("invalid: --tp 3", 0), 0u);
+  }
+}
+
+TEST(Predict, ZeroThreeShardsWeightsAndAddsGatherTraffic) {
+  const ModelSpec m = gpt(24, 4096, 32);
+  const LayerGraph g(m, 2048);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s = layout(16, 1, 1, 1, 64);
+  const Estimate z0 = predict(g, c, s);
+  s.zero = 3;
+  const Estimate z3 = predict(g, c, s);
+  EXPECT_NEAR(z3.per_stage[0].weights * 16, z0.per_stage[0].weights, 1e-6 * z0.per_stage[0].weights);
+  EXPECT_GT(z3.time.dp_comm, z0.time.dp_comm);
+}
+
+TEST(Predict, ContextParallelSplitsActivations) {
+  const ModelSpec m = gpt(8, 4096, 32, 32768);
+  const LayerGraph g(m, 32768);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s = layout(1, 1, 1, 1, 4, 32768);
+  const Estimate cp1 = predict(g, c, s);
+  s.cp = 4;
+  const Estimate cp4 = predict(g, c, s);
+  EXPECT_NEAR(cp4.per_stage[0].activations * 4, cp1.per_stage[0].activations, 0.01 * cp1.per_stage[0].activations);
+  EXPECT_LT(cp4.time.step, cp1.time.step);
+}
+
+}  // namespace
+}  // namespace trainplan

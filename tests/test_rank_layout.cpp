@@ -1,0 +1,61 @@
+#include <gtest/gtest.h>
+
+#include "sim/rank_layout.hpp"
+
+namespace trainplan {
+namespace {
+
+Strategy sizes(int tp, int cp, int dp, int pp) {
+  Strategy s;
+  s.tp = tp;
+  s.cp = cp;
+  s.dp = dp;
+  s.pp = pp;
+  return s;
+}
+
+TEST(RankLayout, DefaultOrderEquation) {
+  // rank = tp + T*(cp + C*(dp + D*pp)) with T=2, C=2, D=3, P=2.
+  RankLayout l(sizes(2, 2, 3, 2));
+  EXPECT_EQ(l.world(), 24);
+  EXPECT_EQ(l.rank({.tp = 1, .cp = 0, .dp = 0, .pp = 0}), 1);
+  EXPECT_EQ(l.rank({.tp = 0, .cp = 1, .dp = 0, .pp = 0}), 2);
+  EXPECT_EQ(l.rank({.tp = 0, .cp = 0, .dp = 1, .pp = 0}), 4);
+  EXPECT_EQ(l.rank({.tp = 1, .cp = 1, .dp = 2, .pp = 1}), 1 + 2 * (1 + 2 * (2 + 3 * 1)));
+  for (int r = 0; r < l.world(); ++r) EXPECT_EQ(l.rank(l.coord(r)), r);
+}
+
+TEST(RankLayout, Groups) {
+  RankLayout l(sizes(2, 1, 2, 2));  // 8 ranks
+  EXPECT_EQ(l.group(5, {Dim::tp}), (std::vector<int>{4, 5}));
+  EXPECT_EQ(l.group(5, {Dim::dp}), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.group(5, {Dim::pp}), (std::vector<int>{1, 5}));
+  EXPECT_EQ(l.group(0, {Dim::dp, Dim::cp}), (std::vector<int>{0, 2}));
+  auto tp_groups = l.all_groups({Dim::tp});
+  ASSERT_EQ(tp_groups.size(), 4u);
+  EXPECT_EQ(tp_groups[3], (std::vector<int>{6, 7}));
+}
+
+TEST(RankLayout, CustomOrderPutsDpFastest) {
+  Strategy s = sizes(2, 1, 4, 1);
+  s.order = {Dim::dp, Dim::tp, Dim::cp, Dim::pp};
+  RankLayout l(s);
+  EXPECT_EQ(l.stride(Dim::dp), 1);
+  EXPECT_EQ(l.stride(Dim::tp), 4);
+  EXPECT_EQ(l.group(0, {Dim::tp}), (std::vector<int>{0, 4}));
+}
+
+TEST(RankLayout, EveryRankInExactlyOneGroupPerDim) {
+  RankLayout l(sizes(2, 2, 2, 2));
+  for (Dim d : {Dim::tp, Dim::cp, Dim::dp, Dim::pp}) {
+    std::vector<int> seen(l.world(), 0);
+    for (const auto& g : l.all_groups({d})) {
+      EXPECT_EQ(static_cast<int>(g.size()), l.size(d));
+      for (int r : g) ++seen[r];
+    }
+    for (int c : seen) EXPECT_EQ(c, 1);
+  }
+}
+
+}  // namespace
+}  // namespace trainplan

@@ -1,0 +1,62 @@
+// Validation against published runs: Narayanan et al. 2021 (SC'21) Table 1, ten GPT models from
+// 1.7B to 1T parameters on up to 3072 A100s (tests/data/narayanan2021_table1.json).
+// Tolerances (from the foundation issue): every row within 10% of the published iteration time,
+// mean absolute error at most 5%.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "sim/json_reader.hpp"
+#include "sim/predict.hpp"
+#include "test_helpers.hpp"
+
+namespace trainplan {
+namespace {
+
+TEST(ValidationNarayanan2021, StepTimeWithinTolerance) {
+  const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/narayanan2021_table1.json");
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  double sum_abs = 0;
+  int rows = 0;
+  for (const auto& r : data.at("rows")) {
+    const auto& mj = r.at("model");
+    const auto& l = r.at("layout");
+    // Megatron GPT: MHA, 4h MLP, GeLU, LayerNorm, learned positions, tied embeddings.
+    ModelSpec m = testing::gpt(mj.at("layers"), mj.at("hidden"), mj.at("heads"), mj.at("seq_len"), mj.at("vocab"));
+    Strategy s;
+    s.tp = l.at("tp");
+    s.pp = l.at("pp");
+    s.dp = l.at("dp");
+    s.cp = l.at("cp");
+    s.vp = l.at("vp");
+    s.zero = l.at("zero_stage");
+    s.micro_batch = l.at("micro_batch");
+    s.global_batch = l.at("global_batch");
+    s.seq_len = m.seq_len;
+    s.recompute = Recompute::full;
+    s.schedule = s.vp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+    s.dtype = Dtype::fp16;
+    s.attention = Attention::standard;  // 2021 Megatron materialised the attention scores
+    ASSERT_EQ(s.gpus(), r.at("num_gpus").get<int>());
+    const Estimate e = predict(LayerGraph(m, m.seq_len), c, s);
+    ASSERT_TRUE(e.feasible) << mj.dump() << ": " << (e.infeasible_reasons.empty() ? "" : e.infeasible_reasons[0]);
+    const double published = r.at("measured").at("iteration_time_s");
+    const double err = (e.time.step - published) / published;
+    std::printf("%8.1fB  %5d GPUs  predicted %7.2f s  published %7.2f s  error %+5.1f%%  (%.0f vs %.0f TFLOP/s)\n",
+                mj.at("params_b").get<double>(), s.gpus(), e.time.step, published, 100 * err,
+                e.throughput.hardware_tflops_per_gpu, r.at("measured").at("tflops_per_gpu").get<double>());
+    EXPECT_LT(std::abs(err), 0.10) << fmt::format("{}B params: predicted {:.2f} s, published {:.2f} s",
+                                                   mj.at("params_b").get<double>(), e.time.step, published);
+    sum_abs += std::abs(err);
+    ++rows;
+  }
+  ASSERT_EQ(rows, 10);
+  const double mae = sum_abs / rows;
+  std::printf("mean absolute error %.2f%%\n", 100 * mae);
+  EXPECT_LE(mae, 0.05);
+}
+
+}  // namespace
+}  // namespace trainplan
