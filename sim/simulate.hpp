@@ -68,7 +68,7 @@ struct Event {
 };
 
 // Where one stage's time went. Compute-stream work plus its waits add up to the moment its
-// optimizer step ends; `end` adds the parameter all-gather after it.
+// optimizer step ends; after_optimizer more gives `end`.
 struct StageUsage {
   int stage = 0;
   Seconds compute = 0;      // forward + backward kernels, all slots
@@ -79,6 +79,7 @@ struct StageUsage {
   Seconds wait_bubble = 0;  // compute idle until another stage's slot produced its input
   Seconds wait_pp = 0;      // compute idle while that input was in flight (p2p)
   Seconds wait_dp = 0;      // compute idle for ZeRO-3 gathers and for reductions before the optimizer
+  Seconds after_optimizer = 0;  // parameter all-gather after the optimizer step (end - its end)
   Seconds pp_busy = 0;      // pp_forward + pp_backward streams busy
   Seconds dp_busy = 0;      // dp stream busy
   Seconds end = 0;          // end of the stage's last event
@@ -89,7 +90,8 @@ struct Timeline {
   std::vector<Event> events;        // ordered by stage, then issue order per stream
   Seconds step = 0;                 // latest end over all stages
   std::vector<StageUsage> stages;   // per pipeline stage
-  // Share of the step the stage's compute stream is busy, and idle (1 - busy).
+  // Time the stage's compute stream is idle during the step; share of the step busy and idle.
+  Seconds idle(int stage) const { return step - stages.at(stage).busy(); }
   double busy_share(int stage) const { return step > 0 ? stages.at(stage).busy() / step : 0.0; }
   double idle_share(int stage) const { return 1.0 - busy_share(stage); }
 };

@@ -24,6 +24,7 @@ const std::map<std::string, Command>& commands() {
   using namespace trainplan::cli;
   static const std::map<std::string, Command> table = {
       {"predict", {cmd_predict, "predict memory and step time of one layout"}},
+      {"simulate", {cmd_simulate, "simulate one step event by event; per-rank busy/idle, Chrome trace"}},
       {"compare", {cmd_compare, "predicted vs measured figures of one run, with % error"}},
   };
   return table;

@@ -1,0 +1,106 @@
+#include "reports/chrome_trace.hpp"
+
+#include <fmt/format.h>
+
+namespace trainplan {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr double kMicrosecondsPerSecond = 1e6;  // the trace format's ts and dur are microseconds
+
+int thread_id(Stream s) { return static_cast<int>(s) + 1; }
+
+std::string event_name(const Event& e) {
+  switch (e.kind) {
+    case EventKind::forward: return fmt::format("F{}.{}", e.micro_batch, e.chunk);
+    case EventKind::recompute: return fmt::format("R{}.{}", e.micro_batch, e.chunk);
+    case EventKind::backward: return fmt::format("B{}.{}", e.micro_batch, e.chunk);
+    case EventKind::send_activation: return fmt::format("send F{}.{}", e.micro_batch, e.chunk);
+    case EventKind::send_gradient: return fmt::format("send B{}.{}", e.micro_batch, e.chunk);
+    case EventKind::grad_reduce:
+    case EventKind::zero3_gather: return fmt::format("{} {}.{}", to_string(e.kind), e.micro_batch, e.chunk);
+    case EventKind::optimizer:
+    case EventKind::param_gather: return to_string(e.kind);
+  }
+  return to_string(e.kind);
+}
+
+json metadata(const char* name, int pid, int tid, const json& args) {
+  return {{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", args}};
+}
+
+// Ranks of each stage: the given ones, or the stage number itself.
+std::vector<std::vector<int>> ranks_or_stages(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
+  if (!stage_ranks.empty()) return stage_ranks;
+  std::vector<std::vector<int>> out(t.stages.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = {static_cast<int>(i)};
+  return out;
+}
+
+}  // namespace
+
+void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<std::vector<int>>& stage_ranks,
+                        const std::string& title) {
+  const auto ranks = ranks_or_stages(t, stage_ranks);
+  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << json{{"title", title}, {"step_s", t.step}}.dump()
+     << ",\"traceEvents\":[\n";
+  bool first = true;
+  auto put = [&](const std::string& line) {
+    os << (first ? "" : ",\n") << line;
+    first = false;
+  };
+  for (std::size_t stage = 0; stage < ranks.size(); ++stage) {
+    for (int rank : ranks[stage]) {
+      put(metadata("process_name", rank, 0, {{"name", fmt::format("rank {} (stage {})", rank, stage)}}).dump());
+      put(metadata("process_sort_index", rank, 0, {{"sort_index", rank}}).dump());
+      for (int s = 0; s < kStreams; ++s) {
+        const auto stream = static_cast<Stream>(s);
+        put(metadata("thread_name", rank, thread_id(stream), {{"name", to_string(stream)}}).dump());
+        put(metadata("thread_sort_index", rank, thread_id(stream), {{"sort_index", s}}).dump());
+      }
+    }
+  }
+  for (const Event& e : t.events) {
+    if (e.stage < 0 || static_cast<std::size_t>(e.stage) >= ranks.size()) continue;
+    std::string args = fmt::format("\"stage\":{}", e.stage);
+    if (e.micro_batch >= 0) args += fmt::format(",\"micro_batch\":{}", e.micro_batch);
+    if (e.chunk >= 0) args += fmt::format(",\"chunk\":{}", e.chunk);
+    const std::string name = event_name(e);
+    // Microseconds with nanosecond digits; event names and kinds need no JSON escaping.
+    const double ts = e.start * kMicrosecondsPerSecond, dur = (e.end - e.start) * kMicrosecondsPerSecond;
+    for (int rank : ranks[e.stage]) {
+      put(fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{{}}}}})",
+                      name, to_string(e.kind), rank, thread_id(e.stream), ts, dur, args));
+    }
+  }
+  os << "\n]}\n";
+}
+
+json timeline_summary_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
+  const auto ranks = ranks_or_stages(t, stage_ranks);
+  json stages = json::array();
+  for (std::size_t i = 0; i < t.stages.size(); ++i) {
+    const StageUsage& u = t.stages[i];
+    stages.push_back({{"stage", u.stage},
+                      {"ranks", i < ranks.size() ? ranks[i] : std::vector<int>{}},
+                      {"busy_s", u.busy()},
+                      {"idle_s", t.idle(static_cast<int>(i))},
+                      {"busy_share", t.busy_share(static_cast<int>(i))},
+                      {"compute_s", u.compute},
+                      {"recompute_s", u.recompute},
+                      {"tp_s", u.tp},
+                      {"cp_s", u.cp},
+                      {"optimizer_s", u.optimizer},
+                      {"wait_bubble_s", u.wait_bubble},
+                      {"wait_pp_s", u.wait_pp},
+                      {"wait_dp_s", u.wait_dp},
+                      {"pp_busy_s", u.pp_busy},
+                      {"dp_busy_s", u.dp_busy},
+                      {"end_s", u.end}});
+  }
+  return {{"step_s", t.step}, {"stages", std::move(stages)}, {"events", t.events.size()}};
+}
+
+}  // namespace trainplan

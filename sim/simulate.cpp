@@ -1,0 +1,338 @@
+#include "sim/simulate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/check.hpp"
+#include "sim/rank_layout.hpp"
+
+namespace trainplan {
+
+const char* to_string(Stream s) {
+  switch (s) {
+    case Stream::compute: return "compute";
+    case Stream::pp_forward: return "pp send activations";
+    case Stream::pp_backward: return "pp send gradients";
+    case Stream::dp: return "dp collectives";
+  }
+  return "?";
+}
+
+const char* to_string(EventKind k) {
+  switch (k) {
+    case EventKind::forward: return "forward";
+    case EventKind::recompute: return "recompute";
+    case EventKind::backward: return "backward";
+    case EventKind::optimizer: return "optimizer";
+    case EventKind::send_activation: return "send activation";
+    case EventKind::send_gradient: return "send gradient";
+    case EventKind::grad_reduce: return "gradient reduce";
+    case EventKind::zero3_gather: return "zero3 gather";
+    case EventKind::param_gather: return "parameter all-gather";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr Seconds kUnknown = -1;
+
+// When a slot's output was produced (end of its compute) and when it arrived at the consumer.
+struct Handoff {
+  Seconds produced = kUnknown;
+  Seconds arrived = kUnknown;
+};
+
+// One pipeline stage's progress through its slots.
+struct StageState {
+  std::size_t cursor = 0;  // next slot of schedule.per_stage[stage]
+  bool finished = false;
+  Seconds compute_free = 0, fwd_send_free = 0, bwd_send_free = 0, dp_free = 0;
+  Seconds gather_done = 0;      // ZeRO-3: the gather of the slot at `cursor` ends
+  std::vector<int> backwards;   // backwards run so far, per chunk
+  std::ptrdiff_t last_dp_event = -1;
+  std::vector<Event> events;
+  StageUsage usage;
+};
+
+// The state of one simulation run: inputs plus per-stage state and the hand-offs between
+// virtual stages (forward outputs and input gradients, indexed [virtual_stage * m + mb]).
+struct Run {
+  const StepCosts& costs;
+  const Schedule& schedule;
+  bool zero3 = false;
+  std::vector<StageState> stages;
+  std::vector<Handoff> activations;  // forward output of virtual stage k, at stage k+1
+  std::vector<Handoff> gradients;    // input gradient of virtual stage k, at stage k-1
+};
+
+void emit(StageState& st, Event e) {
+  if (e.end > e.start) st.events.push_back(e);
+}
+
+// Queues `duration` of work on the stage's dp stream at `issue`; returns when it ends. Gradient
+// buckets of the same (micro-batch, chunk) that follow each other without a gap become one event.
+Seconds dp_issue(StageState& st, int stage, Seconds issue, Seconds duration, EventKind kind, int mb, int chunk) {
+  const Seconds start = std::max(issue, st.dp_free);
+  const Seconds end = start + duration;
+  st.dp_free = end;
+  st.usage.dp_busy += duration;
+  if (duration <= 0) return end;
+  if (st.last_dp_event >= 0) {
+    Event& last = st.events[static_cast<std::size_t>(st.last_dp_event)];
+    if (last.kind == kind && kind == EventKind::grad_reduce && last.micro_batch == mb && last.chunk == chunk &&
+        last.end == start) {
+      last.end = end;
+      return end;
+    }
+  }
+  st.last_dp_event = static_cast<std::ptrdiff_t>(st.events.size());
+  st.events.push_back({stage, Stream::dp, kind, mb, chunk, start, end});
+  return end;
+}
+
+// The input a slot waits for, or nullptr when it has none (first forward, last backward).
+const Handoff* input_of(const Run& r, const Slot& slot, int vstage) {
+  const int m = r.schedule.micro_batches;
+  const int last = r.schedule.virtual_stages() - 1;
+  if (slot.phase == Phase::forward) return vstage == 0 ? nullptr : &r.activations[(vstage - 1) * m + slot.micro_batch];
+  return vstage == last ? nullptr : &r.gradients[(vstage + 1) * m + slot.micro_batch];
+}
+
+// Sends a slot's output to the stage that consumes it; returns that stage (or -1: no consumer).
+int send_output(Run& r, int stage, const Slot& slot, int vstage, Seconds produced) {
+  const int p = r.schedule.stages, m = r.schedule.micro_batches;
+  const bool fwd = slot.phase == Phase::forward;
+  const int target = fwd ? vstage + 1 : vstage - 1;
+  if (target < 0 || target >= r.schedule.virtual_stages()) return -1;
+  Handoff& h = (fwd ? r.activations : r.gradients)[vstage * m + slot.micro_batch];
+  h.produced = produced;
+  const int target_stage = target % p;
+  if (target_stage == stage) {  // next chunk on the same GPU: no transfer
+    h.arrived = produced;
+    return target_stage;
+  }
+  StageState& st = r.stages[stage];
+  Seconds& free = fwd ? st.fwd_send_free : st.bwd_send_free;
+  const Seconds start = std::max(produced, free);
+  free = start + r.costs.p2p;
+  h.arrived = free;
+  st.usage.pp_busy += r.costs.p2p;
+  emit(st, {stage, fwd ? Stream::pp_forward : Stream::pp_backward,
+            fwd ? EventKind::send_activation : EventKind::send_gradient, slot.micro_batch, slot.chunk, start, free});
+  return target_stage;
+}
+
+// Gradient reduction of a backward slot's chunk: per micro-batch (ZeRO 2/3) or after the chunk's
+// last backward (ZeRO 0/1), in per-layer buckets that become ready evenly over the slot.
+void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start, Seconds end) {
+  StageState& st = r.stages[stage];
+  const int done = ++st.backwards[slot.chunk];
+  if (!r.costs.zero_reduce_per_micro_batch && done < r.schedule.micro_batches) return;
+  if (c.dp_reduce <= 0) return;
+  const int buckets = std::max(1, c.layers);
+  for (int j = 0; j < buckets; ++j) {
+    const Seconds ready = start + (end - start) * (j + 1) / buckets;
+    dp_issue(st, stage, ready, c.dp_reduce / buckets, EventKind::grad_reduce, slot.micro_batch, slot.chunk);
+  }
+}
+
+// ZeRO-3: issues, at `issue`, the parameter gather of the stage's slot at `index` (if any).
+void prefetch_gather(Run& r, int stage, std::size_t index, Seconds issue) {
+  StageState& st = r.stages[stage];
+  const auto& slots = r.schedule.per_stage[stage];
+  if (!r.zero3 || index >= slots.size()) return;
+  const Slot& next = slots[index];
+  const ChunkCost& c = r.costs.chunks[r.schedule.virtual_stage(stage, next.chunk)];
+  st.gather_done = dp_issue(st, stage, issue, c.zero3_gather, EventKind::zero3_gather, next.micro_batch, next.chunk);
+}
+
+// After the last slot: wait for the reductions, optimizer step, then the parameter all-gather.
+void finish_stage(Run& r, int stage) {
+  StageState& st = r.stages[stage];
+  const Seconds opt_start = std::max(st.compute_free, st.dp_free);
+  st.usage.wait_dp += opt_start - st.compute_free;
+  st.compute_free = opt_start + r.costs.optimizer;
+  st.usage.optimizer += r.costs.optimizer;
+  emit(st, {stage, Stream::compute, EventKind::optimizer, -1, -1, opt_start, st.compute_free});
+  const Seconds end = dp_issue(st, stage, st.compute_free, r.costs.dp_param_gather, EventKind::param_gather, -1, -1);
+  st.usage.end = std::max(end, st.compute_free);
+  st.usage.after_optimizer = st.usage.end - st.compute_free;
+  st.finished = true;
+}
+
+struct Advance {
+  bool advanced = false;
+  int wake = -1;  // stage whose next slot may now be ready
+};
+
+// Runs the stage's next slot if its input is there (or finishes the stage after its last slot).
+Advance advance(Run& r, int stage) {
+  StageState& st = r.stages[stage];
+  const auto& slots = r.schedule.per_stage[stage];
+  if (st.finished) return {};
+  if (st.cursor == slots.size()) {
+    finish_stage(r, stage);
+    return {true, -1};
+  }
+  const Slot& slot = slots[st.cursor];
+  const int vstage = r.schedule.virtual_stage(stage, slot.chunk);
+  const Handoff* in = input_of(r, slot, vstage);
+  if (in && in->arrived == kUnknown) return {};
+  const ChunkCost& c = r.costs.chunks[vstage];
+
+  // Attribute the compute stream's idle time before the slot: waiting for the producer's
+  // compute (bubble), for the transfer (pp), then for a ZeRO-3 gather (dp).
+  const Seconds free = st.compute_free;
+  const Seconds t1 = in ? std::max(free, in->produced) : free;
+  const Seconds t2 = in ? std::max(t1, in->arrived) : t1;
+  const Seconds start = r.zero3 ? std::max(t2, st.gather_done) : t2;
+  st.usage.wait_bubble += t1 - free;
+  st.usage.wait_pp += t2 - t1;
+  st.usage.wait_dp += start - t2;
+  prefetch_gather(r, stage, st.cursor + 1, start);
+
+  Seconds end = start;
+  if (slot.phase == Phase::forward) {
+    end = start + c.forward + c.tp_forward + c.cp_forward;
+    st.usage.compute += c.forward;
+    st.usage.tp += c.tp_forward;
+    st.usage.cp += c.cp_forward;
+    emit(st, {stage, Stream::compute, EventKind::forward, slot.micro_batch, slot.chunk, start, end});
+  } else {
+    const Seconds bwd_start = start + c.recompute;
+    end = bwd_start + c.backward + c.tp_backward + c.cp_backward;
+    st.usage.recompute += c.recompute;
+    st.usage.compute += c.backward;
+    st.usage.tp += c.tp_backward;
+    st.usage.cp += c.cp_backward;
+    emit(st, {stage, Stream::compute, EventKind::recompute, slot.micro_batch, slot.chunk, start, bwd_start});
+    emit(st, {stage, Stream::compute, EventKind::backward, slot.micro_batch, slot.chunk, bwd_start, end});
+    reduce_gradients(r, stage, slot, c, start, end);
+  }
+  st.compute_free = end;
+  ++st.cursor;
+  return {true, send_output(r, stage, slot, vstage, end)};
+}
+
+void check_inputs(const StepCosts& costs, const Schedule& schedule) {
+  TRAINPLAN_CHECK(static_cast<int>(schedule.per_stage.size()) == schedule.stages, "schedule has one slot list per stage");
+  TRAINPLAN_CHECK(static_cast<int>(costs.chunks.size()) == schedule.virtual_stages(),
+                  "step costs need one chunk per virtual stage of the schedule");
+  for (int k = 0; k < schedule.virtual_stages(); ++k) {
+    const ChunkCost& c = costs.chunks[k];
+    TRAINPLAN_CHECK(c.stage == k % schedule.stages && c.chunk == k / schedule.stages,
+                    "step costs must be ordered by virtual stage (chunks[chunk * pp + stage])");
+  }
+  for (const auto& slots : schedule.per_stage) {
+    for (const Slot& s : slots) {
+      TRAINPLAN_CHECK(s.micro_batch >= 0 && s.micro_batch < schedule.micro_batches && s.chunk >= 0 &&
+                          s.chunk < schedule.chunks,
+                      "schedule slot out of range");
+    }
+  }
+}
+
+}  // namespace
+
+Timeline simulate(const StepCosts& costs, const Schedule& schedule) {
+  check_inputs(costs, schedule);
+  const int p = schedule.stages;
+  const std::size_t handoffs = static_cast<std::size_t>(schedule.virtual_stages()) * schedule.micro_batches;
+  Run r{costs, schedule, false, std::vector<StageState>(p), std::vector<Handoff>(handoffs),
+        std::vector<Handoff>(handoffs)};
+  r.zero3 = std::any_of(costs.chunks.begin(), costs.chunks.end(), [](const ChunkCost& c) { return c.zero3_gather > 0; });
+  for (int i = 0; i < p; ++i) {
+    r.stages[i].backwards.assign(schedule.chunks, 0);
+    r.stages[i].usage.stage = i;
+    r.stages[i].events.reserve(schedule.per_stage[i].size() * 3 + 8);
+    prefetch_gather(r, i, 0, 0.0);
+  }
+
+  // Work list of stages that may be able to advance. Each stage only uses its own streams, so the
+  // result does not depend on the order stages are visited; every visit either runs a slot or
+  // stops, and a stage is only re-queued when a slot it waits for may have finished: O(slots).
+  std::vector<int> work(p);
+  std::vector<char> queued(p, 1);
+  for (int i = 0; i < p; ++i) work[i] = p - 1 - i;
+  while (!work.empty()) {
+    const int s = work.back();
+    work.pop_back();
+    queued[s] = 0;
+    for (Advance a = advance(r, s); a.advanced; a = advance(r, s)) {
+      if (a.wake >= 0 && a.wake != s && !queued[a.wake]) {
+        queued[a.wake] = 1;
+        work.push_back(a.wake);
+      }
+    }
+  }
+
+  Timeline t;
+  std::size_t total = 0;
+  for (const auto& st : r.stages) total += st.events.size();
+  t.events.reserve(total);
+  for (auto& st : r.stages) {
+    TRAINPLAN_CHECK(st.finished, "pipeline schedule deadlocks: a slot waits for an input that is never produced");
+    t.events.insert(t.events.end(), st.events.begin(), st.events.end());
+    t.stages.push_back(st.usage);
+    t.step = std::max(t.step, st.usage.end);
+  }
+  return t;
+}
+
+Schedule schedule_for(const Strategy& s) { return make_schedule(s.schedule, s.pp, s.micro_batches(), s.vp); }
+
+std::vector<std::vector<int>> replica_stage_ranks(const Strategy& s) {
+  const RankLayout layout(s);
+  std::vector<std::vector<int>> out(s.pp);
+  for (int i = 0; i < s.pp; ++i) {
+    RankCoord c;
+    c.pp = i;
+    out[i] = layout.group(layout.rank(c), {Dim::tp, Dim::cp});
+  }
+  return out;
+}
+
+TimeBreakdown simulated_breakdown(const Timeline& t) {
+  TRAINPLAN_CHECK(!t.stages.empty(), "timeline without stages");
+  const auto busiest = std::max_element(t.stages.begin(), t.stages.end(),
+                                        [](const StageUsage& a, const StageUsage& b) { return a.busy() < b.busy(); });
+  const StageUsage& u = *busiest;
+  TimeBreakdown b;
+  b.step = t.step;
+  b.compute = u.compute;
+  b.recompute = u.recompute;
+  b.tp_comm = u.tp;
+  b.cp_comm = u.cp;
+  b.pp_comm = u.wait_pp;
+  b.optimizer = u.optimizer;
+  b.dp_comm_exposed = u.wait_dp + u.after_optimizer;
+  for (const auto& s : t.stages) b.dp_comm = std::max(b.dp_comm, s.dp_busy);
+  b.bubble = t.step - (b.compute + b.recompute + b.tp_comm + b.cp_comm + b.pp_comm + b.optimizer + b.dp_comm_exposed);
+  return b;
+}
+
+Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeline) {
+  Estimate e = analytic;
+  const Seconds old_step = analytic.time.step;
+  e.time = simulated_breakdown(timeline);
+  if (old_step > 0 && e.time.step > 0) {
+    // Same tokens and FLOPs per step, so every rate scales with 1 / step.
+    const double f = old_step / e.time.step;
+    Throughput& tp = e.throughput;
+    tp.tokens_per_s *= f;
+    tp.tokens_per_s_per_gpu *= f;
+    tp.model_tflops_per_gpu *= f;
+    tp.hardware_tflops_per_gpu *= f;
+    tp.mfu *= f;
+    tp.hfu *= f;
+  }
+  return e;
+}
+
+Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs, const Schedule& schedule) {
+  if (!(analytic.time.step > 0) || !std::isfinite(analytic.time.step)) return analytic;
+  return refine_with_simulation(analytic, simulate(costs, schedule));
+}
+
+}  // namespace trainplan

@@ -1,0 +1,368 @@
+// The step simulator against hand-worked timelines and the closed-form pipeline formulas.
+// Costs are built by hand (uniform stages, chosen latencies), independent of predict()'s numbers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include "sim/simulate.hpp"
+
+namespace {
+
+using namespace trainplan;
+
+// p*v chunks, each with forward f/v and backward b/v (a stage's total work per micro-batch is
+// f + b whatever v is), one layer per chunk, no communication.
+StepCosts uniform_costs(int p, int v, Seconds f, Seconds b) {
+  StepCosts c;
+  for (int k = 0; k < p * v; ++k) {
+    ChunkCost x;
+    x.stage = k % p;
+    x.chunk = k / p;
+    x.layers = 1;
+    x.forward = f / v;
+    x.backward = b / v;
+    c.chunks.push_back(x);
+  }
+  return c;
+}
+
+// The closed form predict() uses (sim/predict.cpp; Narayanan et al. 2021, Sec. 2.2): the busiest
+// stage runs m micro-batches back to back, the other stages' work W_i is added once for filling
+// and draining the pipeline, shortened v-fold by interleaving:
+//   step = m * W_max + (sum_i W_i - W_max) / v,   W_i = stage i's forward + backward per micro-batch.
+Seconds analytic_step(const StepCosts& c, int p, int v, int m) {
+  std::vector<Seconds> w(p, 0.0);
+  for (const auto& x : c.chunks) w[x.stage] += x.forward + x.backward + x.recompute + x.tp_forward + x.tp_backward;
+  Seconds sum = 0, max = 0;
+  for (Seconds x : w) {
+    sum += x;
+    max = std::max(max, x);
+  }
+  return m * max + (sum - max) / v + c.optimizer;
+}
+
+Seconds sum_of(const Timeline& t, EventKind k) {
+  Seconds s = 0;
+  for (const auto& e : t.events) s += e.kind == k ? e.end - e.start : 0;
+  return s;
+}
+
+// Events on one (stage, stream) never overlap; each is well formed.
+void expect_streams_serial(const Timeline& t) {
+  std::map<std::pair<int, Stream>, std::vector<std::pair<Seconds, Seconds>>> by;
+  for (const auto& e : t.events) {
+    ASSERT_LE(e.start, e.end);
+    ASSERT_GE(e.start, 0.0);
+    ASSERT_LE(e.end, t.step + 1e-9);
+    by[{e.stage, e.stream}].push_back({e.start, e.end});
+  }
+  for (auto& [key, spans] : by) {
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i) {
+      EXPECT_LE(spans[i - 1].second, spans[i].first + 1e-12) << "overlap on stage " << key.first << " stream "
+                                                              << to_string(key.second);
+    }
+  }
+}
+
+// ---- bubble: (p-1)/m of the ideal time, (p-1)/(v*m) interleaved -----------------------------
+
+class UniformBubble : public ::testing::TestWithParam<std::tuple<ScheduleKind, int, int, int>> {};
+
+TEST_P(UniformBubble, EqualsClosedForm) {
+  const auto [kind, p, m, v] = GetParam();
+  const Seconds f = 1.0e-3, b = 2.0e-3;
+  const StepCosts c = uniform_costs(p, v, f, b);
+  const Timeline t = simulate(c, make_schedule(kind, p, m, v));
+  const Seconds ideal = m * (f + b);
+  const double bubble_share = (t.step - ideal) / ideal;
+  const double expected = static_cast<double>(p - 1) / (v * m);
+  EXPECT_NEAR(bubble_share, expected, 0.01 * expected + 1e-12) << "p=" << p << " m=" << m << " v=" << v;
+  // The breakdown reads the same bubble, and its parts add up to the step.
+  const TimeBreakdown br = simulated_breakdown(t);
+  EXPECT_NEAR(br.bubble, t.step - ideal, 1e-9);
+  EXPECT_NEAR(br.compute, ideal, 1e-9);
+  EXPECT_NEAR(br.pp_comm, 0.0, 1e-12);
+  EXPECT_NEAR(br.dp_comm_exposed, 0.0, 1e-12);
+  // And so does predict()'s closed form.
+  EXPECT_NEAR(t.step, analytic_step(c, p, v, m), 0.01 * t.step);
+  expect_streams_serial(t);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, UniformBubble,
+    ::testing::Values(std::make_tuple(ScheduleKind::gpipe, 4, 8, 1), std::make_tuple(ScheduleKind::gpipe, 8, 3, 1),
+                      std::make_tuple(ScheduleKind::one_f_one_b, 1, 8, 1),
+                      std::make_tuple(ScheduleKind::one_f_one_b, 4, 8, 1),
+                      std::make_tuple(ScheduleKind::one_f_one_b, 8, 64, 1),
+                      std::make_tuple(ScheduleKind::one_f_one_b, 8, 3, 1),  // m < p
+                      std::make_tuple(ScheduleKind::one_f_one_b, 64, 512, 1),
+                      std::make_tuple(ScheduleKind::interleaved, 2, 4, 2),
+                      std::make_tuple(ScheduleKind::interleaved, 4, 8, 2),
+                      std::make_tuple(ScheduleKind::interleaved, 4, 16, 4),
+                      std::make_tuple(ScheduleKind::interleaved, 8, 8, 3),
+                      std::make_tuple(ScheduleKind::interleaved, 8, 64, 3)));
+
+TEST(Simulate, OneFOneBByHand) {
+  // p = 2, m = 2, f = 1, b = 2:
+  //   stage 0: F0 [0,1] F1 [1,2] B0 [4,6] B1 [7,9]
+  //   stage 1: F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7]
+  const Timeline t = simulate(uniform_costs(2, 1, 1, 2), make_schedule(ScheduleKind::one_f_one_b, 2, 2));
+  EXPECT_DOUBLE_EQ(t.step, 9.0);
+  std::vector<std::tuple<int, EventKind, int, Seconds, Seconds>> got;
+  for (const auto& e : t.events) got.emplace_back(e.stage, e.kind, e.micro_batch, e.start, e.end);
+  using K = EventKind;
+  const std::vector<std::tuple<int, EventKind, int, Seconds, Seconds>> want = {
+      {0, K::forward, 0, 0, 1}, {0, K::forward, 1, 1, 2}, {0, K::backward, 0, 4, 6}, {0, K::backward, 1, 7, 9},
+      {1, K::forward, 0, 1, 2}, {1, K::backward, 0, 2, 4}, {1, K::forward, 1, 4, 5}, {1, K::backward, 1, 5, 7}};
+  EXPECT_EQ(got, want);
+  EXPECT_DOUBLE_EQ(t.stages[0].busy(), 6.0);
+  EXPECT_DOUBLE_EQ(t.stages[0].wait_bubble, 3.0);
+  EXPECT_DOUBLE_EQ(t.busy_share(1), 6.0 / 9.0);
+  EXPECT_DOUBLE_EQ(t.idle_share(1), 3.0 / 9.0);
+}
+
+// ---- uneven stages: where the closed form and the simulation part ---------------------------
+//
+// The closed form adds every other stage's work once for fill and drain. With 1F1B and one stage
+// heavier than the rest the simulated step is at most that: exactly it when the heavy stage is the
+// last one (LM head), shorter when it is earlier, because the heavy stage's own warm-up forwards
+// overlap the fill. With interleaving and uneven chunks the simulated step is longer: the
+// closed form divides the fill by v as if every chunk were 1/v of its stage.
+
+Seconds one_f_one_b_with_heavy_stage(int heavy, double factor, Seconds* formula) {
+  const int p = 4, m = 8;
+  StepCosts c = uniform_costs(p, 1, 1.0, 2.0);
+  c.chunks[heavy].forward *= factor;
+  c.chunks[heavy].backward *= factor;
+  *formula = analytic_step(c, p, 1, m);
+  return simulate(c, make_schedule(ScheduleKind::one_f_one_b, p, m)).step;
+}
+
+TEST(Simulate, UnevenOneFOneBStagesNeverExceedTheFormula) {
+  // p = 4, m = 8, f = 1, b = 2; one stage 1.3x: W = 3.9 against 3.0; formula 8 * 3.9 + 9 = 40.2.
+  const Seconds expected_sim[4] = {37.5, 38.4, 39.3, 40.2};
+  for (int heavy = 0; heavy < 4; ++heavy) {
+    Seconds formula = 0;
+    const Seconds sim = one_f_one_b_with_heavy_stage(heavy, 1.3, &formula);
+    std::printf("1F1B p=4 m=8, stage %d 1.3x: simulated %.3f, formula %.3f (%+.1f%%)\n", heavy, sim, formula,
+                100 * (sim - formula) / formula);
+    EXPECT_NEAR(formula, 40.2, 1e-9);
+    EXPECT_NEAR(sim, expected_sim[heavy], 1e-9);
+    EXPECT_LE(sim, formula + 1e-9);
+  }
+}
+
+TEST(Simulate, UnevenInterleavedChunksAreSlowerThanTheFormula) {
+  // Interleaved, p = 4, v = 2, m = 8; the first and the last chunk (embedding, LM head) are 1.5x
+  // the others. Formula: W_0 = W_3 = 1.5 * 1.5 + 1.5 = 3.75, W_1 = W_2 = 3:
+  //   8 * 3.75 + (3.75 + 3 + 3) / 2 = 34.875; the simulation takes 37.5 (7.5% longer).
+  const int p = 4, v = 2, m = 8;
+  StepCosts c = uniform_costs(p, v, 1.0, 2.0);
+  for (int k : {0, p * v - 1}) {
+    c.chunks[k].forward *= 1.5;
+    c.chunks[k].backward *= 1.5;
+  }
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::interleaved, p, m, v));
+  const Seconds formula = analytic_step(c, p, v, m);
+  const double longer = (t.step - formula) / formula;
+  std::printf("interleaved p=4 v=2 m=8, end chunks 1.5x: simulated %.3f, formula %.3f, %.1f%% longer\n", t.step,
+              formula, 100 * longer);
+  RecordProperty("interleaved_uneven_longer_percent", std::to_string(100 * longer));
+  EXPECT_NEAR(formula, 34.875, 1e-9);
+  EXPECT_GT(t.step, formula * 1.01);
+  EXPECT_NEAR(t.step, 37.5, 1e-9);
+  expect_streams_serial(t);
+}
+
+// ---- point-to-point latency ------------------------------------------------------------------
+
+TEST(Simulate, P2PLatencyByHand) {
+  // p = 2, m = 1, f = 1, b = 2, p2p = 0.5: F [0,1] on stage 0, send [1,1.5], F [1.5,2.5] and
+  // B [2.5,4.5] on stage 1, send [4.5,5], B [5,7] on stage 0.
+  StepCosts c = uniform_costs(2, 1, 1, 2);
+  c.p2p = 0.5;
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 2, 1));
+  EXPECT_DOUBLE_EQ(t.step, 7.0);
+  EXPECT_DOUBLE_EQ(sum_of(t, EventKind::send_activation), 0.5);
+  EXPECT_DOUBLE_EQ(sum_of(t, EventKind::send_gradient), 0.5);
+  EXPECT_DOUBLE_EQ(t.stages[0].wait_pp, 0.5);     // waiting for the gradient in flight
+  EXPECT_DOUBLE_EQ(t.stages[0].wait_bubble, 3.5);  // [1, 4.5]: the send and stage 1's work
+  EXPECT_DOUBLE_EQ(t.stages[1].wait_pp, 0.5);
+  EXPECT_DOUBLE_EQ(t.stages[1].wait_bubble, 1.0);
+}
+
+TEST(Simulate, OneFOneBLatencyCostsTwoTransfersPerMicroBatch) {
+  // Uniform 1F1B with p2p d: in steady state a stage waits for its next backward, which needs a
+  // forward send to the next stage and a gradient send back, so every cycle lasts f + b + 2d;
+  // predict() charges 2 d per micro-batch on every stage (t.pp = 2 v p2p), the same figure.
+  const int p = 4, m = 16;
+  StepCosts c = uniform_costs(p, 1, 1.0, 2.0);
+  c.p2p = 0.1;
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, p, m));
+  const Seconds w = 3.0 + 2 * c.p2p;
+  const Seconds formula = m * w + (p - 1) * w;
+  std::printf("1F1B p=4 m=16 p2p=0.1: simulated %.3f, predict's form %.3f\n", t.step, formula);
+  EXPECT_GT(t.step, simulate(uniform_costs(p, 1, 1.0, 2.0), make_schedule(ScheduleKind::one_f_one_b, p, m)).step);
+  EXPECT_NEAR(t.step, formula, 0.05 * formula);
+  const TimeBreakdown br = simulated_breakdown(t);
+  EXPECT_GT(br.pp_comm, 0.0);
+  EXPECT_NEAR(br.step, br.compute + br.recompute + br.tp_comm + br.cp_comm + br.pp_comm + br.bubble +
+                           br.dp_comm_exposed + br.optimizer,
+              1e-9);
+  expect_streams_serial(t);
+}
+
+TEST(Simulate, InterleavedWithLatencyIsSerialAndComplete) {
+  const int p = 4, v = 2, m = 8;
+  StepCosts c = uniform_costs(p, v, 1.0, 2.0);
+  c.p2p = 0.05;
+  const Schedule s = make_schedule(ScheduleKind::interleaved, p, m, v);
+  const Timeline t = simulate(c, s);
+  expect_streams_serial(t);
+  int forwards = 0, backwards = 0, sends = 0;
+  for (const auto& e : t.events) {
+    forwards += e.kind == EventKind::forward;
+    backwards += e.kind == EventKind::backward;
+    sends += e.kind == EventKind::send_activation || e.kind == EventKind::send_gradient;
+  }
+  EXPECT_EQ(forwards, p * v * m);
+  EXPECT_EQ(backwards, p * v * m);
+  EXPECT_EQ(sends, 2 * (p * v - 1) * m);  // every virtual-stage boundary, both directions
+  // Dependencies hold: a forward of (mb, chunk) starts after the previous virtual stage's
+  // forward of mb ended plus one transfer.
+  std::map<std::tuple<int, int>, std::pair<Seconds, Seconds>> fwd;  // (vstage, mb) -> (start, end)
+  for (const auto& e : t.events) {
+    if (e.kind == EventKind::forward) fwd[{s.virtual_stage(e.stage, e.chunk), e.micro_batch}] = {e.start, e.end};
+  }
+  for (const auto& [key, span] : fwd) {
+    const auto [k, mb] = key;
+    if (k > 0) {
+      const Seconds ready = fwd[std::make_tuple(k - 1, mb)].second + c.p2p;
+      EXPECT_GE(span.first, ready - 1e-12);
+    }
+  }
+}
+
+// ---- data-parallel reductions, ZeRO ----------------------------------------------------------
+
+StepCosts single_stage(Seconds f, Seconds b, int layers) {
+  StepCosts c = uniform_costs(1, 1, f, b);
+  c.chunks[0].layers = layers;
+  return c;
+}
+
+TEST(Simulate, GradientBucketsOverlapTheLastBackward) {
+  // p = 1, m = 4, f = 1, b = 2, 4 layers: the last backward runs [10,12]; its 4 buckets are ready
+  // at 10.5, 11, 11.5, 12. Reduction 4 s (1 s per bucket): [10.5, 14.5]; exposed 2.5 s. Then the
+  // optimizer 0.5 s and the ZeRO-1 parameter all-gather 0.25 s.
+  StepCosts c = single_stage(1, 2, 4);
+  c.chunks[0].dp_reduce = 4.0;
+  c.optimizer = 0.5;
+  c.dp_param_gather = 0.25;
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 4));
+  EXPECT_DOUBLE_EQ(t.step, 14.5 + 0.5 + 0.25);
+  EXPECT_DOUBLE_EQ(sum_of(t, EventKind::grad_reduce), 4.0);
+  const TimeBreakdown br = simulated_breakdown(t);
+  EXPECT_DOUBLE_EQ(br.dp_comm_exposed, 2.5 + 0.25);
+  EXPECT_DOUBLE_EQ(br.dp_comm, 4.25);
+  EXPECT_DOUBLE_EQ(br.optimizer, 0.5);
+  EXPECT_DOUBLE_EQ(br.compute, 12.0);
+  EXPECT_NEAR(br.bubble, 0.0, 1e-12);
+  // A short reduction hides behind the backward except its last bucket: 0.4 s in 4 buckets.
+  c.chunks[0].dp_reduce = 0.4;
+  c.dp_param_gather = 0;
+  EXPECT_DOUBLE_EQ(simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 4)).step, 12.0 + 0.1 + 0.5);
+}
+
+TEST(Simulate, ZeroTwoReducesEveryMicroBatch) {
+  // Every backward reduce-scatters its gradients (1 s in 2 buckets, one per layer). p = 1, 1F1B:
+  //   F0 [0,1] B0 [1,3] -> buckets ready 2, 3: [2,2.5] [3,3.5]; F1 [3,4] B1 [4,6] -> [5,5.5] [6,6.5].
+  StepCosts c = single_stage(1, 2, 2);
+  c.chunks[0].dp_reduce = 1.0;
+  c.zero_reduce_per_micro_batch = true;
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 2));
+  EXPECT_DOUBLE_EQ(sum_of(t, EventKind::grad_reduce), 2.0);
+  EXPECT_DOUBLE_EQ(t.step, 6.5);
+  EXPECT_DOUBLE_EQ(simulated_breakdown(t).dp_comm_exposed, 0.5);
+}
+
+TEST(Simulate, ZeroThreeGathersArePrefetchedOneSlotAhead) {
+  // p = 1, m = 2, f = 1, b = 2. Gather 0.5 s per slot: the first is exposed, the rest hide
+  // behind the slot before: step 0.5 + 6.
+  StepCosts c = single_stage(1, 2, 1);
+  c.chunks[0].zero3_gather = 0.5;
+  const Schedule s = make_schedule(ScheduleKind::one_f_one_b, 1, 2);
+  EXPECT_DOUBLE_EQ(simulate(c, s).step, 6.5);
+  // Gather 2 s: g0 [0,2] F0 [2,3]; g1 [2,4] F1 [4,5]; g2 [4,6] B0 [6,8]; g3 [6,8] B1 [8,10].
+  c.chunks[0].zero3_gather = 2.0;
+  const Timeline t = simulate(c, s);
+  EXPECT_DOUBLE_EQ(t.step, 10.0);
+  EXPECT_DOUBLE_EQ(t.stages[0].wait_dp, 4.0);
+  EXPECT_DOUBLE_EQ(sum_of(t, EventKind::zero3_gather), 8.0);
+  EXPECT_DOUBLE_EQ(simulated_breakdown(t).dp_comm_exposed, 4.0);
+  expect_streams_serial(t);
+}
+
+TEST(Simulate, TensorParallelAndRecomputeSitInsideTheSlot) {
+  StepCosts c = single_stage(1, 2, 1);
+  c.chunks[0].tp_forward = 0.25;
+  c.chunks[0].tp_backward = 0.5;
+  c.chunks[0].recompute = 1.0;
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 3));
+  EXPECT_DOUBLE_EQ(t.step, 3 * (1 + 0.25 + 1 + 2 + 0.5));
+  const TimeBreakdown br = simulated_breakdown(t);
+  EXPECT_DOUBLE_EQ(br.tp_comm, 3 * 0.75);
+  EXPECT_DOUBLE_EQ(br.recompute, 3.0);
+  EXPECT_DOUBLE_EQ(br.compute, 9.0);
+  EXPECT_DOUBLE_EQ(sum_of(t, EventKind::recompute), 3.0);
+}
+
+// ---- plumbing ---------------------------------------------------------------------------------
+
+TEST(Simulate, RefineReplacesTimeAndRescalesThroughput) {
+  const StepCosts c = uniform_costs(4, 1, 1.0, 2.0);
+  const Schedule s = make_schedule(ScheduleKind::one_f_one_b, 4, 8);
+  Estimate a;
+  a.time.step = 22.0;
+  a.throughput.tokens_per_s = 1000;
+  a.throughput.mfu = 0.5;
+  a.throughput.model_flops_per_step = 7;
+  a.peak_memory = 123;
+  const Estimate e = refine_with_simulation(a, c, s);
+  EXPECT_DOUBLE_EQ(e.time.step, 33.0);  // (m + p - 1) * (f + b)
+  EXPECT_DOUBLE_EQ(e.throughput.tokens_per_s, 1000 * 22.0 / 33.0);
+  EXPECT_DOUBLE_EQ(e.throughput.mfu, 0.5 * 22.0 / 33.0);
+  EXPECT_DOUBLE_EQ(e.throughput.model_flops_per_step, 7);
+  EXPECT_DOUBLE_EQ(e.peak_memory, 123);
+  // An estimate without a step (invalid strategy) comes back unchanged.
+  Estimate bad;
+  bad.feasible = false;
+  EXPECT_DOUBLE_EQ(refine_with_simulation(bad, c, s).time.step, 0.0);
+}
+
+TEST(Simulate, RejectsMismatchedInputsAndDeadlocks) {
+  EXPECT_THROW(simulate(uniform_costs(2, 1, 1, 2), make_schedule(ScheduleKind::one_f_one_b, 4, 8)), std::logic_error);
+  // Stage 0 runs B0 before F0: it waits for a gradient that needs its own forward.
+  Schedule s = make_schedule(ScheduleKind::one_f_one_b, 2, 1);
+  std::swap(s.per_stage[0][0], s.per_stage[0][1]);
+  EXPECT_THROW(simulate(uniform_costs(2, 1, 1, 2), s), std::logic_error);
+}
+
+TEST(Simulate, ReplicaStageRanksFollowRankLayout) {
+  Strategy st;
+  st.tp = 2;
+  st.pp = 2;
+  st.dp = 2;
+  // Megatron order tp, cp, dp, pp: rank = tp + 2 * (dp + 2 * pp).
+  const auto ranks = replica_stage_ranks(st);
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_EQ(ranks[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(ranks[1], (std::vector<int>{4, 5}));
+}
+
+}  // namespace
