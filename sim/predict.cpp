@@ -199,11 +199,19 @@ std::vector<int> partition_layers(int layers, int chunks, double layer_cost, dou
   auto fits = [&](double T) {
     return cap(T, first_extra) + cap(T, last_extra) + (chunks - 2) * cap(T, 0.0) >= layers;
   };
-  // Binary search the smallest budget under which contiguous chunks can hold every layer.
-  double lo = 0, hi = (layers + 1) * layer_cost + first_extra + last_extra;
-  for (int it = 0; it < 64 && hi - lo > 1e-12 * hi; ++it) {
-    double mid = 0.5 * (lo + hi);
-    (fits(mid) ? hi : lo) = mid;
+  // The smallest budget T under which contiguous chunks hold every layer is a chunk's load k*c + e
+  // for some whole k and e in {0, first_extra, last_extra}. It lies in [lb, lb + c], with lb the
+  // larger of the average load and the lightest possible end chunks: at lb + c every chunk takes
+  // at least (lb - e)/c layers, (n*lb - E - H)/c >= L in all. So at most six candidates remain.
+  const double c = layer_cost;
+  double lb = (layers * c + first_extra + last_extra) / chunks;
+  lb = std::max({lb, c + first_extra, c + last_extra});
+  double hi = lb + c;
+  for (double e : {0.0, first_extra, last_extra}) {
+    for (double k = std::max(1.0, std::ceil((lb - e) / c - 1e-9)); k * c + e <= lb + c; k += 1) {
+      const double T = k * c + e;
+      if (T < hi && fits(T)) hi = T;
+    }
   }
   // Water-fill under each chunk's cap: every chunk gets min(cap, q) for the highest level q that
   // fits, and the leftover layers go one each to chunks that can take more (later chunks first).
@@ -253,8 +261,11 @@ int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, in
   return micro_batches;
 }
 
-StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
-  const Setting x = make_setting(graph, cluster, s);
+namespace {
+
+StepCosts step_costs(const Setting& x) {
+  const LayerGraph& graph = x.graph;
+  const Strategy& s = x.s;
   const LayerCost layer = layer_cost(x);
   const EndCost pre = end_cost(x, graph.pre_ops());
   EndCost post = end_cost(x, graph.post_ops());
@@ -295,11 +306,16 @@ StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Stra
       c.params += e->params;
     }
     c.grad_bytes = c.params * state.grad;
+    if (v > 0 && c.params == out.chunks[v - 1].params) {  // same layers: same collectives
+      c.zero3_gather = out.chunks[v - 1].zero3_gather;
+      c.dp_reduce = out.chunks[v - 1].dp_reduce;
+      continue;
+    }
     c.zero3_gather = s.zero == 3 ? collective_time(Collective::all_gather, x.dp_group, c.params * state.weight, x.dp_link) : 0;
-    // ZeRO 0/1 all-reduce the gradients once per step (stage 1 as reduce-scatter + later
-    // all-gather, the same bytes); ZeRO 2/3 reduce-scatter them (per micro-batch, see below).
-    c.dp_reduce = s.zero >= 2 ? collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes, x.dp_link)
-                : s.zero == 1 ? collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes, x.dp_link)
+    // ZeRO 0 all-reduces the gradients once per step; ZeRO 1 reduce-scatters them (the matching
+    // all-gather of updated parameters follows the optimizer); ZeRO 2/3 reduce-scatter them every
+    // micro-batch (see predict()).
+    c.dp_reduce = s.zero >= 1 ? collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes, x.dp_link)
                               : collective_time(Collective::all_reduce, x.dp_group, c.grad_bytes, x.dp_link);
   }
 
@@ -330,8 +346,6 @@ StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Stra
   return out;
 }
 
-namespace {
-
 // Activation bytes one rank keeps for one transformer layer and one micro-batch, with the
 // recomputation policy applied (Korthikanti et al. 2022, Table 2 generalised to GQA/SwiGLU).
 Bytes layer_activation_bytes(const Setting& x, bool keep_all) {
@@ -348,14 +362,21 @@ Bytes layer_activation_bytes(const Setting& x, bool keep_all) {
   return total;
 }
 
-}  // namespace
-
 // Activation memory per transformer layer and micro-batch as stored between forward and
 // backward (full recomputation: the layer input only).
-Bytes stored_layer_activation_bytes(const LayerGraph& g, const Cluster& c, const Strategy& s) {
-  const Setting x = make_setting(g, c, s);
-  if (s.recompute == Recompute::full) return x.tokens * g.model().hidden * x.act_bytes * x.seq_share;
+Bytes stored_layer_activation_bytes(const Setting& x) {
+  if (x.s.recompute == Recompute::full) return x.tokens * x.graph.model().hidden * x.act_bytes * x.seq_share;
   return layer_activation_bytes(x, false);
+}
+
+}  // namespace
+
+StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+  return step_costs(make_setting(graph, cluster, s));
+}
+
+Bytes stored_layer_activation_bytes(const LayerGraph& g, const Cluster& c, const Strategy& s) {
+  return stored_layer_activation_bytes(make_setting(g, c, s));
 }
 
 Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
@@ -383,8 +404,8 @@ Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy
                            cluster.max_gpus()));
   }
 
-  const StepCosts costs = step_costs(graph, cluster, s);
   const Setting x = make_setting(graph, cluster, s);
+  const StepCosts costs = step_costs(x);
   const int m = s.micro_batches();
   const StateBytes state = state_bytes(s);
 
@@ -454,7 +475,7 @@ Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy
   t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
 
   // Memory per stage.
-  const Bytes layer_act = stored_layer_activation_bytes(graph, cluster, s);
+  const Bytes layer_act = stored_layer_activation_bytes(x);
   // Full recomputation rebuilds one layer's activations at a time during the backward.
   const Bytes working_layer = s.recompute == Recompute::full ? layer_activation_bytes(x, true) : 0;
   const double shard = x.dp_group;
