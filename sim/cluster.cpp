@@ -37,6 +37,7 @@ FlopsPerSecond GpuSpec::peak(Dtype d) const {
 
 double GpuSpec::matmul_efficiency(Flops op_flops) const {
   const auto& c = gemm_efficiency;
+  TRAINPLAN_CHECK(!c.empty(), "GpuSpec::gemm_efficiency needs at least one point");
   if (op_flops <= c.front().flops) return c.front().efficiency;
   if (op_flops >= c.back().flops) return c.back().efficiency;
   auto hi = std::upper_bound(c.begin(), c.end(), op_flops,
@@ -48,10 +49,10 @@ double GpuSpec::matmul_efficiency(Flops op_flops) const {
 
 int Cluster::max_gpus() const { return network.empty() ? gpus_per_node : network.back().span_gpus; }
 
-static LinkTier parse_tier(const JsonObject& o, int min_span, bool with_span) {
+static LinkTier parse_tier(const JsonObject& o, bool with_span) {
   LinkTier t;
   t.name = o.string("name");
-  if (with_span) t.span_gpus = static_cast<int>(o.integer("span_gpus", min_span, 1 << 24));
+  if (with_span) t.span_gpus = static_cast<int>(o.integer("span_gpus", 1, 1 << 24));
   t.bandwidth = o.number("bandwidth_gbps", 0, 1e6, true) * kGB;
   t.latency = o.number("latency_us", 0, 1e6) * kMicro;
   t.efficiency = o.number("efficiency", 0, 1, true);
@@ -92,17 +93,25 @@ Cluster parse_cluster(const json& j, const std::string& file) {
   {
     JsonObject n = o.object("node");
     c.gpus_per_node = static_cast<int>(n.integer("gpus", 1, 1 << 16));
-    c.node = parse_tier(n.object("link"), 1, false);
+    c.node = parse_tier(n.object("link"), false);
     n.finish();
     c.node.span_gpus = c.gpus_per_node;
   }
-  int span = c.gpus_per_node;
-  for (const auto& t : o.objects("network")) {
-    c.network.push_back(parse_tier(t, span, true));
-    if (c.network.back().span_gpus % c.gpus_per_node != 0) {
+  // Tiers go innermost first: each spans at least as many GPUs as the one inside it (the node
+  // for the first), in whole nodes.
+  const auto tiers = o.objects("network");
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    const JsonObject& t = tiers[i];
+    c.network.push_back(parse_tier(t, true));
+    const int span = c.network.back().span_gpus;
+    const int inner = i == 0 ? c.gpus_per_node : c.network[i - 1].span_gpus;
+    if (span < inner) {
+      throw t.error("span_gpus", i == 0 ? fmt::format("must be at least node.gpus ({})", inner)
+                                        : fmt::format("must be at least network[{}].span_gpus ({})", i - 1, inner));
+    }
+    if (span % c.gpus_per_node != 0) {
       throw t.error("span_gpus", fmt::format("must be a multiple of node.gpus ({})", c.gpus_per_node));
     }
-    span = c.network.back().span_gpus;
   }
   c.runtime_overhead = o.number("runtime_overhead_gb", 0, 1e6) * kGB;
   c.price_per_gpu_hour = o.number("price_per_gpu_hour_usd", 0, 1e6);

@@ -104,7 +104,10 @@ std::optional<std::string> JsonObject::optional_string(const std::string& key) c
 std::string JsonObject::choice(const std::string& key, std::initializer_list<const char*> allowed) const {
   const json& v = need(key);
   std::string list;
-  for (const char* a : allowed) list += (list.empty() ? "" : "|") + std::string(a);
+  for (const char* a : allowed) {
+    if (!list.empty()) list += '|';
+    list += a;
+  }
   if (!v.is_string()) throw error(key, "must be one of " + list);
   auto s = v.get<std::string>();
   for (const char* a : allowed)

@@ -20,10 +20,12 @@ const char* to_string(Position p) {
   return "?";
 }
 
-// Checks that relate several fields; `file` and the field named make the message.
-static void check_shape(const ModelSpec& m, const JsonObject& o) {
-  if (m.hidden % m.heads != 0) throw o.error("heads", fmt::format("must divide hidden ({})", m.hidden));
-  if (m.heads % m.kv_heads != 0) throw o.error("kv_heads", fmt::format("must divide heads ({})", m.heads));
+// Checks that relate several fields; `file` and the field named make the message. The keys are
+// those of the file being read (trainplan's "heads", or a Hugging Face config's "num_attention_heads").
+static void check_shape(const ModelSpec& m, const JsonObject& o, const char* heads_key = "heads",
+                        const char* kv_heads_key = "kv_heads") {
+  if (m.hidden % m.heads != 0) throw o.error(heads_key, fmt::format("must divide hidden ({})", m.hidden));
+  if (m.heads % m.kv_heads != 0) throw o.error(kv_heads_key, fmt::format("must divide heads ({})", m.heads));
 }
 
 ModelSpec parse_model(const json& j, const std::string& file) {
@@ -94,9 +96,17 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   } else {
     throw o.error("model_type", "must be one of llama|mistral|qwen2|gpt2|gpt_neox");
   }
-  m.name = o.has("_name_or_path") ? o.string("_name_or_path") : std::filesystem::path(file).parent_path().filename().string();
+  // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
+  // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
+  const std::filesystem::path p(file);
+  if (o.has("_name_or_path") && o.raw("_name_or_path") != "") {
+    m.name = o.string("_name_or_path");
+  } else {
+    m.name = p.filename() == "config.json" ? p.parent_path().filename().string() : p.stem().string();
+  }
   if (m.name.empty()) m.name = type;
-  check_shape(m, o);
+  const bool gpt2 = type == "gpt2";
+  check_shape(m, o, gpt2 ? "n_head" : "num_attention_heads", "num_key_value_heads");
   return m;
 }
 

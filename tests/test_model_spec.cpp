@@ -1,0 +1,436 @@
+// Unit tests for sim/model_spec: the shipped model zoo, the trainplan model format, the Hugging
+// Face config.json mapping, and every bad input the loader must reject with a one-line message.
+#include "sim/model_spec.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "sim/check.hpp"
+#include "sim/json_reader.hpp"
+
+namespace trainplan {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+const fs::path kSource = TRAINPLAN_SOURCE_DIR;
+const std::string kData = TRAINPLAN_TEST_DATA_DIR;
+const std::string kBad = kData + "/bad/";
+const std::string kHf = kData + "/hf/";
+
+template <class F>
+std::string input_error(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
+  }
+  return "NO EXCEPTION";
+}
+
+::testing::AssertionResult StartsWith(const std::string& text, const std::string& prefix) {
+  if (text.rfind(prefix, 0) == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << text << "\" does not start with \"" << prefix << "\"";
+}
+
+// Parameter count of a decoder-only transformer, written out here independently of the layer
+// graph so that the zoo's figures can be checked against the published totals:
+//   embeddings  V·h (+ V·h for an untied LM head) (+ s·h learned positions)
+//   attention   h·(h + 2·kv·d) for Q,K,V and h·h for the output projection (d = h/a)
+//   MLP         2·h·f (GELU) or 3·h·f (SwiGLU: gate, up, down)
+//   norms       2h per LayerNorm (scale + bias), h per RMSNorm; two per layer plus a final one
+//   biases      GPT-style models (LayerNorm) have biases on every linear layer: (h + 2·kv·d) + h
+//               in attention, f + h in the MLP; Llama-style models (RMSNorm) have none.
+double parameters(const ModelSpec& m) {
+  const double h = m.hidden, f = m.ffn_hidden, V = m.vocab, kvd = double(m.kv_heads) * m.head_dim();
+  const bool gpt_style = m.norm == Norm::layernorm;
+  double embed = V * h * (m.tied_embeddings ? 1 : 2) + (m.position == Position::learned ? m.seq_len * h : 0);
+  double attn = h * (h + 2 * kvd) + h * h + (gpt_style ? (h + 2 * kvd) + h : 0);
+  double mlp = (m.activation == Activation::swiglu ? 3 : 2) * h * f + (gpt_style ? f + h : 0);
+  double norm = gpt_style ? 2 * h : h;
+  return embed + m.layers * (attn + mlp + 2 * norm) + norm;
+}
+
+// ---- the shipped zoo --------------------------------------------------------------------------
+
+TEST(ModelZoo, EveryShippedFileLoadsAndIsNamedLikeItsFile) {
+  std::set<std::string> found;
+  for (const auto& e : fs::directory_iterator(kSource / "models")) {
+    if (e.path().extension() != ".json") continue;
+    SCOPED_TRACE(e.path().string());
+    const ModelSpec by_path = load_model(e.path().string(), kSource);
+    const ModelSpec by_name = load_model(e.path().stem().string(), kSource);
+    EXPECT_EQ(by_path.name, e.path().stem().string());
+    EXPECT_EQ(by_name.name, by_path.name);
+    EXPECT_EQ(by_name.layers, by_path.layers);
+    EXPECT_EQ(by_path.hidden % by_path.heads, 0);
+    EXPECT_EQ(by_path.heads % by_path.kv_heads, 0);
+    found.insert(by_path.name);
+  }
+  // The models issue 2 requires, by name.
+  for (const char* required : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama2-7b",
+                               "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-405b",
+                               "mistral-7b", "tiny-gpt"}) {
+    EXPECT_TRUE(found.count(required)) << "models/" << required << ".json is missing";
+  }
+}
+
+TEST(ModelZoo, EveryShippedFileCitesASource) {
+  for (const auto& e : fs::directory_iterator(kSource / "models")) {
+    if (e.path().extension() != ".json") continue;
+    json j = read_json_file(e.path());
+    ASSERT_TRUE(j.contains("source")) << e.path();
+    EXPECT_GT(j["source"].get<std::string>().size(), 20u) << e.path();
+  }
+}
+
+TEST(ModelZoo, Llama3_70bHasThePublishedShape) {
+  // Llama 3 paper Table 3 and the HF config: 80 layers, 8192 hidden, 64 heads, 8 KV heads (GQA),
+  // FFN 28672, vocabulary 128256, 8K context.
+  const ModelSpec m = load_model("llama3-70b", kSource);
+  EXPECT_EQ(m.layers, 80);
+  EXPECT_EQ(m.hidden, 8192);
+  EXPECT_EQ(m.heads, 64);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.head_dim(), 128);
+  EXPECT_EQ(m.ffn_hidden, 28672);
+  EXPECT_EQ(m.vocab, 128256);
+  EXPECT_EQ(m.seq_len, 8192);
+  EXPECT_EQ(m.activation, Activation::swiglu);
+  EXPECT_EQ(m.norm, Norm::rmsnorm);
+  EXPECT_EQ(m.position, Position::rope);
+  EXPECT_FALSE(m.tied_embeddings);
+}
+
+TEST(ModelZoo, Gpt3_175bHasThePaperShape) {
+  const ModelSpec m = load_model("gpt3-175b", kSource);
+  EXPECT_EQ(m.layers, 96);
+  EXPECT_EQ(m.hidden, 12288);
+  EXPECT_EQ(m.heads, 96);
+  EXPECT_EQ(m.kv_heads, 96);
+  EXPECT_EQ(m.ffn_hidden, 4 * 12288);
+  EXPECT_EQ(m.vocab, 50257);
+  EXPECT_EQ(m.seq_len, 2048);
+  EXPECT_EQ(m.activation, Activation::gelu);
+  EXPECT_EQ(m.norm, Norm::layernorm);
+  EXPECT_EQ(m.position, Position::learned);
+  EXPECT_FALSE(m.tied_embeddings);
+}
+
+TEST(ModelZoo, TinyGptIsSmallEnoughForACpu) {
+  const ModelSpec m = load_model("tiny-gpt", kSource);
+  EXPECT_EQ(m.layers, 2);
+  EXPECT_EQ(m.hidden, 64);
+  EXPECT_EQ(m.heads, 4);
+  EXPECT_TRUE(m.tied_embeddings);
+  // 256·64 + 64·64 + 2·(49,920 + 512) + 128 = 120,576 parameters (see parameters()).
+  EXPECT_EQ(parameters(m), 120576);
+}
+
+// Published parameter totals (Hugging Face safetensors metadata / model cards; GPT-3 paper Table
+// 2.1 for 175B, which rounds): each shipped file's figures must reproduce them.
+struct PublishedCount {
+  const char* name;
+  double params;
+  double rel_tolerance;
+};
+
+class ModelZooParams : public ::testing::TestWithParam<PublishedCount> {};
+
+TEST_P(ModelZooParams, MatchPublishedTotal) {
+  const auto& p = GetParam();
+  const ModelSpec m = load_model(p.name, kSource);
+  EXPECT_NEAR(parameters(m), p.params, p.params * p.rel_tolerance) << p.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Published, ModelZooParams,
+    ::testing::Values(PublishedCount{"gpt2", 124439808, 0}, PublishedCount{"gpt2-medium", 354823168, 0},
+                      PublishedCount{"gpt2-large", 774030080, 0}, PublishedCount{"gpt2-xl", 1557611200, 0},
+                      PublishedCount{"llama2-7b", 6738415616, 0}, PublishedCount{"llama2-13b", 13015864320, 0},
+                      PublishedCount{"llama2-70b", 68976648192, 0}, PublishedCount{"llama3-8b", 8030261248, 0},
+                      PublishedCount{"llama3-70b", 70553706496, 0},
+                      PublishedCount{"llama3.1-405b", 405853388800, 0},
+                      PublishedCount{"mistral-7b", 7241732096, 0},
+                      // "175.0B" in the paper; the untied 50257x12288 head adds 0.6B.
+                      PublishedCount{"gpt3-175b", 175.0e9, 0.005}),
+    [](const auto& info) {
+      std::string n = info.param.name;
+      for (char& c : n)
+        if (c == '-' || c == '.') c = '_';
+      return n;
+    });
+
+// ---- the trainplan model format ---------------------------------------------------------------
+
+json valid_model() {
+  return json::parse(R"({"name": "m", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 256,
+                         "vocab": 256, "seq_len": 64, "activation": "swiglu", "norm": "rmsnorm",
+                         "tied_embeddings": false, "position": "alibi"})");
+}
+
+TEST(ParseModel, ReadsEveryField) {
+  const ModelSpec m = parse_model(valid_model(), "m.json");
+  EXPECT_EQ(m.name, "m");
+  EXPECT_EQ(m.layers, 2);
+  EXPECT_EQ(m.hidden, 64);
+  EXPECT_EQ(m.heads, 4);
+  EXPECT_EQ(m.kv_heads, 2);
+  EXPECT_EQ(m.ffn_hidden, 256);
+  EXPECT_EQ(m.vocab, 256);
+  EXPECT_EQ(m.seq_len, 64);
+  EXPECT_EQ(m.head_dim(), 16);
+  EXPECT_EQ(m.activation, Activation::swiglu);
+  EXPECT_EQ(m.norm, Norm::rmsnorm);
+  EXPECT_EQ(m.position, Position::alibi);
+  EXPECT_FALSE(m.tied_embeddings);
+}
+
+TEST(ParseModel, SourceIsOptional) {
+  json j = valid_model();
+  j["source"] = "a paper";
+  EXPECT_NO_THROW(parse_model(j, "m.json"));
+  j["source"] = 3;
+  EXPECT_EQ(input_error([&] { parse_model(j, "m.json"); }), "m.json: source = 3, must be a string");
+}
+
+TEST(ParseModel, ToJsonRoundTrips) {
+  const ModelSpec a = load_model("mistral-7b", kSource);
+  const ModelSpec b = parse_model(to_json(a), "roundtrip");
+  EXPECT_EQ(to_json(b), to_json(a));
+  EXPECT_EQ(b.kv_heads, 8);
+  EXPECT_EQ(b.position, Position::rope);
+  EXPECT_EQ(to_json(a).size(), 12u);  // exactly the model keys, no "source"
+}
+
+TEST(ParseModel, EveryRequiredKeyIsRequired) {
+  const json all = valid_model();  // named: items() of a temporary would dangle
+  for (const auto& [key, value] : all.items()) {
+    json j = valid_model();
+    j.erase(key);
+    EXPECT_EQ(input_error([&] { parse_model(j, "m.json"); }), "m.json: " + key + " is missing (required key)");
+  }
+}
+
+TEST(ParseModel, IntegerFieldsRejectZero) {
+  for (const char* key : {"layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len"}) {
+    json j = valid_model();
+    j[key] = 0;
+    EXPECT_TRUE(StartsWith(input_error([&] { parse_model(j, "m.json"); }),
+                           std::string("m.json: ") + key + " = 0, must be in [1, "));
+  }
+}
+
+TEST(ParseModel, KvHeadsAboveHeadsIsRejected) {
+  json j = valid_model();
+  j["kv_heads"] = 8;  // 4 % 8 != 0
+  EXPECT_EQ(input_error([&] { parse_model(j, "m.json"); }), "m.json: kv_heads = 8, must divide heads (4)");
+}
+
+// ---- bad model files: each names the file, the field and the rule ------------------------------
+
+TEST(BadModelFile, Malformed) {
+  EXPECT_TRUE(StartsWith(input_error([] { load_model(kBad + "malformed.json", kSource); }),
+                         kBad + "malformed.json: malformed JSON: "));
+}
+
+TEST(BadModelFile, Truncated) {
+  EXPECT_TRUE(StartsWith(input_error([] { load_model(kBad + "truncated.json", kSource); }),
+                         kBad + "truncated.json: malformed JSON: "));
+}
+
+TEST(BadModelFile, NotAnObject) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "not_object.json", kSource); }),
+            kBad + "not_object.json: top level must be a JSON object");
+}
+
+TEST(BadModelFile, UnknownKey) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "model_unknown_key.json", kSource); }),
+            kBad + "model_unknown_key.json: dropout is not a known key");
+}
+
+TEST(BadModelFile, MissingKey) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "model_missing_key.json", kSource); }),
+            kBad + "model_missing_key.json: vocab is missing (required key)");
+}
+
+TEST(BadModelFile, WrongType) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "model_wrong_type.json", kSource); }),
+            kBad + "model_wrong_type.json: layers = \"2\", must be an integer");
+}
+
+TEST(BadModelFile, OutOfRange) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "model_out_of_range.json", kSource); }),
+            kBad + "model_out_of_range.json: layers = 0, must be in [1, 100000]");
+}
+
+TEST(BadModelFile, UnknownChoice) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "model_bad_choice.json", kSource); }),
+            kBad + "model_bad_choice.json: activation = \"relu\", must be one of gelu|swiglu");
+}
+
+TEST(BadModelFile, HeadsNotDividingHidden) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "model_heads_not_dividing.json", kSource); }),
+            kBad + "model_heads_not_dividing.json: heads = 4, must divide hidden (66)");
+}
+
+TEST(BadModelFile, KvHeadsNotDividingHeads) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "model_kv_heads_not_dividing.json", kSource); }),
+            kBad + "model_kv_heads_not_dividing.json: kv_heads = 3, must divide heads (4)");
+}
+
+TEST(BadModelFile, MissingFile) {
+  const std::string path = kBad + "no-such-model.json";
+  EXPECT_EQ(input_error([&] { load_model(path, kSource); }), path + ": cannot open file (No such file or directory)");
+}
+
+TEST(BadModelName, UnknownBuiltinNameSaysWhereItLooked) {
+  EXPECT_EQ(input_error([] { load_model("llama9-1t", kSource); }),
+            "--model llama9-1t: not a built-in model (see " + (kSource / "models").string() + ") and not a file");
+}
+
+// ---- Hugging Face config.json -----------------------------------------------------------------
+
+TEST(HfConfig, Llama3_8b) {
+  const ModelSpec m = load_model(kHf + "llama3-8b/config.json", kSource);
+  EXPECT_EQ(m.name, "llama3-8b");  // the folder name
+  EXPECT_EQ(m.layers, 32);
+  EXPECT_EQ(m.hidden, 4096);
+  EXPECT_EQ(m.heads, 32);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.ffn_hidden, 14336);
+  EXPECT_EQ(m.vocab, 128256);
+  EXPECT_EQ(m.seq_len, 8192);
+  EXPECT_EQ(m.activation, Activation::swiglu);
+  EXPECT_EQ(m.norm, Norm::rmsnorm);
+  EXPECT_EQ(m.position, Position::rope);
+  EXPECT_FALSE(m.tied_embeddings);
+  // Same architecture as the zoo's file.
+  const ModelSpec zoo = load_model("llama3-8b", kSource);
+  EXPECT_EQ(to_json(m), to_json(zoo));
+}
+
+TEST(HfConfig, Mistral7b) {
+  const ModelSpec m = load_model(kHf + "mistral-7b/config.json", kSource);
+  EXPECT_EQ(m.layers, 32);
+  EXPECT_EQ(m.hidden, 4096);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.ffn_hidden, 14336);
+  EXPECT_EQ(m.vocab, 32000);
+  EXPECT_EQ(m.seq_len, 32768);  // max_position_embeddings, not the zoo's 8192 training length
+  EXPECT_EQ(m.activation, Activation::swiglu);
+  EXPECT_EQ(parameters(m), 7241732096);
+}
+
+TEST(HfConfig, Qwen2TiesEmbeddingsWhenTheConfigSaysSo) {
+  const ModelSpec m = load_model(kHf + "qwen2-0.5b/config.json", kSource);
+  EXPECT_EQ(m.name, "qwen2-0.5b");
+  EXPECT_EQ(m.layers, 24);
+  EXPECT_EQ(m.hidden, 896);
+  EXPECT_EQ(m.heads, 14);
+  EXPECT_EQ(m.kv_heads, 2);
+  EXPECT_EQ(m.head_dim(), 64);
+  EXPECT_EQ(m.ffn_hidden, 4864);
+  EXPECT_EQ(m.vocab, 151936);
+  EXPECT_EQ(m.seq_len, 131072);
+  EXPECT_TRUE(m.tied_embeddings);
+  EXPECT_EQ(m.norm, Norm::rmsnorm);
+}
+
+TEST(HfConfig, Gpt2NullInnerMeansFourTimesHidden) {
+  const ModelSpec m = load_model(kHf + "gpt2/config.json", kSource);
+  EXPECT_EQ(m.layers, 12);
+  EXPECT_EQ(m.hidden, 768);
+  EXPECT_EQ(m.heads, 12);
+  EXPECT_EQ(m.kv_heads, 12);
+  EXPECT_EQ(m.ffn_hidden, 3072);  // "n_inner": null
+  EXPECT_EQ(m.vocab, 50257);
+  EXPECT_EQ(m.seq_len, 1024);
+  EXPECT_EQ(m.activation, Activation::gelu);
+  EXPECT_EQ(m.norm, Norm::layernorm);
+  EXPECT_EQ(m.position, Position::learned);
+  EXPECT_TRUE(m.tied_embeddings);
+  const ModelSpec zoo = load_model("gpt2", kSource);
+  EXPECT_EQ(to_json(m), to_json(zoo));
+}
+
+TEST(HfConfig, Gpt2ExplicitInner) {
+  json j = read_json_file(kHf + "gpt2/config.json");
+  j["n_inner"] = 1000;
+  EXPECT_EQ(parse_hf_config(j, "cfg/config.json").ffn_hidden, 1000);
+}
+
+TEST(HfConfig, GptNeoxPythia) {
+  const ModelSpec m = load_model(kHf + "pythia-160m/config.json", kSource);
+  EXPECT_EQ(m.name, "pythia-160m");
+  EXPECT_EQ(m.layers, 12);
+  EXPECT_EQ(m.hidden, 768);
+  EXPECT_EQ(m.heads, 12);
+  EXPECT_EQ(m.kv_heads, 12);
+  EXPECT_EQ(m.ffn_hidden, 3072);
+  EXPECT_EQ(m.vocab, 50304);
+  EXPECT_EQ(m.seq_len, 2048);
+  EXPECT_EQ(m.activation, Activation::gelu);
+  EXPECT_EQ(m.norm, Norm::layernorm);
+  EXPECT_EQ(m.position, Position::rope);
+  EXPECT_FALSE(m.tied_embeddings);
+}
+
+TEST(HfConfig, MissingKvHeadsMeansMultiHeadAttention) {
+  json j = read_json_file(kHf + "llama3-8b/config.json");
+  j.erase("num_key_value_heads");
+  EXPECT_EQ(parse_hf_config(j, "x/config.json").kv_heads, 32);
+}
+
+TEST(HfConfig, NameOrPathWinsOverTheFolder) {
+  json j = read_json_file(kHf + "llama3-8b/config.json");
+  j["_name_or_path"] = "meta-llama/Meta-Llama-3-8B";
+  EXPECT_EQ(parse_hf_config(j, "x/config.json").name, "meta-llama/Meta-Llama-3-8B");
+}
+
+TEST(HfConfig, NameFallsBackToFolderThenFileStem) {
+  json j = read_json_file(kHf + "llama3-8b/config.json");
+  EXPECT_EQ(parse_hf_config(j, "models/my-llama/config.json").name, "my-llama");
+  EXPECT_EQ(parse_hf_config(j, "models/my-llama.json").name, "my-llama");
+  EXPECT_EQ(parse_hf_config(j, "config.json").name, "llama");  // nothing better: the model_type
+  j["_name_or_path"] = "";  // save_pretrained writes this for models built in memory
+  EXPECT_EQ(parse_hf_config(j, "models/my-llama/config.json").name, "my-llama");
+  j["_name_or_path"] = 7;
+  EXPECT_EQ(input_error([&] { parse_hf_config(j, "c.json"); }), "c.json: _name_or_path = 7, must be a string");
+}
+
+TEST(BadHfConfig, UnknownModelType) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "hf_unknown_model_type.json", kSource); }),
+            kBad + "hf_unknown_model_type.json: model_type = \"bert\", must be one of llama|mistral|qwen2|gpt2|gpt_neox");
+}
+
+TEST(BadHfConfig, MissingKey) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "hf_missing_key.json", kSource); }),
+            kBad + "hf_missing_key.json: intermediate_size is missing (required key)");
+}
+
+TEST(BadHfConfig, WrongType) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "hf_wrong_type.json", kSource); }),
+            kBad + "hf_wrong_type.json: n_layer = \"12\", must be an integer");
+}
+
+TEST(BadHfConfig, HeadsNotDividingHidden) {
+  EXPECT_EQ(input_error([] { load_model(kBad + "hf_heads_not_dividing.json", kSource); }),
+            kBad + "hf_heads_not_dividing.json: num_attention_heads = 14, must divide hidden (900)");
+}
+
+TEST(BadHfConfig, KvHeadsNotDividingHeads) {
+  json j = read_json_file(kHf + "llama3-8b/config.json");
+  j["num_key_value_heads"] = 5;
+  EXPECT_EQ(input_error([&] { parse_hf_config(j, "x/config.json"); }),
+            "x/config.json: num_key_value_heads = 5, must divide heads (32)");
+}
+
+}  // namespace
+}  // namespace trainplan
