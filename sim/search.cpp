@@ -96,13 +96,6 @@ int index_of(const std::vector<int>& v, int x) {
   return static_cast<int>(std::lower_bound(v.begin(), v.end(), x) - v.begin());
 }
 
-Bytes layer_act(const Problem& p, int tp, int cp, int mb_index, Recompute r, bool sp) {
-  const std::size_t i =
-      (((static_cast<std::size_t>(index_of(p.tps, tp)) * p.cps.size() + index_of(p.cps, cp)) * p.micro_batches.size() +
-        mb_index) * 3 + static_cast<int>(r)) * 2 + (sp ? 1 : 0);
-  return p.layer_act[i];
-}
-
 Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k, int vp, const Setting& st) {
   Strategy s;
   s.dp = l.dp;
@@ -254,48 +247,65 @@ std::vector<Layout> make_layouts(const Problem& p) {
   return out;
 }
 
-// Activation floor, summed over the stages: sum_i in_flight_i * layers_i / vp * A, at least one
-// layer per chunk (vp per stage), the remaining layers where the fewest micro-batches are in flight.
-Bytes activation_floor_sum(const Problem& p, const Strategy& s, Bytes per_layer) {
-  const int L = p.graph.model().layers, pp = s.pp, m = s.micro_batches();
+// Activation floor, summed over the stages, in units of one layer's stored activations:
+// sum_i in_flight_i * layers_i / vp, with at least one layer per chunk (vp per stage) and the
+// remaining layers where the fewest micro-batches are in flight.
+double activation_floor_layers(const Problem& p, ScheduleKind kind, int pp, int m, int vp) {
+  const int L = p.graph.model().layers;
   double sum_f = 0, min_f = 0;
-  if (s.schedule == ScheduleKind::one_f_one_b) {
-    // in_flight_i = min(pp - i, m): sum over i = sum_{j=1..pp} min(j, m); the last stage has min(1, m) = 1.
+  if (kind == ScheduleKind::one_f_one_b) {
+    // in_flight_i = min(pp - i, m): the sum over i is sum_{j=1..pp} min(j, m); the last stage holds 1.
     const double k = std::min(pp, m);
     sum_f = k * (k + 1) / 2 + static_cast<double>(pp - k) * m;
     min_f = 1;
   } else {
-    min_f = in_flight_chunks(s.schedule, pp, pp - 1, m, s.vp);
-    for (int i = 0; i < pp; ++i) min_f = std::min<double>(min_f, in_flight_chunks(s.schedule, pp, i, m, s.vp));
+    min_f = in_flight_chunks(kind, pp, 0, m, vp);
+    for (int i = 1; i < pp; ++i) min_f = std::min<double>(min_f, in_flight_chunks(kind, pp, i, m, vp));
     sum_f = pp * min_f;
   }
-  return (sum_f * s.vp + (L - pp * s.vp) * min_f) / s.vp * per_layer;
+  return (sum_f * vp + (L - pp * vp) * min_f) / vp;
 }
+
+// Floor of the work of all stages for one micro-batch (summed over stages): forward + backward
+// (2x) of every matmul at the best matmul rate, plus the repeated forward of the layers under
+// full recomputation.
+Seconds work_floor(const Problem& p, int tp, int cp, int mb, bool full_recompute) {
+  const double tokens = static_cast<double>(mb) * p.space.seq_len / cp;
+  Flops flops = 3 * p.matmul_flops_per_token;
+  if (full_recompute) flops += p.graph.model().layers * p.layer_matmul_flops_per_token;
+  return flops * tokens / tp / p.best_matmul_rate;
+}
+
+// step >= m * max_stage + (sum - max_stage) / vp >= sum / pp * (m + (pp - 1) / vp).
+double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<double>(pp - 1) / vp) / pp; }
+
+// Model-state bytes summed over stages: every parameter is held by some stage, split at least tp
+// ways, sharded by ZeRO over dp x cp.
+Bytes states_floor(const Problem& p, int dp, int tp, int cp, int zero) {
+  const double shard = static_cast<double>(dp) * cp;
+  const double per_param = p.weight_bytes / (zero == 3 ? shard : 1.0) + p.grad_bytes / (zero >= 2 ? shard : 1.0) +
+                           p.optimizer_bytes / (zero >= 1 ? shard : 1.0);
+  return p.graph.total_params() / tp * per_param;
+}
+
+// A relative margin so that rounding never lifts a bound above the figure it bounds.
+constexpr double kMargin = 1 - 1e-9;
 
 struct Bounds {
   Seconds step;
   Bytes memory;
 };
 
-// The floors of step time and peak memory; see the header for the argument.
+// The floors of step time and peak memory (peak >= mean over stages of states + activations +
+// the runtime overhead); see the header for the argument.
 Bounds bounds(const Problem& p, const Strategy& s, Bytes per_layer_act) {
-  const double tokens = static_cast<double>(s.micro_batch) * s.seq_len / s.cp;
-  // Work of all stages for one micro-batch: forward + backward (2x) of every matmul, plus the
-  // repeated forward of the layers under full recomputation.
-  Flops flops = 3 * p.matmul_flops_per_token;
-  if (s.recompute == Recompute::full) flops += p.graph.model().layers * p.layer_matmul_flops_per_token;
-  const Seconds work = flops * tokens / s.tp / p.best_matmul_rate;
-  // step >= m * max_stage + (sum - max_stage) / vp >= sum / pp * (m + (pp - 1) / vp).
-  const Seconds step = work / s.pp * (s.micro_batches() + static_cast<double>(s.pp - 1) / s.vp);
-  // Peak >= mean over stages: model states (every parameter held by some stage, split >= tp ways,
-  // sharded by ZeRO over dp x cp), the activation floor and the runtime overhead.
-  const double shard = static_cast<double>(s.dp) * s.cp;
-  const double per_param = p.weight_bytes / (s.zero == 3 ? shard : 1.0) + p.grad_bytes / (s.zero >= 2 ? shard : 1.0) +
-                           p.optimizer_bytes / (s.zero >= 1 ? shard : 1.0);
-  const Bytes states = p.graph.total_params() / s.tp * per_param;
-  const Bytes memory = p.cluster.runtime_overhead + (states + activation_floor_sum(p, s, per_layer_act)) / s.pp;
-  // A relative margin so that rounding never lifts a bound above the figure it bounds.
-  return {step * (1 - 1e-9), memory * (1 - 1e-9)};
+  const int m = s.micro_batches();
+  const Seconds step = work_floor(p, s.tp, s.cp, s.micro_batch, s.recompute == Recompute::full) *
+                       pipeline_factor(s.pp, m, s.vp);
+  const Bytes memory = p.cluster.runtime_overhead +
+                       (states_floor(p, s.dp, s.tp, s.cp, s.zero) +
+                        activation_floor_layers(p, s.schedule, s.pp, m, s.vp) * per_layer_act) / s.pp;
+  return {step * kMargin, memory * kMargin};
 }
 
 // Total order of ranked candidates: objective, then fewer GPUs, less memory, then the layout.
@@ -303,10 +313,12 @@ struct Ranked {
   double value;
   Estimate e;
 };
+auto layout_key(const Strategy& s) {
+  return std::make_tuple(s.dp, s.tp, s.pp, s.cp, s.vp, s.zero, s.micro_batch, static_cast<int>(s.recompute),
+                         s.sequence_parallel, static_cast<int>(s.schedule));
+}
 auto rank_key(const Ranked& r) {
-  const Strategy& s = r.e.strategy;
-  return std::make_tuple(r.value, s.gpus(), r.e.peak_memory, s.dp, s.tp, s.pp, s.cp, s.vp, s.zero, s.micro_batch,
-                         static_cast<int>(s.recompute), s.sequence_parallel, static_cast<int>(s.schedule));
+  return std::make_tuple(r.value, r.e.strategy.gpus(), r.e.peak_memory, layout_key(r.e.strategy));
 }
 bool better(const Ranked& a, const Ranked& b) { return rank_key(a) < rank_key(b); }
 
@@ -323,7 +335,12 @@ void add_to_front(std::vector<Estimate>& front, const Estimate& e) {
   const double t = e.time.step, m = e.peak_memory;
   // First point with step > t; every point before it has step <= t.
   auto pos = std::upper_bound(front.begin(), front.end(), t, [](double x, const Estimate& f) { return x < f.time.step; });
-  if (pos != front.begin() && std::prev(pos)->peak_memory <= m) return;  // dominated (or equal)
+  if (pos != front.begin()) {
+    const Estimate& q = *std::prev(pos);
+    if (q.peak_memory < m || (q.peak_memory == m && (q.time.step < t || layout_key(q.strategy) <= layout_key(e.strategy)))) {
+      return;  // dominated, or equal and later in the layout order (ties keep the same point at any thread count)
+    }
+  }
   // Remove the points the new one dominates: step >= t and memory >= m, right after it.
   auto first = pos;
   while (first != front.begin() && std::prev(first)->time.step == t) --first;  // same step, more memory
@@ -354,56 +371,132 @@ struct WorkerResult {
   SearchStats stats;
 };
 
-void run_layout(const Problem& p, const Layout& l, Shared& shared, WorkerResult& w) {
+// The objective's floor for a step-time floor (same formulas as objective_value).
+double value_floor(const Problem& p, Seconds step, int gpus) {
+  switch (p.options.objective) {
+    case Objective::time: return step;
+    case Objective::throughput: return -static_cast<double>(p.space.global_batch) * p.space.seq_len / step;
+    case Objective::cost: return p.cluster.price_per_gpu_hour * gpus * step / 3600.0;
+  }
+  return step;
+}
+
+// True when nothing with this step-time floor can enter the top K or the reported Pareto front.
+bool beaten(const Problem& p, const Shared& shared, Seconds step_floor, int gpus) {
+  const double kth = shared.kth.load(std::memory_order_relaxed);
+  const double window = p.options.pareto_window * shared.best_step.load(std::memory_order_relaxed);
+  return step_floor > window && value_floor(p, step_floor, gpus) > kth;
+}
+
+void evaluate(const Problem& p, const Strategy& s, Shared& shared, WorkerResult& w) {
   const SearchOptions& o = p.options;
-  const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
-  const double capacity = p.cluster.gpu.hbm;
-  const double tokens_per_step = static_cast<double>(p.space.global_batch) * p.space.seq_len;
+  Estimate e = o.evaluate ? o.evaluate(s) : predict(p.graph, p.cluster, s);
+  ++w.stats.evaluated;
+  if (!e.feasible) {
+    TRAINPLAN_CHECK(!e.infeasible_reasons.empty(), "an infeasible estimate must say why");
+    ++w.stats.infeasible_by_reason[reason_key(e.infeasible_reasons.front())];
+    if (o.keep_infeasible > 0 && e.time.step > 0) {
+      const double step = e.time.step;
+      keep_best(w.infeasible, static_cast<std::size_t>(o.keep_infeasible), {step, std::move(e)});
+    }
+    return;
+  }
+  ++w.stats.feasible;
+  const double value = objective_value(o.objective, e, p.cluster);
+  const double step = e.time.step;
+  if (step < shared.best_step.load(std::memory_order_relaxed)) lower_to(shared.best_step, step);
+  if (step <= o.pareto_window * shared.best_step.load(std::memory_order_relaxed)) add_to_front(w.front, e);
   const std::size_t k = static_cast<std::size_t>(o.top_k);
+  if (w.top.size() < k || value <= w.top.back().value) {
+    keep_best(w.top, k, {value, std::move(e)});
+    if (w.top.size() == k) lower_to(shared.kth, w.top.back().value);
+  }
+}
+
+// All candidates of one (dp, tp, pp, cp) layout. The bounds are hoisted to the level of the
+// odometer they depend on, so whole subtrees are skipped with one test.
+void run_layout(const Problem& p, const Layout& l, Shared& shared, WorkerResult& w) {
+  const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
+  const std::int64_t per_schedule = static_cast<std::int64_t>(settings.size());
+  const int gb = p.space.global_batch;
+  auto count_all = [&] {
+    std::int64_t n = 0;
+    for (int mb : p.micro_batches)
+      if (gb % (l.dp * mb) == 0) for_each_schedule(p, l.pp, gb / (l.dp * mb), [&](ScheduleKind, int) { n += per_schedule; });
+    return n;
+  };
+  if (!p.options.prune) {
+    for (int mb : p.micro_batches) {
+      if (gb % (l.dp * mb) != 0) continue;
+      for_each_schedule(p, l.pp, gb / (l.dp * mb), [&](ScheduleKind kind, int vp) {
+        for (const Setting& st : settings) {
+          ++w.stats.candidates;
+          evaluate(p, make_strategy(p, l, mb, kind, vp, st), shared, w);
+        }
+      });
+    }
+    return;
+  }
+  const double capacity = p.cluster.gpu.hbm;
+  const Bytes overhead = p.cluster.runtime_overhead;
+  const int gpus = l.gpus();
+  // Per-setting state bytes (by ZeRO stage) and the smallest of them.
+  double states[4];
+  double min_states = std::numeric_limits<double>::infinity();
+  for (int z = 0; z < 4; ++z) states[z] = states_floor(p, l.dp, l.tp, l.cp, z);
+  for (const Setting& st : settings) min_states = std::min(min_states, states[st.zero]);
+  // Layout level: out of memory with the best ZeRO stage and no activations, or slower than the
+  // threshold with one micro-batch and no bubble.
+  if ((overhead + min_states / l.pp) * kMargin > capacity) {
+    const std::int64_t n = count_all();
+    w.stats.candidates += n;
+    w.stats.pruned_out_of_memory += n;
+    return;
+  }
+  {
+    const int mb0 = p.micro_batches.front();
+    const Seconds floor = work_floor(p, l.tp, l.cp, mb0, false) * (gb / static_cast<double>(l.dp * mb0)) / l.pp * kMargin;
+    if (beaten(p, shared, floor, gpus)) {
+      const std::int64_t n = count_all();
+      w.stats.candidates += n;
+      w.stats.pruned_by_bound += n;
+      return;
+    }
+  }
+  const std::size_t tp_i = index_of(p.tps, l.tp), cp_i = index_of(p.cps, l.cp);
   for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
     const int mb = p.micro_batches[mi];
-    if (p.space.global_batch % (l.dp * mb) != 0) continue;
-    const int m = p.space.global_batch / (l.dp * mb);
+    if (gb % (l.dp * mb) != 0) continue;
+    const int m = gb / (l.dp * mb);
+    const Bytes* act = &p.layer_act[((tp_i * p.cps.size() + cp_i) * p.micro_batches.size() + mi) * 6];
+    const Seconds work_plain = work_floor(p, l.tp, l.cp, mb, false), work_full = work_floor(p, l.tp, l.cp, mb, true);
+    Bytes min_act = std::numeric_limits<double>::infinity();
+    for (const Setting& st : settings) min_act = std::min(min_act, act[static_cast<int>(st.recompute) * 2 + st.sp]);
     for_each_schedule(p, l.pp, m, [&](ScheduleKind kind, int vp) {
+      w.stats.candidates += per_schedule;
+      const double floor_layers = activation_floor_layers(p, kind, l.pp, m, vp);
+      const double pipe = pipeline_factor(l.pp, m, vp);
+      // Subtree level: every setting out of memory, or every setting beaten.
+      if ((overhead + (min_states + floor_layers * min_act) / l.pp) * kMargin > capacity) {
+        w.stats.pruned_out_of_memory += per_schedule;
+        return;
+      }
+      if (beaten(p, shared, work_plain * pipe * kMargin, gpus)) {
+        w.stats.pruned_by_bound += per_schedule;
+        return;
+      }
       for (const Setting& st : settings) {
-        const Strategy s = make_strategy(p, l, mb, kind, vp, st);
-        ++w.stats.candidates;
-        if (o.prune) {
-          const Bounds b = bounds(p, s, layer_act(p, l.tp, l.cp, static_cast<int>(mi), st.recompute, st.sp));
-          if (b.memory > capacity) {
-            ++w.stats.pruned_out_of_memory;
-            continue;
-          }
-          double value_bound = b.step;
-          if (o.objective == Objective::throughput) value_bound = -tokens_per_step / b.step;
-          if (o.objective == Objective::cost) value_bound = p.cluster.price_per_gpu_hour * s.gpus() * b.step / 3600.0;
-          const double kth = shared.kth.load(std::memory_order_relaxed);
-          const double window = o.pareto_window * shared.best_step.load(std::memory_order_relaxed);
-          if (value_bound > kth && b.step > window) {
-            ++w.stats.pruned_by_bound;
-            continue;
-          }
-        }
-        Estimate e = o.evaluate ? o.evaluate(s) : predict(p.graph, p.cluster, s);
-        ++w.stats.evaluated;
-        if (!e.feasible) {
-          TRAINPLAN_CHECK(!e.infeasible_reasons.empty(), "an infeasible estimate must say why");
-          ++w.stats.infeasible_by_reason[reason_key(e.infeasible_reasons.front())];
-          if (o.keep_infeasible > 0 && e.time.step > 0) {
-            const double step = e.time.step;
-            keep_best(w.infeasible, static_cast<std::size_t>(o.keep_infeasible), {step, std::move(e)});
-          }
+        const Bytes memory = overhead + (states[st.zero] + floor_layers * act[static_cast<int>(st.recompute) * 2 + st.sp]) / l.pp;
+        if (memory * kMargin > capacity) {
+          ++w.stats.pruned_out_of_memory;
           continue;
         }
-        ++w.stats.feasible;
-        const double value = objective_value(o.objective, e, p.cluster);
-        const double step = e.time.step;
-        if (step < shared.best_step.load(std::memory_order_relaxed)) lower_to(shared.best_step, step);
-        if (step <= o.pareto_window * shared.best_step.load(std::memory_order_relaxed)) add_to_front(w.front, e);
-        if (w.top.size() < k || value <= w.top.back().value) {
-          keep_best(w.top, k, {value, std::move(e)});
-          if (w.top.size() == k) lower_to(shared.kth, w.top.back().value);
+        const Seconds step = (st.recompute == Recompute::full ? work_full : work_plain) * pipe;
+        if (beaten(p, shared, step * kMargin, gpus)) {
+          ++w.stats.pruned_by_bound;
+          continue;
         }
+        evaluate(p, make_strategy(p, l, mb, kind, vp, st), shared, w);
       }
     });
   }

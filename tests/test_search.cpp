@@ -1,0 +1,236 @@
+// search: the strategy-space iterator, pruning (== brute force, bounds <= predict), ranking,
+// Pareto front and the bookkeeping of counts.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "sim/check.hpp"
+#include "sim/cluster.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/predict.hpp"
+#include "sim/search.hpp"
+
+namespace {
+
+using namespace trainplan;
+
+Cluster a100() { return load_cluster("dgx-a100-80g", TRAINPLAN_SOURCE_DIR); }
+ModelSpec model(const std::string& name) { return load_model(name, TRAINPLAN_SOURCE_DIR); }
+
+std::string key(const Strategy& s) { return describe(s) + " dtype " + to_string(s.dtype); }
+
+void expect_counts_add_up(const SearchStats& st) {
+  EXPECT_EQ(st.candidates, st.evaluated + st.pruned_out_of_memory + st.pruned_by_bound);
+  std::int64_t infeasible = 0;
+  for (const auto& [reason, n] : st.infeasible_by_reason) infeasible += n;
+  EXPECT_EQ(infeasible, st.evaluated - st.feasible);
+}
+
+TEST(SearchSpace, EveryCandidateIsValidAndUnique) {
+  const Cluster c = a100();
+  const ModelSpec m = model("gpt2");
+  const LayerGraph g(m, 1024);
+  SearchSpace sp = default_space(c, 16, 32, 1024);
+  const auto all = enumerate_space(g, c, sp);
+  ASSERT_FALSE(all.empty());
+  std::set<std::string> seen;
+  for (const Strategy& s : all) {
+    EXPECT_FALSE(validate(s, m).has_value()) << describe(s) << ": " << validate(s, m).value_or("");
+    EXPECT_LE(s.gpus(), 16);
+    EXPECT_TRUE(s.gpus() % 8 == 0 || 8 % s.gpus() == 0) << describe(s);
+    EXPECT_LE(s.tp, 8);
+    EXPECT_LE(s.vp, 8);
+    EXPECT_TRUE(seen.insert(key(s)).second) << "duplicate " << describe(s);
+  }
+}
+
+TEST(SearchSpace, HandCountedSmallSpace) {
+  // tiny-gpt (2 layers, 4 heads), exactly 2 GPUs, global batch 2, tp <= 2, cp 1, only ZeRO 0,
+  // no recomputation, 1f1b only. Layouts (dp, tp, pp): (2,1,1) mb 1; (1,2,1) mb 1|2 with sp
+  // off|on; (1,1,2) mb 1|2. Candidates: 1 + 2*2 + 2 = 7.
+  const Cluster c = a100();
+  const LayerGraph g(model("tiny-gpt"), 64);
+  SearchSpace sp;
+  sp.gpus = 2;
+  sp.exact_gpus = true;
+  sp.global_batch = 2;
+  sp.seq_len = 64;
+  sp.max_tp = 2;
+  sp.max_cp = 1;
+  sp.zero_stages = {0};
+  sp.recompute = {Recompute::none};
+  sp.schedules = {ScheduleKind::one_f_one_b};
+  EXPECT_EQ(enumerate_space(g, c, sp).size(), 7u);
+}
+
+TEST(Search, FakeEvaluatorRanksTheKnownBestFirst) {
+  // A cost function worked out by hand: step = 1/gpus + 0.01*tp + 0.02*(pp-1) + 0.001*zero, and
+  // every layout with micro-batch > 1 "out of memory". Best: all 8 GPUs as dp8, zero 0, mb 1.
+  const Cluster c = a100();
+  const LayerGraph g(model("gpt2"), 1024);
+  SearchSpace sp = default_space(c, 8, 16, 1024);
+  SearchOptions o;
+  o.prune = false;  // the fake does not follow predict's floors
+  o.top_k = 3;
+  o.objective = Objective::time;
+  o.evaluate = [](const Strategy& s) {
+    Estimate e;
+    e.strategy = s;
+    e.time.step = 1.0 / s.gpus() + 0.01 * s.tp + 0.02 * (s.pp - 1) + 0.001 * s.zero +
+                  0.0001 * static_cast<int>(s.recompute) + (s.sequence_parallel ? 0.00001 : 0) + 0.1 * (s.vp - 1);
+    e.throughput.tokens_per_s = s.global_batch * s.seq_len / e.time.step;
+    e.peak_memory = 1e9;
+    if (s.micro_batch > 1) {
+      e.feasible = false;
+      e.infeasible_reasons = {"out of memory: fake"};
+    }
+    return e;
+  };
+  const SearchResult r = search(g, c, sp, o);
+  ASSERT_EQ(r.top.size(), 3u);
+  EXPECT_EQ(describe(r.top[0].strategy), "dp8 tp1 pp1 zero0 mb1 none 1f1b");
+  EXPECT_EQ(describe(r.top[1].strategy), "dp8 tp1 pp1 zero0 mb1 selective 1f1b");
+  EXPECT_EQ(describe(r.top[2].strategy), "dp8 tp1 pp1 zero0 mb1 full 1f1b");
+  EXPECT_DOUBLE_EQ(r.top_value[0], 1.0 / 8 + 0.01);
+  expect_counts_add_up(r.stats);
+  EXPECT_EQ(r.stats.evaluated, r.stats.candidates);
+  EXPECT_GT(r.stats.infeasible_by_reason.at("out of memory"), 0);
+}
+
+TEST(Search, PredictRanksPureDataParallelFirstForASmallModel) {
+  // GPT-2 small (124M) on one 8-GPU node, global batch 8: compute per GPU is smallest with all
+  // eight as data-parallel replicas of one sequence each; TP/PP/CP only add communication and
+  // bubbles, recomputation only adds work. ZeRO 3 wins over ZeRO 0: its gradient reduce-scatter
+  // moves half the bytes of ZeRO 0's all-reduce and overlaps the backward, and with one
+  // micro-batch its parameter gathers hide behind compute.
+  const Cluster c = a100();
+  const LayerGraph g(model("gpt2"), 1024);
+  SearchOptions o;
+  o.objective = Objective::time;
+  const SearchResult r = search(g, c, default_space(c, 8, 8, 1024), o);
+  ASSERT_FALSE(r.top.empty());
+  const Strategy& best = r.top[0].strategy;
+  EXPECT_EQ(describe(best), "dp8 tp1 pp1 zero3 mb1 none 1f1b");
+  Strategy zero0 = best;
+  zero0.zero = 0;
+  const Estimate plain = predict(g, c, zero0);
+  EXPECT_LT(r.top[0].time.step, plain.time.step);
+  EXPECT_LT(r.top[0].peak_memory, plain.peak_memory);
+  EXPECT_DOUBLE_EQ(r.top[0].time.step, predict(g, c, best).time.step);
+  for (std::size_t i = 1; i < r.top.size(); ++i) EXPECT_LE(r.top_value[i - 1], r.top_value[i]);
+}
+
+struct SmallSpace {
+  const char* model;
+  const char* cluster;
+  int gpus, global_batch, seq;
+  Objective objective;
+};
+
+class PrunedVsBruteForce : public ::testing::TestWithParam<SmallSpace> {};
+
+TEST_P(PrunedVsBruteForce, SameTopKSameParetoAndBoundsHold) {
+  const SmallSpace& c = GetParam();
+  const Cluster cl = load_cluster(c.cluster, TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(model(c.model), c.seq);
+  const SearchSpace sp = default_space(cl, c.gpus, c.global_batch, c.seq);
+  SearchOptions o;
+  o.objective = c.objective;
+  o.top_k = 5;
+  o.threads = 2;
+  SearchOptions brute = o;
+  brute.prune = false;
+  const SearchResult fast = search(g, cl, sp, o);
+  const SearchResult all = search(g, cl, sp, brute);
+
+  expect_counts_add_up(fast.stats);
+  expect_counts_add_up(all.stats);
+  EXPECT_EQ(fast.stats.candidates, all.stats.candidates);
+  EXPECT_EQ(all.stats.evaluated, all.stats.candidates);
+  EXPECT_EQ(static_cast<std::size_t>(all.stats.candidates), enumerate_space(g, cl, sp).size());
+  EXPECT_LT(fast.stats.evaluated, all.stats.evaluated) << "pruning did nothing on this space";
+
+  ASSERT_EQ(fast.top.size(), all.top.size());
+  ASSERT_FALSE(all.top.empty());
+  for (std::size_t i = 0; i < all.top.size(); ++i) {
+    EXPECT_EQ(key(fast.top[i].strategy), key(all.top[i].strategy)) << "rank " << i;
+    EXPECT_EQ(fast.top_value[i], all.top_value[i]);
+  }
+  ASSERT_EQ(fast.pareto.size(), all.pareto.size());
+  for (std::size_t i = 0; i < all.pareto.size(); ++i) {
+    EXPECT_EQ(key(fast.pareto[i].strategy), key(all.pareto[i].strategy));
+  }
+  // The front is non-dominated and sorted by step time.
+  for (std::size_t i = 1; i < all.pareto.size(); ++i) {
+    EXPECT_LT(all.pareto[i - 1].time.step, all.pareto[i].time.step);
+    EXPECT_GT(all.pareto[i - 1].peak_memory, all.pareto[i].peak_memory);
+  }
+
+  // Every pruning bound is a floor of predict's figure, feasible or not.
+  for (const Strategy& s : enumerate_space(g, cl, sp)) {
+    const Estimate e = predict(g, cl, s);
+    const CandidateBounds b = candidate_bounds(g, cl, s);
+    ASSERT_LE(b.step, e.time.step) << describe(s);
+    ASSERT_LE(b.peak_memory, e.peak_memory) << describe(s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SmallSpaces, PrunedVsBruteForce,
+    ::testing::Values(SmallSpace{"gpt2-medium", "dgx-a100-80g", 32, 64, 1024, Objective::throughput},
+                      SmallSpace{"gpt2-medium", "dgx-a100-40g", 32, 64, 1024, Objective::cost},
+                      SmallSpace{"llama2-7b", "dgx-h100", 16, 32, 4096, Objective::time},
+                      SmallSpace{"llama2-13b", "dgx-a100-40g", 16, 16, 4096, Objective::throughput},
+                      SmallSpace{"llama3-70b", "dgx-h100", 32, 32, 8192, Objective::cost}));
+
+TEST(Search, ThreadCountDoesNotChangeTheResult) {
+  const Cluster c = a100();
+  const LayerGraph g(model("llama2-7b"), 4096);
+  const SearchSpace sp = default_space(c, 64, 128, 4096);
+  SearchOptions one, two;
+  one.threads = 1;
+  two.threads = 2;
+  const SearchResult a = search(g, c, sp, one), b = search(g, c, sp, two);
+  ASSERT_EQ(a.top.size(), b.top.size());
+  for (std::size_t i = 0; i < a.top.size(); ++i) EXPECT_EQ(key(a.top[i].strategy), key(b.top[i].strategy));
+  EXPECT_EQ(a.stats.candidates, b.stats.candidates);
+  EXPECT_EQ(b.stats.threads, 2);
+}
+
+TEST(Search, InfeasibleCountsByReasonAndBestInfeasibleKept) {
+  // Llama-3-70B on 8 A100-80GB: its model states alone (70B x 16 bytes) need 1.1 TB, so
+  // nothing without ZeRO-3 fits, and even ZeRO-3 leaves no room: every candidate is infeasible.
+  const Cluster c = a100();
+  const LayerGraph g(model("llama3-70b"), 8192);
+  SearchOptions o;
+  o.prune = false;
+  const SearchResult r = search(g, c, default_space(c, 8, 16, 8192), o);
+  EXPECT_TRUE(r.top.empty());
+  EXPECT_EQ(r.stats.feasible, 0);
+  expect_counts_add_up(r.stats);
+  EXPECT_EQ(r.stats.infeasible_by_reason.at("out of memory"), r.stats.evaluated);
+  ASSERT_EQ(r.infeasible.size(), 3u);
+  for (const Estimate& e : r.infeasible) EXPECT_EQ(reason_key(e.infeasible_reasons.at(0)), "out of memory");
+  EXPECT_LE(r.infeasible[0].time.step, r.infeasible[1].time.step);
+}
+
+TEST(Search, CapsAtTheClusterSizeAndRejectsBadInput) {
+  const Cluster c = a100();  // 4480 GPUs at most
+  const LayerGraph g(model("gpt2"), 1024);
+  SearchSpace sp = default_space(c, 100000, 64, 1024);
+  sp.max_pp = 1;
+  sp.max_tp = 1;
+  const SearchResult r = search(g, c, sp);
+  EXPECT_EQ(r.stats.max_gpus_considered, 4480);
+  sp.seq_len = 2048;
+  EXPECT_THROW(search(g, c, sp), InputError);
+  sp = default_space(c, 8, 64, 1024);
+  sp.dtype = Dtype::fp8;  // A100 has no fp8
+  EXPECT_THROW(search(g, c, sp), InputError);
+  EXPECT_EQ(reason_key("out of memory: stage 0 needs 90 GB"), "out of memory");
+  EXPECT_EQ(parse_objective("cost"), Objective::cost);
+  EXPECT_FALSE(parse_objective("speed").has_value());
+}
+
+}  // namespace
