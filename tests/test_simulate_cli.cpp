@@ -1,0 +1,139 @@
+// `trainplan simulate` on real model and cluster files: printed step time, Chrome trace validity
+// (one process per rank, one thread per stream), JSON output, help and one-line errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <string>
+
+namespace {
+
+struct CmdResult {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+CmdResult run(const std::string& args) {
+  const std::string cmd = std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);  // throws (test fails) on invalid JSON
+}
+
+// "simulated step time: 17.869 s" -> seconds; also ms / us.
+double printed_step(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"(simulated step time: ([0-9.]+) (s|ms|us))"))) return -1;
+  const double v = std::stod(m[1]);
+  return m[2] == "s" ? v : m[2] == "ms" ? v * 1e-3 : v * 1e-6;
+}
+
+// GPT-3 175B on 64 A100s: tp 8, pp 8, interleaved with 3 chunks per stage, 64 micro-batches.
+const std::string kGpt3 =
+    "simulate --model gpt3-175b --cluster dgx-a100-80g --gpus 64 --tp 8 --pp 8 --vp 3 --schedule interleaved "
+    "--global-batch 64 --recompute full";
+
+TEST(SimulateCli, Gpt3TraceIsValidChromeTraceWithOneTrackPerRankAndStream) {
+  const std::string trace = ::testing::TempDir() + "/gpt3_trace.json";
+  const std::string js = ::testing::TempDir() + "/gpt3_sim.json";
+  const CmdResult r = run(kGpt3 + " --trace " + trace + " --json " + js);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const double step = printed_step(r.output);
+  ASSERT_GT(step, 0) << r.output;
+  EXPECT_NE(r.output.find("per-rank compute stream"), std::string::npos);
+  EXPECT_NE(r.output.find("56-63"), std::string::npos) << "the last stage's ranks";
+
+  const nlohmann::json t = read_json(trace);
+  ASSERT_TRUE(t.contains("traceEvents"));
+  ASSERT_TRUE(t["traceEvents"].is_array());
+  std::set<int> processes;
+  std::set<std::pair<int, int>> tracks, used;
+  std::map<int, int> forwards_per_rank;
+  double last_end_us = 0;
+  for (const auto& e : t["traceEvents"]) {
+    const std::string ph = e.at("ph");
+    ASSERT_TRUE(ph == "M" || ph == "X") << e.dump();
+    const int pid = e.at("pid"), tid = e.at("tid");
+    if (ph == "M") {
+      if (e["name"] == "process_name") processes.insert(pid);
+      if (e["name"] == "thread_name") tracks.insert({pid, tid});
+      continue;
+    }
+    const double ts = e.at("ts"), dur = e.at("dur");
+    ASSERT_GE(ts, 0.0);
+    ASSERT_GE(dur, 0.0);
+    last_end_us = std::max(last_end_us, ts + dur);
+    used.insert({pid, tid});
+    if (e.at("cat") == "forward") ++forwards_per_rank[pid];
+  }
+  EXPECT_EQ(processes.size(), 64u) << "one process per rank";
+  EXPECT_EQ(*processes.begin(), 0);
+  EXPECT_EQ(*processes.rbegin(), 63);
+  EXPECT_EQ(tracks.size(), 64u * 4) << "one thread per rank and stream";
+  for (const auto& u : used) EXPECT_TRUE(tracks.count(u)) << "events on an unnamed track " << u.first << "/" << u.second;
+  EXPECT_EQ(forwards_per_rank.size(), 64u);
+  for (const auto& [rank, n] : forwards_per_rank) EXPECT_EQ(n, 64 * 3) << "rank " << rank;
+
+  // The trace ends at the printed step time (printed with 3 decimals in seconds).
+  EXPECT_NEAR(last_end_us * 1e-6, step, 1e-3 * step);
+  EXPECT_NEAR(t["otherData"]["step_s"].get<double>(), last_end_us * 1e-6, 1e-6);
+
+  const nlohmann::json j = read_json(js);
+  EXPECT_EQ(j["schema"], "trainplan/prediction/v1");
+  EXPECT_EQ(j["engine"], "des");
+  EXPECT_DOUBLE_EQ(j["time"]["step_s"].get<double>(), j["simulation"]["step_s"].get<double>());
+  EXPECT_NEAR(j["simulation"]["step_s"].get<double>(), last_end_us * 1e-6, 1e-6);
+  ASSERT_EQ(j["simulation"]["stages"].size(), 8u);
+  for (const auto& s : j["simulation"]["stages"]) {
+    EXPECT_EQ(s["ranks"].size(), 8u);
+    EXPECT_GT(s["busy_share"].get<double>(), 0.5);
+    EXPECT_LE(s["busy_share"].get<double>(), 1.0);
+    EXPECT_NEAR(s["busy_s"].get<double>() + s["idle_s"].get<double>(), j["simulation"]["step_s"].get<double>(), 1e-9);
+  }
+}
+
+TEST(SimulateCli, OneFOneBWithDataParallelZero) {
+  const std::string js = ::testing::TempDir() + "/llama_sim.json";
+  const CmdResult r = run(
+      "simulate --model llama3-8b --cluster dgx-h100 --gpus 32 --tp 2 --pp 4 --zero 1 --global-batch 64 --seq 2048 "
+      "--json " + js);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = read_json(js);
+  EXPECT_EQ(j["strategy"]["dp"], 4);
+  EXPECT_GT(j["time"]["dp_comm_s"].get<double>(), 0.0) << j["time"].dump();
+  EXPECT_NEAR(printed_step(r.output), j["simulation"]["step_s"].get<double>(), 1e-3 * j["simulation"]["step_s"].get<double>());
+}
+
+TEST(SimulateCli, HelpExplainsEveryFlag) {
+  const CmdResult r = run("simulate --help");
+  ASSERT_EQ(r.code, 0);
+  for (const char* flag : {"--trace FILE", "--json FILE", "--model", "--cluster", "--gpus", "--tp", "--pp", "--vp",
+                           "--schedule", "--zero", "--global-batch", "--plan"}) {
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(SimulateCli, BadInputIsOneLineAndExitTwo) {
+  const CmdResult unwritable = run(kGpt3 + " --trace /nonexistent-dir/t.json");
+  EXPECT_EQ(unwritable.code, 2);
+  EXPECT_NE(unwritable.output.find("--trace /nonexistent-dir/t.json"), std::string::npos) << unwritable.output;
+  EXPECT_EQ(std::count(unwritable.output.begin(), unwritable.output.end(), '\n'), 1) << unwritable.output;
+  const CmdResult unknown = run(kGpt3 + " --tracefile x");
+  EXPECT_EQ(unknown.code, 2) << unknown.output;
+}
+
+}  // namespace
