@@ -8,7 +8,9 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "sim/layer_graph.hpp"
 #include "sim/simulate.hpp"
+#include "test_helpers.hpp"
 
 namespace {
 
@@ -320,6 +322,55 @@ TEST(Simulate, TensorParallelAndRecomputeSitInsideTheSlot) {
   EXPECT_DOUBLE_EQ(br.recompute, 3.0);
   EXPECT_DOUBLE_EQ(br.compute, 9.0);
   EXPECT_DOUBLE_EQ(sum_of(t, EventKind::recompute), 3.0);
+}
+
+// ---- with predict()'s own costs ---------------------------------------------------------------
+
+TEST(Simulate, PredictCostsWithoutPipelineMatchPredict) {
+  // pp = 1, dp = 1: no bubble, no p2p, no DP traffic; the step is m * (slot work) + optimizer in
+  // both models.
+  const ModelSpec m = trainplan::testing::gpt(24, 2048, 16);
+  const LayerGraph g(m, 2048);
+  const Cluster c = trainplan::testing::builtin_cluster("dgx-a100-80g");
+  Strategy s;
+  s.tp = 8;
+  s.global_batch = 16;
+  s.seq_len = 2048;
+  const Estimate e = predict(g, c, s);
+  ASSERT_TRUE(e.feasible);
+  const Timeline t = simulate(step_costs(g, c, s), schedule_for(s));
+  EXPECT_NEAR(t.step, e.time.step, 0.01 * e.time.step);
+  const TimeBreakdown b = simulated_breakdown(t);
+  EXPECT_NEAR(b.compute, e.time.compute, 1e-9 * e.time.compute);
+  EXPECT_NEAR(b.tp_comm, e.time.tp_comm, 1e-9 * e.time.tp_comm);
+}
+
+TEST(Simulate, PredictCostsWithPipelineAgreeWithPredict) {
+  // GPT 48 layers on 4 stages, 1F1B, 16 micro-batches, p2p and DP reduction included. predict's
+  // closed form and the simulation agree within a few percent; the test prints the difference.
+  const ModelSpec m = trainplan::testing::gpt(48, 4096, 32);
+  const LayerGraph g(m, 2048);
+  const Cluster c = trainplan::testing::builtin_cluster("dgx-a100-80g");
+  for (ScheduleKind kind : {ScheduleKind::one_f_one_b, ScheduleKind::interleaved}) {
+    Strategy s;
+    s.tp = 4;
+    s.pp = 4;
+    s.dp = 2;
+    s.vp = kind == ScheduleKind::interleaved ? 3 : 1;
+    s.schedule = kind;
+    s.global_batch = 32;
+    s.seq_len = 2048;
+    const Estimate e = predict(g, c, s);
+    ASSERT_TRUE(e.feasible) << (e.infeasible_reasons.empty() ? "" : e.infeasible_reasons[0]);
+    const Estimate d = refine_with_simulation(e, step_costs(g, c, s), schedule_for(s));
+    std::printf("%s: analytic %.4f s, simulated %.4f s (%+.2f%%)\n", to_string(kind), e.time.step, d.time.step,
+                100 * (d.time.step - e.time.step) / e.time.step);
+    EXPECT_NEAR(d.time.step, e.time.step, 0.05 * e.time.step);
+    EXPECT_NEAR(d.time.compute, e.time.compute, 0.02 * e.time.compute);
+    EXPECT_NEAR(d.time.step, d.time.compute + d.time.recompute + d.time.tp_comm + d.time.cp_comm + d.time.pp_comm +
+                                 d.time.bubble + d.time.dp_comm_exposed + d.time.optimizer,
+                1e-9 * d.time.step);
+  }
 }
 
 // ---- plumbing ---------------------------------------------------------------------------------
