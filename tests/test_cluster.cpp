@@ -99,6 +99,23 @@ TEST(Topologies, DgxA100_40gDiffersFrom80gOnlyInMemory) {
   EXPECT_DOUBLE_EQ(a.gpu.hbm_bandwidth, 1555e9);
   EXPECT_DOUBLE_EQ(a.gpu.peak_bf16, b.gpu.peak_bf16);
   EXPECT_DOUBLE_EQ(a.node.bandwidth, b.node.bandwidth);
+  // dgx-a100-40g's calibration field says its efficiencies are copies of dgx-a100-80g's fit:
+  // when the 80g file is recalibrated, copy the new figures into the 40g file.
+  const char* why = "dgx-a100-40g must carry dgx-a100-80g's calibration (see its calibration field)";
+  EXPECT_DOUBLE_EQ(a.gpu.memory_efficiency, b.gpu.memory_efficiency) << why;
+  EXPECT_DOUBLE_EQ(a.gpu.attention_efficiency, b.gpu.attention_efficiency) << why;
+  ASSERT_EQ(a.gpu.gemm_efficiency.size(), b.gpu.gemm_efficiency.size()) << why;
+  for (std::size_t i = 0; i < a.gpu.gemm_efficiency.size(); ++i) {
+    EXPECT_DOUBLE_EQ(a.gpu.gemm_efficiency[i].flops, b.gpu.gemm_efficiency[i].flops) << why;
+    EXPECT_DOUBLE_EQ(a.gpu.gemm_efficiency[i].efficiency, b.gpu.gemm_efficiency[i].efficiency) << why;
+  }
+  EXPECT_DOUBLE_EQ(a.node.efficiency, b.node.efficiency) << why;
+  ASSERT_EQ(a.network.size(), b.network.size()) << why;
+  for (std::size_t i = 0; i < a.network.size(); ++i) {
+    EXPECT_DOUBLE_EQ(a.network[i].efficiency, b.network[i].efficiency) << why;
+    EXPECT_DOUBLE_EQ(a.network[i].latency, b.network[i].latency) << why;
+  }
+  EXPECT_DOUBLE_EQ(a.runtime_overhead, b.runtime_overhead) << why;
 }
 
 TEST(Topologies, DgxH100EveryFieldInSiUnits) {
