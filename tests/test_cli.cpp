@@ -68,6 +68,26 @@ TEST(Cli, PredictJsonFollowsTheContract) {
   EXPECT_EQ(j2["time"], j["time"]);
 }
 
+TEST(Cli, SimulatorEngineGivesItsOwnStepTime) {
+  const std::string path = ::testing::TempDir() + "/des.json";
+  const std::string plan =
+      "predict --model gpt3-175b --cluster dgx-a100-80g --gpus 64 --tp 8 --pp 8 --vp 3 --global-batch 64 --recompute full";
+  CmdResult r = run(plan + " --engine des --json " + path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(path);
+  auto des = nlohmann::json::parse(in);
+  EXPECT_EQ(des["engine"], "des");
+  const std::string apath = ::testing::TempDir() + "/analytic.json";
+  ASSERT_EQ(run(plan + " --json " + apath).code, 0);
+  std::ifstream ain(apath);
+  auto analytic = nlohmann::json::parse(ain);
+  // Same work, different accounting of the pipeline: within 10% of each other but not identical.
+  const double d = des["time"]["step_s"], a = analytic["time"]["step_s"];
+  EXPECT_NE(d, a);
+  EXPECT_NEAR(d / a, 1.0, 0.10);
+  EXPECT_EQ(des["memory"], analytic["memory"]);
+}
+
 TEST(Cli, HuggingFaceConfigIsAccepted) {
   CmdResult r = run("predict --model " + kData + "/hf/llama3-8b/config.json --cluster dgx-h100 --gpus 8 --tp 8 --global-batch 8");
   EXPECT_EQ(r.code, 0) << r.output;

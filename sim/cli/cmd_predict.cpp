@@ -9,6 +9,7 @@
 #include "sim/cli/commands.hpp"
 #include "sim/cli/plan_flags.hpp"
 #include "sim/predict.hpp"
+#include "sim/simulate.hpp"
 
 namespace trainplan::cli {
 
@@ -48,19 +49,26 @@ int cmd_predict(const Args& args, const Context& ctx) {
   Flags f(args, "predict");
   if (f.help()) {
     ctx.out << kHelp << plan_flags_help()
-            << "output:\n  --json FILE               also write the trainplan/prediction/v1 JSON to FILE\n";
+            << "engine and output:\n"
+               "  --engine analytic|des     time figures from the closed-form model (default) or from the\n"
+               "                            discrete-event step simulator over the pipeline schedule\n"
+               "  --json FILE               also write the trainplan/prediction/v1 JSON to FILE\n";
     return 0;
   }
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
+  const std::string engine = f.get_choice("engine", "analytic", {"analytic", "des"});
   auto json_out = open_json_output("json", f.get("json"));
   f.finish();
   const LayerGraph graph(in.model, in.strategy.seq_len);
-  const Estimate e = predict(graph, in.cluster, in.strategy);
-  print_prediction(ctx.out, e, fmt::format("{} on {} x {} ({}), {:.2f}B parameters", in.model.name,
+  Estimate e = predict(graph, in.cluster, in.strategy);
+  if (engine == "des") {
+    e = refine_with_simulation(e, step_costs(graph, in.cluster, in.strategy), schedule_for(in.strategy));
+  }
+  print_prediction(ctx.out, e, fmt::format("{} on {} x {} ({}), {:.2f}B parameters, {} engine", in.model.name,
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
-                                           graph.total_params() / 1e9));
+                                           graph.total_params() / 1e9, engine));
   if (json_out) {
-    json_out->write(prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "analytic"}}));
+    json_out->write(prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", engine}}));
   }
   return e.feasible ? 0 : 3;
 }
