@@ -17,6 +17,7 @@ std::string event_name(const Event& e) {
     case EventKind::forward: return fmt::format("F{}.{}", e.micro_batch, e.chunk);
     case EventKind::recompute: return fmt::format("R{}.{}", e.micro_batch, e.chunk);
     case EventKind::backward: return fmt::format("B{}.{}", e.micro_batch, e.chunk);
+    case EventKind::backward_weight: return fmt::format("W{}.{}", e.micro_batch, e.chunk);
     case EventKind::send_activation: return fmt::format("send F{}.{}", e.micro_batch, e.chunk);
     case EventKind::send_gradient: return fmt::format("send B{}.{}", e.micro_batch, e.chunk);
     case EventKind::grad_reduce:

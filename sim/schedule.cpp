@@ -49,7 +49,34 @@ std::vector<Slot> interleaved(int p, int stage, int m, int v) {
   return out;
 }
 
+// ZB-H1: see the header. `held` W passes wait in FIFO order; stage i releases one after each B
+// once it has run i Bs (so it always holds back i), and the rest after its last B.
+std::vector<Slot> zero_bubble_h1(int p, int stage, int m) {
+  const int warmup = std::min(p - stage - 1, m);
+  std::vector<Slot> out;
+  int next_w = 0, bs = 0;
+  auto backward = [&](int mb) {
+    out.push_back({Phase::backward, mb, 0});
+    if (++bs > stage) out.push_back({Phase::backward_weight, next_w++, 0});
+  };
+  for (int mb = 0; mb < warmup; ++mb) out.push_back({Phase::forward, mb, 0});
+  for (int k = 0; k < m - warmup; ++k) {
+    out.push_back({Phase::forward, warmup + k, 0});
+    backward(k);
+  }
+  for (int mb = m - warmup; mb < m; ++mb) backward(mb);
+  while (next_w < m) out.push_back({Phase::backward_weight, next_w++, 0});
+  return out;
+}
+
 }  // namespace
+
+Schedule make_zero_bubble_schedule(int stages, int micro_batches) {
+  TRAINPLAN_CHECK(stages >= 1 && micro_batches >= 1, "schedule sizes must be >= 1");
+  Schedule s{ScheduleKind::one_f_one_b, stages, micro_batches, 1, {}, true};
+  for (int i = 0; i < stages; ++i) s.per_stage.push_back(zero_bubble_h1(stages, i, micro_batches));
+  return s;
+}
 
 Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks) {
   TRAINPLAN_CHECK(stages >= 1 && micro_batches >= 1 && chunks >= 1, "schedule sizes must be >= 1");
@@ -58,7 +85,7 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chu
   } else {
     TRAINPLAN_CHECK(chunks == 1, "only the interleaved schedule has several chunks per stage");
   }
-  Schedule s{kind, stages, micro_batches, chunks, {}};
+  Schedule s{kind, stages, micro_batches, chunks, {}, false};
   for (int i = 0; i < stages; ++i) {
     switch (kind) {
       case ScheduleKind::gpipe: s.per_stage.push_back(gpipe(micro_batches)); break;
@@ -72,14 +99,16 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chu
 int Schedule::peak_in_flight(int stage) const {
   int live = 0, peak = 0;
   for (const Slot& s : per_stage.at(stage)) {
-    live += s.phase == Phase::forward ? 1 : -1;
+    const Phase frees = split_backward ? Phase::backward_weight : Phase::backward;
+    live += s.phase == Phase::forward ? 1 : s.phase == frees ? -1 : 0;
     peak = std::max(peak, live);
   }
   return peak;
 }
 
 std::string to_string(const Slot& s) {
-  return fmt::format("{}{}.{}", s.phase == Phase::forward ? 'F' : 'B', s.micro_batch, s.chunk);
+  const char letter = s.phase == Phase::forward ? 'F' : s.phase == Phase::backward ? 'B' : 'W';
+  return fmt::format("{}{}.{}", letter, s.micro_batch, s.chunk);
 }
 
 }  // namespace trainplan

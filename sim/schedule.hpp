@@ -16,7 +16,10 @@
 
 namespace trainplan {
 
-enum class Phase { forward, backward };
+// backward_weight appears only in schedules with split_backward (make_zero_bubble_schedule); there
+// `backward` computes the input gradient only and backward_weight the weight gradient of the same
+// (micro-batch, chunk). The schedules an executor gets from make_schedule never contain it.
+enum class Phase { forward, backward, backward_weight };
 
 struct Slot {
   Phase phase = Phase::forward;
@@ -31,11 +34,13 @@ struct Schedule {
   int micro_batches = 1;  // m
   int chunks = 1;         // v
   std::vector<std::vector<Slot>> per_stage;  // per_stage[i]: stage i's slots in execution order
+  bool split_backward = false;  // zero-bubble: backwards split into input and weight gradients
 
   int virtual_stages() const { return stages * chunks; }
   // Virtual stage that chunk `c` of pipeline stage `stage` holds.
   int virtual_stage(int stage, int chunk) const { return chunk * stages + stage; }
-  // Most micro-batches whose activations stage `stage` holds at once (forwards without backward).
+  // Most micro-batches whose activations stage `stage` holds at once (forwards without backward;
+  // with split_backward, without weight-gradient pass: its inputs stay until then).
   int peak_in_flight(int stage) const;
 };
 
@@ -45,6 +50,17 @@ struct Schedule {
 // Throws std::logic_error on sizes the kind does not support (callers validate first).
 Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chunks = 1);
 
-std::string to_string(const Slot& s);  // e.g. "F3.1" (forward, micro-batch 3, chunk 1)
+// ZB-H1 of Qi et al. 2024 ("Zero Bubble Pipeline Parallelism", ICLR, Sec. 3.1, Fig. 3 top;
+// sail-sg/zero-bubble-pipeline-parallelism, quick ZB-H1 branch): 1F1B's order with each backward
+// split into B (input gradient, on the critical path) and W (weight gradient). Stage i runs the
+// warm-up forwards of 1F1B, then F, B and W per steady step, but holds back its first i W passes
+// and runs them (oldest first) after later Bs and at the end, filling the drain bubble. A stage
+// keeps a micro-batch's activations until its W, so every stage holds up to p micro-batches (the
+// peak of 1F1B's first stage). With T_F = T_B = T_W the bubble is (p-1)(T_F + T_B - T_W), a third
+// of 1F1B's. Returned with kind one_f_one_b, chunks 1 and split_backward set. Not reachable
+// through ScheduleKind yet: predict's memory and the executor assume unsplit backwards.
+Schedule make_zero_bubble_schedule(int stages, int micro_batches);
+
+std::string to_string(const Slot& s);  // e.g. "F3.1" (forward, micro-batch 3, chunk 1); B, W
 
 }  // namespace trainplan

@@ -23,6 +23,7 @@ const char* to_string(EventKind k) {
     case EventKind::forward: return "forward";
     case EventKind::recompute: return "recompute";
     case EventKind::backward: return "backward";
+    case EventKind::backward_weight: return "weight gradient";
     case EventKind::optimizer: return "optimizer";
     case EventKind::send_activation: return "send activation";
     case EventKind::send_gradient: return "send gradient";
@@ -36,6 +37,11 @@ const char* to_string(EventKind k) {
 namespace {
 
 constexpr Seconds kUnknown = -1;
+
+// Share of the backward kernels that compute weight gradients: the backward of a matmul is two
+// matmuls of the forward's size, one for the input and one for the weight gradient (predict.cpp
+// op_time; Qi et al. 2024, Sec. 2 take T_B = T_W likewise).
+constexpr double kWeightGradShare = 0.5;
 
 // When a slot's output was produced (end of its compute) and when it arrived at the consumer.
 struct Handoff {
@@ -93,6 +99,7 @@ Seconds dp_issue(StageState& st, int stage, Seconds issue, Seconds duration, Eve
 
 // The input a slot waits for, or nullptr when it has none (first forward, last backward).
 const Handoff* input_of(const Run& r, const Slot& slot, int vstage) {
+  if (slot.phase == Phase::backward_weight) return nullptr;  // needs only this stage's own backward
   const int m = r.schedule.micro_batches;
   const int last = r.schedule.virtual_stages() - 1;
   if (slot.phase == Phase::forward) return vstage == 0 ? nullptr : &r.activations[(vstage - 1) * m + slot.micro_batch];
@@ -102,6 +109,7 @@ const Handoff* input_of(const Run& r, const Slot& slot, int vstage) {
 // Sends a slot's output to the stage that consumes it; returns that stage (or -1: no consumer).
 int send_output(Run& r, int stage, const Slot& slot, int vstage, Seconds produced) {
   const int p = r.schedule.stages, m = r.schedule.micro_batches;
+  if (slot.phase == Phase::backward_weight) return -1;
   const bool fwd = slot.phase == Phase::forward;
   const int target = fwd ? vstage + 1 : vstage - 1;
   if (target < 0 || target >= r.schedule.virtual_stages()) return -1;
@@ -123,8 +131,9 @@ int send_output(Run& r, int stage, const Slot& slot, int vstage, Seconds produce
   return target_stage;
 }
 
-// Gradient reduction of a backward slot's chunk: per micro-batch (ZeRO 2/3) or after the chunk's
-// last backward (ZeRO 0/1), in per-layer buckets that become ready evenly over the slot.
+// Gradient reduction of the chunk of the slot that produces weight gradients (the backward, or
+// the weight-gradient slot of a split backward): per micro-batch (ZeRO 2/3) or after the chunk's
+// last one (ZeRO 0/1), in per-layer buckets that become ready evenly over the slot.
 void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start, Seconds end) {
   StageState& st = r.stages[stage];
   const int done = ++st.backwards[slot.chunk];
@@ -144,7 +153,9 @@ void prefetch_gather(Run& r, int stage, std::size_t index, Seconds issue) {
   if (!r.zero3 || index >= slots.size()) return;
   const Slot& next = slots[index];
   const ChunkCost& c = r.costs.chunks[r.schedule.virtual_stage(stage, next.chunk)];
-  st.gather_done = dp_issue(st, stage, issue, c.zero3_gather, EventKind::zero3_gather, next.micro_batch, next.chunk);
+  // A weight gradient needs the layer inputs and output gradients, not the parameters.
+  const Seconds gather = next.phase == Phase::backward_weight ? 0.0 : c.zero3_gather;
+  st.gather_done = dp_issue(st, stage, issue, gather, EventKind::zero3_gather, next.micro_batch, next.chunk);
 }
 
 // After the last slot: wait for the reductions, optimizer step, then the parameter all-gather.
@@ -159,6 +170,44 @@ void finish_stage(Run& r, int stage) {
   st.usage.end = std::max(end, st.compute_free);
   st.usage.after_optimizer = st.usage.end - st.compute_free;
   st.finished = true;
+}
+
+// Puts the slot's work on the compute stream from `start`; returns its end.
+Seconds run_slot(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start) {
+  StageState& st = r.stages[stage];
+  StageUsage& u = st.usage;
+  const bool split = r.schedule.split_backward;
+  const Seconds weight_part = split ? kWeightGradShare * c.backward : 0.0;
+  Seconds end = start;
+  switch (slot.phase) {
+    case Phase::forward:
+      end = start + c.forward + c.tp_forward + c.cp_forward;
+      u.compute += c.forward;
+      u.tp += c.tp_forward;
+      u.cp += c.cp_forward;
+      emit(st, {stage, Stream::compute, EventKind::forward, slot.micro_batch, slot.chunk, start, end});
+      break;
+    case Phase::backward: {
+      const Seconds bwd_start = start + c.recompute;
+      end = bwd_start + (c.backward - weight_part) + c.tp_backward + c.cp_backward;
+      u.recompute += c.recompute;
+      u.compute += c.backward - weight_part;
+      u.tp += c.tp_backward;
+      u.cp += c.cp_backward;
+      emit(st, {stage, Stream::compute, EventKind::recompute, slot.micro_batch, slot.chunk, start, bwd_start});
+      emit(st, {stage, Stream::compute, EventKind::backward, slot.micro_batch, slot.chunk, bwd_start, end});
+      if (!split) reduce_gradients(r, stage, slot, c, start, end);
+      break;
+    }
+    case Phase::backward_weight:
+      TRAINPLAN_CHECK(split, "weight-gradient slot in a schedule without split backward");
+      end = start + weight_part;
+      u.compute += weight_part;
+      emit(st, {stage, Stream::compute, EventKind::backward_weight, slot.micro_batch, slot.chunk, start, end});
+      reduce_gradients(r, stage, slot, c, start, end);
+      break;
+  }
+  return end;
 }
 
 struct Advance {
@@ -192,24 +241,7 @@ Advance advance(Run& r, int stage) {
   st.usage.wait_dp += start - t2;
   prefetch_gather(r, stage, st.cursor + 1, start);
 
-  Seconds end = start;
-  if (slot.phase == Phase::forward) {
-    end = start + c.forward + c.tp_forward + c.cp_forward;
-    st.usage.compute += c.forward;
-    st.usage.tp += c.tp_forward;
-    st.usage.cp += c.cp_forward;
-    emit(st, {stage, Stream::compute, EventKind::forward, slot.micro_batch, slot.chunk, start, end});
-  } else {
-    const Seconds bwd_start = start + c.recompute;
-    end = bwd_start + c.backward + c.tp_backward + c.cp_backward;
-    st.usage.recompute += c.recompute;
-    st.usage.compute += c.backward;
-    st.usage.tp += c.tp_backward;
-    st.usage.cp += c.cp_backward;
-    emit(st, {stage, Stream::compute, EventKind::recompute, slot.micro_batch, slot.chunk, start, bwd_start});
-    emit(st, {stage, Stream::compute, EventKind::backward, slot.micro_batch, slot.chunk, bwd_start, end});
-    reduce_gradients(r, stage, slot, c, start, end);
-  }
+  const Seconds end = run_slot(r, stage, slot, c, start);
   st.compute_free = end;
   ++st.cursor;
   return {true, send_output(r, stage, slot, vstage, end)};

@@ -15,6 +15,10 @@
 //     (mb, chunk) on virtual stage k needs stage k-1's forward output plus one p2p transfer; a
 //     backward needs stage k+1's input gradient plus one p2p transfer (the last virtual stage
 //     starts from its own loss). Sends are asynchronous: the sender's compute does not wait.
+//   - zero-bubble schedules (Schedule::split_backward): a backward computes the input gradient
+//     (recomputation, TP/CP and half the backward kernels: one of its two matmuls, see
+//     predict.cpp op_time) and sends it; the weight-gradient slot does the other half. Gradients
+//     then become ready during the weight-gradient slot.
 //   - gradient buckets: a chunk's gradients become ready layer by layer during its backward
 //     (bucket j of n = max(1, layers) ready at start + (j+1)/n of the slot). ZeRO 0/1 reduce a
 //     chunk's gradients once, during its last backward (last micro-batch); with
@@ -46,7 +50,9 @@ inline constexpr int kStreams = 4;
 enum class EventKind {
   forward,          // forward of (micro_batch, chunk), TP/CP included          (compute)
   recompute,        // recomputation before a backward                          (compute)
-  backward,         // backward of (micro_batch, chunk), TP/CP included         (compute)
+  backward,         // backward of (micro_batch, chunk), TP/CP included; with a
+                    // split-backward schedule the input-gradient part only     (compute)
+  backward_weight,  // weight-gradient part of a split backward                 (compute)
   optimizer,        // optimizer step                                           (compute)
   send_activation,  // forward output to the next virtual stage                 (pp_forward)
   send_gradient,    // input gradient to the previous virtual stage             (pp_backward)

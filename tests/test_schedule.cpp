@@ -5,6 +5,7 @@
 //   Interleaved 1F1B (Narayanan et al. 2021, Sec. 2.2.2, Fig. 4 bottom; Megatron-LM
 //     forward_backward_pipelining_with_interleaving): (p - i - 1) * 2 + (v - 1) * p warm-up
 //     forwards, chunks visited in groups of p micro-batches, backwards in reverse chunk order.
+//   ZB-H1 (Qi et al. 2024, Sec. 3.1): 1F1B with the backward split into B and W, W held back.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -114,14 +115,19 @@ void expect_complete(const Schedule& s) {
       if (slot.phase == Phase::forward) {
         EXPECT_EQ(st, 0) << "second forward of " << to_string(slot) << " on stage " << i;
         st = 1;
-      } else {
+      } else if (slot.phase == Phase::backward) {
         EXPECT_EQ(st, 1) << "backward without a forward before it: " << to_string(slot) << " on stage " << i;
         st = 2;
+      } else {
+        ASSERT_TRUE(s.split_backward) << "weight-gradient slot in a schedule without split backward";
+        EXPECT_EQ(st, 2) << "weight gradient without a backward before it: " << to_string(slot) << " on stage " << i;
+        st = 3;
       }
     }
+    const int final_state = s.split_backward ? 3 : 2;
     EXPECT_EQ(static_cast<int>(state.size()), s.micro_batches * s.chunks);
-    for (const auto& [key, st] : state) EXPECT_EQ(st, 2);
-    EXPECT_EQ(static_cast<int>(s.per_stage[i].size()), 2 * s.micro_batches * s.chunks);
+    for (const auto& [key, st] : state) EXPECT_EQ(st, final_state);
+    EXPECT_EQ(static_cast<int>(s.per_stage[i].size()), final_state * s.micro_batches * s.chunks);
   }
 }
 
@@ -130,9 +136,44 @@ TEST(Schedule, EveryMicroBatchAndChunkForwardThenBackwardOnce) {
     for (int m : {1, 2, 5, 8, 16}) {
       expect_complete(make_schedule(ScheduleKind::gpipe, p, m));
       expect_complete(make_schedule(ScheduleKind::one_f_one_b, p, m));
+      expect_complete(make_zero_bubble_schedule(p, m));
       if (m % p == 0) {
         for (int v : {1, 2, 3}) expect_complete(make_schedule(ScheduleKind::interleaved, p, m, v));
       }
+    }
+  }
+}
+
+TEST(Schedule, ZeroBubbleH1StageOrdersByHand) {
+  // p = 4, m = 6 (Qi et al. 2024, ZB-H1): 1F1B's F/B order; stage i holds back its first i W
+  // passes and releases the oldest one after each later B, the rest at the end.
+  const Schedule s = make_zero_bubble_schedule(4, 6);
+  EXPECT_TRUE(s.split_backward);
+  EXPECT_EQ(order(s.per_stage[0]), "F0.0 F1.0 F2.0 F3.0 B0.0 W0.0 F4.0 B1.0 W1.0 F5.0 B2.0 W2.0 B3.0 W3.0 B4.0 W4.0 B5.0 W5.0");
+  EXPECT_EQ(order(s.per_stage[1]), "F0.0 F1.0 F2.0 B0.0 F3.0 B1.0 W0.0 F4.0 B2.0 W1.0 F5.0 B3.0 W2.0 B4.0 W3.0 B5.0 W4.0 W5.0");
+  EXPECT_EQ(order(s.per_stage[3]), "F0.0 B0.0 F1.0 B1.0 F2.0 B2.0 F3.0 B3.0 W0.0 F4.0 B4.0 W1.0 F5.0 B5.0 W2.0 W3.0 W4.0 W5.0");
+  // Without the W passes it is exactly 1F1B. Activations stay until the W pass, so every stage
+  // holds up to p micro-batches: 1F1B's peak (stage 0), now on every stage (Qi et al. 2024,
+  // Sec. 3.1: ZB-H1's peak memory does not exceed 1F1B's).
+  const Schedule base = make_schedule(ScheduleKind::one_f_one_b, 4, 6);
+  for (int i = 0; i < 4; ++i) {
+    std::vector<Slot> fb;
+    for (const Slot& slot : s.per_stage[i]) {
+      if (slot.phase != Phase::backward_weight) fb.push_back(slot);
+    }
+    EXPECT_EQ(fb, base.per_stage[i]) << "stage " << i;
+    EXPECT_EQ(s.peak_in_flight(i), base.peak_in_flight(0)) << "stage " << i;
+  }
+  EXPECT_EQ(to_string(Slot{Phase::backward_weight, 2, 0}), "W2.0");
+}
+
+TEST(Schedule, OnlyTheZeroBubbleScheduleSplitsTheBackward) {
+  // Executors that run make_schedule's output never see a weight-gradient slot.
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved}) {
+    const Schedule s = make_schedule(kind, 4, 8, kind == ScheduleKind::interleaved ? 2 : 1);
+    EXPECT_FALSE(s.split_backward);
+    for (const auto& stage : s.per_stage) {
+      for (const Slot& slot : stage) EXPECT_NE(slot.phase, Phase::backward_weight);
     }
   }
 }

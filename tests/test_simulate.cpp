@@ -324,6 +324,45 @@ TEST(Simulate, TensorParallelAndRecomputeSitInsideTheSlot) {
   EXPECT_DOUBLE_EQ(sum_of(t, EventKind::recompute), 3.0);
 }
 
+// ---- zero bubble (ZB-H1) -----------------------------------------------------------------------
+
+TEST(Simulate, ZeroBubbleH1CutsTheBubbleToAThird) {
+  // T_F = T_B = T_W = 1 (forward 1, backward 2 split in halves), the setting of Qi et al. 2024,
+  // Sec. 3.1: ZB-H1's bubble is (p-1)(T_F + T_B - T_W) = p - 1, a third of 1F1B's
+  // (p-1)(T_F + T_B + T_W) = 3(p-1).
+  for (auto [p, m] : {std::pair{4, 8}, std::pair{8, 16}, std::pair{8, 64}, std::pair{16, 32}}) {
+    const StepCosts c = uniform_costs(p, 1, 1.0, 2.0);
+    const Seconds ideal = 3.0 * m;
+    const Timeline zb = simulate(c, make_zero_bubble_schedule(p, m));
+    const Timeline base = simulate(c, make_schedule(ScheduleKind::one_f_one_b, p, m));
+    EXPECT_NEAR(zb.step - ideal, (p - 1) * 1.0, 0.01 * (p - 1)) << "p=" << p << " m=" << m;
+    EXPECT_NEAR(base.step - ideal, (p - 1) * 3.0, 0.01 * (p - 1)) << "p=" << p << " m=" << m;
+    expect_streams_serial(zb);
+    EXPECT_DOUBLE_EQ(sum_of(zb, EventKind::backward_weight), p * m * 1.0);
+  }
+  // With T_F = 0.8 the simulated ZB-H1 bubble is (p-1) T_B = 3 for p = 4 (the paper's
+  // (p-1)(T_F + T_B - T_W) = 2.4 assumes its own placement of the W passes).
+  const Timeline t = simulate(uniform_costs(4, 1, 0.8, 2.0), make_zero_bubble_schedule(4, 8));
+  EXPECT_NEAR(t.step - 8 * 2.8, 3.0, 1e-9);
+}
+
+TEST(Simulate, ZeroBubbleReducesGradientsAfterTheWeightPass) {
+  // p = 1, m = 1, ZB: F [0,1], B [1,2] (input gradient: half of b = 2), W [2,3]. One layer;
+  // reduction 0.5 s starts when W ends: [3, 3.5].
+  StepCosts c = uniform_costs(1, 1, 1.0, 2.0);
+  c.chunks[0].dp_reduce = 0.5;
+  const Timeline t = simulate(c, make_zero_bubble_schedule(1, 1));
+  EXPECT_DOUBLE_EQ(t.step, 3.5);
+  for (const auto& e : t.events) {
+    if (e.kind == EventKind::grad_reduce) EXPECT_DOUBLE_EQ(e.start, 3.0);
+    if (e.kind == EventKind::backward) EXPECT_DOUBLE_EQ(e.end, 2.0);
+  }
+  // A weight-gradient slot in a schedule that does not split the backward is a bug.
+  Schedule bad = make_schedule(ScheduleKind::one_f_one_b, 1, 1);
+  bad.per_stage[0].push_back({Phase::backward_weight, 0, 0});
+  EXPECT_THROW(simulate(c, bad), std::logic_error);
+}
+
 // ---- with predict()'s own costs ---------------------------------------------------------------
 
 TEST(Simulate, PredictCostsWithoutPipelineMatchPredict) {
