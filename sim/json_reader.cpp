@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "sim/check.hpp"
 
@@ -15,12 +18,27 @@ namespace trainplan {
 using nlohmann::json;
 
 json read_json_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(fmt::format("{}: cannot open file (is a directory)", path.string()));
+  }
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot open file ({})", path.string(), std::strerror(errno)));
   std::stringstream text;
   text << in.rdbuf();
+  // nlohmann keeps the last of two equal keys in one object without a word; a strict reader must
+  // not silently drop a value, so the keys of each open object are tracked while parsing.
+  std::vector<std::set<std::string>> open_objects;
+  auto reject_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end) open_objects.pop_back();
+    if (event == json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second) {
+      throw InputError(fmt::format("{}: key {} appears twice in the same object", path.string(), parsed.dump()));
+    }
+    return true;
+  };
   try {
-    return json::parse(text.str());
+    return json::parse(text.str(), reject_duplicates);
   } catch (const json::parse_error& e) {
     // nlohmann's message starts with "[json.exception.parse_error.101] "; keep what follows.
     std::string what = e.what();

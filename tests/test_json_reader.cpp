@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <string>
 
@@ -69,6 +71,29 @@ TEST(ReadJsonFile, TruncatedJsonSaysEndOfInput) {
 TEST(ReadJsonFile, EmptyFileIsMalformed) {
   const std::string msg = input_error([&] { read_json_file(kBad + "empty.json"); });
   EXPECT_TRUE(StartsWith(msg, kBad + "empty.json: malformed JSON: "));
+}
+
+TEST(ReadJsonFile, DuplicateKeyIsRejectedNotSilentlyOverwritten) {
+  // nlohmann alone would keep "layers": 32 and drop 2 without a word.
+  EXPECT_EQ(input_error([&] { read_json_file(kBad + "duplicate_key.json"); }),
+            kBad + "duplicate_key.json: key \"layers\" appears twice in the same object");
+}
+
+TEST(ReadJsonFile, EqualKeysInDifferentObjectsAreFine) {
+  const std::string path = ::testing::TempDir() + "/trainplan_same_keys.json";
+  {
+    std::ofstream out(path);
+    out << R"({"x": {"x": 1}, "b": {"x": 2, "y": {"x": 3}}, "c": [{"x": 1}, {"x": 2}], "y": 0})";
+  }
+  json j = read_json_file(path);
+  EXPECT_EQ(j["b"]["y"]["x"], 3);
+  EXPECT_EQ(j["c"][1]["x"], 2);
+  std::remove(path.c_str());
+}
+
+TEST(ReadJsonFile, DirectoryIsNotAFile) {
+  const std::string dir = std::string(TRAINPLAN_TEST_DATA_DIR) + "/bad";
+  EXPECT_EQ(input_error([&] { read_json_file(dir); }), dir + ": cannot open file (is a directory)");
 }
 
 // ---- JsonObject: construction and key bookkeeping -------------------------------------------
