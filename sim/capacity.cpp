@@ -27,15 +27,19 @@ CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req
   CapacityResult out;
   for (const Cluster& c : req.clusters) {
     for (int gpus : capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi)) {
-      SearchSpace space = req.space;
-      const SearchSpace defaults = default_space(c, gpus, req.global_batch, graph.seq_len());
-      space.gpus = gpus;
+      SearchSpace space = default_space(c, gpus, req.global_batch, graph.seq_len(), req.attention);
       space.exact_gpus = true;
-      space.global_batch = req.global_batch;
-      space.seq_len = graph.seq_len();
-      if (space.max_tp == 0) space.max_tp = defaults.max_tp;
-      if (space.max_cp == 0) space.max_cp = defaults.max_cp;
-      if (space.max_vp == 0) space.max_vp = defaults.max_vp;
+      space.dtype = req.dtype;
+      if (c.gpu.peak(space.dtype) <= 0) {
+        CapacityOption o;
+        o.cluster = c.name;
+        o.gpus = gpus;
+        o.price_per_gpu_hour = c.price_per_gpu_hour;
+        o.power_per_gpu_w = c.power_per_gpu;
+        o.why = fmt::format("unsupported dtype ({} has no {} peak)", c.gpu.name, to_string(space.dtype));
+        out.options.push_back(std::move(o));
+        continue;
+      }
       SearchOptions opt;
       opt.objective = Objective::time;
       opt.top_k = 1;

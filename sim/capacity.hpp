@@ -22,8 +22,8 @@ struct CapacityRequest {
   int global_batch = 1;           // sequences per step
   std::optional<double> deadline_days;
   std::optional<double> budget_usd;
-  SearchSpace space;              // template: dtype, limits, lists (gpus and max_tp/max_cp are set per
-                                  // cluster from default_space unless given)
+  Dtype dtype = Dtype::bf16;      // the rest of the space is default_space() of each cluster
+  Attention attention = Attention::flash;
   int threads = 0;
 };
 

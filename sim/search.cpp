@@ -32,8 +32,10 @@ std::optional<Objective> parse_objective(const std::string& s) {
   return std::nullopt;
 }
 
-SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_len) {
+SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_len, Attention attention) {
   SearchSpace s;
+  s.attention = attention;
+  if (attention == Attention::flash) s.recompute = {Recompute::none, Recompute::full};
   s.gpus = gpus;
   s.global_batch = global_batch;
   s.seq_len = seq_len;

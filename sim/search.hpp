@@ -52,8 +52,11 @@ struct SearchSpace {
 };
 
 // Default limits for a cluster: tp and cp within one node, cp only while each rank keeps at least
-// 1024 tokens, vp up to 8. Callers override single fields.
-SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_len);
+// 1024 tokens, vp up to 8. With flash attention, selective recomputation (recomputing the
+// attention core) is what the fused kernel already does -- predict gives it the figures of no
+// recomputation -- so it is only listed with standard attention. Callers override single fields.
+SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_len,
+                          Attention attention = Attention::flash);
 
 struct SearchOptions {
   Objective objective = Objective::throughput;

@@ -90,8 +90,9 @@ TEST(Search, FakeEvaluatorRanksTheKnownBestFirst) {
   const SearchResult r = search(g, c, sp, o);
   ASSERT_EQ(r.top.size(), 3u);
   EXPECT_EQ(describe(r.top[0].strategy), "dp8 tp1 pp1 zero0 mb1 none 1f1b");
-  EXPECT_EQ(describe(r.top[1].strategy), "dp8 tp1 pp1 zero0 mb1 selective 1f1b");
-  EXPECT_EQ(describe(r.top[2].strategy), "dp8 tp1 pp1 zero0 mb1 full 1f1b");
+  // default_space leaves selective recomputation out with flash attention (see search.hpp).
+  EXPECT_EQ(describe(r.top[1].strategy), "dp8 tp1 pp1 zero0 mb1 full 1f1b");
+  EXPECT_EQ(describe(r.top[2].strategy), "dp8 tp1 pp1 zero1 mb1 none 1f1b");
   EXPECT_DOUBLE_EQ(r.top_value[0], 1.0 / 8 + 0.01);
   expect_counts_add_up(r.stats);
   EXPECT_EQ(r.stats.evaluated, r.stats.candidates);

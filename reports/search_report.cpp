@@ -1,0 +1,231 @@
+#include "reports/search_report.hpp"
+
+#include <fmt/format.h>
+
+#include "reports/prediction_json.hpp"
+
+namespace trainplan {
+
+using nlohmann::json;
+
+namespace {
+
+std::string gb(double bytes) { return fmt::format("{:.1f}", bytes / kGB); }
+
+const char* value_unit(Objective o) {
+  switch (o) {
+    case Objective::throughput: return "tokens/s";
+    case Objective::cost: return "USD/step";
+    case Objective::time: return "s/step";
+  }
+  return "";
+}
+
+// The objective value as the user reads it (throughput is ranked as minus tokens/s).
+double shown_value(Objective o, double v) { return o == Objective::throughput ? -v : v; }
+
+void print_counts(std::ostream& os, const SearchStats& st) {
+  os << fmt::format("searched {} candidate layouts ({} dp x tp x pp x cp factorizations, up to {} GPUs) in {:.3f} s on {} threads:\n",
+                    st.candidates, st.layouts, st.max_gpus_considered, st.elapsed_s, st.threads);
+  os << fmt::format("  {} predicted ({} feasible), {} proven out of memory by the model-state bound, "
+                    "{} proven no better than the top by the step-time bound\n",
+                    st.evaluated, st.feasible, st.pruned_out_of_memory, st.pruned_by_bound);
+  if (!st.infeasible_by_reason.empty()) {
+    os << "  infeasible among those predicted:";
+    bool first = true;
+    for (const auto& [reason, n] : st.infeasible_by_reason) {
+      os << fmt::format("{} {} {}", first ? "" : ",", reason, n);
+      first = false;
+    }
+    os << "\n";
+  }
+}
+
+json stats_json(const SearchStats& st) {
+  return {{"candidates", st.candidates},
+          {"evaluated", st.evaluated},
+          {"feasible", st.feasible},
+          {"infeasible_by_reason", st.infeasible_by_reason},
+          {"pruned_out_of_memory", st.pruned_out_of_memory},
+          {"pruned_by_bound", st.pruned_by_bound},
+          {"layouts", st.layouts},
+          {"max_gpus_considered", st.max_gpus_considered},
+          {"elapsed_s", st.elapsed_s},
+          {"threads", st.threads}};
+}
+
+json extra(const std::string& model, const std::string& cluster) {
+  return {{"model", model}, {"cluster", cluster}, {"engine", "analytic"}};
+}
+
+}  // namespace
+
+void print_search(std::ostream& os, const SearchResult& r, const SearchContext& ctx) {
+  const SearchSpace& sp = *ctx.space;
+  os << fmt::format("{} on up to {} x {}, global batch {} x {} tokens, objective {}\n\n", ctx.model, sp.gpus,
+                    ctx.cluster, sp.global_batch, sp.seq_len, to_string(ctx.objective));
+  if (!r.top.empty()) {
+    os << fmt::format("{:>4}  {:<52} {:>5} {:>13} {:>10} {:>11} {:>6}", "rank", "layout", "GPUs", "memory GB",
+                      "step s", "tokens/s", "MFU %");
+    if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", "USD/step");
+    os << "\n";
+    for (std::size_t i = 0; i < r.top.size(); ++i) {
+      const Estimate& e = r.top[i];
+      os << fmt::format("{:>4}  {:<52} {:>5} {:>13} {:>10.3f} {:>11.0f} {:>6.1f}", i + 1, describe(e.strategy),
+                        e.strategy.gpus(), gb(e.peak_memory) + " / " + gb(e.capacity), e.time.step,
+                        e.throughput.tokens_per_s, 100 * e.throughput.mfu);
+      if (ctx.objective == Objective::cost) os << fmt::format(" {:>10.2f}", r.top_value[i]);
+      os << "\n";
+    }
+  } else {
+    os << "no feasible layout.\n";
+  }
+  if (!r.infeasible.empty()) {
+    os << "\nfastest infeasible candidates (among those predicted):\n";
+    for (const Estimate& e : r.infeasible) {
+      os << fmt::format("  {:<52} {:>10.3f} s  {}\n", describe(e.strategy), e.time.step,
+                        e.infeasible_reasons.empty() ? "" : e.infeasible_reasons.front());
+    }
+  }
+  if (r.pareto.size() > 1) {
+    os << fmt::format("\nPareto front, step time vs peak memory (exact within {:g}x the best step time):\n",
+                      ctx.pareto_window);
+    for (const Estimate& e : r.pareto) {
+      os << fmt::format("  {:<52} {:>10.3f} s {:>8} GB\n", describe(e.strategy), e.time.step, gb(e.peak_memory));
+    }
+  }
+  os << "\n";
+  print_counts(os, r.stats);
+}
+
+json search_to_json(const SearchResult& r, const SearchContext& ctx) {
+  const SearchSpace& sp = *ctx.space;
+  json top = json::array(), pareto = json::array(), infeasible = json::array();
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    json j = prediction_to_json(r.top[i], extra(ctx.model, ctx.cluster));
+    j["rank"] = i + 1;
+    j["objective_value"] = shown_value(ctx.objective, r.top_value[i]);
+    top.push_back(std::move(j));
+  }
+  for (const Estimate& e : r.pareto) pareto.push_back(prediction_to_json(e, extra(ctx.model, ctx.cluster)));
+  for (const Estimate& e : r.infeasible) infeasible.push_back(prediction_to_json(e, extra(ctx.model, ctx.cluster)));
+  json lists = {{"zero", sp.zero_stages}, {"recompute", json::array()}, {"schedules", json::array()},
+                {"sequence_parallel", json::array()}};
+  for (Recompute x : sp.recompute) lists["recompute"].push_back(to_string(x));
+  for (ScheduleKind x : sp.schedules) lists["schedules"].push_back(to_string(x));
+  for (bool x : sp.sequence_parallel) lists["sequence_parallel"].push_back(x);
+  return {{"schema", kSearchSchema},
+          {"model", ctx.model},
+          {"cluster", ctx.cluster},
+          {"objective", to_string(ctx.objective)},
+          {"objective_unit", value_unit(ctx.objective)},
+          {"space",
+           {{"gpus", sp.gpus},
+            {"exact_gpus", sp.exact_gpus},
+            {"global_batch", sp.global_batch},
+            {"seq_len", sp.seq_len},
+            {"dtype", to_string(sp.dtype)},
+            {"attention", to_string(sp.attention)},
+            {"max_tp", sp.max_tp},
+            {"max_pp", sp.max_pp},
+            {"max_cp", sp.max_cp},
+            {"max_dp", sp.max_dp},
+            {"max_vp", sp.max_vp},
+            {"max_micro_batch", sp.max_micro_batch},
+            {"lists", lists}}},
+          {"search", stats_json(r.stats)},
+          {"pareto_window", ctx.pareto_window},
+          {"top", top},
+          {"pareto", pareto},
+          {"infeasible", infeasible}};
+}
+
+namespace {
+
+std::string tokens_text(double t) {
+  if (t >= 1e12) return fmt::format("{:g}T", t / 1e12);
+  if (t >= 1e9) return fmt::format("{:g}B", t / 1e9);
+  return fmt::format("{:g}", t);
+}
+
+void print_option_line(std::ostream& os, const CapacityOption& o) {
+  os << fmt::format("{} x {}: {} -- {:.1f} days, {:.0f} GPU-hours, ${:.0f}, {:.0f} kWh\n", o.gpus, o.cluster,
+                    describe(o.best.strategy), o.days, o.gpu_hours, o.cost_usd, o.energy_kwh);
+}
+
+}  // namespace
+
+void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityContext& ctx) {
+  os << fmt::format("{}: {} tokens, global batch {} x {} tokens; fastest layout per cluster and size\n\n", ctx.model,
+                    tokens_text(ctx.tokens), ctx.global_batch, ctx.seq_len);
+  os << fmt::format("{:<14} {:>6}  {:<44} {:>6} {:>9} {:>12} {:>14} {:>12}\n", "cluster", "GPUs", "best layout",
+                    "MFU %", "days", "GPU-hours", "cost USD", "energy kWh");
+  for (const CapacityOption& o : r.options) {
+    if (!o.feasible) {
+      os << fmt::format("{:<14} {:>6}  {:<44}\n", o.cluster, o.gpus, "infeasible: " + o.why);
+      continue;
+    }
+    os << fmt::format("{:<14} {:>6}  {:<44} {:>6.1f} {:>9.1f} {:>12.0f} {:>14.0f} {:>12.0f}\n", o.cluster, o.gpus,
+                      describe(o.best.strategy), 100 * o.best.throughput.mfu, o.days, o.gpu_hours, o.cost_usd,
+                      o.energy_kwh);
+  }
+  os << "\n";
+  if (ctx.deadline_days) {
+    os << fmt::format("cheapest within {:g} days: ", *ctx.deadline_days);
+    if (r.cheapest_in_deadline) print_option_line(os, r.options[*r.cheapest_in_deadline]);
+    else os << "none meets the deadline\n";
+  }
+  if (ctx.budget_usd) {
+    os << fmt::format("fastest within ${:.0f}: ", *ctx.budget_usd);
+    if (r.fastest_in_budget) print_option_line(os, r.options[*r.fastest_in_budget]);
+    else os << "none fits the budget\n";
+  }
+  if (!r.pareto.empty()) {
+    os << "cost/time Pareto front (no other option is both faster and cheaper):\n";
+    for (std::size_t i : r.pareto) {
+      os << "  ";
+      print_option_line(os, r.options[i]);
+    }
+  }
+  os << fmt::format("({} searches in {:.2f} s)\n", r.options.size(), r.elapsed_s);
+}
+
+json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {
+  json options = json::array();
+  for (const CapacityOption& o : r.options) {
+    json j = {{"cluster", o.cluster},
+              {"gpus", o.gpus},
+              {"feasible", o.feasible},
+              {"price_per_gpu_hour_usd", o.price_per_gpu_hour},
+              {"power_per_gpu_w", o.power_per_gpu_w},
+              {"search", stats_json(o.stats)}};
+    if (o.feasible) {
+      j["days"] = o.days;
+      j["hours"] = o.hours;
+      j["gpu_hours"] = o.gpu_hours;
+      j["cost_usd"] = o.cost_usd;
+      j["energy_kwh"] = o.energy_kwh;
+      j["layout"] = describe(o.best.strategy);
+      j["best"] = prediction_to_json(o.best, extra(ctx.model, o.cluster));
+    } else {
+      j["why"] = o.why;
+    }
+    options.push_back(std::move(j));
+  }
+  auto index = [](const std::optional<std::size_t>& i) { return i ? json(*i) : json(nullptr); };
+  json j = {{"schema", kCapacitySchema},
+            {"model", ctx.model},
+            {"tokens", ctx.tokens},
+            {"global_batch", ctx.global_batch},
+            {"seq_len", ctx.seq_len},
+            {"deadline_days", ctx.deadline_days ? json(*ctx.deadline_days) : json(nullptr)},
+            {"budget_usd", ctx.budget_usd ? json(*ctx.budget_usd) : json(nullptr)},
+            {"options", options},
+            {"cheapest_within_deadline", index(r.cheapest_in_deadline)},
+            {"fastest_within_budget", index(r.fastest_in_budget)},
+            {"pareto", r.pareto},
+            {"elapsed_s", r.elapsed_s}};
+  return j;
+}
+
+}  // namespace trainplan

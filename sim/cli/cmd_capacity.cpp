@@ -1,0 +1,142 @@
+// trainplan capacity: time, GPU-hours, cost and energy to train a token budget, per cluster kind
+// and size, with the cheapest option meeting a deadline and the fastest within a budget.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "reports/search_report.hpp"
+#include "sim/capacity.hpp"
+#include "sim/check.hpp"
+#include "sim/cli/commands.hpp"
+#include "sim/cli/flags.hpp"
+#include "sim/model_spec.hpp"
+
+namespace trainplan::cli {
+
+namespace {
+
+const char* kHelp = R"(usage: trainplan capacity --model M --tokens T [flags] [--json FILE]
+
+For each cluster kind and GPU count (whole nodes: 1, 2, 4, 8, ... nodes), searches the fastest
+layout using exactly that many GPUs (as trainplan search --objective time --exact-gpus), and
+reports the time to train T tokens, GPU-hours, cost (GPU-hours x the cluster's price per
+GPU-hour) and energy (power per GPU x GPUs x hours). Then the cheapest option that meets
+--deadline-days, the fastest that fits --budget-usd, and the cost/time Pareto front.
+
+required:
+  --model NAME|FILE         built-in model (models/NAME.json), model file or HF config.json
+  --tokens T                tokens to train on: a number, optionally with K, M, B or T
+                            (e.g. 15T = 15e12)
+
+options:
+  --clusters a,b,c          cluster kinds (built-in names or files; default: every built-in one)
+  --gpus-range lo..hi       GPU counts to consider (default: one node .. each cluster's size)
+  --deadline-days D         find the cheapest option finishing within D days
+  --budget-usd X            find the fastest option costing at most X USD
+  --global-batch B          sequences per step (default: about 4M tokens per step, a power of two)
+  --seq S                   tokens per sequence (default: the model's seq_len)
+  --dtype bf16|fp16|fp8|fp32   training precision (default bf16; clusters without it are listed
+                            as infeasible)
+  --threads N               worker threads per search (default: all hardware threads)
+
+output:
+  --json FILE               also write trainplan/capacity/v1 JSON with every printed figure
+
+Exit status: 0 when some option is feasible, 3 when none is, 2 on bad input.
+)";
+
+// "15T", "1.5e12", "300B" -> tokens.
+double parse_tokens(const std::string& v) {
+  if (v.empty()) throw InputError("--tokens: must not be empty");
+  double scale = 1;
+  std::string number = v;
+  switch (v.back()) {
+    case 'K': case 'k': scale = 1e3; break;
+    case 'M': case 'm': scale = 1e6; break;
+    case 'B': case 'b': case 'G': case 'g': scale = 1e9; break;
+    case 'T': case 't': scale = 1e12; break;
+    default: break;
+  }
+  if (scale != 1) number.pop_back();
+  char* end = nullptr;
+  const double x = std::strtod(number.c_str(), &end);
+  if (number.empty() || end != number.c_str() + number.size() || !std::isfinite(x) || x <= 0) {
+    throw InputError(fmt::format("--tokens {}: must be a positive number, optionally with K, M, B or T", v));
+  }
+  return x * scale;
+}
+
+std::pair<int, int> parse_range(const std::string& v) {
+  const auto dots = v.find("..");
+  auto bad = [&] { return InputError(fmt::format("--gpus-range {}: must be lo..hi with 1 <= lo <= hi", v)); };
+  if (dots == std::string::npos) throw bad();
+  try {
+    std::size_t n1 = 0, n2 = 0;
+    const std::string a = v.substr(0, dots), b = v.substr(dots + 2);
+    const long lo = std::stol(a, &n1), hi = std::stol(b, &n2);
+    if (n1 != a.size() || n2 != b.size() || lo < 1 || hi < lo || hi > (1 << 24)) throw bad();
+    return {static_cast<int>(lo), static_cast<int>(hi)};
+  } catch (const std::logic_error&) {
+    throw bad();
+  }
+}
+
+}  // namespace
+
+int cmd_capacity(const Args& args, const Context& ctx) {
+  Flags f(args, "capacity");
+  if (f.help()) {
+    ctx.out << kHelp;
+    return 0;
+  }
+  const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
+  const double tokens = parse_tokens(f.require("tokens"));
+  CapacityRequest req;
+  req.tokens = tokens;
+  std::vector<std::string> names;
+  if (auto list = f.get("clusters")) {
+    std::stringstream ss(*list);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item.empty()) throw InputError(fmt::format("--clusters {}: empty name in the list", *list));
+      names.push_back(item);
+    }
+    if (names.empty()) throw InputError("--clusters: must name at least one cluster");
+  } else {
+    names = builtin_clusters(ctx.data_dir);
+  }
+  for (const auto& n : names) {
+    try {
+      req.clusters.push_back(load_cluster(n, ctx.data_dir));
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--clusters: {}", e.what()));
+    }
+  }
+  if (auto range = f.get("gpus-range")) std::tie(req.gpus_lo, req.gpus_hi) = parse_range(*range);
+  const int seq = static_cast<int>(f.get_int("seq", model.seq_len, 1, 1 << 24));
+  // Default batch: about 4M tokens per step, rounded to a power of two of sequences.
+  const int default_batch = std::max(1, static_cast<int>(std::exp2(std::round(std::log2(4194304.0 / seq)))));
+  req.global_batch = static_cast<int>(f.get_int("global-batch", default_batch, 1, 1 << 30));
+  if (f.has("deadline-days")) req.deadline_days = f.get_double("deadline-days", 0, 1e-6, 1e6);
+  if (f.has("budget-usd")) req.budget_usd = f.get_double("budget-usd", 0, 1e-6, 1e15);
+  req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
+  req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
+  const auto json_path = f.get("json");
+  f.finish();
+  bool any_count = false;
+  for (const Cluster& c : req.clusters) any_count |= !capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi).empty();
+  if (!any_count) {
+    throw InputError(fmt::format("--gpus-range {}..{}: holds no whole-node power-of-two GPU count of the clusters",
+                                 req.gpus_lo, req.gpus_hi));
+  }
+
+  const LayerGraph graph(model, seq);
+  const CapacityResult r = plan_capacity(graph, req);
+  const CapacityContext cc{model.name, tokens, req.global_batch, seq, req.deadline_days, req.budget_usd};
+  print_capacity(ctx.out, r, cc);
+  if (json_path) write_json_file("json", *json_path, capacity_to_json(r, cc));
+  return r.pareto.empty() ? 3 : 0;
+}
+
+}  // namespace trainplan::cli

@@ -1,0 +1,152 @@
+// trainplan search: every valid layout of a model on a cluster, predicted and ranked.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "reports/search_report.hpp"
+#include "sim/check.hpp"
+#include "sim/cli/commands.hpp"
+#include "sim/cli/flags.hpp"
+#include "sim/cluster.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/search.hpp"
+
+namespace trainplan::cli {
+
+namespace {
+
+const char* kHelp = R"(usage: trainplan search --model M --cluster C --gpus N --global-batch B [flags] [--json FILE]
+
+Enumerates every valid layout -- (dp, tp, pp, cp) factorizations using at most N GPUs in whole
+nodes (or a divisor of one node), times micro-batch size, schedule (1f1b, interleaved with vp),
+ZeRO stage, recomputation and sequence parallelism -- predicts each, and ranks the feasible ones.
+Pruning skips only candidates proven out of memory or proven unable to reach the top K (or the
+reported Pareto front), so the ranking equals a brute-force search.
+
+required:
+  --model NAME|FILE         built-in model (models/NAME.json), model file or HF config.json
+  --cluster NAME|FILE       built-in cluster (topologies/NAME.json) or a topology file
+  --gpus N                  GPUs available (layouts may use fewer, see --exact-gpus); capped at
+                            the cluster's size
+  --global-batch B          sequences per optimizer step
+
+search:
+  --seq S                   tokens per sequence (default: the model's seq_len)
+  --top K                   layouts to list (default 10)
+  --objective throughput|cost|time
+                            throughput: most tokens/s; time: shortest step (the same order for
+                            a fixed global batch); cost: fewest USD per step (price per GPU-hour
+                            x GPUs x step time). Default throughput
+  --exact-gpus              only layouts using exactly N GPUs
+  --dtype bf16|fp16|fp8|fp32         training precision (default bf16)
+  --attention flash|standard         attention kernel (default flash)
+  --zero LIST               ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)
+  --recompute LIST          from none,selective,full (default none,full with flash attention,
+                            where selective gives the figures of none; all three with standard)
+  --schedules LIST          from gpipe,1f1b,interleaved (default 1f1b,interleaved; gpipe predicts
+                            the 1f1b step time with at least its memory)
+  --max-tp T                largest tensor-parallel size (default: GPUs per node)
+  --max-pp P                largest pipeline depth (default: the model's layers)
+  --max-cp C                largest context-parallel size (default: GPUs per node, and at least
+                            1024 tokens per rank)
+  --max-dp D                largest data-parallel size (default: no limit)
+  --max-vp V                largest interleaving factor (default 8)
+  --max-micro-batch b       largest micro-batch (default: no limit)
+  --pareto-window X         report the step-time/memory Pareto front up to X times the best
+                            step time (default 1.25; larger prunes less)
+  --threads N               worker threads (default: all hardware threads)
+
+output:
+  --json FILE               also write trainplan/search/v1 JSON (top entries are
+                            trainplan/prediction/v1 objects; usable as trainplan predict --plan)
+
+Exit status: 0 with a feasible layout, 3 when none fits, 2 on bad input.
+)";
+
+template <class T, class Parse>
+std::vector<T> parse_list(const Flags& f, const std::string& flag, const std::string& allowed, Parse parse,
+                          std::vector<T> fallback) {
+  auto v = f.get(flag);
+  if (!v) return fallback;
+  std::vector<T> out;
+  std::stringstream ss(*v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto x = parse(item);
+    if (!x) throw InputError(fmt::format("--{} {}: '{}' is not one of {}", flag, *v, item, allowed));
+    if (std::find(out.begin(), out.end(), *x) == out.end()) out.push_back(*x);
+  }
+  if (out.empty()) throw InputError(fmt::format("--{} {}: must list at least one of {}", flag, *v, allowed));
+  return out;
+}
+
+std::optional<int> parse_zero(const std::string& s) {
+  if (s.size() == 1 && s[0] >= '0' && s[0] <= '3') return s[0] - '0';
+  return std::nullopt;
+}
+
+// Draws "[#####     ] 45%" on `err`, rewriting the line.
+void draw_progress(std::ostream& err, std::int64_t done, std::int64_t total) {
+  const int width = 30;
+  const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+  err << "\r[" << std::string(filled, '#') << std::string(width - filled, ' ')
+      << fmt::format("] {:3d}% of {} layouts", total > 0 ? static_cast<int>(100 * done / total) : 100, total)
+      << (done >= total ? "\n" : "") << std::flush;
+}
+
+}  // namespace
+
+int cmd_search(const Args& args, const Context& ctx) {
+  Flags f(args, "search", {"exact-gpus"});
+  if (f.help()) {
+    ctx.out << kHelp;
+    return 0;
+  }
+  const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
+  const Cluster cluster = load_cluster(f.require("cluster"), ctx.data_dir);
+  const auto gpus_flag = f.get_optional_int("gpus", 1, 1 << 24);
+  if (!gpus_flag) f.require("gpus");
+  const auto batch_flag = f.get_optional_int("global-batch", 1, 1 << 30);
+  if (!batch_flag) f.require("global-batch");
+  const int gpus = static_cast<int>(*gpus_flag), global_batch = static_cast<int>(*batch_flag);
+  const int seq = static_cast<int>(f.get_int("seq", model.seq_len, 1, 1 << 24));
+
+  const Attention attention = *parse_attention(f.get_choice("attention", "flash", {"flash", "standard"}));
+  SearchSpace space = default_space(cluster, gpus, global_batch, seq, attention);
+  space.exact_gpus = f.has("exact-gpus");
+  if (space.exact_gpus && gpus > cluster.max_gpus()) {
+    throw InputError(fmt::format("--gpus {}: --exact-gpus needs at most the cluster's {} GPUs", gpus, cluster.max_gpus()));
+  }
+  space.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
+  space.zero_stages = parse_list<int>(f, "zero", "0,1,2,3", parse_zero, space.zero_stages);
+  space.recompute = parse_list<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
+  space.schedules = parse_list<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);
+  space.max_tp = static_cast<int>(f.get_int("max-tp", space.max_tp, 1, 1 << 16));
+  space.max_pp = static_cast<int>(f.get_int("max-pp", model.layers, 1, 1 << 16));
+  space.max_cp = static_cast<int>(f.get_int("max-cp", space.max_cp, 1, 1 << 16));
+  space.max_dp = static_cast<int>(f.get_int("max-dp", 0, 1, 1 << 24));
+  space.max_vp = static_cast<int>(f.get_int("max-vp", space.max_vp, 1, 1 << 10));
+  space.max_micro_batch = static_cast<int>(f.get_int("max-micro-batch", 0, 1, 1 << 24));
+
+  SearchOptions options;
+  options.objective = *parse_objective(f.get_choice("objective", "throughput", {"throughput", "cost", "time"}));
+  options.top_k = static_cast<int>(f.get_int("top", 10, 1, 10000));
+  options.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
+  options.pareto_window = f.get_double("pareto-window", 1.25, 1.0, 1e6);
+  const auto json_path = f.get("json");
+  f.finish();
+  if (ctx.out_is_terminal) {
+    options.progress = [&ctx](std::int64_t done, std::int64_t total) { draw_progress(ctx.err, done, total); };
+  }
+
+  const LayerGraph graph(model, seq);
+  const SearchResult result = search(graph, cluster, space, options);
+  const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
+  print_search(ctx.out, result, sc);
+  if (json_path) write_json_file("json", *json_path, search_to_json(result, sc));
+  return result.top.empty() ? 3 : 0;
+}
+
+}  // namespace trainplan::cli

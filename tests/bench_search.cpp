@@ -1,0 +1,96 @@
+// Speed of search(). Counters (per second of CPU time of this process, i.e. per core when the
+// search runs on one thread):
+//   predicts_per_s     full predict() calls per second per core (brute force: every candidate)
+//   candidates_per_s   candidates settled per second per core, predicted or proven out by a bound
+// and for the 530B case the wall time of the whole search (search.elapsed_s) on all cores.
+#include <benchmark/benchmark.h>
+
+#include <thread>
+
+#include "sim/cluster.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/search.hpp"
+
+namespace {
+
+using namespace trainplan;
+
+// Megatron-Turing NLG 530B shape (Narayanan et al. 2021 Table 1 / Smith et al. 2022).
+ModelSpec gpt_530b() {
+  ModelSpec m;
+  m.name = "gpt-530b";
+  m.layers = 105;
+  m.hidden = 20480;
+  m.heads = 128;
+  m.kv_heads = 128;
+  m.ffn_hidden = 4 * 20480;
+  m.vocab = 51200;
+  m.seq_len = 2048;
+  return m;
+}
+
+void report(benchmark::State& state, const SearchStats& total) {
+  state.counters["candidates"] = static_cast<double>(total.candidates) / state.iterations();
+  state.counters["predicted"] = static_cast<double>(total.evaluated) / state.iterations();
+  state.counters["predicts_per_s"] = benchmark::Counter(static_cast<double>(total.evaluated), benchmark::Counter::kIsRate);
+  state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(total.candidates), benchmark::Counter::kIsRate);
+}
+
+void accumulate(SearchStats& total, const SearchStats& s) {
+  total.candidates += s.candidates;
+  total.evaluated += s.evaluated;
+}
+
+// Brute force on one thread: every candidate predicted. predicts_per_s is evaluations/s/core.
+void BM_SearchBruteForceLlama70B(benchmark::State& state) {
+  const Cluster c = load_cluster("dgx-h100", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(load_model("llama3-70b", TRAINPLAN_SOURCE_DIR), 8192);
+  const SearchSpace sp = default_space(c, 64, 512, 8192);
+  SearchOptions o;
+  o.prune = false;
+  o.threads = 1;
+  SearchStats total;
+  for (auto _ : state) accumulate(total, search(g, c, sp, o).stats);
+  report(state, total);
+}
+BENCHMARK(BM_SearchBruteForceLlama70B)->Unit(benchmark::kMillisecond);
+
+// The same space with pruning, one thread.
+void BM_SearchPrunedLlama70B(benchmark::State& state) {
+  const Cluster c = load_cluster("dgx-h100", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(load_model("llama3-70b", TRAINPLAN_SOURCE_DIR), 8192);
+  const SearchSpace sp = default_space(c, 64, 512, 8192);
+  SearchOptions o;
+  o.threads = 1;
+  SearchStats total;
+  for (auto _ : state) accumulate(total, search(g, c, sp, o).stats);
+  report(state, total);
+}
+BENCHMARK(BM_SearchPrunedLlama70B)->Unit(benchmark::kMillisecond);
+
+// The target: 530B on up to 5,128 A100-80GB (capped at the cluster's 4,480), global
+// batch 2520, all cores. elapsed_s is the search's own wall time.
+void BM_Search530B(benchmark::State& state) {
+  const Cluster c = load_cluster("dgx-a100-80g", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(gpt_530b(), 2048);
+  const SearchSpace sp = default_space(c, 5128, 2520, 2048);
+  SearchOptions o;
+  o.threads = static_cast<int>(state.range(0));
+  SearchStats total;
+  double elapsed = 0;
+  for (auto _ : state) {
+    const SearchStats s = search(g, c, sp, o).stats;
+    accumulate(total, s);
+    elapsed += s.elapsed_s;
+  }
+  report(state, total);
+  state.counters["elapsed_s"] = elapsed / state.iterations();
+  state.counters["threads"] = static_cast<double>(o.threads);
+}
+BENCHMARK(BM_Search530B)
+    ->Arg(1)
+    ->Arg(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace

@@ -1,0 +1,165 @@
+// `trainplan search` and `trainplan capacity` end to end on the real binary: tables, JSON schema
+// fields, the --plan round trip, bad input as one line with exit code 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class SearchCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("trainplan_search_cli_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result run(const std::string& args) {
+    const fs::path out = dir_ / "out.txt", err = dir_ / "err.txt";
+    const std::string cmd = std::string("'") + TRAINPLAN_BINARY + "' " + args + " >'" + out.string() + "' 2>'" +
+                            err.string() + "'";
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  json read(const fs::path& p) { return json::parse(slurp(p)); }
+  fs::path dir_;
+};
+
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+TEST_F(SearchCli, RanksLayoutsAndWritesSearchJson) {
+  const fs::path out = dir_ / "search.json";
+  const Result r = run("search --model llama2-7b --cluster dgx-h100 --gpus 16 --global-batch 64 --top 3 --json " +
+                       out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MFU %"), std::string::npos);
+  EXPECT_NE(r.out.find("searched"), std::string::npos);
+  EXPECT_TRUE(r.err.empty()) << "no progress bar when stdout is not a terminal: " << r.err;
+  const json j = read(out);
+  EXPECT_EQ(j.at("schema"), "trainplan/search/v1");
+  const json& s = j.at("search");
+  for (const char* k : {"evaluated", "feasible", "infeasible_by_reason", "elapsed_s", "threads"}) {
+    EXPECT_TRUE(s.contains(k)) << k;
+  }
+  std::int64_t infeasible = 0;
+  for (const auto& [reason, n] : s.at("infeasible_by_reason").items()) infeasible += n.get<std::int64_t>();
+  EXPECT_EQ(infeasible, s.at("evaluated").get<std::int64_t>() - s.at("feasible").get<std::int64_t>());
+  ASSERT_EQ(j.at("top").size(), 3u);
+  for (const json& p : j.at("top")) {
+    EXPECT_EQ(p.at("schema"), "trainplan/prediction/v1");
+    EXPECT_TRUE(p.at("feasible").get<bool>());
+    EXPECT_TRUE(p.contains("strategy") && p.contains("memory") && p.contains("time") && p.contains("throughput"));
+  }
+  EXPECT_GE(j.at("top")[0].at("throughput").at("tokens_per_s").get<double>(),
+            j.at("top")[1].at("throughput").at("tokens_per_s").get<double>());
+  EXPECT_TRUE(j.at("pareto").is_array());
+  EXPECT_FALSE(j.at("pareto").empty());
+
+  // The best entry is a plan for trainplan predict, which reproduces its step time.
+  const fs::path pred = dir_ / "pred.json";
+  const Result p = run("predict --plan " + out.string() + " --json " + pred.string());
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_DOUBLE_EQ(read(pred).at("time").at("step_s").get<double>(), j.at("top")[0].at("time").at("step_s").get<double>());
+}
+
+TEST_F(SearchCli, NothingFitsExitsThreeAndSaysWhy) {
+  const Result r = run("search --model llama3-70b --cluster dgx-a100-80g --gpus 8 --global-batch 8");
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.out.find("no feasible layout"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("out of memory"), std::string::npos) << r.out;
+}
+
+TEST_F(SearchCli, CapacityPrintsAndWritesEveryFigure) {
+  const fs::path out = dir_ / "capacity.json";
+  const Result r = run("capacity --model llama2-7b --tokens 300B --clusters dgx-a100-80g,dgx-h100 --gpus-range 8..32 "
+                       "--global-batch 256 --deadline-days 60 --budget-usd 2000000 --json " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("cheapest within 60 days"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fastest within $2000000"), std::string::npos) << r.out;
+  const json j = read(out);
+  EXPECT_EQ(j.at("schema"), "trainplan/capacity/v1");
+  EXPECT_EQ(j.at("tokens").get<double>(), 300e9);
+  ASSERT_EQ(j.at("options").size(), 6u);  // 8, 16, 32 GPUs x 2 kinds
+  for (const json& o : j.at("options")) {
+    ASSERT_TRUE(o.at("feasible").get<bool>());
+    for (const char* k : {"cluster", "gpus", "layout", "days", "gpu_hours", "cost_usd", "energy_kwh",
+                          "price_per_gpu_hour_usd", "power_per_gpu_w", "best"}) {
+      EXPECT_TRUE(o.contains(k)) << k;
+    }
+    EXPECT_EQ(o.at("best").at("schema"), "trainplan/prediction/v1");
+    // Each printed row carries the layout and the day count as printed.
+    EXPECT_NE(r.out.find(o.at("layout").get<std::string>()), std::string::npos);
+  }
+  EXPECT_TRUE(j.at("cheapest_within_deadline").is_number());
+  EXPECT_TRUE(j.at("fastest_within_budget").is_number());
+  EXPECT_FALSE(j.at("pareto").empty());
+}
+
+TEST_F(SearchCli, BadInputIsOneLineWithExitTwo) {
+  const char* cases[] = {
+      "search --model llama2-7b --cluster dgx-h100 --gpus 16 --global-batch 64 --bogus 1",
+      "search --model llama2-7b --cluster dgx-h100 --gpus 16",
+      "search --model llama2-7b --cluster dgx-h100 --gpus 0 --global-batch 64",
+      "search --model llama2-7b --cluster dgx-h100 --gpus 16 --global-batch 64 --objective speed",
+      "search --model llama2-7b --cluster dgx-h100 --gpus 16 --global-batch 64 --recompute none,some",
+      "search --model llama2-7b --cluster dgx-a100-80g --gpus 16 --global-batch 64 --dtype fp8",
+      "capacity --model llama2-7b --tokens lots",
+      "capacity --model llama2-7b --tokens 1T --gpus-range 64..8",
+      "capacity --model llama2-7b --tokens 1T --clusters nowhere",
+  };
+  for (const char* args : cases) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(lines(r.err), 1) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("trainplan ", 0), 0u) << r.err;
+  }
+  const Result flag = run("search --model llama2-7b --cluster dgx-h100 --gpus 16 --global-batch 64 --bogus 1");
+  EXPECT_NE(flag.err.find("--bogus"), std::string::npos) << flag.err;
+  const Result objective = run("search --model llama2-7b --cluster dgx-h100 --gpus 16 --global-batch 64 --objective speed");
+  EXPECT_NE(objective.err.find("--objective"), std::string::npos) << objective.err;
+}
+
+TEST_F(SearchCli, HelpNamesEveryFlag) {
+  const Result s = run("search --help");
+  ASSERT_EQ(s.code, 0);
+  for (const char* f : {"--model", "--cluster", "--gpus", "--global-batch", "--seq", "--top", "--objective", "--dtype",
+                        "--max-tp", "--max-pp", "--max-cp", "--max-dp", "--max-vp", "--max-micro-batch", "--zero",
+                        "--recompute", "--schedules", "--exact-gpus", "--threads", "--pareto-window", "--json"}) {
+    EXPECT_NE(s.out.find(f), std::string::npos) << f;
+  }
+  const Result c = run("capacity --help");
+  ASSERT_EQ(c.code, 0);
+  for (const char* f : {"--model", "--tokens", "--clusters", "--gpus-range", "--deadline-days", "--budget-usd",
+                        "--global-batch", "--json"}) {
+    EXPECT_NE(c.out.find(f), std::string::npos) << f;
+  }
+}
+
+}  // namespace
