@@ -24,6 +24,8 @@ using Args = std::vector<std::string>;
 int cmd_predict(const Args& args, const Context& ctx);
 int cmd_simulate(const Args& args, const Context& ctx);  // issue 4
 int cmd_compare(const Args& args, const Context& ctx);  // issue 5
+int cmd_search(const Args& args, const Context& ctx);    // issue 3
+int cmd_capacity(const Args& args, const Context& ctx);  // issue 3
 
 }  // namespace trainplan::cli
 

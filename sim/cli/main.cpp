@@ -26,6 +26,8 @@ const std::map<std::string, Command>& commands() {
       {"predict", {cmd_predict, "predict memory and step time of one layout"}},
       {"simulate", {cmd_simulate, "simulate one step event by event; per-rank busy/idle, Chrome trace"}},
       {"compare", {cmd_compare, "predicted vs measured figures of one run, with % error"}},
+      {"search", {cmd_search, "rank every valid layout of a model on a cluster (best first)"}},
+      {"capacity", {cmd_capacity, "time, GPU-hours, cost and energy to train T tokens per cluster kind and size"}},
   };
   return table;
 }
