@@ -37,18 +37,16 @@ std::string value_text(const std::optional<double>& v, const std::string& unit) 
   if (!v) return "-";
   if (unit == "s") return seconds_text(*v);
   if (unit == "B") return bytes_text(*v);
-  if (unit == "TFLOP/s") return fmt::format("{:.3f}", *v);
+  if (unit == "TFLOP/s") return fmt::format("{:.4g}", *v);
   return fmt::format("{:.1f}", *v);
 }
 
 std::string error_text(const std::optional<double>& e) { return e ? fmt::format("{:+.1f}%", *e) : "n/a"; }
 
 void print_section(std::ostream& os, const std::string& title, const std::vector<ComparedFigure>& rows) {
-  os << fmt::format("\n{:<26} {:>14} {:>14} {:>9}\n", title, "predicted", "measured", "error");
+  os << fmt::format("\n{:<28} {:>14} {:>14} {:>9}\n", title, "predicted", "measured", "error");
   for (const ComparedFigure& f : rows) {
-    std::string label = f.label;
-    if (f.unit != "s" && f.unit != "B") label += " [" + f.unit + "]";
-    os << fmt::format("  {:<24} {:>14} {:>14} {:>9}\n", label, value_text(f.predicted, f.unit),
+    os << fmt::format("  {:<26} {:>14} {:>14} {:>9}\n", f.label, value_text(f.predicted, f.unit),
                       value_text(f.measured, f.unit), error_text(f.error_pct));
   }
 }

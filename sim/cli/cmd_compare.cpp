@@ -36,6 +36,7 @@ int cmd_compare(const Args& args, const Context& ctx) {
     return 0;
   }
   const auto json_path = f.get("json");
+  (void)f.has("");  // Flags marks the positional arguments as used under the empty name
   f.finish();
   if (f.positionals().size() != 2) {
     throw InputError(fmt::format("expects two files, PREDICTION.json MEASUREMENT.json (got {} argument{})",

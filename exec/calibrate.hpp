@@ -1,0 +1,70 @@
+// Calibration micro-benchmarks: what one device (a GPU, or the CPU cores one rank gets) and the
+// link between local ranks actually deliver. `trainplan calibrate` turns the result into a
+// topology file (topologies/*.json) that predict reads. No LibTorch types in this header.
+//
+// Benchmark practice (DESIGN.md convention 8): every figure is the median of `repeats` timed runs
+// after `warmup` untimed ones; on CUDA each run is bracketed by device synchronisation.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "sim/units.hpp"
+
+namespace trainplan::exec {
+
+struct CalibrateOptions {
+  std::string device = "cpu";          // "cpu" | "cuda"
+  int threads = 1;                     // CPU: intra-op threads of one rank (torch::set_num_threads)
+  int warmup = 3;
+  int repeats = 10;
+  std::vector<int> gemm_sizes;         // square m = n = k sizes; empty: a default ladder
+  Bytes copy_bytes = 0;                // size of the copied buffer; 0: a default
+  int link_ranks = 2;                  // local processes in the all-reduce test; < 2: skip it
+  std::string link_backend = "gloo";   // "gloo" | "nccl"
+  std::vector<Bytes> link_bytes;       // all-reduce message sizes; empty: a default ladder
+};
+
+struct GemmPoint {
+  int m = 0, n = 0, k = 0;
+  Flops flops = 0;                     // 2 m n k
+  Seconds median = 0;
+  FlopsPerSecond rate = 0;             // flops / median
+};
+
+struct LinkPoint {
+  Bytes bytes = 0;                     // all-reduced buffer
+  Seconds median = 0;                  // slowest rank's median
+};
+
+struct LinkResult {
+  bool measured = false;
+  std::string note;                    // how it was measured, or why it was not
+  int ranks = 0;
+  std::vector<LinkPoint> points;
+  // Fitted to the ring all-reduce cost used by sim/collectives.hpp,
+  //   t(M) = 2(n-1) a + 2(n-1)/n M / B:
+  // a from the smallest message (its bandwidth term removed), B from the largest (its latency
+  // term removed).
+  Seconds latency = 0;
+  BytesPerSecond bus_bandwidth = 0;
+};
+
+struct CalibrationResult {
+  std::string device_name;             // CPU model or GPU name
+  std::string dtype;                   // matmul dtype measured: "fp32" (CPU) or "bf16" (CUDA)
+  int threads = 0;
+  std::vector<GemmPoint> gemm;         // ascending flops
+  FlopsPerSecond best_gemm_rate = 0;
+  BytesPerSecond copy_bandwidth = 0;   // (read + write bytes) / median time of one large copy
+  Flops attention_flops = 0;           // one fused attention forward (SDPA)
+  FlopsPerSecond attention_rate = 0;
+  Bytes baseline_rss = 0;              // this process's resident set after LibTorch start-up (CPU)
+  std::string torch_version;
+  LinkResult link;
+};
+
+// Runs the link test first (it forks the local ranks before this process starts any LibTorch
+// threads or CUDA context), then the device benchmarks. Throws InputError for unusable options.
+CalibrationResult calibrate(const CalibrateOptions& o);
+
+}  // namespace trainplan::exec

@@ -1,0 +1,153 @@
+// compare(): % errors of hand-made prediction and measurement files (tests/data/compare/), the
+// strategy check, and the readers' schema errors.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include "reports/compare.hpp"
+#include "reports/measurement_json.hpp"
+#include "sim/check.hpp"
+#include "sim/compare.hpp"
+#include "sim/json_reader.hpp"
+
+namespace trainplan {
+namespace {
+
+const std::string kDir = std::string(TRAINPLAN_TEST_DATA_DIR) + "/compare/";
+
+PredictionFile prediction(const std::string& name) {
+  return prediction_from_json(read_json_file(kDir + name), kDir + name);
+}
+Measurement measurement(const std::string& name) {
+  return measurement_from_json(read_json_file(kDir + name), kDir + name);
+}
+
+const ComparedFigure& find(const std::vector<ComparedFigure>& rows, const std::string& key) {
+  for (const ComparedFigure& f : rows)
+    if (f.key == key) return f;
+  throw std::runtime_error("no figure " + key);
+}
+
+TEST(PercentError, Definition) {
+  EXPECT_DOUBLE_EQ(*percent_error(1.2, 1.0), 20.0);   // predicted too high: positive
+  EXPECT_DOUBLE_EQ(*percent_error(0.5, 1.0), -50.0);
+  EXPECT_DOUBLE_EQ(*percent_error(0.0, 0.0), 0.0);    // both zero (e.g. no TP): no error
+  EXPECT_FALSE(percent_error(1.0, 0.0));              // measured zero: undefined
+  EXPECT_FALSE(percent_error(std::nullopt, 1.0));
+  EXPECT_FALSE(percent_error(1.0, std::nullopt));
+}
+
+TEST(Compare, HandMadeFilesGiveHandWorkedErrors) {
+  const PredictionFile p = prediction("prediction_pp2.json");
+  EXPECT_EQ(p.model, "tiny-gpt");
+  EXPECT_EQ(p.cluster, "cpu-local");
+  const Comparison c = compare(p.estimate, p.model, p.cluster, measurement("measurement_pp2.json"));
+  EXPECT_TRUE(c.strategies_match);
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_EQ(c.warmup, 2);
+  EXPECT_NEAR(c.measured_step_time.stdev, 0.2380476142847617, 1e-12);
+
+  // Time: predicted 2.0 s vs measured median 2.55 s -> (2.0 - 2.55) / 2.55 = -21.5686%.
+  EXPECT_NEAR(*find(c.time, "step_s").error_pct, -21.568627450980394, 1e-9);
+  EXPECT_NEAR(*find(c.time, "compute_s").error_pct, -20.0, 1e-9);   // 1.2 vs 0.5 + 1.0
+  EXPECT_NEAR(*find(c.time, "pp_comm_s").error_pct, 25.0, 1e-9);    // 0.1 vs 0.08
+  EXPECT_NEAR(*find(c.time, "bubble_s").error_pct, -25.0, 1e-9);    // 0.6 vs 0.8
+  EXPECT_NEAR(*find(c.time, "optimizer_s").error_pct, 0.0, 1e-9);   // 0.1 vs 0.1
+  EXPECT_DOUBLE_EQ(*find(c.time, "tp_comm_s").error_pct, 0.0);      // 0 vs 0
+  const ComparedFigure& other = find(c.time, "other_s");
+  EXPECT_FALSE(other.predicted);
+  EXPECT_NEAR(*other.measured, 0.07, 1e-12);
+  EXPECT_FALSE(other.error_pct);
+
+  // Memory: peak 1.1 GB vs 1.2 GB; stage 0 1.1 vs 1.0 GB; stage 1 0.9 vs 1.2 GB; ranks follow stages.
+  EXPECT_NEAR(*find(c.memory, "peak_bytes").error_pct, -8.333333333333332, 1e-9);
+  EXPECT_NEAR(*find(c.memory, "stage0_peak_bytes").error_pct, 10.0, 1e-9);
+  EXPECT_NEAR(*find(c.memory, "stage1_peak_bytes").error_pct, -25.0, 1e-9);
+  EXPECT_NEAR(*find(c.memory, "rank0_peak_bytes").error_pct, 10.0, 1e-9);
+  EXPECT_NEAR(*find(c.memory, "rank1_peak_bytes").error_pct, -25.0, 1e-9);
+  EXPECT_DOUBLE_EQ(*find(c.memory, "rank1_peak_bytes").predicted, 0.9e9);
+
+  // Throughput: 256 tokens/s vs 512 / 2.55 = 200.78 -> 256 * 2.55 / 512 - 1 = +27.5%.
+  EXPECT_NEAR(*find(c.throughput, "tokens_per_s").error_pct, 27.5, 1e-9);
+  EXPECT_NEAR(*find(c.throughput, "tokens_per_s_per_gpu").error_pct, 27.5, 1e-9);
+  EXPECT_NEAR(*find(c.throughput, "model_tflops_per_gpu").error_pct, 27.5, 1e-9);
+}
+
+TEST(Compare, MismatchedStrategyIsWarnedAndListed) {
+  const PredictionFile p = prediction("prediction_pp2.json");
+  const Comparison c = compare(p.estimate, p.model, "dgx-a100-80g", measurement("measurement_other_strategy.json"));
+  EXPECT_FALSE(c.strategies_match);
+  ASSERT_EQ(c.strategy_differences.size(), 2u);
+  EXPECT_EQ(c.strategy_differences[0], "micro_batch: predicted 2, measured 1");
+  EXPECT_EQ(c.strategy_differences[1], "micro_batches: predicted 4, measured 8");
+  ASSERT_EQ(c.warnings.size(), 2u);
+  EXPECT_NE(c.warnings[0].find("strategies differ"), std::string::npos);
+  EXPECT_NE(c.warnings[1].find("clusters differ"), std::string::npos);
+}
+
+TEST(Compare, MissingMeasuredModelFlopsLeavesTflopsOpen) {
+  const PredictionFile p = prediction("prediction_pp2.json");
+  Measurement m = measurement("measurement_pp2.json");
+  m.throughput.model_flops_per_step = 0;
+  const Comparison c = compare(p.estimate, p.model, p.cluster, m);
+  EXPECT_FALSE(find(c.throughput, "model_tflops_per_gpu").measured);
+  EXPECT_FALSE(find(c.throughput, "model_tflops_per_gpu").error_pct);
+}
+
+void expect_input_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    for (const std::string& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+  }
+}
+
+TEST(Compare, WrongSchemaNamesTheFile) {
+  // A prediction where the measurement belongs, and the other way round.
+  expect_input_error([] { measurement("prediction_pp2.json"); },
+                     {kDir + "prediction_pp2.json: schema = \"trainplan/prediction/v1\"", "trainplan/measurement/v1"});
+  expect_input_error([] { prediction("measurement_pp2.json"); },
+                     {kDir + "measurement_pp2.json: schema", "the first file is the prediction"});
+  expect_input_error([] { prediction("truncated.json"); }, {"truncated.json: malformed JSON"});
+}
+
+TEST(Compare, PredictionReaderChecksFields) {
+  nlohmann::json j = read_json_file(kDir + "prediction_pp2.json");
+  j["time"].erase("bubble_s");
+  expect_input_error([&] { prediction_from_json(j, "p.json"); }, {"p.json: time.bubble_s is missing"});
+  j = read_json_file(kDir + "prediction_pp2.json");
+  j["memory"]["per_stage"][1]["total"] = 1.0;
+  expect_input_error([&] { prediction_from_json(j, "p.json"); }, {"p.json: memory.per_stage[1].total = 1"});
+}
+
+TEST(CompareReport, TableAndJsonCarryEveryFigure) {
+  const PredictionFile p = prediction("prediction_pp2.json");
+  const Comparison c = compare(p.estimate, p.model, p.cluster, measurement("measurement_pp2.json"));
+  std::ostringstream os;
+  print_comparison(os, c, "p.json", "m.json");
+  const std::string text = os.str();
+  EXPECT_NE(text.find("-21.6%"), std::string::npos) << text;
+  EXPECT_NE(text.find("+27.5%"), std::string::npos) << text;
+  EXPECT_NE(text.find("stage 1"), std::string::npos) << text;
+  EXPECT_EQ(text.find("WARNING"), std::string::npos) << text;
+
+  const nlohmann::json j = comparison_to_json(c, "p.json", "m.json");
+  EXPECT_EQ(j["schema"], "trainplan/comparison/v1");
+  EXPECT_EQ(j["prediction_file"], "p.json");
+  EXPECT_TRUE(j["strategies_match"].get<bool>());
+  EXPECT_EQ(j["time"].size(), c.time.size());
+  EXPECT_EQ(j["time"][0]["key"], "step_s");
+  EXPECT_NEAR(j["time"][0]["error_pct"].get<double>(), -21.568627450980394, 1e-9);
+  bool other_null = false;
+  for (const auto& f : j["time"])
+    if (f["key"] == "other_s") other_null = f["predicted"].is_null() && f["error_pct"].is_null();
+  EXPECT_TRUE(other_null);
+  EXPECT_EQ(j["memory"].size(), 5u);  // peak, 2 stages, 2 ranks
+  EXPECT_DOUBLE_EQ(j["measured_step_time"]["median_s"].get<double>(), 2.55);
+}
+
+}  // namespace
+}  // namespace trainplan
