@@ -28,6 +28,9 @@ const std::map<std::string, Command>& commands() {
       {"compare", {cmd_compare, "predicted vs measured figures of one run, with % error"}},
       {"search", {cmd_search, "rank every valid layout of a model on a cluster (best first)"}},
       {"capacity", {cmd_capacity, "time, GPU-hours, cost and energy to train T tokens per cluster kind and size"}},
+#ifdef TRAINPLAN_HAVE_EXEC
+      {"calibrate", {cmd_calibrate, "measure this machine's matmul, memory and link speed; write a topology"}},
+#endif
   };
   return table;
 }
