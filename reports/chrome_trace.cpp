@@ -2,13 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace trainplan {
 
 using nlohmann::json;
 
 namespace {
 
-constexpr double kMicrosecondsPerSecond = 1e6;  // the trace format's ts and dur are microseconds
+// The trace format's ts and dur are microseconds; they are written with nanosecond digits.
+constexpr double kNanosecondsPerSecond = 1e9;
+constexpr double kNanosecondsPerMicrosecond = 1e3;
 
 int thread_id(Stream s) { return static_cast<int>(s) + 1; }
 
@@ -69,8 +73,11 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
     if (e.micro_batch >= 0) args += fmt::format(",\"micro_batch\":{}", e.micro_batch);
     if (e.chunk >= 0) args += fmt::format(",\"chunk\":{}", e.chunk);
     const std::string name = event_name(e);
-    // Microseconds with nanosecond digits; event names and kinds need no JSON escaping.
-    const double ts = e.start * kMicrosecondsPerSecond, dur = (e.end - e.start) * kMicrosecondsPerSecond;
+    // Microseconds with nanosecond digits, from whole nanoseconds so that back-to-back events on
+    // a track never overlap after rounding. Event names and kinds need no JSON escaping.
+    const long long start_ns = std::llround(e.start * kNanosecondsPerSecond);
+    const long long end_ns = std::llround(e.end * kNanosecondsPerSecond);
+    const double ts = start_ns / kNanosecondsPerMicrosecond, dur = (end_ns - start_ns) / kNanosecondsPerMicrosecond;
     for (int rank : ranks[e.stage]) {
       put(fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{{}}}}})",
                       name, to_string(e.kind), rank, thread_id(e.stream), ts, dur, args));
