@@ -28,7 +28,7 @@ void print_counts(std::ostream& os, const SearchStats& st) {
   os << fmt::format("searched {} candidate layouts ({} dp x tp x pp x cp factorizations, up to {} GPUs) in {:.3f} s on {} threads:\n",
                     st.candidates, st.layouts, st.max_gpus_considered, st.elapsed_s, st.threads);
   os << fmt::format("  {} predicted ({} feasible), {} proven out of memory by the model-state bound, "
-                    "{} proven no better than the top by the step-time bound\n",
+                    "{} proven by the step-time bound to miss both the top list and the Pareto window\n",
                     st.evaluated, st.feasible, st.pruned_out_of_memory, st.pruned_by_bound);
   if (!st.infeasible_by_reason.empty()) {
     os << "  infeasible among those predicted:";
@@ -64,6 +64,10 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
   const SearchSpace& sp = *ctx.space;
   os << fmt::format("{} on up to {} x {}, global batch {} x {} tokens, objective {}\n\n", ctx.model, sp.gpus,
                     ctx.cluster, sp.global_batch, sp.seq_len, to_string(ctx.objective));
+  if (!sp.exact_gpus && sp.gpus > r.stats.max_gpus_considered) {
+    os << fmt::format("(--gpus {} is more than {} has; layouts use at most {})\n\n", sp.gpus, ctx.cluster,
+                      r.stats.max_gpus_considered);
+  }
   if (!r.top.empty()) {
     os << fmt::format("{:>4}  {:<52} {:>5} {:>13} {:>10} {:>11} {:>6}", "rank", "layout", "GPUs", "memory GB",
                       "step s", "tokens/s", "MFU %");

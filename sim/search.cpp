@@ -565,14 +565,20 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Searc
         worker(p, layouts, shared, results[0]);
         done = true;
       });
+      // Reports every 100 ms once the search has run 200 ms (short searches draw nothing).
       const auto total = static_cast<std::int64_t>(layouts.size());
+      bool reported = false;
+      auto next = start + std::chrono::milliseconds(200);
       while (!done.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if (Clock::now() < next) continue;
         options.progress(shared.layouts_done.load(), total);
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        reported = true;
+        next += std::chrono::milliseconds(100);
       }
       reporter_free_worker.join();
       for (auto& th : pool) th.join();
-      options.progress(total, total);
+      if (reported) options.progress(total, total);
     } else {
       worker(p, layouts, shared, results[0]);
       for (auto& th : pool) th.join();

@@ -70,7 +70,8 @@ struct SearchOptions {
   // Replaces predict() (tests). Must be thread-safe; pruning assumes it agrees with predict's
   // memory and compute floors, so tests with a fake evaluator set prune = false.
   std::function<Estimate(const Strategy&)> evaluate;
-  // Called from the calling thread about 10 times a second: (layouts done, layouts in all).
+  // Called from the calling thread 10 times a second once a search has run 0.2 s, and once at
+  // the end if it was called before: (layouts done, layouts in all).
   std::function<void(std::int64_t, std::int64_t)> progress;
 };
 
