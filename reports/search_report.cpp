@@ -81,6 +81,9 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
       if (ctx.objective == Objective::cost) os << fmt::format(" {:>10.2f}", r.top_value[i]);
       os << "\n";
     }
+  } else if (r.stats.candidates == 0) {
+    os << "no valid layout in this space: dp x micro-batch must divide the global batch, tp the heads, kv_heads\n"
+          "and ffn_hidden, and the GPU count must fit --gpus (or equal it with --exact-gpus) and the --max-* limits.\n";
   } else {
     os << "no feasible layout.\n";
   }
