@@ -181,6 +181,15 @@ TEST(Simulate, UnevenInterleavedChunksAreSlowerThanTheFormula) {
   expect_streams_serial(t);
 }
 
+TEST(Simulate, ChunksOnOneStageHandOverWithoutTransfer) {
+  // p = 1 with v = 2 chunks: chunk 1 takes chunk 0's output on the same GPU, no send, no bubble.
+  StepCosts c = uniform_costs(1, 2, 1.0, 2.0);
+  c.p2p = 0.5;  // would show if a same-GPU hand-over were sent
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::interleaved, 1, 4, 2));
+  EXPECT_NEAR(t.step, 4 * 3.0, 1e-12);
+  EXPECT_DOUBLE_EQ(sum_of(t, EventKind::send_activation) + sum_of(t, EventKind::send_gradient), 0.0);
+}
+
 // ---- point-to-point latency ------------------------------------------------------------------
 
 TEST(Simulate, P2PLatencyByHand) {
