@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <string_view>
 #include <thread>
 #include <tuple>
 
@@ -366,7 +367,23 @@ struct Shared {
   std::atomic<std::int64_t> layouts_done{0};
 };
 
+// Counts by reason key without building a string per candidate (a handful of distinct keys).
+struct ReasonCounts {
+  std::vector<std::pair<std::string, std::int64_t>> counts;
+  void add(const std::string& reason) {
+    const std::string_view key = std::string_view(reason).substr(0, reason.find(':'));
+    for (auto& [k, n] : counts) {
+      if (k == key) {
+        ++n;
+        return;
+      }
+    }
+    counts.emplace_back(std::string(key), 1);
+  }
+};
+
 struct WorkerResult {
+  ReasonCounts reasons;
   std::vector<Ranked> top;
   std::vector<Ranked> infeasible;  // ranked by step time
   std::vector<Estimate> front;
@@ -396,7 +413,7 @@ void evaluate(const Problem& p, const Strategy& s, Shared& shared, WorkerResult&
   ++w.stats.evaluated;
   if (!e.feasible) {
     TRAINPLAN_CHECK(!e.infeasible_reasons.empty(), "an infeasible estimate must say why");
-    ++w.stats.infeasible_by_reason[reason_key(e.infeasible_reasons.front())];
+    w.reasons.add(e.infeasible_reasons.front());
     if (o.keep_infeasible > 0 && e.time.step > 0) {
       const double step = e.time.step;
       keep_best(w.infeasible, static_cast<std::size_t>(o.keep_infeasible), {step, std::move(e)});
@@ -599,7 +616,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Searc
     st.feasible += w.stats.feasible;
     st.pruned_out_of_memory += w.stats.pruned_out_of_memory;
     st.pruned_by_bound += w.stats.pruned_by_bound;
-    for (const auto& [key, n] : w.stats.infeasible_by_reason) st.infeasible_by_reason[key] += n;
+    for (const auto& [key, n] : w.reasons.counts) st.infeasible_by_reason[key] += n;
   }
   for (auto& r : top) {
     out.top_value.push_back(r.value);
