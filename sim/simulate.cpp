@@ -367,4 +367,10 @@ Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs
   return refine_with_simulation(analytic, simulate(costs, schedule));
 }
 
+Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy) {
+  const Estimate analytic = predict(graph, cluster, strategy);
+  if (!(analytic.time.step > 0) || !std::isfinite(analytic.time.step)) return analytic;
+  return refine_with_simulation(analytic, step_costs(graph, cluster, strategy), schedule_for(strategy));
+}
+
 }  // namespace trainplan

@@ -130,4 +130,9 @@ Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs
 // The same from a timeline already simulated.
 Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeline);
 
+// predict() with its time figures from the simulation, in one call (for search refinement):
+// refine_with_simulation(predict(g, c, s), step_costs(g, c, s), schedule_for(s)). Invalid or
+// infeasible-before-costing strategies come back as predict() returns them.
+Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+
 }  // namespace trainplan

@@ -410,7 +410,7 @@ TEST(Simulate, PredictCostsWithPipelineAgreeWithPredict) {
     s.seq_len = 2048;
     const Estimate e = predict(g, c, s);
     ASSERT_TRUE(e.feasible) << (e.infeasible_reasons.empty() ? "" : e.infeasible_reasons[0]);
-    const Estimate d = refine_with_simulation(e, step_costs(g, c, s), schedule_for(s));
+    const Estimate d = predict_with_simulation(g, c, s);
     std::printf("%s: analytic %.4f s, simulated %.4f s (%+.2f%%)\n", to_string(kind), e.time.step, d.time.step,
                 100 * (d.time.step - e.time.step) / e.time.step);
     EXPECT_NEAR(d.time.step, e.time.step, 0.05 * e.time.step);
@@ -442,6 +442,18 @@ TEST(Simulate, RefineReplacesTimeAndRescalesThroughput) {
   Estimate bad;
   bad.feasible = false;
   EXPECT_DOUBLE_EQ(refine_with_simulation(bad, c, s).time.step, 0.0);
+}
+
+TEST(Simulate, PredictWithSimulationPassesInvalidStrategiesThrough) {
+  const ModelSpec m = trainplan::testing::gpt(24, 2048, 16);
+  const LayerGraph g(m, 2048);
+  Strategy s;
+  s.tp = 5;  // does not divide the heads
+  s.global_batch = 16;
+  s.seq_len = 2048;
+  const Estimate e = predict_with_simulation(g, trainplan::testing::builtin_cluster("dgx-a100-80g"), s);
+  EXPECT_FALSE(e.feasible);
+  EXPECT_DOUBLE_EQ(e.time.step, 0.0);
 }
 
 TEST(Simulate, RejectsMismatchedInputsAndDeadlocks) {
