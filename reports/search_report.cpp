@@ -165,14 +165,14 @@ void print_option_line(std::ostream& os, const CapacityOption& o) {
 void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityContext& ctx) {
   os << fmt::format("{}: {} tokens, global batch {} x {} tokens; fastest layout per cluster and size\n\n", ctx.model,
                     tokens_text(ctx.tokens), ctx.global_batch, ctx.seq_len);
-  os << fmt::format("{:<14} {:>6}  {:<44} {:>6} {:>9} {:>12} {:>14} {:>12}\n", "cluster", "GPUs", "best layout",
+  os << fmt::format("{:<14} {:>6}  {:<52} {:>6} {:>9} {:>12} {:>14} {:>12}\n", "cluster", "GPUs", "best layout",
                     "MFU %", "days", "GPU-hours", "cost USD", "energy kWh");
   for (const CapacityOption& o : r.options) {
     if (!o.feasible) {
-      os << fmt::format("{:<14} {:>6}  {:<44}\n", o.cluster, o.gpus, "infeasible: " + o.why);
+      os << fmt::format("{:<14} {:>6}  {:<52}\n", o.cluster, o.gpus, "infeasible: " + o.why);
       continue;
     }
-    os << fmt::format("{:<14} {:>6}  {:<44} {:>6.1f} {:>9.1f} {:>12.0f} {:>14.0f} {:>12.0f}\n", o.cluster, o.gpus,
+    os << fmt::format("{:<14} {:>6}  {:<52} {:>6.1f} {:>9.1f} {:>12.0f} {:>14.0f} {:>12.0f}\n", o.cluster, o.gpus,
                       describe(o.best.strategy), 100 * o.best.throughput.mfu, o.days, o.gpu_hours, o.cost_usd,
                       o.energy_kwh);
   }
@@ -213,6 +213,8 @@ json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {
       j["cost_usd"] = o.cost_usd;
       j["energy_kwh"] = o.energy_kwh;
       j["layout"] = describe(o.best.strategy);
+      j["mfu"] = o.best.throughput.mfu;
+      j["tokens_per_s"] = o.best.throughput.tokens_per_s;
       j["best"] = prediction_to_json(o.best, extra(ctx.model, o.cluster));
     } else {
       j["why"] = o.why;
