@@ -185,6 +185,35 @@ INSTANTIATE_TEST_SUITE_P(
                       SmallSpace{"llama2-13b", "dgx-a100-40g", 16, 16, 4096, Objective::throughput},
                       SmallSpace{"llama3-70b", "dgx-h100", 32, 32, 8192, Objective::cost}));
 
+TEST(Search, PrunedEqualsBruteForceOffTheDefaults) {
+  // Standard attention (selective recomputation differs from none), every schedule including
+  // gpipe, fp16 with fp32 gradient accumulation, and fp32: each branch of the bounds is used.
+  const Cluster c = load_cluster("dgx-a100-40g", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(model("gpt2-xl"), 1024);
+  for (Dtype dtype : {Dtype::fp16, Dtype::fp32}) {
+    SearchSpace sp = default_space(c, 16, 32, 1024, Attention::standard);
+    sp.schedules = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved};
+    sp.dtype = dtype;
+    sp.fp32_grad_accum = dtype == Dtype::fp16;
+    ASSERT_EQ(sp.recompute.size(), 3u);
+    SearchOptions o, brute;
+    o.top_k = brute.top_k = 4;
+    o.objective = brute.objective = Objective::cost;
+    brute.prune = false;
+    const SearchResult fast = search(g, c, sp, o), all = search(g, c, sp, brute);
+    expect_counts_add_up(fast.stats);
+    ASSERT_EQ(fast.top.size(), all.top.size());
+    for (std::size_t i = 0; i < all.top.size(); ++i) EXPECT_EQ(key(fast.top[i].strategy), key(all.top[i].strategy));
+    ASSERT_EQ(fast.pareto.size(), all.pareto.size());
+    for (const Strategy& s : enumerate_space(g, c, sp)) {
+      const Estimate e = predict(g, c, s);
+      const CandidateBounds b = candidate_bounds(g, c, s);
+      ASSERT_LE(b.step, e.time.step) << describe(s);
+      ASSERT_LE(b.peak_memory, e.peak_memory) << describe(s);
+    }
+  }
+}
+
 TEST(Search, ThreadCountDoesNotChangeTheResult) {
   const Cluster c = a100();
   const LayerGraph g(model("llama2-7b"), 4096);
