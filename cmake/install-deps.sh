@@ -15,3 +15,32 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# LibTorch for exec/ (issue 5): the torch 2.11.0 wheel from PyPI, without its several GB of
+# nvidia-* CUDA wheels. A CPU machine needs only libtorch_cpu.so and libc10.so from the wheel
+# (cmake/FindTorchFromPython.cmake links just those), plus libcudart/libcupti, which
+# libtorch_cpu.so names as NEEDED (its profiler): taken from the system CUDA toolkit when present,
+# else from the two small cuda-toolkit wheels. A GPU machine keeps its full torch install.
+# TRAINPLAN_SKIP_TORCH=1 skips this (exec/ is then not built).
+TORCH_VERSION=2.11.0
+if [ "${TRAINPLAN_SKIP_TORCH:-0}" != 1 ]; then
+  have=$(python3 -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || true)
+  if [ "${have%%+*}" != "$TORCH_VERSION" ]; then
+    echo "install-deps: installing torch==$TORCH_VERSION (wheel only, no CUDA wheels; ~530 MB)"
+    pip_flags=(--no-deps --quiet --disable-pip-version-check)
+    [ "$(id -u)" -eq 0 ] && pip_flags+=(--root-user-action=ignore)
+    python3 -m pip install "${pip_flags[@]}" "torch==$TORCH_VERSION" \
+      || python3 -m pip install "${pip_flags[@]}" --break-system-packages "torch==$TORCH_VERSION"
+  fi
+  torch_lib=$(python3 -c 'import importlib.util as u, os; print(os.path.join(os.path.dirname(u.find_spec("torch").origin), "lib"))')
+  if ldd "$torch_lib/libtorch_cpu.so" | grep -q "not found"; then
+    echo "install-deps: libtorch_cpu.so misses CUDA runtime libraries; installing cuda-toolkit[cudart,cupti]"
+    pip_flags=(--quiet --disable-pip-version-check)
+    [ "$(id -u)" -eq 0 ] && pip_flags+=(--root-user-action=ignore)
+    python3 -m pip install "${pip_flags[@]}" "cuda-toolkit[cudart,cupti]==13.0.2" \
+      || python3 -m pip install "${pip_flags[@]}" --break-system-packages "cuda-toolkit[cudart,cupti]==13.0.2"
+    if ldd "$torch_lib/libtorch_cpu.so" | grep "not found"; then
+      echo "install-deps: warning: libtorch_cpu.so still misses the libraries above; exec/ will not run" >&2
+    fi
+  fi
+fi

@@ -27,6 +27,7 @@ int cmd_compare(const Args& args, const Context& ctx);  // issue 5
 int cmd_search(const Args& args, const Context& ctx);    // issue 3
 int cmd_capacity(const Args& args, const Context& ctx);  // issue 3
 #ifdef TRAINPLAN_HAVE_EXEC
+int cmd_exec(const Args& args, const Context& ctx);  // issue 5, LibTorch (exec/cmd_exec.cpp)
 int cmd_calibrate(const Args& args, const Context& ctx);  // issue 5, LibTorch (exec/cmd_calibrate.cpp)
 #endif
 

@@ -29,6 +29,16 @@ const std::map<std::string, Command>& commands() {
       {"search", {cmd_search, "rank every valid layout of a model on a cluster (best first)"}},
       {"capacity", {cmd_capacity, "time, GPU-hours, cost and energy to train T tokens per cluster kind and size"}},
 #ifdef TRAINPLAN_HAVE_EXEC
+      {"exec", {cmd_exec, "run a plan for real with LibTorch (NCCL/Gloo) and measure it"}},
+#else
+      {"exec", {[](const Args&, const Context& ctx) {
+                  ctx.err << "trainplan exec: this trainplan was built without LibTorch (install torch and rebuild; "
+                             "see cmake/install-deps.sh)\n";
+                  return 2;
+                },
+                "run a plan for real (needs a build with LibTorch)"}},
+#endif
+#ifdef TRAINPLAN_HAVE_EXEC
       {"calibrate", {cmd_calibrate, "measure this machine's matmul, memory and link speed; write a topology"}},
 #endif
   };

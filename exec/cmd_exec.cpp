@@ -1,0 +1,184 @@
+// trainplan exec: run a plan for real with LibTorch and measure it (issue 5).
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "exec/exec.hpp"
+#include "reports/measurement_json.hpp"
+#include "sim/check.hpp"
+#include "sim/cli/commands.hpp"
+#include "sim/cli/plan_flags.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/predict.hpp"
+
+namespace trainplan::cli {
+
+namespace {
+
+const char* kHelp = R"(usage: trainplan exec [plan flags | --plan FILE] [--nproc N] [--steps K] [--warmup W] [--json FILE]
+
+Runs the plan for real with LibTorch (NCCL on GPUs, Gloo on CPU): a sharded GPT-2- or Llama-style
+model with the plan's TP/SP, PP schedule, DP/ZeRO, micro-batching and recomputation, trained on a
+seeded synthetic token stream with AdamW. Measures per-step loss and wall time (warm-up steps
+discarded), the phase breakdown and peak memory per rank.
+Launch: --nproc N spawns N local ranks; under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, MASTER_ADDR, MASTER_PORT) this
+process is one rank. Exit status: 0 ok, 1 a rank failed, 2 bad input.
+
+)";
+
+const char* kExecFlags = R"(execution:
+  --nproc N                 spawn N local ranks (N = dp*tp*pp*cp)
+  --backend nccl|gloo       collectives (default: nccl when CUDA is available, else gloo)
+  --steps K                 measured steps (default 5)
+  --warmup W                steps run first and discarded (default 1)
+  --seed S                  parameter and data seed (default 1234)
+  --lr X                    AdamW learning rate (default 1e-3)
+  --data FILE               train on a little-endian uint16 token file instead of synthetic tokens
+  --timeout SECONDS         collective/rendezvous timeout; a dead or hung rank stops the job (default 30)
+  --json FILE               write the trainplan/measurement/v1 JSON to FILE
+  --dump-params FILE        debug: each rank writes its parameters after the last step to FILE.rank<R>
+)";
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > (1 << 30)) throw InputError(fmt::format("environment {}={}: must be a non-negative integer", name, v));
+  return static_cast<int>(x);
+}
+
+std::string env_str(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+void check_divisible(const char* what, long long n, int tp) {
+  if (n % tp != 0) throw InputError(fmt::format("--tp {}: the model's {} ({}) must be divisible by tp for exec", tp, what, n));
+}
+
+void print_summary(std::ostream& os, const Measurement& m) {
+  os << fmt::format("trainplan exec: {} · {} · {} ranks · backend {} on {}\n", m.model, describe(m.strategy),
+                    m.strategy.gpus(), m.backend, m.device);
+  os << fmt::format("{:>6} {:>12} {:>12}\n", "step", "loss", "wall_ms");
+  for (const auto& s : m.per_step) os << fmt::format("{:>6} {:>12.6f} {:>12.3f}\n", s.step, s.loss, s.wall * 1e3);
+  os << fmt::format("step time: median {:.3f} ms, mean {:.3f} ms, stdev {:.3f} ms over {} steps ({} warm-up discarded)\n",
+                    m.step_time.median * 1e3, m.step_time.mean * 1e3, m.step_time.stdev * 1e3, m.steps, m.warmup);
+  const PhaseTimes& b = m.breakdown;
+  os << fmt::format(
+      "phases (ms, busiest rank, median): forward {:.2f}  backward {:.2f}  recompute {:.2f}  tp {:.2f}  pp {:.2f}  "
+      "dp {:.2f} (exposed {:.2f})  bubble {:.2f}  optimizer {:.2f}  other {:.2f}\n",
+      b.forward * 1e3, b.backward * 1e3, b.recompute * 1e3, b.tp_comm * 1e3, b.pp_comm * 1e3, b.dp_comm * 1e3,
+      b.dp_comm_exposed * 1e3, b.bubble * 1e3, b.optimizer * 1e3, b.other * 1e3);
+  for (const auto& st : m.per_stage) os << fmt::format("peak memory, stage {}: {:.1f} MiB\n", st.stage, st.peak / 1048576.0);
+  os << fmt::format("throughput: {:.0f} tokens/s ({:.0f} per rank)\n", m.throughput.tokens_per_s,
+                    m.throughput.tokens_per_s_per_gpu);
+}
+
+}  // namespace
+
+int cmd_exec(const Args& args, const Context& ctx) {
+  Flags f(args, "exec");
+  if (f.help()) {
+    ctx.out << kHelp << plan_flags_help() << kExecFlags;
+    return 0;
+  }
+  const bool cuda = exec::cuda_available();
+  const PlanInputs in = read_plan_flags(f, ctx.data_dir, "cpu-local");
+  exec::ExecOptions o;
+  o.steps = static_cast<int>(f.get_int("steps", 5, 1, 1000000));
+  o.warmup = static_cast<int>(f.get_int("warmup", 1, 0, 1000000));
+  o.seed = f.get_int("seed", 1234, 0, (1LL << 62));
+  o.lr = f.get_double("lr", 1e-3, 0, 10);
+  o.timeout_s = f.get_double("timeout", 30, 1, 86400);
+  o.backend = f.get_choice("backend", cuda ? "nccl" : "gloo", {"nccl", "gloo"});
+  o.data_file = f.get_or("data", "");
+  o.dump_params = f.get_or("dump-params", "");
+  o.fault_kill_rank = static_cast<int>(f.get_int("fault-kill-rank", -1, -1, 1 << 24));
+  o.fault_hang_rank = static_cast<int>(f.get_int("fault-hang-rank", -1, -1, 1 << 24));
+  o.fault_step = static_cast<int>(f.get_int("fault-step", -1, -1, 1 << 30));
+  const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
+  const auto json_path = f.get("json");
+  f.finish();
+
+  const Strategy& s = in.strategy;
+  if (o.backend == "nccl" && !cuda)
+    throw InputError("--backend nccl: this build has no CUDA or no GPU is visible; use --backend gloo");
+  if (s.cp > 1) throw InputError(fmt::format("--cp {}: exec does not run context parallelism yet (cp must be 1)", s.cp));
+  if (o.backend == "nccl" && (s.dtype == Dtype::fp16 || s.dtype == Dtype::fp8))
+    throw InputError(fmt::format("--dtype {}: exec runs bf16 or fp32 on GPUs (fp16 loss scaling and fp8 are not implemented)",
+                                 to_string(s.dtype)));
+  check_divisible("vocab", in.model.vocab, s.tp);
+  check_divisible("heads", in.model.heads, s.tp);
+  check_divisible("kv_heads", in.model.kv_heads, s.tp);
+  check_divisible("ffn_hidden", in.model.ffn_hidden, s.tp);
+  if (s.sequence_parallel && s.tp > 1) check_divisible("sequence length", s.seq_len, s.tp);
+  if (in.model.position == Position::alibi)
+    throw InputError(fmt::format("--model {}: exec does not implement ALiBi positions", in.model.name));
+
+  // Layers per virtual stage exactly as predict partitions them.
+  exec::ExecPlan plan;
+  plan.model = in.model;
+  plan.strategy = s;
+  plan.cluster = in.cluster.name;
+  {
+    const LayerGraph graph(in.model, s.seq_len);
+    const StepCosts costs = step_costs(graph, in.cluster, s);
+    for (const ChunkCost& c : costs.chunks) {
+      plan.first_layer.push_back(c.first_layer);
+      plan.layers.push_back(c.layers);
+    }
+    plan.model_flops_per_step = costs.model_flops_per_micro_batch_per_replica * s.micro_batches() * s.dp;
+  }
+
+  const bool spawned = std::getenv("TRAINPLAN_EXEC_SPAWNED") != nullptr;
+  const bool torchrun = std::getenv("RANK") != nullptr;
+  const bool slurm = !torchrun && std::getenv("SLURM_PROCID") != nullptr;
+  if (nproc && !spawned && !torchrun && !slurm) {
+    if (*nproc != s.gpus())
+      throw InputError(fmt::format("--nproc {}: the plan has dp*tp*pp*cp = {} ranks", *nproc, s.gpus()));
+    if (json_path) open_json_output("json", json_path);  // report an unwritable path now
+    std::vector<std::string> argv{"trainplan", "exec"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return exec::launch_local(*nproc, argv, env_int("MASTER_PORT", 0), ctx.err);
+  }
+
+  exec::RankEnv env;
+  if (torchrun || slurm) {
+    env.rank = env_int(torchrun ? "RANK" : "SLURM_PROCID", 0);
+    env.world = env_int(torchrun ? "WORLD_SIZE" : "SLURM_NTASKS", -1);
+    if (env.world < 1) throw InputError(fmt::format("environment {}: required with {}", torchrun ? "WORLD_SIZE" : "SLURM_NTASKS", torchrun ? "RANK" : "SLURM_PROCID"));
+    env.local_rank = env_int(torchrun ? "LOCAL_RANK" : "SLURM_LOCALID", torchrun ? env.rank : 0);
+    env.master_addr = env_str("MASTER_ADDR", torchrun ? "127.0.0.1" : "");
+    if (env.master_addr.empty()) throw InputError("environment MASTER_ADDR: required under Slurm (the first node's address)");
+    env.master_port = env_int("MASTER_PORT", 29500);
+    env.store_server_external = spawned;
+    env.status_fd = spawned ? env_int("TRAINPLAN_STATUS_FD", -1) : -1;
+    if (env.world != s.gpus())
+      throw InputError(fmt::format("world size {} does not match the plan's dp*tp*pp*cp = {}", env.world, s.gpus()));
+    if (env.rank >= env.world) throw InputError(fmt::format("rank {} is not below the world size {}", env.rank, env.world));
+  } else if (s.gpus() != 1) {
+    throw InputError(fmt::format("the plan needs {} ranks: add --nproc {}, or run under torchrun or Slurm", s.gpus(), s.gpus()));
+  }
+
+  std::optional<JsonOutput> json_out;
+  if (env.rank == 0) json_out = open_json_output("json", json_path);
+  try {
+    std::optional<Measurement> m = exec::run_rank(plan, o, env);
+    if (m) {
+      print_summary(ctx.out, *m);
+      if (json_out) json_out->write(measurement_to_json(*m));
+    }
+    return 0;
+  } catch (const exec::RankFailure& e) {
+    ctx.err << "trainplan exec: " << e.what() << "\n";
+    ctx.err.flush();
+    ctx.out.flush();
+    // A failed rank leaves collectives in flight; tearing its process groups down can block on
+    // peers that are gone, so this rank process ends here (the job has already failed).
+    std::_Exit(1);
+  }
+}
+
+}  // namespace trainplan::cli

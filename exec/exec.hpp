@@ -1,0 +1,66 @@
+// trainplan exec: run one training plan for real, as one rank of a job, and measure it.
+// This header has no LibTorch in it so that the CLI can include it cheaply.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/measurement.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/strategy.hpp"
+
+namespace trainplan::exec {
+
+struct ExecOptions {
+  int steps = 3;               // measured steps
+  int warmup = 1;              // steps run first and discarded
+  long long seed = 1234;       // parameters and synthetic data
+  std::string backend;         // "gloo" | "nccl"
+  double timeout_s = 30;       // collective / rendezvous timeout
+  double lr = 1e-3;            // AdamW learning rate (constant)
+  std::string data_file;       // optional: little-endian uint16 token file; empty: synthetic
+  std::string dump_params;     // debug: write this rank's parameters to <dump_params>.rank<R>
+  int fault_kill_rank = -1;    // test: this rank kills itself...
+  int fault_hang_rank = -1;    // test: ...or hangs forever...
+  int fault_step = -1;         // ...in this step, after its first forward
+};
+
+// Where this process sits in the job (from RANK/WORLD_SIZE/... or SLURM_*, or the local spawner).
+struct RankEnv {
+  int rank = 0, world = 1, local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  bool store_server_external = false;  // the local spawner holds the TCPStore server
+  int status_fd = -1;                  // the local spawner's progress pipe, -1 when none
+};
+
+// The plan as exec runs it: model, strategy, and the layers of each virtual stage (as predict
+// partitions them).
+struct ExecPlan {
+  ModelSpec model;
+  Strategy strategy;
+  std::string cluster;                 // topology name, recorded in the measurement
+  std::vector<int> first_layer;        // per virtual stage (chunk * pp + stage)
+  std::vector<int> layers;             // per virtual stage
+  double model_flops_per_step = 0;
+};
+
+// Runs this rank's share of warmup + steps training steps. Returns the job's measurement on rank 0
+// and nothing on the others. Throws RankFailure when a collective fails or times out (message
+// names this rank and the step).
+std::optional<Measurement> run_rank(const ExecPlan& plan, const ExecOptions& opt, const RankEnv& env);
+
+struct RankFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// True when this build can use CUDA and a device is visible.
+bool cuda_available();
+
+// Spawns `nproc` local ranks running `argv` (this program), each with RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT set; holds the rendezvous store; waits. When one rank fails
+// it names the rank and its last step, stops the others (SIGTERM, then SIGKILL) and returns 1.
+// Children die with the launcher (PR_SET_PDEATHSIG). `port` 0 picks a free one.
+int launch_local(int nproc, const std::vector<std::string>& argv, int port, std::ostream& err);
+
+}  // namespace trainplan::exec

@@ -1,0 +1,2 @@
+// Declaration shim, see gloo_shim/gloo/README.md.
+#pragma once

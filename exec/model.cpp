@@ -1,0 +1,284 @@
+#include "exec/model.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace trainplan::exec {
+
+struct ModelChunk::Layer {
+  int ln1_w = -1, ln1_b = -1, ln2_w = -1, ln2_b = -1;
+  int wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1, wo = -1, bo = -1;
+  int w1 = -1, b1 = -1, w2 = -1, b2 = -1, wg = -1;  // gelu: w1,b1,w2,b2; swiglu: wg (gate), w1 (up), w2 (down)
+  CheckpointFn whole;      // full recomputation: the layer
+  CheckpointFn attention;  // selective recomputation: the attention core
+};
+
+namespace {
+
+// FNV-1a of the parameter name mixed with the seed: each parameter's own random stream, the same
+// whatever the layout.
+uint64_t param_seed(long long seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull ^ static_cast<uint64_t>(seed);
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h & ((1ull << 62) - 1);
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t d = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, d, d), x.narrow(-1, 0, d)}, -1);
+}
+
+}  // namespace
+
+ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm& tp, PhaseClock& clock)
+    : s_(s), place_(place), tp_(tp), clock_(clock) {
+  const ModelSpec& m = s_.spec;
+  const bool gpt = m.activation == Activation::gelu;
+  const bool layernorm = m.norm == Norm::layernorm;
+  const bool biases = gpt;  // GPT-2 linears have biases, Llama's do not
+  head_dim_ = m.head_dim();
+  heads_local_ = m.heads / s_.tp;
+  kv_local_ = m.kv_heads / s_.tp;
+  const int64_t h = m.hidden, f = m.ffn_hidden, q_out = int64_t(m.heads) * head_dim_,
+                kv_out = int64_t(m.kv_heads) * head_dim_;
+  const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * m.layers);
+
+  if (place_.has_embedding) {
+    wte_ = declare("embed.wte", {m.vocab, h}, 0, std_in);
+    if (m.position == Position::learned) wpe_ = declare("embed.wpe", {s_.seq_len, h}, -1, std_in);
+  }
+  for (int i = 0; i < place_.layers; ++i) {
+    auto l = std::make_unique<Layer>();
+    const std::string p = fmt::format("layers.{}.", place_.first_layer + i);
+    l->ln1_w = declare(p + "norm1.w", {h}, -1, 0, 1);
+    if (layernorm) l->ln1_b = declare(p + "norm1.b", {h}, -1, 0, 0);
+    l->wq = declare(p + "attn.wq", {q_out, h}, 0, std_in);
+    l->wk = declare(p + "attn.wk", {kv_out, h}, 0, std_in);
+    l->wv = declare(p + "attn.wv", {kv_out, h}, 0, std_in);
+    if (biases) {
+      l->bq = declare(p + "attn.bq", {q_out}, 0, 0, 0);
+      l->bk = declare(p + "attn.bk", {kv_out}, 0, 0, 0);
+      l->bv = declare(p + "attn.bv", {kv_out}, 0, 0, 0);
+    }
+    l->wo = declare(p + "attn.wo", {h, q_out}, 1, std_out);
+    if (biases) l->bo = declare(p + "attn.bo", {h}, -1, 0, 0);
+    l->ln2_w = declare(p + "norm2.w", {h}, -1, 0, 1);
+    if (layernorm) l->ln2_b = declare(p + "norm2.b", {h}, -1, 0, 0);
+    if (!gpt) l->wg = declare(p + "mlp.wg", {f, h}, 0, std_in);
+    l->w1 = declare(p + "mlp.w1", {f, h}, 0, std_in);
+    if (biases) l->b1 = declare(p + "mlp.b1", {f}, 0, 0, 0);
+    l->w2 = declare(p + "mlp.w2", {h, f}, 1, std_out);
+    if (biases) l->b2 = declare(p + "mlp.b2", {h}, -1, 0, 0);
+    const Layer* lp = l.get();
+    l->whole = [this, lp](const std::vector<at::Tensor>& in) { return layer_forward(*lp, in[0]); };
+    l->attention = [this, lp](const std::vector<at::Tensor>& in) { return attention_core(*lp, in[0], in[1], in[2]); };
+    layers_.push_back(std::move(l));
+  }
+  if (place_.has_head) {
+    norm_w_ = declare("head.norm.w", {h}, -1, 0, 1);
+    if (layernorm) norm_b_ = declare("head.norm.b", {h}, -1, 0, 0);
+    // A tied head is a copy of the word embedding (same name, same initial values); when it sits
+    // on another rank than the embedding, the two copies' gradients are summed every step.
+    if (m.tied_embeddings)
+      head_ = place_.has_embedding ? wte_ : declare("embed.wte", {m.vocab, h}, 0, std_in);
+    else
+      head_ = declare("head.lm", {m.vocab, h}, 0, std_in);
+  }
+  materialize();
+
+  if (m.position == Position::rope) {
+    // RoPE (Su et al. 2021), rotate-half form, base 10000, on the full sequence.
+    auto inv = at::pow(10000.0, -at::arange(0, head_dim_, 2, at::kDouble) / head_dim_);
+    auto freqs = at::outer(at::arange(s_.seq_len, at::kDouble), inv);
+    auto emb = at::cat({freqs, freqs}, -1).to(at::kFloat).to(s_.device);
+    rope_cos_ = emb.cos().view({s_.seq_len, 1, 1, head_dim_});
+    rope_sin_ = emb.sin().view({s_.seq_len, 1, 1, head_dim_});
+  }
+}
+
+ModelChunk::~ModelChunk() = default;
+
+int ModelChunk::declare(const std::string& name, std::vector<int64_t> full_shape, int shard_dim, double init_std,
+                        double fill) {
+  ParamInfo p;
+  p.name = name;
+  p.full_shape = full_shape;
+  p.shard_dim = s_.tp > 1 ? shard_dim : -1;
+  p.decay = full_shape.size() >= 2;
+  int64_t n = 1;
+  for (size_t d = 0; d < full_shape.size(); ++d) {
+    int64_t e = full_shape[d];
+    if (static_cast<int>(d) == p.shard_dim) {
+      TORCH_CHECK(e % s_.tp == 0, name, ": dimension ", e, " is not divisible by tp ", s_.tp);
+      e /= s_.tp;
+    }
+    n *= e;
+  }
+  p.numel = n;
+  p.offset = params_.empty() ? 0 : params_.back().offset + params_.back().numel;
+  params_.push_back(std::move(p));
+  init_.emplace_back(init_std, fill);
+  return static_cast<int>(params_.size()) - 1;
+}
+
+void ModelChunk::materialize() {
+  int64_t total = params_.empty() ? 0 : params_.back().offset + params_.back().numel;
+  total = std::max<int64_t>(1, (total + s_.pad_to - 1) / s_.pad_to) * s_.pad_to;
+  auto opts = at::TensorOptions().dtype(at::kFloat).device(s_.device);
+  flat_ = at::zeros({total}, opts);
+  flat_grad_ = at::zeros({total}, opts);
+  decay_mask_ = at::zeros({total}, opts);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ParamInfo& p = params_[i];
+    const auto [std_dev, fill] = init_[i];
+    at::Tensor full;
+    if (std_dev > 0) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(param_seed(s_.seed, p.name));
+      full = at::randn(p.full_shape, gen, at::TensorOptions().dtype(at::kFloat)) * std_dev;
+    } else {
+      full = at::full(p.full_shape, fill, at::TensorOptions().dtype(at::kFloat));
+    }
+    if (p.shard_dim >= 0) {
+      const int64_t part = p.full_shape[p.shard_dim] / s_.tp;
+      full = full.narrow(p.shard_dim, part * s_.tp_rank, part);
+    }
+    auto shape = full.sizes().vec();
+    at::Tensor view = flat_.narrow(0, p.offset, p.numel).view(shape);
+    view.copy_(full);
+    if (p.decay) decay_mask_.narrow(0, p.offset, p.numel).fill_(1);
+    p.param = view.detach().requires_grad_(true);
+    p.param.mutable_grad() = flat_grad_.narrow(0, p.offset, p.numel).view(shape);
+  }
+}
+
+at::Tensor ModelChunk::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+  const int64_t h = s_.spec.hidden;
+  if (s_.spec.norm == Norm::layernorm) return at::layer_norm(x, {h}, w, b, 1e-5);
+  auto rms = at::rsqrt(x.pow(2).mean(-1, true) + 1e-5);
+  return x * rms * w;
+}
+
+at::Tensor ModelChunk::to_tp(const at::Tensor& x) const {
+  return s_.sequence_parallel ? gather_from_sp(x, tp_) : copy_to_tp(x, tp_);
+}
+
+at::Tensor ModelChunk::from_tp(const at::Tensor& x) const {
+  return s_.sequence_parallel ? scatter_to_sp(x, tp_) : reduce_from_tp(x, tp_);
+}
+
+at::Tensor ModelChunk::attention_core(const Layer&, const at::Tensor& q, const at::Tensor& k,
+                                      const at::Tensor& v) const {
+  // q [s, b, hl, d], k/v [s, b, kvl, d] -> context [s, b, hl*d]
+  auto qq = q.permute({1, 2, 0, 3});
+  auto kk = k.permute({1, 2, 0, 3});
+  auto vv = v.permute({1, 2, 0, 3});
+  if (kv_local_ != heads_local_) {
+    kk = kk.repeat_interleave(heads_local_ / kv_local_, 1);
+    vv = vv.repeat_interleave(heads_local_ / kv_local_, 1);
+  }
+  auto ctx = at::scaled_dot_product_attention(qq, kk, vv, {}, 0.0, /*is_causal=*/true);
+  return ctx.permute({2, 0, 1, 3}).reshape({q.size(0), q.size(1), int64_t(heads_local_) * head_dim_});
+}
+
+at::Tensor ModelChunk::layer_forward(const Layer& l, const at::Tensor& x) const {
+  auto P = [this](int i) { return i >= 0 ? params_[i].param : at::Tensor(); };
+  const bool gpt = s_.spec.activation == Activation::gelu;
+  // Attention block.
+  auto hn = to_tp(norm(x, P(l.ln1_w), P(l.ln1_b)));  // [s, b, h]
+  const int64_t s = hn.size(0), b = hn.size(1);
+  auto q = at::linear(hn, P(l.wq), P(l.bq)).view({s, b, heads_local_, head_dim_});
+  auto k = at::linear(hn, P(l.wk), P(l.bk)).view({s, b, kv_local_, head_dim_});
+  auto v = at::linear(hn, P(l.wv), P(l.bv)).view({s, b, kv_local_, head_dim_});
+  if (rope_cos_.defined()) {
+    q = q * rope_cos_ + rotate_half(q) * rope_sin_;
+    k = k * rope_cos_ + rotate_half(k) * rope_sin_;
+  }
+  at::Tensor ctx = s_.recompute == Recompute::selective ? checkpoint(&l.attention, {q, k, v}, clock_)
+                                                         : attention_core(l, q, k, v);
+  auto o = from_tp(at::linear(ctx, P(l.wo)));
+  if (l.bo >= 0) o = o + P(l.bo);
+  auto x1 = x + o;
+  // MLP block.
+  auto h2 = to_tp(norm(x1, P(l.ln2_w), P(l.ln2_b)));
+  at::Tensor a;
+  if (gpt)
+    a = at::gelu(at::linear(h2, P(l.w1), P(l.b1)), "tanh");
+  else
+    a = at::silu(at::linear(h2, P(l.wg))) * at::linear(h2, P(l.w1));
+  auto o2 = from_tp(at::linear(a, P(l.w2)));
+  if (l.b2 >= 0) o2 = o2 + P(l.b2);
+  return x1 + o2;
+}
+
+at::Tensor ModelChunk::embed(const at::Tensor& tokens) {
+  // Vocabulary-parallel lookup: this rank holds rows [lo, lo + rows); other tokens give zeros and
+  // the partial embeddings are summed over the TP group.
+  const at::Tensor& wte = params_[wte_].param;
+  const int64_t rows = wte.size(0), lo = rows * s_.tp_rank;
+  auto outside = (tokens < lo).logical_or(tokens >= lo + rows);
+  auto local = (tokens - lo).masked_fill(outside, 0);
+  auto e = at::embedding(wte, local).masked_fill(outside.unsqueeze(-1), 0.0);  // [b, s, h]
+  e = e.transpose(0, 1).contiguous();                                           // [s, b, h]
+  e = from_tp(e);
+  if (wpe_ >= 0) {
+    at::Tensor pos = params_[wpe_].param;
+    if (s_.sequence_parallel && s_.tp > 1) {
+      const int64_t part = s_.seq_len / s_.tp;
+      pos = pos.narrow(0, part * s_.tp_rank, part);
+    }
+    e = e + pos.unsqueeze(1);
+  }
+  return e;
+}
+
+at::Tensor ModelChunk::head_loss(const at::Tensor& x, const at::Tensor& targets) {
+  auto hn = to_tp(norm(x, params_[norm_w_].param, norm_b_ >= 0 ? params_[norm_b_].param : at::Tensor()));
+  const at::Tensor& w = params_[head_].param;
+  auto logits = at::linear(hn, w).to(at::kFloat);  // [s, b, V/tp]
+  // Vocabulary-parallel cross-entropy: log-sum-exp and the target logit are summed over the TP
+  // group; the max is only for stability (no gradient).
+  auto mx = logits.detach().amax(-1, true);
+  tp_.all_reduce(mx, c10d::ReduceOp::MAX);
+  auto z = logits - mx;
+  auto sumexp = reduce_from_tp(z.exp().sum(-1), tp_);
+  const int64_t rows = w.size(0), lo = rows * s_.tp_rank;
+  auto t = targets.transpose(0, 1);  // [s, b]
+  auto outside = (t < lo).logical_or(t >= lo + rows);
+  auto local = (t - lo).masked_fill(outside, 0);
+  auto tz = z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0);
+  tz = reduce_from_tp(tz, tp_);
+  return (sumexp.log() - tz).mean();
+}
+
+at::Tensor ModelChunk::forward(const at::Tensor& input, const at::Tensor& targets) {
+  at::Tensor x = place_.has_embedding ? embed(input) : input;
+  for (const auto& l : layers_) {
+    if (s_.recompute == Recompute::full)
+      x = checkpoint(&l->whole, {x}, clock_);
+    else
+      x = layer_forward(*l, x);
+  }
+  if (place_.has_head) return head_loss(x, targets);
+  return x;
+}
+
+std::vector<at::Tensor> ModelChunk::tp_partial_grads() {
+  std::vector<at::Tensor> out;
+  for (auto& p : params_)
+    if (p.shard_dim < 0 && s_.tp > 1) out.push_back(p.param.grad());
+  return out;
+}
+
+at::Tensor ModelChunk::tied_embedding_grad() {
+  if (!s_.spec.tied_embeddings) return {};
+  if (place_.has_embedding) return params_[wte_].param.grad();
+  if (place_.has_head) return params_[head_].param.grad();
+  return {};
+}
+
+}  // namespace trainplan::exec

@@ -1,0 +1,100 @@
+// The sharded decoder-only transformer: one model chunk (a contiguous range of layers, plus the
+// embedding on the first virtual stage and the final norm, LM head and loss on the last) as held
+// by one tensor-parallel rank. GPT-2 style (LayerNorm, GELU, learned positions, biases) and Llama
+// style (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases).
+//
+// Parameters are initialised from (seed, parameter name) on the full, unsharded tensor and then
+// sliced, so every layout starts from the same model. All parameters of a chunk are views into one
+// flat buffer (and their gradients into a second), which DP/ZeRO reduce and shard as a whole.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "exec/parallel.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/strategy.hpp"
+
+namespace trainplan::exec {
+
+struct ChunkPlacement {
+  int first_layer = 0;
+  int layers = 0;
+  bool has_embedding = false;  // first virtual stage
+  bool has_head = false;       // last virtual stage
+};
+
+struct ParamInfo {
+  std::string name;                 // e.g. "layers.3.attn.wq"; the tied LM head is "embed.wte"
+  std::vector<int64_t> full_shape;  // unsharded shape
+  int shard_dim = -1;               // dimension split over TP ranks, -1 when replicated
+  int64_t offset = 0;               // first element in the chunk's flat buffer
+  int64_t numel = 0;                // elements on this rank
+  bool decay = false;               // AdamW weight decay applies (matrices)
+  at::Tensor param;                 // view into the flat buffer, requires grad
+};
+
+struct ModelSettings {
+  ModelSpec spec;
+  int seq_len = 0;
+  int tp = 1, tp_rank = 0;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  long long seed = 0;
+  int64_t pad_to = 1;  // flat buffers are padded to a multiple of this (the DP size, for ZeRO)
+  at::Device device = at::kCPU;
+};
+
+class ModelChunk {
+ public:
+  ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm& tp, PhaseClock& clock);
+  ~ModelChunk();
+  ModelChunk(const ModelChunk&) = delete;
+  ModelChunk& operator=(const ModelChunk&) = delete;
+
+  // First chunk: `input` is tokens [b, s] (int64); else the previous stage's activation
+  // [s or s/tp, b, hidden]. Last chunk: returns the mean loss over the micro-batch's tokens
+  // (targets [b, s]); else the activation for the next stage.
+  at::Tensor forward(const at::Tensor& input, const at::Tensor& targets);
+
+  std::vector<ParamInfo>& params() { return params_; }
+  at::Tensor& flat() { return flat_; }            // all parameters (padded)
+  at::Tensor& flat_grad() { return flat_grad_; }  // their gradients (padded)
+  at::Tensor& decay_mask() { return decay_mask_; }
+  const ChunkPlacement& placement() const { return place_; }
+  // Gradients of parameters replicated across TP ranks; with sequence parallelism each TP rank
+  // holds only its sequence slice's contribution, so these must be summed over the TP group.
+  std::vector<at::Tensor> tp_partial_grads();
+  // The tied word-embedding copy on this chunk (first or last chunk of a tied model), if any.
+  at::Tensor tied_embedding_grad();
+
+ private:
+  struct Layer;
+  // Declares a parameter (pass 1); returns its index in params_. Init: normal(0, init_std), or
+  // the constant `fill` when init_std == 0.
+  int declare(const std::string& name, std::vector<int64_t> full_shape, int shard_dim, double init_std,
+              double fill = 0);
+  void materialize();  // pass 2: allocate the flat buffers, create and initialise the views
+  at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
+  at::Tensor layer_forward(const Layer& l, const at::Tensor& x) const;
+  at::Tensor attention_core(const Layer& l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  at::Tensor embed(const at::Tensor& tokens);
+  at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);
+  at::Tensor to_tp(const at::Tensor& x) const;    // replicated/SP input -> full sequence on every TP rank
+  at::Tensor from_tp(const at::Tensor& x) const;  // partial sums -> summed (SP: summed and sliced)
+
+  ModelSettings s_;
+  ChunkPlacement place_;
+  Comm& tp_;
+  PhaseClock& clock_;
+  std::vector<ParamInfo> params_;
+  std::vector<std::pair<double, double>> init_;  // (std, fill) per parameter
+  at::Tensor flat_, flat_grad_, decay_mask_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  int wte_ = -1, wpe_ = -1, norm_w_ = -1, norm_b_ = -1, head_ = -1;  // indices into params_
+  at::Tensor rope_cos_, rope_sin_;
+  int heads_local_ = 0, kv_local_ = 0, head_dim_ = 0;
+};
+
+}  // namespace trainplan::exec

@@ -1,0 +1,283 @@
+#include "exec/parallel.hpp"
+
+#include <fmt/format.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#ifdef TRAINPLAN_EXEC_CUDA
+#include <torch/cuda.h>
+#endif
+
+namespace trainplan::exec {
+
+// ---------------------------------------------------------------- PhaseClock
+
+void PhaseClock::start() {
+  acc_.fill(0);
+  dp_in_flight = 0;
+  current_ = Ph::other;
+#ifdef TRAINPLAN_EXEC_CUDA
+  if (device_sync_) torch::cuda::synchronize();
+#endif
+  since_ = Clock::now();
+}
+
+Ph PhaseClock::enter(Ph p) {
+#ifdef TRAINPLAN_EXEC_CUDA
+  if (device_sync_) torch::cuda::synchronize();
+#endif
+  const auto now = Clock::now();
+  acc_[static_cast<int>(current_)] += std::chrono::duration<double>(now - since_).count();
+  since_ = now;
+  const Ph prev = current_;
+  current_ = p;
+  return prev;
+}
+
+std::array<double, kPhases> PhaseClock::stop() {
+  enter(Ph::other);
+  return acc_;
+}
+
+// ---------------------------------------------------------------- Comm
+
+Comm::Comm(c10::intrusive_ptr<c10d::Backend> pg, std::vector<int> ranks, int index, PhaseClock* clock, Ph phase,
+           std::string name)
+    : pg_(std::move(pg)), ranks_(std::move(ranks)), index_(index), clock_(clock), phase_(phase), name_(std::move(name)) {}
+
+void Comm::wait(const c10::intrusive_ptr<c10d::Work>& w, Ph phase) {
+  if (!w) return;
+  PhaseScope s(*clock_, phase);
+  w->wait();
+}
+
+void Comm::all_reduce(at::Tensor& t, c10d::ReduceOp op) {
+  if (size() == 1) return;
+  PhaseScope s(*clock_, phase_);
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = op;
+  pg_->allreduce(v, o)->wait();
+}
+
+c10::intrusive_ptr<c10d::Work> Comm::all_reduce_async(at::Tensor& t) {
+  if (size() == 1) return {};
+  std::vector<at::Tensor> v{t};
+  return pg_->allreduce(v);
+}
+
+at::Tensor Comm::all_gather_dim0(const at::Tensor& t) {
+  if (size() == 1) return t;
+  PhaseScope s(*clock_, phase_);
+  at::Tensor in = t.contiguous();
+  auto shape = in.sizes().vec();
+  shape[0] *= size();
+  at::Tensor out = at::empty(shape, in.options());
+  pg_->_allgather_base(out, in)->wait();
+  return out;
+}
+
+at::Tensor Comm::reduce_scatter_dim0(const at::Tensor& t) {
+  if (size() == 1) return t;
+  PhaseScope s(*clock_, phase_);
+  at::Tensor in = t.contiguous();
+  TORCH_CHECK(in.size(0) % size() == 0, "reduce_scatter: dim 0 not divisible by group size");
+  auto shape = in.sizes().vec();
+  shape[0] /= size();
+  at::Tensor out = at::empty(shape, in.options());
+  pg_->_reduce_scatter_base(out, in)->wait();
+  return out;
+}
+
+c10::intrusive_ptr<c10d::Work> Comm::all_gather_flat_async(at::Tensor& full, at::Tensor& shard) {
+  if (size() == 1) {
+    if (full.data_ptr() != shard.data_ptr()) full.copy_(shard);
+    return {};
+  }
+  return pg_->_allgather_base(full, shard);
+}
+
+c10::intrusive_ptr<c10d::Work> Comm::reduce_scatter_flat_async(at::Tensor& shard, at::Tensor& full) {
+  if (size() == 1) {
+    if (full.data_ptr() != shard.data_ptr()) shard.copy_(full);
+    return {};
+  }
+  return pg_->_reduce_scatter_base(shard, full);
+}
+
+c10::intrusive_ptr<c10d::Work> Comm::send(at::Tensor& t, int dst_index, int tag) {
+  PhaseScope s(*clock_, phase_);
+  std::vector<at::Tensor> v{t};
+  return pg_->send(v, dst_index, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> Comm::recv(at::Tensor& t, int src_index, int tag) {
+  PhaseScope s(*clock_, phase_);
+  std::vector<at::Tensor> v{t};
+  return pg_->recv(v, src_index, tag);
+}
+
+// ---------------------------------------------------------------- groups
+
+namespace {
+
+c10::intrusive_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::Store>& store, int index, int size,
+                                               const GroupSettings& s) {
+  if (s.backend == "gloo") {
+    auto opts = c10d::ProcessGroupGloo::Options::create(s.timeout);
+    opts->devices.push_back(s.gloo_host.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                                : c10d::ProcessGroupGloo::createDeviceForHostname(s.gloo_host));
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, size, opts);
+  }
+#ifdef USE_C10D_NCCL
+  if (s.backend == "nccl") {
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = s.timeout;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, index, size, opts);
+  }
+#endif
+  throw std::runtime_error(fmt::format("backend '{}' is not available in this build", s.backend));
+}
+
+std::unique_ptr<Comm> join(const std::vector<std::vector<int>>& groups, int rank, const std::string& name,
+                           const c10::intrusive_ptr<c10d::Store>& store, const GroupSettings& s, PhaseClock& clock,
+                           Ph phase) {
+  std::unique_ptr<Comm> mine;
+  for (const auto& g : groups) {
+    auto it = std::find(g.begin(), g.end(), rank);
+    if (it == g.end()) continue;
+    const int index = static_cast<int>(it - g.begin());
+    c10::intrusive_ptr<c10d::Backend> pg;
+    if (g.size() > 1) {
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>(fmt::format("pg/{}/{}", name, g.front()), store);
+      pg = make_backend(prefixed, index, static_cast<int>(g.size()), s);
+    }
+    mine = std::make_unique<Comm>(pg, g, index, &clock, phase, name);
+  }
+  TORCH_CHECK(mine, "rank ", rank, " is in no ", name, " group");
+  return mine;
+}
+
+}  // namespace
+
+Groups make_groups(const RankLayout& layout, int rank, const c10::intrusive_ptr<c10d::Store>& store,
+                   const GroupSettings& settings, PhaseClock& clock) {
+  Groups g;
+  g.world = join(layout.all_groups({Dim::tp, Dim::cp, Dim::dp, Dim::pp}), rank, "world", store, settings, clock,
+                 Ph::other);
+  g.tp = join(layout.all_groups({Dim::tp}), rank, "tp", store, settings, clock, Ph::tp_comm);
+  g.dp = join(layout.all_groups({Dim::dp}), rank, "dp", store, settings, clock, Ph::dp_comm);
+  g.pp = join(layout.all_groups({Dim::pp}), rank, "pp", store, settings, clock, Ph::pp_comm);
+  // Tied embeddings: the first and last pipeline stages hold copies of the word embedding.
+  std::vector<std::vector<int>> embed;
+  for (const auto& pp : layout.all_groups({Dim::pp})) {
+    if (pp.size() > 1) embed.push_back({pp.front(), pp.back()});
+    for (size_t i = 1; i + 1 < pp.size(); ++i) embed.push_back({pp[i]});
+    if (pp.size() == 1) embed.push_back(pp);
+  }
+  std::sort(embed.begin(), embed.end());
+  g.embed = join(embed, rank, "embed", store, settings, clock, Ph::pp_comm);
+  return g;
+}
+
+// ---------------------------------------------------------------- autograd transfers
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+Comm& comm_of(AutogradContext* ctx) { return *reinterpret_cast<Comm*>(ctx->saved_data["comm"].toInt()); }
+
+struct CopyToTp : torch::autograd::Function<CopyToTp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    at::Tensor grad = g[0].contiguous().clone();
+    comm_of(ctx).all_reduce(grad);
+    return {grad, at::Tensor()};
+  }
+};
+
+struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    (void)ctx;
+    at::Tensor out = x.contiguous().clone();
+    reinterpret_cast<Comm*>(comm)->all_reduce(out);
+    return out;
+  }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0], at::Tensor()}; }
+};
+
+struct GatherFromSp : torch::autograd::Function<GatherFromSp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return reinterpret_cast<Comm*>(comm)->all_gather_dim0(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {comm_of(ctx).reduce_scatter_dim0(g[0]), at::Tensor()};
+  }
+};
+
+struct ScatterToSp : torch::autograd::Function<ScatterToSp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return reinterpret_cast<Comm*>(comm)->reduce_scatter_dim0(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {comm_of(ctx).all_gather_dim0(g[0]), at::Tensor()};
+  }
+};
+
+struct CheckpointOp : torch::autograd::Function<CheckpointOp> {
+  static at::Tensor forward(AutogradContext* ctx, std::vector<at::Tensor> inputs, int64_t fn, int64_t clock) {
+    ctx->saved_data["fn"] = fn;
+    ctx->saved_data["clock"] = clock;
+    ctx->save_for_backward(inputs);
+    return (*reinterpret_cast<const CheckpointFn*>(fn))(inputs);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const auto& fn = *reinterpret_cast<const CheckpointFn*>(ctx->saved_data["fn"].toInt());
+    auto& clock = *reinterpret_cast<PhaseClock*>(ctx->saved_data["clock"].toInt());
+    std::vector<at::Tensor> inputs;
+    for (const auto& t : ctx->get_saved_variables()) inputs.push_back(t.detach().requires_grad_(true));
+    at::Tensor out;
+    {
+      PhaseScope s(clock, Ph::recompute);
+      torch::AutoGradMode grad_on(true);
+      out = fn(inputs);
+    }
+    torch::autograd::backward({out}, {g[0]});
+    variable_list res;
+    for (auto& t : inputs) res.push_back(t.grad());
+    res.emplace_back();
+    res.emplace_back();
+    return res;
+  }
+};
+
+int64_t ptr(const void* p) { return reinterpret_cast<int64_t>(p); }
+
+}  // namespace
+
+at::Tensor copy_to_tp(const at::Tensor& x, Comm& tp) { return tp.size() == 1 ? x : CopyToTp::apply(x, ptr(&tp)); }
+at::Tensor reduce_from_tp(const at::Tensor& x, Comm& tp) {
+  return tp.size() == 1 ? x : ReduceFromTp::apply(x, ptr(&tp));
+}
+at::Tensor gather_from_sp(const at::Tensor& x, Comm& tp) {
+  return tp.size() == 1 ? x : GatherFromSp::apply(x, ptr(&tp));
+}
+at::Tensor scatter_to_sp(const at::Tensor& x, Comm& tp) {
+  return tp.size() == 1 ? x : ScatterToSp::apply(x, ptr(&tp));
+}
+
+at::Tensor checkpoint(const CheckpointFn* fn, const std::vector<at::Tensor>& inputs, PhaseClock& clock) {
+  return CheckpointOp::apply(inputs, ptr(fn), ptr(&clock));
+}
+
+}  // namespace trainplan::exec

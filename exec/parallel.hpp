@@ -1,0 +1,120 @@
+// Process groups of one rank, the phase clock that times them, and the autograd functions that
+// move activations between tensor-parallel ranks. Groups come from RankLayout (sim/) and are
+// passed explicitly; nothing here is global.
+#pragma once
+#include <torch/torch.h>
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "sim/rank_layout.hpp"
+
+namespace trainplan::exec {
+
+// Exclusive phases of a rank's step: at any moment the rank is in exactly one, so they add up to
+// the step's wall time. Communication inside forward/backward is taken out of them.
+enum class Ph { forward, backward, recompute, tp_comm, pp_comm, dp_comm, bubble, optimizer, other, count };
+inline constexpr int kPhases = static_cast<int>(Ph::count);
+
+// Steady-clock phase accounting. With `device_sync` (CUDA) the device is synchronised at each
+// phase switch so that host time equals device time of the finished work.
+class PhaseClock {
+ public:
+  explicit PhaseClock(bool device_sync) : device_sync_(device_sync) {}
+  void start();                      // zero the accumulators; phase = other
+  Ph enter(Ph p);                    // switch to `p`, returns the phase left
+  std::array<double, kPhases> stop();  // seconds per phase since start()
+  // Time data-parallel collectives were in flight (launch to completion), not exclusive.
+  double dp_in_flight = 0;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool device_sync_;
+  Ph current_ = Ph::other;
+  Clock::time_point since_{};
+  std::array<double, kPhases> acc_{};
+};
+
+// Switches the clock to a phase for a scope, then back.
+class PhaseScope {
+ public:
+  PhaseScope(PhaseClock& c, Ph p) : clock_(c), prev_(c.enter(p)) {}
+  ~PhaseScope() { clock_.enter(prev_); }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  PhaseClock& clock_;
+  Ph prev_;
+};
+
+// One process group: a c10d backend over `ranks` (global ranks, ascending), timed into `phase`.
+// With one rank every collective is the identity and no backend exists.
+class Comm {
+ public:
+  Comm(c10::intrusive_ptr<c10d::Backend> pg, std::vector<int> ranks, int index, PhaseClock* clock, Ph phase,
+       std::string name);
+  int size() const { return static_cast<int>(ranks_.size()); }
+  int index() const { return index_; }  // this rank's position in ranks()
+  const std::vector<int>& ranks() const { return ranks_; }
+  const std::string& name() const { return name_; }
+
+  void all_reduce(at::Tensor& t, c10d::ReduceOp op = c10d::ReduceOp::SUM);  // in place, waits
+  c10::intrusive_ptr<c10d::Work> all_reduce_async(at::Tensor& t);
+  at::Tensor all_gather_dim0(const at::Tensor& t);     // concatenation along dim 0, waits
+  at::Tensor reduce_scatter_dim0(const at::Tensor& t);  // sum over ranks, then this rank's dim-0 slice
+  // Flat 1-D buffers: `full` has size() * shard.numel() elements.
+  c10::intrusive_ptr<c10d::Work> all_gather_flat_async(at::Tensor& full, at::Tensor& shard);
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_flat_async(at::Tensor& shard, at::Tensor& full);
+  c10::intrusive_ptr<c10d::Work> send(at::Tensor& t, int dst_index, int tag);
+  c10::intrusive_ptr<c10d::Work> recv(at::Tensor& t, int src_index, int tag);
+  // Waits for `w` inside this group's phase.
+  void wait(const c10::intrusive_ptr<c10d::Work>& w, Ph phase);
+
+  PhaseClock& clock() const { return *clock_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> pg_;
+  std::vector<int> ranks_;
+  int index_ = 0;
+  PhaseClock* clock_;
+  Ph phase_;
+  std::string name_;
+};
+
+// Every group one rank belongs to.
+struct Groups {
+  std::unique_ptr<Comm> world, tp, dp, pp;
+  std::unique_ptr<Comm> embed;  // first and last pipeline stage (tied embeddings), else size 1
+};
+
+struct GroupSettings {
+  std::string backend;           // "gloo" | "nccl"
+  std::chrono::milliseconds timeout{30000};
+  std::string gloo_host;         // address Gloo binds to; empty: the host's own name
+};
+
+// Creates this rank's groups. Every rank walks RankLayout::all_groups in the same order and joins
+// the groups that hold it (a group's members rendezvous under their own store prefix).
+Groups make_groups(const RankLayout& layout, int rank, const c10::intrusive_ptr<c10d::Store>& store,
+                   const GroupSettings& settings, PhaseClock& clock);
+
+// Autograd-aware tensor-parallel transfers (Megatron-style f/g operators), all along dim 0 for
+// the sequence-parallel pair.
+at::Tensor copy_to_tp(const at::Tensor& x, Comm& tp);        // fwd identity, bwd all-reduce
+at::Tensor reduce_from_tp(const at::Tensor& x, Comm& tp);    // fwd all-reduce, bwd identity
+at::Tensor gather_from_sp(const at::Tensor& x, Comm& tp);    // fwd all-gather, bwd reduce-scatter
+at::Tensor scatter_to_sp(const at::Tensor& x, Comm& tp);     // fwd reduce-scatter, bwd all-gather
+
+// Runs fn(inputs) without keeping its activations; re-runs it (timed as recompute) when the
+// backward reaches it. `fn` must outlive the backward pass and be deterministic.
+using CheckpointFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+at::Tensor checkpoint(const CheckpointFn* fn, const std::vector<at::Tensor>& inputs, PhaseClock& clock);
+
+}  // namespace trainplan::exec
