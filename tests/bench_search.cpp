@@ -1,8 +1,10 @@
-// Speed of search(). Counters (per second of CPU time of this process, i.e. per core when the
-// search runs on one thread):
-//   predicts_per_s     full predict() calls per second per core (brute force: every candidate)
-//   candidates_per_s   candidates settled per second per core, predicted or proven out by a bound
-// and for the 530B case the wall time of the whole search (search.elapsed_s) on all cores.
+// Speed of search().
+//   predicts_per_s     full predict() calls per second
+//   candidates_per_s   candidates settled per second, predicted or proven out by a bound
+// The Llama-3-70B cases run on one thread and rate by CPU time: these are per-core figures
+// (BM_SearchBruteForceLlama70B's predicts_per_s is "strategy evaluations per second per core").
+// BM_Search530B rates by wall time over all its threads; elapsed_s is the search's own wall time
+// (search.elapsed_s in trainplan/search/v1).
 #include <benchmark/benchmark.h>
 
 #include <thread>
