@@ -17,7 +17,10 @@ struct CalibrateOptions {
   int threads = 1;                     // CPU: intra-op threads of one rank (torch::set_num_threads)
   int warmup = 3;
   int repeats = 10;
-  std::vector<int> gemm_sizes;         // square m = n = k sizes; empty: a default ladder
+  struct Shape {
+    int m = 0, n = 0, k = 0;           // c[m x n] = a[m x k] b[k x n]
+  };
+  std::vector<Shape> gemm_shapes;      // empty: a default ladder of squares
   Bytes copy_bytes = 0;                // size of the copied buffer; 0: a default
   int link_ranks = 2;                  // local processes in the all-reduce test; < 2: skip it
   std::string link_backend = "gloo";   // "gloo" | "nccl"
@@ -53,7 +56,7 @@ struct CalibrationResult {
   std::string device_name;             // CPU model or GPU name
   std::string dtype;                   // matmul dtype measured: "fp32" (CPU) or "bf16" (CUDA)
   int threads = 0;
-  std::vector<GemmPoint> gemm;         // ascending flops
+  std::vector<GemmPoint> gemm;         // ascending flops; of shapes with equal flops, the fastest
   FlopsPerSecond best_gemm_rate = 0;
   BytesPerSecond copy_bandwidth = 0;   // (read + write bytes) / median time of one large copy
   Flops attention_flops = 0;           // one fused attention forward (SDPA)

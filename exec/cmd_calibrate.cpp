@@ -52,6 +52,7 @@ options:
   --gpus N                 CUDA: local GPUs for the NCCL all-reduce test (default 1: no test)
   --link-ranks N           CPU: processes in the Gloo all-reduce test (default 2; 0 skips it)
   --sizes A,B,...          square matmul sizes (default: 32..2048 on CPU, 256..16384 on CUDA)
+  --shapes MxNxK,...       further matmul shapes, e.g. 8192x4096x4096 (tokens x out x in)
   --copy-mb X              copied buffer in MiB (default 256 on CPU, 1024 on CUDA)
   --link-bytes A,B,...     all-reduce message sizes in bytes (default 4 KiB..64 MiB, x4 steps)
   --warmup W               untimed runs per figure (default 3)
@@ -83,6 +84,26 @@ std::vector<double> number_list(const Flags& f, const std::string& flag, double 
   return out;
 }
 
+// "MxNxK,MxNxK,...": matmul shapes c[M x N] = a[M x K] b[K x N].
+std::vector<exec::CalibrateOptions::Shape> shape_list(const Flags& f, const std::string& flag) {
+  std::vector<exec::CalibrateOptions::Shape> out;
+  const auto v = f.get(flag);
+  if (!v) return out;
+  std::stringstream in(*v);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    exec::CalibrateOptions::Shape s;
+    char x1 = 0, x2 = 0;
+    std::istringstream one(item);
+    if (!(one >> s.m >> x1 >> s.n >> x2 >> s.k) || x1 != 'x' || x2 != 'x' || !one.eof() || s.m < 1 || s.n < 1 ||
+        s.k < 1 || s.m > 1 << 20 || s.n > 1 << 20 || s.k > 1 << 20) {
+      throw InputError(fmt::format("--{} {}: each entry must be MxNxK with sizes in [1, 1048576]", flag, *v));
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
 double mem_total_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key, unit;
@@ -100,6 +121,10 @@ std::string utc_date() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M UTC", &tm);
   return buf;
+}
+
+std::string shape_text(const exec::GemmPoint& p) {
+  return p.m == p.n && p.n == p.k ? fmt::format("{}^3", p.m) : fmt::format("{}x{}x{}", p.m, p.n, p.k);
 }
 
 // Efficiency in (0, 1]: achieved / peak, clamped (a figure above the stated peak counts as 1).
@@ -146,7 +171,7 @@ json calibrated_topology(const exec::CalibrationResult& r, const TopologyInputs&
       in.command, utc_date(), r.torch_version, r.dtype,
       fmt::join([&] {
         std::vector<std::string> v;
-        for (const auto& p : r.gemm) v.push_back(fmt::format("{}^3 {:.3g} TFLOP/s", p.m, p.rate / kTera));
+        for (const auto& p : r.gemm) v.push_back(fmt::format("{} {:.3g} TFLOP/s", shape_text(p), p.rate / kTera));
         return v;
       }(),
                 ", "),
@@ -223,9 +248,9 @@ json calibrated_topology(const exec::CalibrationResult& r, const TopologyInputs&
 
 void print_result(std::ostream& os, const exec::CalibrationResult& r) {
   os << fmt::format("device: {} ({}, {} thread(s)), LibTorch {}\n", r.device_name, r.dtype, r.threads, r.torch_version);
-  os << fmt::format("{:>8} {:>14} {:>12} {:>12}\n", "matmul", "FLOPs", "median", "TFLOP/s");
+  os << fmt::format("{:>16} {:>14} {:>12} {:>12}\n", "matmul", "FLOPs", "median", "TFLOP/s");
   for (const auto& p : r.gemm) {
-    os << fmt::format("{:>8} {:>14.4g} {:>9.3f} ms {:>12.4f}\n", fmt::format("{}^3", p.m), p.flops, p.median * 1e3,
+    os << fmt::format("{:>16} {:>14.4g} {:>9.3f} ms {:>12.4f}\n", shape_text(p), p.flops, p.median * 1e3,
                       p.rate / kTera);
   }
   os << fmt::format("copy bandwidth: {:.2f} GB/s (read + write)\n", r.copy_bandwidth / kGB);
@@ -276,7 +301,11 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   const int gpus = static_cast<int>(f.get_int("gpus", 1, 1, 64));
   o.link_ranks = cuda ? (gpus >= 2 ? gpus : 0) : static_cast<int>(f.get_int("link-ranks", 2, 0, 64));
   o.link_backend = cuda ? "nccl" : "gloo";
-  for (double s : number_list(f, "sizes", 1, 65536)) o.gemm_sizes.push_back(static_cast<int>(s));
+  for (double s : number_list(f, "sizes", 1, 65536)) {
+    const int n = static_cast<int>(s);
+    o.gemm_shapes.push_back({n, n, n});
+  }
+  for (const auto& sh : shape_list(f, "shapes")) o.gemm_shapes.push_back(sh);
   o.copy_bytes = f.get_double("copy-mb", 0, 0.001, 1 << 20) * 1024 * 1024;
   o.link_bytes = number_list(f, "link-bytes", 4, 1e10);
   for (double& b : o.link_bytes) b = std::max(4.0, std::floor(b / 4) * 4);  // whole fp32 elements
