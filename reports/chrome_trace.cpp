@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace trainplan {
@@ -13,6 +14,11 @@ namespace {
 // The trace format's ts and dur are microseconds; they are written with nanosecond digits.
 constexpr double kNanosecondsPerSecond = 1e9;
 constexpr double kNanosecondsPerMicrosecond = 1e3;
+
+// Seconds -> microseconds, rounded to whole nanoseconds (exact in the printed digits).
+double microseconds(Seconds t) {
+  return static_cast<double>(std::llround(t * kNanosecondsPerSecond)) / kNanosecondsPerMicrosecond;
+}
 
 int thread_id(Stream s) { return static_cast<int>(s) + 1; }
 
@@ -75,12 +81,27 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
     const std::string name = event_name(e);
     // Microseconds with nanosecond digits, from whole nanoseconds so that back-to-back events on
     // a track never overlap after rounding. Event names and kinds need no JSON escaping.
-    const long long start_ns = std::llround(e.start * kNanosecondsPerSecond);
-    const long long end_ns = std::llround(e.end * kNanosecondsPerSecond);
-    const double ts = start_ns / kNanosecondsPerMicrosecond, dur = (end_ns - start_ns) / kNanosecondsPerMicrosecond;
+    const double ts = microseconds(e.start), dur = microseconds(e.end) - ts;
     for (int rank : ranks[e.stage]) {
       put(fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{{}}}}})",
                       name, to_string(e.kind), rank, thread_id(e.stream), ts, dur, args));
+    }
+  }
+  // Flow arrows from each send to the slot that waited for it, rank j of the sending stage to
+  // rank j of the receiving one (the same TP/CP coordinates).
+  long long flow_id = 0;
+  for (const Event& e : t.events) {
+    if (e.input_send < 0 || static_cast<std::size_t>(e.input_send) >= t.events.size()) continue;
+    const Event& send = t.events[static_cast<std::size_t>(e.input_send)];
+    if (static_cast<std::size_t>(std::max(send.stage, e.stage)) >= ranks.size()) continue;
+    const auto& from = ranks[send.stage];
+    const auto& to = ranks[e.stage];
+    for (std::size_t j = 0; j < std::min(from.size(), to.size()); ++j) {
+      ++flow_id;
+      put(fmt::format(R"({{"name":"p2p","cat":"p2p","ph":"s","id":{},"pid":{},"tid":{},"ts":{:.3f}}})", flow_id,
+                      from[j], thread_id(send.stream), microseconds(send.start)));
+      put(fmt::format(R"({{"name":"p2p","cat":"p2p","ph":"f","bp":"e","id":{},"pid":{},"tid":{},"ts":{:.3f}}})",
+                      flow_id, to[j], thread_id(e.stream), microseconds(e.start)));
     }
   }
   os << "\n]}\n";

@@ -4,7 +4,8 @@
 // Trace layout: one process per rank (pid = global rank), one thread per stream (tid = Stream
 // index + 1), named by "process_name" / "thread_name" metadata events; each timeline event is a
 // complete ("X") event with ts and dur in microseconds. All ranks of a pipeline stage (its TP/CP
-// ranks) show the stage's events. Format: "Trace Event Format", Google, 2016
+// ranks) show the stage's events. Flow arrows ("s"/"f" events, cat "p2p") lead from each
+// point-to-point send to the slot that waited for it. Format: "Trace Event Format", Google, 2016
 // (docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU).
 #pragma once
 #include <nlohmann/json.hpp>

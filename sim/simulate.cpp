@@ -47,6 +47,15 @@ constexpr double kWeightGradShare = 0.5;
 struct Handoff {
   Seconds produced = kUnknown;
   Seconds arrived = kUnknown;
+  int send_stage = -1;             // stage whose events hold the send, if one was emitted
+  std::ptrdiff_t send_event = -1;  // its index there
+};
+
+// A slot's first compute event (stage-local index) and the send that delivered its input.
+struct InputLink {
+  std::size_t event;
+  int send_stage;
+  std::ptrdiff_t send_event;
 };
 
 // One pipeline stage's progress through its slots.
@@ -58,6 +67,7 @@ struct StageState {
   std::vector<int> backwards;   // backwards run so far, per chunk
   std::ptrdiff_t last_dp_event = -1;
   std::vector<Event> events;
+  std::vector<InputLink> links;  // resolved to Event::input_send once all stages are done
   StageUsage usage;
 };
 
@@ -126,8 +136,13 @@ int send_output(Run& r, int stage, const Slot& slot, int vstage, Seconds produce
   free = start + r.costs.p2p;
   h.arrived = free;
   st.usage.pp_busy += r.costs.p2p;
+  const std::size_t before = st.events.size();
   emit(st, {stage, fwd ? Stream::pp_forward : Stream::pp_backward,
             fwd ? EventKind::send_activation : EventKind::send_gradient, slot.micro_batch, slot.chunk, start, free});
+  if (st.events.size() > before) {
+    h.send_stage = stage;
+    h.send_event = static_cast<std::ptrdiff_t>(before);
+  }
   return target_stage;
 }
 
@@ -241,8 +256,18 @@ Advance advance(Run& r, int stage) {
   st.usage.wait_dp += start - t2;
   prefetch_gather(r, stage, st.cursor + 1, start);
 
+  const std::size_t first_event = st.events.size();
   const Seconds end = run_slot(r, stage, slot, c, start);
   st.compute_free = end;
+  if (in && in->send_event >= 0) {
+    // The slot's first compute event (a gather may have been queued before it; skip dp events).
+    for (std::size_t k = first_event; k < st.events.size(); ++k) {
+      if (st.events[k].stream == Stream::compute) {
+        st.links.push_back({k, in->send_stage, in->send_event});
+        break;
+      }
+    }
+  }
   ++st.cursor;
   return {true, send_output(r, stage, slot, vstage, end)};
 }
@@ -303,11 +328,19 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule) {
   std::size_t total = 0;
   for (const auto& st : r.stages) total += st.events.size();
   t.events.reserve(total);
-  for (auto& st : r.stages) {
+  std::vector<std::ptrdiff_t> offset(p, 0);
+  for (int i = 0; i < p; ++i) {
+    StageState& st = r.stages[i];
     TRAINPLAN_CHECK(st.finished, "pipeline schedule deadlocks: a slot waits for an input that is never produced");
+    offset[i] = static_cast<std::ptrdiff_t>(t.events.size());
     t.events.insert(t.events.end(), st.events.begin(), st.events.end());
     t.stages.push_back(st.usage);
     t.step = std::max(t.step, st.usage.end);
+  }
+  for (int i = 0; i < p; ++i) {
+    for (const InputLink& l : r.stages[i].links) {
+      t.events[static_cast<std::size_t>(offset[i]) + l.event].input_send = offset[l.send_stage] + l.send_event;
+    }
   }
   return t;
 }

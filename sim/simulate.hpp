@@ -71,6 +71,9 @@ struct Event {
   int micro_batch = -1;  // -1 for optimizer and param_gather
   int chunk = -1;        // chunk on the stage (0..v-1); -1 for optimizer and param_gather
   Seconds start = 0, end = 0;
+  // For the first compute event of a slot whose input came over a p2p link: the index in
+  // Timeline::events of that send (what this slot waited for); -1 otherwise.
+  std::ptrdiff_t input_send = -1;
 };
 
 // Where one stage's time went. Compute-stream work plus its waits add up to the moment its

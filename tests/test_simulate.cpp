@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -201,6 +202,18 @@ TEST(Simulate, P2PLatencyByHand) {
   EXPECT_DOUBLE_EQ(t.step, 7.0);
   EXPECT_DOUBLE_EQ(sum_of(t, EventKind::send_activation), 0.5);
   EXPECT_DOUBLE_EQ(sum_of(t, EventKind::send_gradient), 0.5);
+  // Each slot that waited for a transfer names the send it waited for.
+  int linked = 0;
+  for (const auto& e : t.events) {
+    if (e.input_send < 0) continue;
+    ++linked;
+    const Event& send = t.events[static_cast<std::size_t>(e.input_send)];
+    EXPECT_EQ(send.kind, e.kind == EventKind::forward ? EventKind::send_activation : EventKind::send_gradient);
+    EXPECT_EQ(send.micro_batch, e.micro_batch);
+    EXPECT_NE(send.stage, e.stage);
+    EXPECT_LE(send.end, e.start);
+  }
+  EXPECT_EQ(linked, 2);
   EXPECT_DOUBLE_EQ(t.stages[0].wait_pp, 0.5);     // waiting for the gradient in flight
   EXPECT_DOUBLE_EQ(t.stages[0].wait_bubble, 3.5);  // [1, 4.5]: the send and stage 1's work
   EXPECT_DOUBLE_EQ(t.stages[1].wait_pp, 0.5);
@@ -244,6 +257,12 @@ TEST(Simulate, InterleavedWithLatencyIsSerialAndComplete) {
   EXPECT_EQ(forwards, p * v * m);
   EXPECT_EQ(backwards, p * v * m);
   EXPECT_EQ(sends, 2 * (p * v - 1) * m);  // every virtual-stage boundary, both directions
+  // Every send feeds exactly one slot, which names it.
+  std::set<std::ptrdiff_t> fed;
+  for (const auto& e : t.events) {
+    if (e.input_send >= 0) EXPECT_TRUE(fed.insert(e.input_send).second);
+  }
+  EXPECT_EQ(static_cast<int>(fed.size()), sends);
   // Dependencies hold: a forward of (mb, chunk) starts after the previous virtual stage's
   // forward of mb ended plus one transfer.
   std::map<std::tuple<int, int>, std::pair<Seconds, Seconds>> fwd;  // (vstage, mb) -> (start, end)

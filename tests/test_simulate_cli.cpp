@@ -66,11 +66,16 @@ TEST(SimulateCli, Gpt3TraceIsValidChromeTraceWithOneTrackPerRankAndStream) {
   std::set<std::pair<int, int>> tracks, used;
   std::map<int, int> forwards_per_rank;
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;  // per track
+  std::map<long long, int> flows;  // id -> 1 per start + 10 per finish
   double last_end_us = 0;
   for (const auto& e : t["traceEvents"]) {
     const std::string ph = e.at("ph");
-    ASSERT_TRUE(ph == "M" || ph == "X") << e.dump();
+    ASSERT_TRUE(ph == "M" || ph == "X" || ph == "s" || ph == "f") << e.dump();
     const int pid = e.at("pid"), tid = e.at("tid");
+    if (ph == "s" || ph == "f") {  // flow arrow send -> waiting slot
+      flows[e.at("id").get<long long>()] += ph == "s" ? 1 : 10;
+      continue;
+    }
     if (ph == "M") {
       if (e["name"] == "process_name") processes.insert(pid);
       if (e["name"] == "thread_name") tracks.insert({pid, tid});
@@ -97,6 +102,8 @@ TEST(SimulateCli, Gpt3TraceIsValidChromeTraceWithOneTrackPerRankAndStream) {
       ASSERT_LE(v[i - 1].second, v[i].first + 1e-4) << "overlap on rank " << track.first << " thread " << track.second;
     }
   }
+  EXPECT_FALSE(flows.empty());
+  for (const auto& [id, n] : flows) EXPECT_EQ(n, 11) << "flow " << id << " needs one start and one finish";
   EXPECT_EQ(forwards_per_rank.size(), 64u);
   for (const auto& [rank, n] : forwards_per_rank) EXPECT_EQ(n, 64 * 3) << "rank " << rank;
 

@@ -18,7 +18,7 @@ Timeline two_stage_timeline() {
   Timeline t;
   t.events = {{0, Stream::compute, EventKind::forward, 0, 0, 0.0, 1e-3},
               {0, Stream::pp_forward, EventKind::send_activation, 0, 0, 1e-3, 1.5e-3},
-              {1, Stream::compute, EventKind::forward, 0, 0, 1.5e-3, 2.5e-3},
+              {1, Stream::compute, EventKind::forward, 0, 0, 1.5e-3, 2.5e-3, 1},
               {1, Stream::compute, EventKind::optimizer, -1, -1, 2.5e-3, 3e-3}};
   t.step = 3e-3;
   StageUsage a, b;
@@ -49,8 +49,9 @@ TEST(ChromeTrace, OneProcessPerRankOneThreadPerStream) {
   EXPECT_EQ(j["displayTimeUnit"], "ms");
   EXPECT_DOUBLE_EQ(j["otherData"]["step_s"].get<double>(), 3e-3);
   int processes = 0, threads = 0;
-  std::vector<json> complete;
+  std::vector<json> complete, flows;
   for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "s" || e["ph"] == "f") flows.push_back(e);
     if (e["ph"] == "M" && e["name"] == "process_name") {
       ++processes;
       EXPECT_NE(e["args"]["name"].get<std::string>().find("rank " + std::to_string(e["pid"].get<int>())),
@@ -80,6 +81,20 @@ TEST(ChromeTrace, OneProcessPerRankOneThreadPerStream) {
   EXPECT_EQ(opt["name"], "optimizer");
   EXPECT_EQ(opt["pid"], 4);
   EXPECT_FALSE(opt["args"].contains("micro_batch"));
+  // The send feeds stage 1's forward: one arrow per TP rank, rank 0 -> 4 and 1 -> 5.
+  ASSERT_EQ(flows.size(), 4u);
+  EXPECT_EQ(flows[0]["ph"], "s");
+  EXPECT_EQ(flows[0]["pid"], 0);
+  EXPECT_EQ(flows[0]["tid"], 2);
+  EXPECT_DOUBLE_EQ(flows[0]["ts"].get<double>(), 1000.0);
+  EXPECT_EQ(flows[1]["ph"], "f");
+  EXPECT_EQ(flows[1]["bp"], "e");
+  EXPECT_EQ(flows[1]["pid"], 4);
+  EXPECT_EQ(flows[1]["tid"], 1);
+  EXPECT_DOUBLE_EQ(flows[1]["ts"].get<double>(), 1500.0);
+  EXPECT_EQ(flows[1]["id"], flows[0]["id"]);
+  EXPECT_EQ(flows[3]["pid"], 5);
+  EXPECT_NE(flows[2]["id"], flows[0]["id"]);
 }
 
 TEST(ChromeTrace, WithoutRanksOneProcessPerStage) {
