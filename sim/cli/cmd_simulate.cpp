@@ -37,7 +37,8 @@ const char* kOutputHelp = R"(output:
   --trace FILE              write the timeline as Chrome trace event JSON (open it in
                             https://ui.perfetto.dev or chrome://tracing): one process per rank,
                             one thread per stream (compute, pp send activations, pp send
-                            gradients, dp collectives), times in microseconds
+                            gradients, dp collectives), times in microseconds, and flow
+                            arrows from each send to the slot that waited for it
   --json FILE               write the trainplan/prediction/v1 JSON with the simulated time
                             ("engine": "des") and a "simulation" object: step_s and per stage
                             its ranks, busy/idle seconds and share, waits and stream loads
