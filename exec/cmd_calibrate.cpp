@@ -49,6 +49,9 @@ options:
                            rate on CPU, the base's bf16 peak on CUDA)
   --threads T              CPU threads per rank (default 1)
   --ranks-per-node N       CPU: ranks sharing this host, node.gpus (default 4)
+  --price-usd X            CPU: assumed price per rank-hour (default 0, or the base's)
+  --power-w X              CPU: assumed power per rank in W (default 0, or the base's)
+  --cost-source TEXT       CPU: where those two assumptions come from (quoted in "source")
   --gpus N                 CUDA: local GPUs for the NCCL all-reduce test (default 1: no test)
   --link-ranks N           CPU: processes in the Gloo all-reduce test (default 2; 0 skips it)
   --sizes A,B,...          square matmul sizes (default: 32..2048 on CPU, 256..16384 on CUDA)
@@ -143,12 +146,15 @@ struct TopologyInputs {
   std::string device;
   int ranks_per_node = 4;
   std::optional<double> peak_tflops;
+  std::optional<double> price_usd;  // CPU: per rank-hour, an assumption from the command line
+  std::optional<double> power_w;    // CPU: per rank
+  std::string cost_source;          // where those assumptions come from
   std::optional<json> base;        // raw base topology
   std::string base_name;
 };
 
 // The topology file: the measured fields from `r`, the rest from the base (or, for a CPU
-// without a base, from this machine: memory size, zero price and power).
+// without a base, from this machine and the command line: memory size, price and power).
 json calibrated_topology(const exec::CalibrationResult& r, const TopologyInputs& in) {
   const bool cuda = in.device == "cuda";
   json t = in.base ? *in.base : json::object();
@@ -221,11 +227,19 @@ json calibrated_topology(const exec::CalibrationResult& r, const TopologyInputs&
             {"efficiency", 1.0}};
     link_note = " The link figures are NOT measured: half the copy bandwidth and 50 us latency stand in.";
   }
+  std::string cost_note;
+  if (in.price_usd || in.power_w) {
+    cost_note = fmt::format(" Price {} USD and power {} W per rank are assumptions given on the command line{}.",
+                            in.price_usd.value_or(0), in.power_w.value_or(0),
+                            in.cost_source.empty() ? "" : " (" + in.cost_source + ")");
+  } else if (!in.base) {
+    cost_note = " Price and power 0 (not given).";
+  }
   t["source"] = fmt::format(
       "{} ({}): this host as {} ranks on one node, each rank one \"device\" of {} CPU thread(s). Memory per rank "
-      "= host RAM / ranks; price and power 0 (not a rented GPU).{}",
+      "= host RAM / ranks.{}{}",
       r.device_name, in.base ? "fields not measured from " + in.base_name : "measured, no datasheet", in.ranks_per_node,
-      r.threads, link_note);
+      r.threads, cost_note, link_note);
   t["calibration"] = "Every figure from trainplan calibrate on this host. " + measured;
   json gpu = in.base ? t["gpu"] : json::object();
   gpu["name"] = fmt::format("{} x{} thread(s)", r.device_name, r.threads);
@@ -237,11 +251,9 @@ json calibrated_topology(const exec::CalibrationResult& r, const TopologyInputs&
   gpu["gemm_efficiency"] = curve;
   t["gpu"] = gpu;
   t["node"] = {{"gpus", in.ranks_per_node}, {"link", link}};
-  if (!in.base) {
-    t["network"] = json::array();
-    t["price_per_gpu_hour_usd"] = 0.0;
-    t["power_per_gpu_w"] = 0.0;
-  }
+  if (!in.base) t["network"] = json::array();
+  if (in.price_usd || !in.base) t["price_per_gpu_hour_usd"] = in.price_usd.value_or(0.0);
+  if (in.power_w || !in.base) t["power_per_gpu_w"] = in.power_w.value_or(0.0);
   t["runtime_overhead_gb"] = r.baseline_rss / kGB;
   return t;
 }
@@ -298,6 +310,10 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   if (f.has("peak-tflops")) in.peak_tflops = f.get_double("peak-tflops", 0, 1e-6, 1e6);
   o.threads = static_cast<int>(f.get_int("threads", 1, 1, 1024));
   in.ranks_per_node = static_cast<int>(f.get_int("ranks-per-node", 4, 1, 1024));
+  if (f.has("price-usd")) in.price_usd = f.get_double("price-usd", 0, 0, 1e6);
+  if (f.has("power-w")) in.power_w = f.get_double("power-w", 0, 0, 1e6);
+  in.cost_source = f.get_or("cost-source", "");
+  if (cuda && (in.price_usd || in.power_w)) throw InputError("--price-usd/--power-w: CUDA takes price and power from --base");
   const int gpus = static_cast<int>(f.get_int("gpus", 1, 1, 64));
   o.link_ranks = cuda ? (gpus >= 2 ? gpus : 0) : static_cast<int>(f.get_int("link-ranks", 2, 0, 64));
   o.link_backend = cuda ? "nccl" : "gloo";
@@ -313,7 +329,7 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   o.repeats = static_cast<int>(f.get_int("repeats", 10, 1, 10000));
   f.finish();
   in.command = "trainplan calibrate";
-  for (const auto& a : args) in.command += " " + a;
+  for (const auto& a : args) in.command += a.find_first_of(" \"'") == std::string::npos ? " " + a : " '" + a + "'";
 
   const exec::CalibrationResult r = exec::calibrate(o);
   print_result(ctx.err, r);
