@@ -334,11 +334,13 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   const exec::CalibrationResult r = exec::calibrate(o);
   print_result(ctx.err, r);
   const json topology = calibrated_topology(r, in);
-  // What we write must load: a failure here is a bug in calibrated_topology, not user input.
+  // What we write must load. It can fail only through a combination of flags (e.g. a base whose
+  // network tiers are not whole multiples of --ranks-per-node), so it is reported as input.
   try {
     (void)parse_cluster(topology, out_path.value_or("<calibrated topology>"));
   } catch (const InputError& e) {
-    TRAINPLAN_CHECK(false, std::string("calibrated topology does not load: ") + e.what());
+    throw InputError(fmt::format("the calibrated topology would not load (check --base and --ranks-per-node): {}",
+                                 e.what()));
   }
   if (out_path) {
     write_json_file("out", *out_path, topology);
