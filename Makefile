@@ -16,8 +16,7 @@ build: deps
 	@cmake --build $(BUILD) -j$(JOBS)
 
 run: build
-	./$(BUILD)/trainplan predict --model llama3-70b --cluster dgx-h100 --gpus 64 --tp 8 --pp 4 \
-	  --micro-batch 1 --global-batch 512 --recompute selective --sequence-parallel on
+	./$(BUILD)/trainplan search --model llama3-70b --cluster dgx-h100 --gpus 64 --global-batch 512
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1500
