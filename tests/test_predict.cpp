@@ -157,7 +157,7 @@ TEST(Predict, InfeasibleReasonsStartWithAKey) {
     EXPECT_EQ(e.infeasible_reasons[0].rfind("unsupported dtype", 0), 0u);
   }
   {
-    const Estimate e = predict(g, c, layout(8192, 1, 1, 1, 8192));
+    const Estimate e = predict(g, c, layout(16384, 1, 1, 1, 16384));
     ASSERT_FALSE(e.feasible);
     EXPECT_EQ(e.infeasible_reasons[0].rfind("cluster too small", 0), 0u);
   }
