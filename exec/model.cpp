@@ -61,7 +61,8 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
     l->wv = declare(p + "attn.wv", {kv_out, h}, 0, std_in);
     if (biases) {
       l->bq = declare(p + "attn.bq", {q_out}, 0, 0, 0);
-      l->bk = declare(p + "attn.bk", {kv_out}, 0, 0, 0);
+      // No key bias: softmax is invariant to it, so its exact gradient is zero and it would only
+      // be driven by rounding noise (which Adam normalises into full-size updates).
       l->bv = declare(p + "attn.bv", {kv_out}, 0, 0, 0);
     }
     l->wo = declare(p + "attn.wo", {h, q_out}, 1, std_out);

@@ -235,11 +235,13 @@ struct ScatterToSp : torch::autograd::Function<ScatterToSp> {
 };
 
 struct CheckpointOp : torch::autograd::Function<CheckpointOp> {
-  static at::Tensor forward(AutogradContext* ctx, std::vector<at::Tensor> inputs, int64_t fn, int64_t clock) {
+  // Inputs as a TensorList: autograd treats each element as an input (a std::vector would not be).
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList inputs, int64_t fn, int64_t clock) {
     ctx->saved_data["fn"] = fn;
     ctx->saved_data["clock"] = clock;
-    ctx->save_for_backward(inputs);
-    return (*reinterpret_cast<const CheckpointFn*>(fn))(inputs);
+    std::vector<at::Tensor> in(inputs.begin(), inputs.end());
+    ctx->save_for_backward(in);
+    return (*reinterpret_cast<const CheckpointFn*>(fn))(in);
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     const auto& fn = *reinterpret_cast<const CheckpointFn*>(ctx->saved_data["fn"].toInt());
@@ -277,7 +279,7 @@ at::Tensor scatter_to_sp(const at::Tensor& x, Comm& tp) {
 }
 
 at::Tensor checkpoint(const CheckpointFn* fn, const std::vector<at::Tensor>& inputs, PhaseClock& clock) {
-  return CheckpointOp::apply(inputs, ptr(fn), ptr(&clock));
+  return CheckpointOp::apply(at::TensorList(inputs), ptr(fn), ptr(&clock));
 }
 
 }  // namespace trainplan::exec

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
@@ -97,6 +98,7 @@ struct ChunkState {
   at::Tensor exp_avg, exp_avg_sq, decay;
   int backward_left = 0;
   bool tied_copy = false;  // holds a tied-embedding copy whose twin is on another rank
+  bool gathered = false;   // ZeRO-3: full parameters present for this step
 };
 
 struct PendingDp {
@@ -235,7 +237,10 @@ at::Tensor Trainer::activation_buffer() const {
 }
 
 void Trainer::gather_params(ChunkState& c) {
-  if (s_.zero != 3 || s_.dp == 1) return;
+  // Parameters do not change within a step, so the chunk is gathered at its first slot and kept
+  // until the optimizer (re-gathering would also bump the version of tensors autograd saved).
+  if (s_.zero != 3 || s_.dp == 1 || c.gathered) return;
+  c.gathered = true;
   const auto t0 = Clock::now();
   auto w = g_.dp->all_gather_flat_async(c.model->flat(), c.master);
   g_.dp->wait(w, Ph::dp_comm);
@@ -257,8 +262,11 @@ void Trainer::launch_dp(ChunkState& c) {
   }
   auto done = p.done_after;
   auto launched = p.launched;
-  p.work->getFuture()->addCallback(
-      [done, launched](c10::ivalue::Future&) { done->store(seconds_since(launched)); });
+  try {  // completion time, where the backend's work has a future (else measured at the wait)
+    p.work->getFuture()->addCallback(
+        [done, launched](c10::ivalue::Future&) { done->store(seconds_since(launched)); });
+  } catch (const c10::Error&) {
+  }
   pending_.push_back(std::move(p));
 }
 
@@ -309,6 +317,7 @@ void Trainer::step(int index, bool measured) {
   for (auto& c : chunks_) {
     c.model->flat_grad().zero_();
     c.backward_left = m;
+    c.gathered = false;
   }
   std::map<std::pair<int, int>, Stash> stash;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> sends;
@@ -420,7 +429,10 @@ void Trainer::step(int index, bool measured) {
 }
 
 void Trainer::dump_params() {
-  for (auto& c : chunks_) gather_params(c);
+  for (auto& c : chunks_) {
+    c.gathered = false;
+    gather_params(c);
+  }
   std::ofstream f(fmt::format("{}.rank{}", opt_.dump_params, env_.rank));
   for (auto& c : chunks_) {
     for (auto& p : c.model->params()) {
@@ -564,6 +576,13 @@ std::optional<Measurement> run_rank(const ExecPlan& plan, const ExecOptions& opt
     c10::cuda::set_device(device.index());
   }
 #endif
+  // CPU ranks on one machine share its cores: give each its share of intra-op threads.
+  if (!on_gpu) {
+    const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+    const int n = local_world ? std::atoi(local_world) : 1;
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    if (n > 1 && cores > 0) at::set_num_threads(std::max(1, cores / n));
+  }
   torch::manual_seed(static_cast<uint64_t>(opt.seed));
   Trainer t(plan, opt, env, device, on_gpu);
   return t.run();
