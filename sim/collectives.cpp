@@ -1,6 +1,7 @@
 #include "sim/collectives.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -15,7 +16,7 @@ struct Algorithm {
 
 double ring_ar_steps(int n) { return 2.0 * (n - 1); }
 double ring_ar_factor(int n) { return 2.0 * (n - 1) / n; }
-double tree_ar_steps(int n) { return 2.0 * std::ceil(std::log2(static_cast<double>(n))); }
+double tree_ar_steps(int n) { return 2.0 * std::bit_width(static_cast<unsigned>(n - 1)); }  // 2 ceil(log2 n)
 double tree_ar_factor(int) { return 2.0; }
 double ring_half_steps(int n) { return n - 1.0; }
 double ring_half_factor(int n) { return (n - 1.0) / n; }

@@ -8,6 +8,7 @@
 #include <string>
 #include <cmath>
 #include <numeric>
+#include <span>
 
 #include "sim/check.hpp"
 #include "sim/collectives.hpp"
@@ -48,7 +49,10 @@ struct Setting {
   BytesPerSecond mem_bw;  // achieved HBM bandwidth
   Link tp_link, cp_link, pp_link, dp_link;
   int dp_group;           // ranks that hold replicas of the same parameters: dp * cp
+  Seconds tp_point = 0;   // one TP all-reduce point (see tp_point_time())
 };
+
+Seconds tp_point_time(const Setting& x);
 
 Setting make_setting(const LayerGraph& g, const Cluster& c, const Strategy& s) {
   RankLayout layout(s);
@@ -63,6 +67,7 @@ Setting make_setting(const LayerGraph& g, const Cluster& c, const Strategy& s) {
   x.pp_link = group_link(c, 2, layout.stride(Dim::pp));
   const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
   x.dp_link = group_link(c, x.dp_group, dp_stride);
+  x.tp_point = tp_point_time(x);
   return x;
 }
 
@@ -101,7 +106,7 @@ Bytes hidden_message(const Setting& x) { return x.tokens * x.graph.model().hidde
 
 // One TP "all-reduce point" of Megatron's layer: an all-reduce, or with sequence parallelism a
 // reduce-scatter + all-gather pair (Korthikanti et al. 2022, Sec. 4.2.2).
-Seconds tp_point(const Setting& x) {
+Seconds tp_point_time(const Setting& x) {
   if (x.s.tp == 1) return 0;
   const Bytes m = hidden_message(x);
   if (x.s.sequence_parallel) {
@@ -140,12 +145,12 @@ LayerCost layer_cost(const Setting& x) {
   }
   // Megatron: two all-reduce points per layer forward (after attention and after the MLP), two in
   // backward, and two more when full recomputation repeats the forward.
-  c.tp_forward = 2 * tp_point(x);
-  c.tp_backward = 2 * tp_point(x);
+  c.tp_forward = 2 * x.tp_point;
+  c.tp_backward = 2 * x.tp_point;
   if (x.s.recompute == Recompute::full) {
     c.recompute = c.forward;
     c.recompute_flops = c.flops;
-    c.tp_backward += 2 * tp_point(x);
+    c.tp_backward += 2 * x.tp_point;
   }
   if (x.s.cp > 1) {
     // Ring attention: cp-1 steps, each passing the local K and V block to the next rank while
@@ -184,8 +189,8 @@ EndCost end_cost(const Setting& x, std::span<const OpSpec> ops) {
     c.flops += op.flops_per_token * x.tokens * share_of(x, op);
   }
   // Vocabulary-parallel embedding / cross-entropy: one all-reduce point each way.
-  c.tp_forward = tp_point(x);
-  c.tp_backward = tp_point(x);
+  c.tp_forward = x.tp_point;
+  c.tp_backward = x.tp_point;
   return c;
 }
 
@@ -344,10 +349,13 @@ StepCosts step_costs(const Setting& x) {
     out.p2p = collective_time(Collective::send_recv, 2, msg, x.pp_link);
     if (s.tp > 1 && !s.sequence_parallel) out.p2p += collective_time(Collective::all_gather, s.tp, hidden_message(x), x.tp_link);
   }
+  // Stage i holds chunks i, i + pp, i + 2 pp, ...
   double busiest_params = 0;
-  std::vector<double> stage_params(s.pp, 0.0);
-  for (const auto& c : out.chunks) stage_params[c.stage] += c.params;
-  busiest_params = *std::max_element(stage_params.begin(), stage_params.end());
+  for (int i = 0; i < s.pp; ++i) {
+    double params = 0;
+    for (int v = i; v < nchunks; v += s.pp) params += out.chunks[v].params;
+    busiest_params = std::max(busiest_params, params);
+  }
   const double opt_share = s.zero >= 1 ? 1.0 / x.dp_group : 1.0;
   out.optimizer = busiest_params * opt_share * optimizer_traffic_per_param(s) / x.mem_bw;
   if (s.zero == 1 || s.zero == 2) {
@@ -428,14 +436,21 @@ Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy
 
   // Per stage and micro-batch: work W_i = forward + backward (+ recompute, TP/CP exposure) and
   // the stage's p2p transfers (one in and one out per chunk and direction, overlapped pairwise).
+  // No member initialisers: the inline buffer below is zeroed only as far as it is used.
   struct StageSum {
-    Seconds compute = 0, recompute = 0, tp = 0, cp = 0, pp = 0, fwd = 0, bwd = 0;
-    Seconds zero_mb = 0, zero_mb_exposed = 0, dp_step = 0;
-    double params = 0;
-    int layers = 0;
+    Seconds compute, recompute, tp, cp, pp, fwd, bwd;
+    Seconds zero_mb, zero_mb_exposed, dp_step;
+    double params;
+    int layers;
     Seconds work() const { return compute + recompute + tp + cp + pp + zero_mb_exposed; }
   };
-  std::vector<StageSum> st(s.pp);
+  // Per-stage sums; on the stack for the usual pipeline depths (predict runs millions of times in
+  // a search), on the heap beyond.
+  constexpr int kInline = 64;
+  StageSum inline_sums[kInline];
+  std::vector<StageSum> heap_sums(s.pp > kInline ? s.pp : 0);
+  const std::span<StageSum> st = s.pp > kInline ? std::span<StageSum>(heap_sums) : std::span<StageSum>(inline_sums, s.pp);
+  for (StageSum& t : st) t = StageSum{};
   for (const auto& c : costs.chunks) {
     StageSum& t = st[c.stage];
     t.compute += c.forward + c.backward;
