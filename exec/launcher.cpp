@@ -109,7 +109,7 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
   std::string partial;
   bool failed = false;
   using Clock = std::chrono::steady_clock;
-  Clock::time_point kill_at{};
+  Clock::time_point term_at = Clock::time_point::max(), kill_at = Clock::time_point::max();
   auto drain = [&] {
     char buf[4096];
     for (;;) {
@@ -152,12 +152,29 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
       err << fmt::format("trainplan exec: rank {} {} {}; stopping the other {} rank(s)\n", rank, describe_exit(status),
                          where, alive.size());
       err.flush();
-      for (auto& [p, r] : alive) kill(p, SIGTERM);
+      // A rank that died by a signal is the cause: stop the rest now. A rank that exited with an
+      // error usually gave up on a peer (timeout, lost connection): the other ranks get a few
+      // seconds to fail the same way, and whoever is still running then is named as not responding.
+      if (WIFSIGNALED(status)) {
+        for (auto& [p, r] : alive) kill(p, SIGTERM);
+        kill_at = Clock::now() + std::chrono::seconds(5);
+      } else {
+        term_at = Clock::now() + std::chrono::seconds(3);
+      }
+    }
+    if (failed && !alive.empty() && Clock::now() >= term_at) {
+      for (auto& [p, r] : alive) {
+        err << fmt::format("trainplan exec: rank {} is not responding (last seen {}); stopping it\n", r,
+                           last_step[r] < 0 ? "before its first step" : fmt::format("in step {}", last_step[r]));
+        kill(p, SIGTERM);
+      }
+      err.flush();
+      term_at = Clock::time_point::max();
       kill_at = Clock::now() + std::chrono::seconds(5);
     }
-    if (failed && !alive.empty() && Clock::now() > kill_at) {
+    if (failed && !alive.empty() && Clock::now() >= kill_at) {
       for (auto& [p, r] : alive) kill(p, SIGKILL);
-      kill_at = Clock::now() + std::chrono::hours(1);
+      kill_at = Clock::time_point::max();
     }
   }
   close(fds[0]);

@@ -47,7 +47,7 @@ TEST(ExecFaults, HungRankStopsTheJob) {
                           " --fault-hang-rank 1 --fault-step 1");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_LT(r.seconds, 60.0) << r.output;
-  EXPECT_NE(r.output.find("in step 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 is not responding (last seen in step 1)"), std::string::npos) << r.output;
 }
 
 TEST(ExecFaults, WrongProcessCountIsAnInputError) {
