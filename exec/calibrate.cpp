@@ -237,17 +237,23 @@ LinkResult link_benchmark(const CalibrateOptions& o) {
     r.points.clear();
     return r;
   }
-  // Ring all-reduce t(M) = 2(n-1) a + 2(n-1)/n M / B (sim/collectives.hpp). Two unknowns, two
-  // ends of the ladder: the largest message gives B once a is removed, the smallest gives a
-  // once its (small) bandwidth term is removed; one refinement pass.
+  // Ring all-reduce t(M) = 2(n-1) a + 2(n-1)/n M / B (sim/collectives.hpp). Two unknowns: the
+  // largest message gives B once a is removed; a is the median over the (up to) three smallest
+  // messages of their time less the bandwidth term (one message alone is too noisy on a busy
+  // host); two refinement passes.
   const double n = o.link_ranks;
   const double steps = 2 * (n - 1), factor = 2 * (n - 1) / n;
   const LinkPoint& small = r.points.front();
   const LinkPoint& large = r.points.back();
+  const std::size_t n_small = std::max<std::size_t>(1, std::min<std::size_t>(3, r.points.size() - 1));
   double a = small.median / steps, B = factor * large.bytes / large.median;
-  for (int it = 0; it < 2; ++it) {
+  for (int it = 0; it < 3; ++it) {
     B = factor * large.bytes / std::max(large.median - steps * a, 0.5 * large.median);
-    a = std::max(0.0, (small.median - factor * small.bytes / B) / steps);
+    std::vector<double> residuals;
+    for (std::size_t i = 0; i < n_small; ++i) {
+      residuals.push_back(std::max(0.0, (r.points[i].median - factor * r.points[i].bytes / B) / steps));
+    }
+    a = spread_of(residuals).median;
   }
   r.latency = a;
   r.bus_bandwidth = B;

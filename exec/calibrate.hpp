@@ -46,8 +46,8 @@ struct LinkResult {
   std::vector<LinkPoint> points;
   // Fitted to the ring all-reduce cost used by sim/collectives.hpp,
   //   t(M) = 2(n-1) a + 2(n-1)/n M / B:
-  // a from the smallest message (its bandwidth term removed), B from the largest (its latency
-  // term removed).
+  // a from the (up to three) smallest messages (their bandwidth term removed, median), B from the
+  // largest (its latency term removed).
   Seconds latency = 0;
   BytesPerSecond bus_bandwidth = 0;
 };
