@@ -30,6 +30,10 @@ void print_counts(std::ostream& os, const SearchStats& st) {
   os << fmt::format("  {} predicted ({} feasible), {} proven out of memory by the model-state bound, "
                     "{} proven by the step-time bound to miss both the top list and the Pareto window\n",
                     st.evaluated, st.feasible, st.pruned_out_of_memory, st.pruned_by_bound);
+  if (st.refined > 0) {
+    os << fmt::format("  the top {} re-ranked by the step simulator (their step times are simulated; --refine off for analytic)\n",
+                      st.refined);
+  }
   if (!st.infeasible_by_reason.empty()) {
     os << "  infeasible among those predicted:";
     bool first = true;
@@ -51,11 +55,12 @@ json stats_json(const SearchStats& st) {
           {"layouts", st.layouts},
           {"max_gpus_considered", st.max_gpus_considered},
           {"elapsed_s", st.elapsed_s},
-          {"threads", st.threads}};
+          {"threads", st.threads},
+          {"top_refined_with_simulation", st.refined}};
 }
 
-json extra(const std::string& model, const std::string& cluster) {
-  return {{"model", model}, {"cluster", cluster}, {"engine", "analytic"}};
+json extra(const std::string& model, const std::string& cluster, const char* engine = "analytic") {
+  return {{"model", model}, {"cluster", cluster}, {"engine", engine}};
 }
 
 }  // namespace
@@ -109,7 +114,7 @@ json search_to_json(const SearchResult& r, const SearchContext& ctx) {
   const SearchSpace& sp = *ctx.space;
   json top = json::array(), pareto = json::array(), infeasible = json::array();
   for (std::size_t i = 0; i < r.top.size(); ++i) {
-    json j = prediction_to_json(r.top[i], extra(ctx.model, ctx.cluster));
+    json j = prediction_to_json(r.top[i], extra(ctx.model, ctx.cluster, r.stats.refined > 0 ? "des" : "analytic"));
     j["rank"] = i + 1;
     j["objective_value"] = shown_value(ctx.objective, r.top_value[i]);
     top.push_back(std::move(j));

@@ -1,4 +1,5 @@
 #include "sim/search.hpp"
+#include "sim/simulate.hpp"
 
 #include <fmt/format.h>
 
@@ -632,6 +633,23 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Searc
   st.threads = threads;
   st.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
+}
+
+void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, Objective o) {
+  std::vector<std::pair<double, Estimate>> refined;
+  for (const Estimate& e : r.top) {
+    Estimate s = predict_with_simulation(graph, cluster, e.strategy);
+    refined.emplace_back(objective_value(o, s, cluster), std::move(s));
+  }
+  // Stable: equal simulated values keep the search's tie order.
+  std::stable_sort(refined.begin(), refined.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  r.top.clear();
+  r.top_value.clear();
+  for (auto& [value, e] : refined) {
+    r.top_value.push_back(value);
+    r.top.push_back(std::move(e));
+  }
+  r.stats.refined = static_cast<int>(r.top.size());
 }
 
 }  // namespace trainplan

@@ -86,6 +86,7 @@ struct SearchStats {
   int max_gpus_considered = 0;            // min(gpus, the cluster's size)
   double elapsed_s = 0;
   int threads = 1;
+  int refined = 0;                        // top entries whose time figures come from the simulator
 };
 
 struct SearchResult {
@@ -95,6 +96,11 @@ struct SearchResult {
   std::vector<Estimate> infeasible; // best infeasible by step time, with their reasons
   SearchStats stats;
 };
+
+// Re-evaluates the top entries with the discrete-event step simulator (predict_with_simulation)
+// and re-ranks them by `o`. Pruning and the Pareto front stay on the analytic model, which the
+// bounds are proven against; only the short list is refined. Sets stats.refined.
+void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, Objective o);
 
 // The figure ranked by `o`, lower is better: step time (s) for time, minus tokens/s for
 // throughput, USD per step (price per GPU-hour x GPUs x step time) for cost.

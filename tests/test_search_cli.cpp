@@ -82,9 +82,10 @@ TEST_F(SearchCli, RanksLayoutsAndWritesSearchJson) {
   EXPECT_TRUE(j.at("pareto").is_array());
   EXPECT_FALSE(j.at("pareto").empty());
 
-  // The best entry is a plan for trainplan predict, which reproduces its step time.
+  // The best entry is a plan for trainplan predict, which reproduces its (simulated) step time.
+  EXPECT_EQ(j.at("top")[0].at("engine"), "des");
   const fs::path pred = dir_ / "pred.json";
-  const Result p = run("predict --plan " + out.string() + " --json " + pred.string());
+  const Result p = run("predict --engine des --plan " + out.string() + " --json " + pred.string());
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_DOUBLE_EQ(read(pred).at("time").at("step_s").get<double>(), j.at("top")[0].at("time").at("step_s").get<double>());
 }

@@ -35,6 +35,7 @@ required:
 search:
   --seq S                   tokens per sequence (default: the model's seq_len)
   --top K                   layouts to list (default 10)
+  --refine on|off           re-rank the top K with the discrete-event step simulator (default on)
   --objective throughput|cost|time
                             throughput: most tokens/s; time: shortest step (the same order for
                             a fixed global batch); cost: fewest USD per step (price per GPU-hour
@@ -135,6 +136,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   options.top_k = static_cast<int>(f.get_int("top", 10, 1, 10000));
   options.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   options.pareto_window = f.get_double("pareto-window", 1.25, 1.0, 1e6);
+  const bool refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
   const auto json_path = f.get("json");
   f.finish();
   if (ctx.out_is_terminal) {
@@ -142,7 +144,8 @@ int cmd_search(const Args& args, const Context& ctx) {
   }
 
   const LayerGraph graph(model, seq);
-  const SearchResult result = search(graph, cluster, space, options);
+  SearchResult result = search(graph, cluster, space, options);
+  if (refine) refine_top_with_simulation(result, graph, cluster, options.objective);
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
   print_search(ctx.out, result, sc);
   if (json_path) write_json_file("json", *json_path, search_to_json(result, sc));
