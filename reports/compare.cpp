@@ -107,7 +107,9 @@ PredictionFile prediction_from_json(const json& j, const std::string& file) {
   }
 
   const JsonObject t = root.object("time");
-  auto sec = [&](const char* k) { return t.number(k, 0, kInf); };
+  // A phase that is zero up to floating-point rounding (e.g. -1e-19 s from a subtraction in the
+  // step simulator) reads as 0; anything more negative is an error.
+  auto sec = [&](const char* k) { return std::max(0.0, t.number(k, -1e-9, kInf)); };
   e.time.step = sec("step_s");
   e.time.compute = sec("compute_s");
   e.time.recompute = sec("recompute_s");

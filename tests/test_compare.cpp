@@ -119,6 +119,11 @@ TEST(Compare, PredictionReaderChecksFields) {
   j["time"].erase("bubble_s");
   expect_input_error([&] { prediction_from_json(j, "p.json"); }, {"p.json: time.bubble_s is missing"});
   j = read_json_file(kDir + "prediction_pp2.json");
+  j["time"]["bubble_s"] = -8.7e-19;  // rounding noise reads as 0
+  EXPECT_DOUBLE_EQ(prediction_from_json(j, "p.json").estimate.time.bubble, 0.0);
+  j["time"]["bubble_s"] = -0.1;
+  expect_input_error([&] { prediction_from_json(j, "p.json"); }, {"p.json: time.bubble_s = -0.1"});
+  j = read_json_file(kDir + "prediction_pp2.json");
   j["memory"]["per_stage"][1]["total"] = 1.0;
   expect_input_error([&] { prediction_from_json(j, "p.json"); }, {"p.json: memory.per_stage[1].total = 1"});
 }
