@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -35,7 +36,8 @@ void check_consistent(const JsonObject& o, const std::string& key, double stored
 // Reads PHASES keys from `o` (which may hold other keys too; the caller calls finish()).
 PhaseTimes read_phases(const JsonObject& o) {
   PhaseTimes p;
-  auto s = [&](const char* k) { return o.number(k, 0, kInf); };
+  // Zero up to floating-point rounding (e.g. -1e-19 s) reads as 0; more negative is an error.
+  auto s = [&](const char* k) { return std::max(0.0, o.number(k, -1e-9, kInf)); };
   p.forward = s("forward_s");
   p.backward = s("backward_s");
   p.recompute = s("recompute_s");

@@ -189,6 +189,7 @@ TEST(MeasurementJson, RejectsBadInput) {
   expect_error(with([](auto& j) { j["colour"] = "red"; }), {"m.json", "colour is not a known key"});
   expect_error(with([](auto& j) { j["steps"][0]["wall_s"] = -1.0; }), {"steps[0].wall_s = -1"});
   expect_error(with([](auto& j) { j["steps"][0]["loss"] = "x"; }), {"steps[0].loss", "must be a number"});
+  expect_error(with([](auto& j) { j["steps"][0]["phases"]["other_s"] = -0.01; }), {"steps[0].phases.other_s = -0.01"});
   expect_error(with([](auto& j) { j["steps"][2]["phases"]["compute_s"] = 9.0; }),
                {"steps[2].phases.compute_s", "forward_s + backward_s"});
   expect_error(with([](auto& j) { j["time"]["step_s"] = 1.0; }), {"time.step_s", "step_time.median_s"});
