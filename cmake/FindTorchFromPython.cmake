@@ -45,6 +45,11 @@ if(Python3_Interpreter_FOUND)
 
     if(_want_cuda)
       list(APPEND CMAKE_PREFIX_PATH "${_torch_dir}/share/cmake")
+      # trainplan compiles no CUDA kernels; naming the architectures skips Caffe2's try_run GPU
+      # detection (which fails under CMAKE_CXX_STANDARD 20: "CUDA20" dialect unknown to CMake).
+      if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+        set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+      endif()
       find_package(Torch QUIET)
       if(Torch_FOUND OR TORCH_FOUND)
         # nccl.h: from the nvidia-nccl wheel, else the CUDA toolkit or the system.

@@ -252,22 +252,34 @@ void Trainer::launch_dp(ChunkState& c) {
     if (s_.zero >= 1) c.grad.copy_(c.model->flat_grad());
     return;
   }
-  PendingDp p;
-  p.launched = Clock::now();
-  p.done_after = std::make_shared<std::atomic<double>>(-1.0);
-  {
-    PhaseScope sc(clock_, Ph::dp_comm);
-    p.work = s_.zero == 0 ? g_.dp->all_reduce_async(c.model->flat_grad())
-                          : g_.dp->reduce_scatter_flat_async(c.grad, c.model->flat_grad());
+  // ZeRO 0: all-reduce in buckets of at most kBucket elements, launched as soon as the chunk's
+  // last backward is done so they overlap the backward of the stage's other chunks; ZeRO >= 1:
+  // one reduce-scatter of the chunk's flat gradient into this rank's shard.
+  constexpr int64_t kBucket = int64_t(1) << 22;  // 4M elements, 16 MiB in fp32
+  at::Tensor& full = c.model->flat_grad();
+  const int64_t n = full.numel();
+  for (int64_t off = 0; off < n; off += (s_.zero == 0 ? kBucket : n)) {
+    PendingDp p;
+    p.launched = Clock::now();
+    p.done_after = std::make_shared<std::atomic<double>>(-1.0);
+    {
+      PhaseScope sc(clock_, Ph::dp_comm);
+      if (s_.zero == 0) {
+        at::Tensor bucket = full.narrow(0, off, std::min(kBucket, n - off));
+        p.work = g_.dp->all_reduce_async(bucket);
+      } else {
+        p.work = g_.dp->reduce_scatter_flat_async(c.grad, full);
+      }
+    }
+    auto done = p.done_after;
+    auto launched = p.launched;
+    try {  // completion time, where the backend's work has a future (else measured at the wait)
+      p.work->getFuture()->addCallback(
+          [done, launched](c10::ivalue::Future&) { done->store(seconds_since(launched)); });
+    } catch (const c10::Error&) {
+    }
+    pending_.push_back(std::move(p));
   }
-  auto done = p.done_after;
-  auto launched = p.launched;
-  try {  // completion time, where the backend's work has a future (else measured at the wait)
-    p.work->getFuture()->addCallback(
-        [done, launched](c10::ivalue::Future&) { done->store(seconds_since(launched)); });
-  } catch (const c10::Error&) {
-  }
-  pending_.push_back(std::move(p));
 }
 
 void Trainer::finish_chunk(ChunkState& c) {
