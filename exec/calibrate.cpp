@@ -1,10 +1,5 @@
 // Calibration micro-benchmarks with LibTorch: matmul rate by size, copy bandwidth, fused
 // attention rate, and all-reduce time between local ranks (Gloo on CPU, NCCL across GPUs).
-// LibTorch's include folder carries its own {fmt} (v12), which shadows the system one (v9) that
-// libfmt.so implements and LibTorch does not export: use that {fmt} header-only in this TU.
-#ifndef FMT_HEADER_ONLY
-#define FMT_HEADER_ONLY 1
-#endif
 #include "exec/calibrate.hpp"
 
 #include <netinet/in.h>

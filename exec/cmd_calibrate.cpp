@@ -1,10 +1,5 @@
 // trainplan calibrate: measures a device and the local link (exec/calibrate.hpp) and writes a
 // complete topology file that `parse_cluster` accepts.
-// LibTorch's include folder carries its own {fmt} (v12), which shadows the system one (v9) that
-// libfmt.so implements and LibTorch does not export: use that {fmt} header-only in this TU.
-#ifndef FMT_HEADER_ONLY
-#define FMT_HEADER_ONLY 1
-#endif
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
