@@ -1,0 +1,74 @@
+// trainplan exec end to end on CPU: the measurement JSON (trainplan/measurement/v1) lists the
+// measured steps with their loss, warm-up discarded, one entry per rank; `trainplan compare` reads
+// it next to the prediction of the same plan on the cpu-local topology.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int status = -1;
+  std::string output;
+};
+
+RunResult run(const std::string& args) {
+  const std::string cmd = std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
+  const fs::path dir = fs::temp_directory_path() / ("trainplan_exec_cli_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string plan = std::string("--model ") + TRAINPLAN_TEST_DATA_DIR +
+                           "/exec/tiny-gpt.json --cluster cpu-local --dtype fp32 --global-batch 4 --micro-batch 1"
+                           " --gpus 2 --pp 2 --schedule 1f1b";
+  const fs::path p = dir / "p.json", m = dir / "m.json";
+  RunResult pr = run("predict " + plan + " --json " + p.string());
+  ASSERT_EQ(pr.status, 0) << pr.output;
+  RunResult er = run("exec " + plan + " --nproc 2 --steps 3 --warmup 2 --json " + m.string());
+  ASSERT_EQ(er.status, 0) << er.output;
+  EXPECT_NE(er.output.find("step time: median"), std::string::npos) << er.output;
+
+  std::ifstream f(m);
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j.at("schema"), "trainplan/measurement/v1");
+  ASSERT_EQ(j.at("steps").size(), 3u);
+  EXPECT_EQ(j.at("steps")[0].at("step"), 2);  // two warm-up steps ran and were discarded
+  for (const auto& s : j.at("steps")) {
+    EXPECT_GT(s.at("loss").get<double>(), 0.0);
+    EXPECT_GT(s.at("wall_s").get<double>(), 0.0);
+  }
+  EXPECT_EQ(j.at("memory").at("per_rank").size(), 2u);
+  EXPECT_EQ(j.at("run").at("backend"), "gloo");
+
+  RunResult cr = run("compare " + p.string() + " " + m.string());
+  EXPECT_EQ(cr.status, 0) << cr.output;
+  EXPECT_NE(cr.output.find("step (median)"), std::string::npos) << cr.output;
+  fs::remove_all(dir);
+}
+
+TEST(ExecCli, HelpListsExecutionFlags) {
+  RunResult r = run("exec --help");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--nproc N"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--backend nccl|gloo"), std::string::npos) << r.output;
+}
+
+}  // namespace
