@@ -332,6 +332,25 @@ CalibrationResult calibrate(const CalibrateOptions& opts) {
                                     o.repeats, 2e-3);
     r.attention_rate = r.attention_flops / t;
   }
+
+  // Framework cost of a small matmul in training: autograd forward + backward vs one bare kernel.
+  {
+    const long m = cuda ? 4096 : 128, k = cuda ? 1024 : 64, n = cuda ? 1024 : 64;
+    r.autograd_m = static_cast<int>(m);
+    r.autograd_n = static_cast<int>(n);
+    r.autograd_k = static_cast<int>(k);
+    auto x = torch::randn({m, k}, to).requires_grad_(true), w = torch::randn({k, n}, to).requires_grad_(true);
+    auto g = torch::ones({m, n}, to), c = torch::empty({m, n}, to);
+    r.autograd_matmul = time_per_call(
+        [&] {
+          x.mutable_grad() = at::Tensor();
+          w.mutable_grad() = at::Tensor();
+          torch::mm(x, w).backward(g);
+        },
+        sync, o.warmup, o.repeats, 2e-3);
+    auto xd = x.detach(), wd = w.detach();
+    r.bare_matmul = time_per_call([&] { at::mm_out(c, xd, wd); }, sync, o.warmup, o.repeats, 2e-3);
+  }
   return r;
 }
 

@@ -61,6 +61,13 @@ struct CalibrationResult {
   BytesPerSecond copy_bandwidth = 0;   // (read + write bytes) / median time of one large copy
   Flops attention_flops = 0;           // one fused attention forward (SDPA)
   FlopsPerSecond attention_rate = 0;
+  // A small matmul as training runs it: y = x w through autograd, forward and backward (three
+  // kernels of 2 m n k FLOPs each, m x k = 128 x 64, k x n = 64 x 64 on CPU; 4096 x 1024 x 1024 on
+  // CUDA). Against the bare mm_out time of the same size it shows the framework's per-op cost,
+  // which the topology schema has no field for (reported in the calibration text only).
+  Seconds autograd_matmul = 0;
+  Seconds bare_matmul = 0;        // one mm_out of the same shape
+  int autograd_m = 0, autograd_n = 0, autograd_k = 0;
   Bytes baseline_rss = 0;              // this process's resident set after LibTorch start-up (CPU)
   std::string torch_version;
   LinkResult link;

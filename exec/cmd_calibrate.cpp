@@ -168,7 +168,8 @@ json calibrated_topology(const exec::CalibrationResult& r, const TopologyInputs&
 
   std::string measured = fmt::format(
       "Measured by `{}` on {} (LibTorch {}): {} matmul median rates {}; {}; copy {:.1f} GB/s; SDPA {:.2f} TFLOP/s "
-      "at {:.3g} FLOPs; ",
+      "at {:.3g} FLOPs; a {}x{}x{} matmul through autograd (fwd + bwd, 3 kernels) {:.1f} us vs {:.1f} us for one bare "
+      "kernel (framework cost per op, not modelled by this schema); ",
       in.command, utc_date(), r.torch_version, r.dtype,
       fmt::join([&] {
         std::vector<std::string> v;
@@ -179,7 +180,8 @@ json calibrated_topology(const exec::CalibrationResult& r, const TopologyInputs&
       cuda ? fmt::format("efficiency relative to {:.4g} TFLOP/s", peak / kTera)
            : fmt::format("efficiency relative to {} ({:.4g} TFLOP/s)",
                          in.peak_tflops ? "--peak-tflops" : "the best measured rate", peak / kTera),
-      r.copy_bandwidth / kGB, r.attention_rate / kTera, r.attention_flops);
+      r.copy_bandwidth / kGB, r.attention_rate / kTera, r.attention_flops, r.autograd_m, r.autograd_n, r.autograd_k,
+      r.autograd_matmul / kMicro, r.bare_matmul / kMicro);
   if (r.link.measured) {
     measured += fmt::format("link: {}; fitted latency {:.1f} us, bus bandwidth {:.3f} GB/s.", r.link.note,
                             r.link.latency / kMicro, r.link.bus_bandwidth / kGB);
@@ -262,6 +264,8 @@ void print_result(std::ostream& os, const exec::CalibrationResult& r) {
   }
   os << fmt::format("copy bandwidth: {:.2f} GB/s (read + write)\n", r.copy_bandwidth / kGB);
   os << fmt::format("SDPA attention: {:.4f} TFLOP/s at {:.3g} FLOPs\n", r.attention_rate / kTera, r.attention_flops);
+  os << fmt::format("matmul {}x{}x{} through autograd (forward + backward, 3 kernels): {:.1f} us; one bare kernel: {:.1f} us\n",
+                    r.autograd_m, r.autograd_n, r.autograd_k, r.autograd_matmul / kMicro, r.bare_matmul / kMicro);
   if (r.baseline_rss > 0) os << fmt::format("resident set after start-up: {:.1f} MB\n", r.baseline_rss / 1e6);
   if (r.link.measured) {
     os << fmt::format("all-reduce over {} ranks:\n", r.link.ranks);
