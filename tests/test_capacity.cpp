@@ -12,10 +12,12 @@ using namespace trainplan;
 Cluster cluster(const std::string& name) { return load_cluster(name, TRAINPLAN_SOURCE_DIR); }
 
 TEST(Capacity, GpuCountsAreWholeNodesInPowersOfTwo) {
-  const Cluster a100 = cluster("dgx-a100-80g");  // 8 per node, 4480 at most
-  EXPECT_EQ(capacity_gpu_counts(a100, 0, 0), (std::vector<int>{8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}));
+  const Cluster a100 = cluster("dgx-a100-80g");  // 8 per node, 8192 at most
+  ASSERT_EQ(a100.max_gpus(), 8192);
+  EXPECT_EQ(capacity_gpu_counts(a100, 0, 0), (std::vector<int>{8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}));
   EXPECT_EQ(capacity_gpu_counts(a100, 20, 100), (std::vector<int>{32, 64}));
-  EXPECT_EQ(capacity_gpu_counts(a100, 5000, 9000), std::vector<int>{});
+  EXPECT_EQ(capacity_gpu_counts(a100, 5000, 8000), std::vector<int>{});
+  EXPECT_EQ(capacity_gpu_counts(a100, 9000, 20000), std::vector<int>{});
 }
 
 TEST(Capacity, FiguresFollowFromTheBestLayout) {
