@@ -10,6 +10,8 @@
 #include <map>
 #include <thread>
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
 #ifdef TRAINPLAN_EXEC_CUDA
@@ -88,6 +90,21 @@ class TokenSource {
   int64_t n_tokens_ = 0;
 };
 
+// A contiguous range of a chunk's flat gradient, all-reduced over DP as one message.
+struct Bucket {
+  int64_t begin = 0, end = 0;  // element range in the flat gradient
+  int params = 0;              // parameters whose gradients lie in it
+  int ready = 0;               // of those, accumulated in the chunk's last backward so far
+  bool launched = false;
+};
+
+// Runs `fn` after autograd has accumulated a parameter's gradient into .grad.
+struct AfterAccumulate : torch::autograd::PostAccumulateGradHook {
+  explicit AfterAccumulate(std::function<void()> f) : fn(std::move(f)) {}
+  void operator()(const torch::autograd::Variable&) override { fn(); }
+  std::function<void()> fn;
+};
+
 // A model chunk with its flat buffers and optimizer state (ZeRO-sharded over DP when zero >= 1).
 struct ChunkState {
   std::unique_ptr<ModelChunk> model;
@@ -99,6 +116,12 @@ struct ChunkState {
   int backward_left = 0;
   bool tied_copy = false;  // holds a tied-embedding copy whose twin is on another rank
   bool gathered = false;   // ZeRO-3: full parameters present for this step
+  // Overlap (ZeRO 0, DP > 1): buckets in the order the backward produces them (last layers
+  // first); during the chunk's last backward each bucket's all-reduce starts as soon as its
+  // gradients are complete, in bucket order on every replica.
+  std::vector<Bucket> buckets;
+  bool armed = false;
+  size_t next_bucket = 0;
 };
 
 struct PendingDp {
@@ -127,6 +150,9 @@ class Trainer {
   void step(int index, bool measured);
   void finish_chunk(ChunkState& c);
   void launch_dp(ChunkState& c);
+  void setup_buckets(ChunkState& c);
+  void launch_ready_buckets(ChunkState& c, bool all);
+  void push_pending(c10::intrusive_ptr<c10d::Work> w);
   void optimizer_step();
   void gather_params(ChunkState& c);  // ZeRO-3: full parameters from the DP shards
   std::pair<at::Tensor, at::Tensor> micro_batch_tokens(int step, int mb);
@@ -210,12 +236,72 @@ void Trainer::setup() {
     } else {
       cs.shard = n / s_.dp;
       cs.shard_offset = cs.shard * coord_.dp;
-      cs.master = s_.zero == 3 ? flat.narrow(0, cs.shard_offset, cs.shard).clone() : flat.narrow(0, cs.shard_offset, cs.shard);
+      // ZeRO-3 keeps its own copy of the shard (the flat buffer is refilled by all-gathers);
+      // ZeRO-1/2 update their slice of the flat buffer in place. With one replica: in place.
+      cs.master = s_.zero == 3 && s_.dp > 1 ? flat.narrow(0, cs.shard_offset, cs.shard).clone()
+                                            : flat.narrow(0, cs.shard_offset, cs.shard);
       cs.grad = at::zeros({cs.shard}, flat.options());
       cs.decay = cs.model->decay_mask().narrow(0, cs.shard_offset, cs.shard);
     }
     cs.exp_avg = at::zeros({cs.shard}, flat.options());
     cs.exp_avg_sq = at::zeros({cs.shard}, flat.options());
+  }
+  for (auto& cs : chunks_) setup_buckets(cs);
+}
+
+void Trainer::setup_buckets(ChunkState& c) {
+  // Not with ZeRO (one reduce-scatter per chunk), sequence parallelism (TP-replicated gradients
+  // are summed over TP first) or a tied-embedding copy (summed with its twin first).
+  if (s_.zero != 0 || s_.dp == 1 || (s_.sequence_parallel && s_.tp > 1) || c.tied_copy) return;
+  constexpr int64_t kBucket = int64_t(1) << 22;  // elements (16 MiB in fp32)
+  auto& params = c.model->params();
+  std::vector<int> bucket_of(params.size());
+  for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    const ParamInfo& p = params[i];
+    if (c.buckets.empty() || c.buckets.back().end - c.buckets.back().begin >= kBucket) {
+      Bucket b;
+      b.end = p.offset + p.numel;
+      c.buckets.push_back(b);
+    }
+    c.buckets.back().begin = p.offset;
+    c.buckets.back().params += 1;
+    bucket_of[i] = static_cast<int>(c.buckets.size()) - 1;
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    ChunkState* cp = &c;
+    const int b = bucket_of[i];
+    torch::autograd::impl::set_post_acc_grad_hooks(
+        params[i].param, std::make_unique<AfterAccumulate>([this, cp, b] {
+          if (!cp->armed) return;
+          cp->buckets[b].ready += 1;
+          launch_ready_buckets(*cp, false);
+        }));
+  }
+}
+
+void Trainer::push_pending(c10::intrusive_ptr<c10d::Work> w) {
+  PendingDp p;
+  p.launched = Clock::now();
+  p.done_after = std::make_shared<std::atomic<double>>(-1.0);
+  p.work = std::move(w);
+  auto done = p.done_after;
+  auto launched = p.launched;
+  try {  // completion time, where the backend's work has a future (else measured at the wait)
+    p.work->getFuture()->addCallback(
+        [done, launched](c10::ivalue::Future&) { done->store(seconds_since(launched)); });
+  } catch (const c10::Error&) {
+  }
+  pending_.push_back(std::move(p));
+}
+
+void Trainer::launch_ready_buckets(ChunkState& c, bool all) {
+  while (c.next_bucket < c.buckets.size()) {
+    Bucket& b = c.buckets[c.next_bucket];
+    if (!all && b.ready < b.params) return;
+    at::Tensor slice = c.model->flat_grad().narrow(0, b.begin, b.end - b.begin);
+    push_pending(g_.dp->all_reduce_async(slice));
+    b.launched = true;
+    ++c.next_bucket;
   }
 }
 
@@ -252,33 +338,24 @@ void Trainer::launch_dp(ChunkState& c) {
     if (s_.zero >= 1) c.grad.copy_(c.model->flat_grad());
     return;
   }
-  // ZeRO 0: all-reduce in buckets of at most kBucket elements, launched as soon as the chunk's
-  // last backward is done so they overlap the backward of the stage's other chunks; ZeRO >= 1:
-  // one reduce-scatter of the chunk's flat gradient into this rank's shard.
-  constexpr int64_t kBucket = int64_t(1) << 22;  // 4M elements, 16 MiB in fp32
+  PhaseScope sc(clock_, Ph::dp_comm);
+  if (!c.buckets.empty()) {  // overlapped: start whatever the backward hooks have not started
+    c.armed = false;
+    launch_ready_buckets(c, true);
+    return;
+  }
+  // ZeRO 0 without overlap: all-reduce in buckets; ZeRO >= 1: one reduce-scatter of the
+  // chunk's flat gradient into this rank's shard.
+  constexpr int64_t kBucket = int64_t(1) << 22;
   at::Tensor& full = c.model->flat_grad();
   const int64_t n = full.numel();
-  for (int64_t off = 0; off < n; off += (s_.zero == 0 ? kBucket : n)) {
-    PendingDp p;
-    p.launched = Clock::now();
-    p.done_after = std::make_shared<std::atomic<double>>(-1.0);
-    {
-      PhaseScope sc(clock_, Ph::dp_comm);
-      if (s_.zero == 0) {
-        at::Tensor bucket = full.narrow(0, off, std::min(kBucket, n - off));
-        p.work = g_.dp->all_reduce_async(bucket);
-      } else {
-        p.work = g_.dp->reduce_scatter_flat_async(c.grad, full);
-      }
-    }
-    auto done = p.done_after;
-    auto launched = p.launched;
-    try {  // completion time, where the backend's work has a future (else measured at the wait)
-      p.work->getFuture()->addCallback(
-          [done, launched](c10::ivalue::Future&) { done->store(seconds_since(launched)); });
-    } catch (const c10::Error&) {
-    }
-    pending_.push_back(std::move(p));
+  if (s_.zero >= 1) {
+    push_pending(g_.dp->reduce_scatter_flat_async(c.grad, full));
+    return;
+  }
+  for (int64_t off = 0; off < n; off += kBucket) {
+    at::Tensor bucket = full.narrow(0, off, std::min(kBucket, n - off));
+    push_pending(g_.dp->all_reduce_async(bucket));
   }
 }
 
@@ -330,6 +407,12 @@ void Trainer::step(int index, bool measured) {
     c.model->flat_grad().zero_();
     c.backward_left = m;
     c.gathered = false;
+    c.armed = false;
+    c.next_bucket = 0;
+    for (auto& b : c.buckets) {
+      b.ready = 0;
+      b.launched = false;
+    }
   }
   std::map<std::pair<int, int>, Stash> stash;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> sends;
@@ -379,6 +462,7 @@ void Trainer::step(int index, bool measured) {
       TORCH_CHECK(it != stash.end(), "backward before forward for ", to_string(slot));
       Stash st = std::move(it->second);
       stash.erase(it);
+      c.armed = c.backward_left == 1 && !c.buckets.empty();  // the chunk's last backward
       if (last) {
         PhaseScope b(clock_, Ph::backward);
         (st.output * loss_scale).backward();
