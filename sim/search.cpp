@@ -312,14 +312,16 @@ Bounds bounds(const Problem& p, const Strategy& s, Bytes per_layer_act) {
   return {step * kMargin, memory * kMargin};
 }
 
-// Total order of ranked candidates: objective, then fewer GPUs, less memory, then the layout.
+// Total order of ranked candidates: objective, then fewer GPUs, less memory, then the simpler
+// layout (fewest model-parallel ranks, then no CP, shallower pipeline, smaller TP, ...), so that
+// among equal predictions the one that is easiest to run comes first.
 struct Ranked {
   double value;
   Estimate e;
 };
 auto layout_key(const Strategy& s) {
-  return std::make_tuple(s.dp, s.tp, s.pp, s.cp, s.vp, s.zero, s.micro_batch, static_cast<int>(s.recompute),
-                         s.sequence_parallel, static_cast<int>(s.schedule));
+  return std::make_tuple(s.tp * s.pp * s.cp, s.cp, s.pp, s.tp, s.vp, s.zero, s.micro_batch,
+                         static_cast<int>(s.recompute), s.sequence_parallel, static_cast<int>(s.schedule), s.dp);
 }
 auto rank_key(const Ranked& r) {
   return std::make_tuple(r.value, r.e.strategy.gpus(), r.e.peak_memory, layout_key(r.e.strategy));

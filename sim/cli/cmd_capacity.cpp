@@ -30,7 +30,8 @@ required:
                             (e.g. 15T = 15e12)
 
 options:
-  --clusters a,b,c          cluster kinds (built-in names or files; default: every built-in one)
+  --clusters a,b,c          cluster kinds (built-in names or files; default: every
+                            built-in cluster with a scale-out network)
   --gpus-range lo..hi       GPU counts to consider (default: one node .. each cluster's size)
   --deadline-days D         find the cheapest option finishing within D days
   --budget-usd X            find the fastest option costing at most X USD
@@ -106,9 +107,13 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   } else {
     names = builtin_clusters(ctx.data_dir);
   }
+  const bool every_builtin = !f.has("clusters");
   for (const auto& n : names) {
     try {
-      req.clusters.push_back(load_cluster(n, ctx.data_dir));
+      Cluster c = load_cluster(n, ctx.data_dir);
+      // By default only GPU clusters that scale out: single hosts (cpu-local) are for exec runs.
+      if (every_builtin && c.network.empty()) continue;
+      req.clusters.push_back(std::move(c));
     } catch (const InputError& e) {
       throw InputError(fmt::format("--clusters: {}", e.what()));
     }
