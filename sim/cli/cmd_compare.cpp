@@ -36,14 +36,14 @@ int cmd_compare(const Args& args, const Context& ctx) {
     return 0;
   }
   const auto json_path = f.get("json");
-  (void)f.has("");  // Flags marks the positional arguments as used under the empty name
+  const std::vector<std::string>& files = f.take_positionals();
   f.finish();
-  if (f.positionals().size() != 2) {
+  if (files.size() != 2) {
     throw InputError(fmt::format("expects two files, PREDICTION.json MEASUREMENT.json (got {} argument{})",
-                                 f.positionals().size(), f.positionals().size() == 1 ? "" : "s"));
+                                 files.size(), files.size() == 1 ? "" : "s"));
   }
-  const std::string& prediction_path = f.positionals()[0];
-  const std::string& measurement_path = f.positionals()[1];
+  const std::string& prediction_path = files[0];
+  const std::string& measurement_path = files[1];
   const PredictionFile predicted = prediction_from_json(read_json_file(prediction_path), prediction_path);
   const Measurement measured = measurement_from_json(read_json_file(measurement_path), measurement_path);
 

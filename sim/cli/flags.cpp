@@ -98,6 +98,11 @@ std::string Flags::get_choice(const std::string& name, const std::string& fallba
   throw InputError(fmt::format("--{} {}: must be one of {}", name, *v, fmt::join(allowed, "|")));
 }
 
+const std::vector<std::string>& Flags::take_positionals() const {
+  positionals_taken_ = true;
+  return positionals_;
+}
+
 void Flags::finish() const {
   for (const auto& [name, value] : values_) {
     if (!read_.count(name)) {
@@ -105,7 +110,7 @@ void Flags::finish() const {
                                    command_, command_));
     }
   }
-  if (!positionals_.empty() && !read_.count("")) {
+  if (!positionals_.empty() && !positionals_taken_) {
     throw InputError(fmt::format("{}: unexpected argument for 'trainplan {}'", positionals_.front(), command_));
   }
 }

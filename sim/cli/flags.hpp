@@ -26,7 +26,10 @@ class Flags {
   // Value must be one of `allowed`.
   std::string get_choice(const std::string& name, const std::string& fallback,
                          const std::vector<std::string>& allowed) const;
+  // Arguments that are not flags. Reading them through take_positionals() accepts them; a command
+  // that never does rejects any in finish().
   const std::vector<std::string>& positionals() const { return positionals_; }
+  const std::vector<std::string>& take_positionals() const;
   bool help() const { return help_; }
   const std::string& command() const { return command_; }
 
@@ -39,6 +42,7 @@ class Flags {
   std::vector<std::string> positionals_;
   mutable std::set<std::string> read_;
   bool help_ = false;
+  mutable bool positionals_taken_ = false;
 };
 
 }  // namespace trainplan::cli
