@@ -64,6 +64,29 @@ TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
   fs::remove_all(dir);
 }
 
+// Under torchrun each process is one rank, told so by the environment; rank 0 serves the store.
+TEST(ExecCli, TorchrunEnvironmentRanksRendezvous) {
+  const int port = 20000 + static_cast<int>(getpid() % 20000);
+  const std::string args = std::string(" exec --model ") + TRAINPLAN_TEST_DATA_DIR +
+                           "/exec/tiny-gpt.json --cluster cpu-local --dtype fp32 --global-batch 4 --gpus 2 --tp 2"
+                           " --steps 2 --warmup 0 --timeout 60";
+  auto env = [&](int rank) {
+    return "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " ";
+  };
+  const std::string cmd = "sh -c '" + env(1) + TRAINPLAN_BINARY + args + " >/dev/null 2>&1 & " + env(0) +
+                          TRAINPLAN_BINARY + args + "; s=$?; wait $! || s=1; exit $s' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  EXPECT_NE(out.find("2 ranks"), std::string::npos) << out;
+}
+
 TEST(ExecCli, HelpListsExecutionFlags) {
   RunResult r = run("exec --help");
   EXPECT_EQ(r.status, 0) << r.output;
