@@ -43,7 +43,7 @@ TEST(ExecFaults, KilledRankStopsTheJobAndIsNamed) {
 }
 
 TEST(ExecFaults, HungRankStopsTheJob) {
-  const RunResult r = run("exec " + kTiny + " --gpus 2 --pp 2 --nproc 2 --steps 4 --warmup 0 --timeout 5"
+  const RunResult r = run("exec " + kTiny + " --gpus 2 --pp 2 --nproc 2 --steps 4 --warmup 0 --timeout 10"
                           " --fault-hang-rank 1 --fault-step 1");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_LT(r.seconds, 60.0) << r.output;
