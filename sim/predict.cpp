@@ -215,9 +215,16 @@ std::vector<int> partition_layers(int layers, int chunks, double layer_cost, dou
                                   double last_extra) {
   TRAINPLAN_CHECK(chunks >= 1 && layers >= chunks, "need at least one layer per chunk");
   if (chunks == 1) return {layers};
-  layer_cost = std::max(layer_cost, 1e-30);
+  if (!(std::isfinite(layer_cost) && std::isfinite(first_extra) && std::isfinite(last_extra)) || !(layer_cost > 0)) {
+    // No usable costs (e.g. a dtype the GPU lacks): split evenly, later chunks take the remainder.
+    std::vector<int> even(chunks, layers / chunks);
+    for (int i = chunks - layers % chunks; i < chunks; ++i) ++even[i];
+    return even;
+  }
   // Largest layer count a chunk may hold under a time budget T, at least 1.
-  auto cap = [&](double T, double extra) { return std::max(1.0, std::floor((T - extra) / layer_cost + 1e-9)); };
+  auto cap = [&](double T, double extra) {
+    return std::clamp(std::floor((T - extra) / layer_cost + 1e-9), 1.0, static_cast<double>(layers));
+  };
   auto fits = [&](double T) {
     return cap(T, first_extra) + cap(T, last_extra) + (chunks - 2) * cap(T, 0.0) >= layers;
   };
@@ -230,9 +237,10 @@ std::vector<int> partition_layers(int layers, int chunks, double layer_cost, dou
   lb = std::max({lb, c + first_extra, c + last_extra});
   double hi = lb + c;
   for (double e : {0.0, first_extra, last_extra}) {
-    for (double k = std::max(1.0, std::ceil((lb - e) / c - 1e-9)); k * c + e <= lb + c; k += 1) {
-      const double T = k * c + e;
-      if (T < hi && fits(T)) hi = T;
+    const double k0 = std::max(1.0, std::ceil((lb - e) / c - 1e-9));
+    for (int step = 0; step < 3; ++step) {  // k*c + e in [lb, lb + c] spans at most two whole k
+      const double T = (k0 + step) * c + e;
+      if (T <= lb + c && T < hi && fits(T)) hi = T;
     }
   }
   // Water-fill under each chunk's cap: every chunk gets min(cap, q) for the highest level q that

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 
 #include "sim/predict.hpp"
@@ -55,6 +56,17 @@ TEST(Predict, PartitionIsUniformWithoutEndCosts) {
   EXPECT_EQ(std::accumulate(p.begin(), p.end(), 0), 10);
   EXPECT_EQ(*std::max_element(p.begin(), p.end()), 4);
   EXPECT_EQ(*std::min_element(p.begin(), p.end()), 3);
+}
+
+TEST(Predict, PartitionWithoutUsableCostsSplitsEvenly) {
+  // A dtype the GPU lacks makes every cost infinite; the partition must still return (it used to
+  // loop forever) and keep every layer.
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(partition_layers(10, 4, inf, inf, inf), (std::vector<int>{2, 2, 3, 3}));
+  EXPECT_EQ(partition_layers(8, 2, 0.0, 1.0, 1.0), (std::vector<int>{4, 4}));
+  // Costs many orders of magnitude apart: the first chunk is nearly all embedding, so it keeps one
+  // layer and the others share the rest.
+  EXPECT_EQ(partition_layers(6, 3, 1e-300, 1e300, 0.0), (std::vector<int>{1, 2, 3}));
 }
 
 TEST(Predict, PartitionMovesLayersOffAHeavyHead) {
