@@ -1,5 +1,6 @@
 // `trainplan calibrate --cpu` with tiny sizes: the topology it writes loads with parse_cluster and
 // carries the measured figures. No figure's value is asserted (that would be a speed test).
+#include "cli_fixture.hpp"
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,34 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using trainplan::testing::Result;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class CalibrateCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("trainplan_calibrate_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  Result run(const std::string& args) {
-    const fs::path out = dir_ / "out.txt", err = dir_ / "err.txt";
-    const std::string cmd = std::string("'") + TRAINPLAN_BINARY + "' " + args + " >'" + out.string() + "' 2>'" +
-                            err.string() + "'";
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
-  fs::path dir_;
-};
+class CalibrateCli : public trainplan::testing::CliTest {};
 
 const std::string kTiny = " --sizes 16,32,64 --copy-mb 1 --warmup 1 --repeats 3";
 

@@ -1,4 +1,5 @@
 // `trainplan compare` end to end on the real binary: table, --json, warnings, exit codes.
+#include "cli_fixture.hpp"
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,40 +18,9 @@ namespace fs = std::filesystem;
 
 const std::string kDir = std::string(TRAINPLAN_TEST_DATA_DIR) + "/compare/";
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using trainplan::testing::Result;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class CompareCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("trainplan_compare_cli_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // Runs `trainplan <args>` with stdout and stderr captured in files.
-  Result run(const std::string& args) {
-    const fs::path out = dir_ / "out.txt", err = dir_ / "err.txt";
-    const std::string cmd = std::string("'") + TRAINPLAN_BINARY + "' " + args + " >'" + out.string() + "' 2>'" +
-                            err.string() + "'";
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-  fs::path dir_;
-};
+class CompareCli : public trainplan::testing::CliTest {};
 
 TEST_F(CompareCli, PrintsTableAndWritesJson) {
   const fs::path json = dir_ / "cmp.json";

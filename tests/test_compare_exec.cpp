@@ -1,6 +1,7 @@
 // End to end on CPU: `trainplan predict --json p.json`, `trainplan exec ... --json m.json` with two
 // Gloo ranks, then `trainplan compare p.json m.json --json c.json`. Checks the files' contracts
 // (per-step loss, matching strategies, every compared figure present), not any speed.
+#include "cli_fixture.hpp"
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,34 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using trainplan::testing::Result;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class CompareExec : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("trainplan_compare_exec_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  Result run(const std::string& args) {
-    const fs::path out = dir_ / "out.txt", err = dir_ / "err.txt";
-    const std::string cmd = std::string("'") + TRAINPLAN_BINARY + "' " + args + " >'" + out.string() + "' 2>'" +
-                            err.string() + "'";
-    const int status = std::system(cmd.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  }
-  fs::path dir_;
-};
+class CompareExec : public trainplan::testing::CliTest {};
 
 TEST_F(CompareExec, PredictExecCompareOnCpuLocal) {
   const std::string plan =
