@@ -1,10 +1,12 @@
-// Runs the built trainplan binary from a test, in a scratch folder of its own, with stdout and
-// stderr captured apart. Shared by the CLI tests.
+// Runs the built trainplan binary from a test: in a scratch folder with stdout and stderr apart
+// (CliTest), or with both merged as a user sees them (run_merged). Shared by the CLI tests.
 #pragma once
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +26,29 @@ inline std::string slurp(const std::filesystem::path& p) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// `trainplan <args>` with stdout and stderr together. `code` is the exit status, or 128 + the signal
+// that ended the process; `seconds` its wall time.
+struct Merged {
+  int code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+inline Merged run_merged(const std::string& args) {
+  const std::string cmd = std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1";
+  Merged r;
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
 }
 
 class CliTest : public ::testing::Test {

@@ -8,29 +8,18 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_fixture.hpp"
+
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-CmdResult run(const std::string& args) {
-  const std::string cmd = std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using trainplan::testing::run_merged;
 
 const std::string kData = TRAINPLAN_TEST_DATA_DIR;
 const std::string kPlan =
     "predict --model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --pp 2 --global-batch 64 --micro-batch 2 --seq 2048";
 
 TEST(Cli, PredictPrintsBreakdownWithUnits) {
-  CmdResult r = run(kPlan);
+  auto r = run_merged(kPlan);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("step time"), std::string::npos);
   EXPECT_NE(r.output.find(" GB"), std::string::npos);
@@ -41,7 +30,7 @@ TEST(Cli, PredictPrintsBreakdownWithUnits) {
 
 TEST(Cli, PredictJsonFollowsTheContract) {
   const std::string path = ::testing::TempDir() + "/p.json";
-  CmdResult r = run(kPlan + " --json " + path);
+  auto r = run_merged(kPlan + " --json " + path);
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream in(path);
   auto j = nlohmann::json::parse(in);
@@ -61,7 +50,7 @@ TEST(Cli, PredictJsonFollowsTheContract) {
 
   // The same file works as --plan and gives the same prediction.
   const std::string again = ::testing::TempDir() + "/p2.json";
-  CmdResult r2 = run("predict --plan " + path + " --json " + again);
+  auto r2 = run_merged("predict --plan " + path + " --json " + again);
   ASSERT_EQ(r2.code, 0) << r2.output;
   std::ifstream in2(again);
   auto j2 = nlohmann::json::parse(in2);
@@ -72,13 +61,13 @@ TEST(Cli, SimulatorEngineGivesItsOwnStepTime) {
   const std::string path = ::testing::TempDir() + "/des.json";
   const std::string plan =
       "predict --model gpt3-175b --cluster dgx-a100-80g --gpus 64 --tp 8 --pp 8 --vp 3 --global-batch 64 --recompute full";
-  CmdResult r = run(plan + " --engine des --json " + path);
+  auto r = run_merged(plan + " --engine des --json " + path);
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream in(path);
   auto des = nlohmann::json::parse(in);
   EXPECT_EQ(des["engine"], "des");
   const std::string apath = ::testing::TempDir() + "/analytic.json";
-  ASSERT_EQ(run(plan + " --json " + apath).code, 0);
+  ASSERT_EQ(run_merged(plan + " --json " + apath).code, 0);
   std::ifstream ain(apath);
   auto analytic = nlohmann::json::parse(ain);
   // Same work, different accounting of the pipeline: within 10% of each other but not identical.
@@ -89,12 +78,12 @@ TEST(Cli, SimulatorEngineGivesItsOwnStepTime) {
 }
 
 TEST(Cli, HuggingFaceConfigIsAccepted) {
-  CmdResult r = run("predict --model " + kData + "/hf/llama3-8b/config.json --cluster dgx-h100 --gpus 8 --tp 8 --global-batch 8");
+  auto r = run_merged("predict --model " + kData + "/hf/llama3-8b/config.json --cluster dgx-h100 --gpus 8 --tp 8 --global-batch 8");
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
 TEST(Cli, InfeasiblePlanExitsThreeWithReason) {
-  CmdResult r = run("predict --model gpt3-175b --cluster dgx-a100-80g --gpus 8 --tp 8 --global-batch 8");
+  auto r = run_merged("predict --model gpt3-175b --cluster dgx-a100-80g --gpus 8 --tp 8 --global-batch 8");
   EXPECT_EQ(r.code, 3);
   EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
 }
@@ -108,7 +97,7 @@ struct BadCase {
 class CliBadInput : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(CliBadInput, ExitsTwoWithOneLine) {
-  CmdResult r = run(GetParam().args);
+  auto r = run_merged(GetParam().args);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   EXPECT_NE(r.output.find(GetParam().expect), std::string::npos) << r.output;
@@ -142,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"frobnicate", "'frobnicate' is not a command"}));
 
 TEST(Cli, HelpExplainsEveryFlag) {
-  CmdResult r = run("predict --help");
+  auto r = run_merged("predict --help");
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--model", "--cluster", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp", "--zero", "--micro-batch",
                            "--global-batch", "--seq", "--recompute", "--sequence-parallel", "--schedule", "--dtype", "--json", "--plan"})

@@ -11,27 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_fixture.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int status = -1;
-  std::string output;
-};
-
-RunResult run(const std::string& args) {
-  const std::string cmd = std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using trainplan::testing::run_merged;
 
 TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
   const fs::path dir = fs::temp_directory_path() / ("trainplan_exec_cli_" + std::to_string(getpid()));
@@ -40,10 +26,10 @@ TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
                            "/exec/tiny-gpt.json --cluster cpu-local --dtype fp32 --global-batch 4 --micro-batch 1"
                            " --gpus 2 --pp 2 --schedule 1f1b";
   const fs::path p = dir / "p.json", m = dir / "m.json";
-  RunResult pr = run("predict " + plan + " --json " + p.string());
-  ASSERT_EQ(pr.status, 0) << pr.output;
-  RunResult er = run("exec " + plan + " --nproc 2 --steps 3 --warmup 2 --json " + m.string());
-  ASSERT_EQ(er.status, 0) << er.output;
+  auto pr = run_merged("predict " + plan + " --json " + p.string());
+  ASSERT_EQ(pr.code, 0) << pr.output;
+  auto er = run_merged("exec " + plan + " --nproc 2 --steps 3 --warmup 2 --json " + m.string());
+  ASSERT_EQ(er.code, 0) << er.output;
   EXPECT_NE(er.output.find("step time: median"), std::string::npos) << er.output;
 
   std::ifstream f(m);
@@ -58,8 +44,8 @@ TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
   EXPECT_EQ(j.at("memory").at("per_rank").size(), 2u);
   EXPECT_EQ(j.at("run").at("backend"), "gloo");
 
-  RunResult cr = run("compare " + p.string() + " " + m.string());
-  EXPECT_EQ(cr.status, 0) << cr.output;
+  auto cr = run_merged("compare " + p.string() + " " + m.string());
+  EXPECT_EQ(cr.code, 0) << cr.output;
   EXPECT_NE(cr.output.find("step (median)"), std::string::npos) << cr.output;
   fs::remove_all(dir);
 }
@@ -88,8 +74,8 @@ TEST(ExecCli, TorchrunEnvironmentRanksRendezvous) {
 }
 
 TEST(ExecCli, HelpListsExecutionFlags) {
-  RunResult r = run("exec --help");
-  EXPECT_EQ(r.status, 0) << r.output;
+  auto r = run_merged("exec --help");
+  EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("--nproc N"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--backend nccl|gloo"), std::string::npos) << r.output;
 }

@@ -16,27 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "cli_fixture.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-RunResult run(const std::string& args) {
-  const std::string cmd = std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using trainplan::testing::run_merged;
 
 fs::path work_dir() {
   fs::path d = fs::temp_directory_path() / ("trainplan_exec_test_" + std::to_string(getpid()));
@@ -92,11 +78,11 @@ ExecRun exec_run(const std::string& model, int ranks, const std::string& layout,
                            " --seed 7 --timeout 60 --gpus " +
                            std::to_string(ranks) + " " + layout + (ranks > 1 ? " --nproc " + std::to_string(ranks) : "") +
                            " --json " + json.string() + " --dump-params " + dump.string();
-  RunResult r = run(args);
+  auto r = run_merged(args);
   ExecRun out;
   out.output = r.output;
-  EXPECT_EQ(r.status, 0) << "trainplan " << args << "\n" << r.output;
-  if (r.status != 0) return out;
+  EXPECT_EQ(r.code, 0) << "trainplan " << args << "\n" << r.output;
+  if (r.code != 0) return out;
   std::ifstream jf(json);
   const auto j = nlohmann::json::parse(jf);
   for (const auto& s : j.at("steps")) out.losses.push_back(s.at("loss").get<double>());

@@ -14,22 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "cli_fixture.hpp"
+
 namespace {
 
-struct CmdResult {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-CmdResult run(const std::string& args) {
-  const std::string cmd = std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using trainplan::testing::run_merged;
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -52,7 +41,7 @@ const std::string kGpt3 =
 TEST(SimulateCli, Gpt3TraceIsValidChromeTraceWithOneTrackPerRankAndStream) {
   const std::string trace = ::testing::TempDir() + "/gpt3_trace.json";
   const std::string js = ::testing::TempDir() + "/gpt3_sim.json";
-  const CmdResult r = run(kGpt3 + " --trace " + trace + " --json " + js);
+  const auto r = run_merged(kGpt3 + " --trace " + trace + " --json " + js);
   ASSERT_EQ(r.code, 0) << r.output;
   const double step = printed_step(r.output);
   ASSERT_GT(step, 0) << r.output;
@@ -127,7 +116,7 @@ TEST(SimulateCli, Gpt3TraceIsValidChromeTraceWithOneTrackPerRankAndStream) {
 
 TEST(SimulateCli, OneFOneBWithDataParallelZero) {
   const std::string js = ::testing::TempDir() + "/llama_sim.json";
-  const CmdResult r = run(
+  const auto r = run_merged(
       "simulate --model llama3-8b --cluster dgx-h100 --gpus 32 --tp 2 --pp 4 --zero 1 --global-batch 64 --seq 2048 "
       "--json " + js);
   ASSERT_EQ(r.code, 0) << r.output;
@@ -138,7 +127,7 @@ TEST(SimulateCli, OneFOneBWithDataParallelZero) {
 }
 
 TEST(SimulateCli, HelpExplainsEveryFlag) {
-  const CmdResult r = run("simulate --help");
+  const auto r = run_merged("simulate --help");
   ASSERT_EQ(r.code, 0);
   for (const char* flag : {"--trace FILE", "--json FILE", "--model", "--cluster", "--gpus", "--tp", "--pp", "--vp",
                            "--schedule", "--zero", "--global-batch", "--plan"}) {
@@ -147,11 +136,11 @@ TEST(SimulateCli, HelpExplainsEveryFlag) {
 }
 
 TEST(SimulateCli, BadInputIsOneLineAndExitTwo) {
-  const CmdResult unwritable = run(kGpt3 + " --trace /nonexistent-dir/t.json");
+  const auto unwritable = run_merged(kGpt3 + " --trace /nonexistent-dir/t.json");
   EXPECT_EQ(unwritable.code, 2);
   EXPECT_NE(unwritable.output.find("--trace /nonexistent-dir/t.json"), std::string::npos) << unwritable.output;
   EXPECT_EQ(std::count(unwritable.output.begin(), unwritable.output.end(), '\n'), 1) << unwritable.output;
-  const CmdResult unknown = run(kGpt3 + " --tracefile x");
+  const auto unknown = run_merged(kGpt3 + " --tracefile x");
   EXPECT_EQ(unknown.code, 2) << unknown.output;
 }
 
