@@ -1,31 +1,19 @@
 // Speed of predict(). A 1T-parameter model (Narayanan et al. 2021 Table 1, last row) on
-// dgx-a100-80g with its published layout, and a Llama-3-70B layout on dgx-h100.
+// dgx-a100-80g with its published layout, and an interleaved Llama-3-70B layout on the same cluster.
 #include <benchmark/benchmark.h>
 
 #include "sim/cluster.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/predict.hpp"
+#include "test_helpers.hpp"
 
 namespace {
 
 using namespace trainplan;
 
-ModelSpec gpt_1t() {
-  ModelSpec m;
-  m.name = "gpt-1t";
-  m.layers = 128;
-  m.hidden = 25600;
-  m.heads = 160;
-  m.kv_heads = 160;
-  m.ffn_hidden = 4 * 25600;
-  m.vocab = 51200;
-  m.seq_len = 2048;
-  return m;
-}
-
 void BM_Predict1T(benchmark::State& state) {
   const Cluster c = load_cluster("dgx-a100-80g", TRAINPLAN_SOURCE_DIR);
-  const LayerGraph g(gpt_1t(), 2048);
+  const LayerGraph g(testing::gpt(128, 25600, 160), 2048);
   Strategy s;
   s.tp = 8;
   s.pp = 64;

@@ -11,25 +11,12 @@
 
 #include "sim/cluster.hpp"
 #include "sim/layer_graph.hpp"
+#include "sim/model_spec.hpp"
 #include "sim/search.hpp"
 
 namespace {
 
 using namespace trainplan;
-
-// Megatron-Turing NLG 530B shape (Narayanan et al. 2021 Table 1 / Smith et al. 2022).
-ModelSpec gpt_530b() {
-  ModelSpec m;
-  m.name = "gpt-530b";
-  m.layers = 105;
-  m.hidden = 20480;
-  m.heads = 128;
-  m.kv_heads = 128;
-  m.ffn_hidden = 4 * 20480;
-  m.vocab = 51200;
-  m.seq_len = 2048;
-  return m;
-}
 
 void report(benchmark::State& state, const SearchStats& total) {
   state.counters["candidates"] = static_cast<double>(total.candidates) / state.iterations();
@@ -74,7 +61,7 @@ BENCHMARK(BM_SearchPrunedLlama70B)->Unit(benchmark::kMillisecond);
 // batch 2520, all cores. elapsed_s is the search's own wall time.
 void BM_Search530B(benchmark::State& state) {
   const Cluster c = load_cluster("dgx-a100-80g", TRAINPLAN_SOURCE_DIR);
-  const LayerGraph g(gpt_530b(), 2048);
+  const LayerGraph g(load_model("mt-nlg-530b", TRAINPLAN_SOURCE_DIR), 2048);  // Narayanan Table 1 shape
   const SearchSpace sp = default_space(c, 5128, 2520, 2048);
   SearchOptions o;
   o.threads = static_cast<int>(state.range(0));
