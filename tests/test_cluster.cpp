@@ -11,32 +11,20 @@
 
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
+#include "test_helpers.hpp"
 
 namespace trainplan {
 namespace {
+
+using testing::Contains;
+using testing::input_error;
+using testing::StartsWith;
 
 using nlohmann::json;
 namespace fs = std::filesystem;
 
 const fs::path kSource = TRAINPLAN_SOURCE_DIR;
 const std::string kBad = std::string(TRAINPLAN_TEST_DATA_DIR) + "/bad/";
-
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-  }
-  return "NO EXCEPTION";
-}
-
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
-}
 
 // ---- the shipped topologies -------------------------------------------------------------------
 

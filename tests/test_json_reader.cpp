@@ -9,35 +9,18 @@
 #include <limits>
 #include <string>
 
+#include "test_helpers.hpp"
+
 namespace trainplan {
 namespace {
 
+using testing::Contains;
+using testing::input_error;
+using testing::StartsWith;
+
 using nlohmann::json;
 
-// gtest-only stand-ins for gmock's HasSubstr/StartsWith (the test links gtest, not gmock).
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
-}
-::testing::AssertionResult StartsWith(const std::string& text, const std::string& prefix) {
-  if (text.rfind(prefix, 0) == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" does not start with \"" << prefix << "\"";
-}
-
 const std::string kBad = std::string(TRAINPLAN_TEST_DATA_DIR) + "/bad/";
-
-// Runs `f`, which must throw InputError, and returns the message.
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-  }
-  return "NO EXCEPTION";
-}
 
 // ---- read_json_file -------------------------------------------------------------------------
 

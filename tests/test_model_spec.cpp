@@ -10,9 +10,14 @@
 
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
+#include "test_helpers.hpp"
 
 namespace trainplan {
 namespace {
+
+using testing::Contains;
+using testing::input_error;
+using testing::StartsWith;
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -21,23 +26,6 @@ const fs::path kSource = TRAINPLAN_SOURCE_DIR;
 const std::string kData = TRAINPLAN_TEST_DATA_DIR;
 const std::string kBad = kData + "/bad/";
 const std::string kHf = kData + "/hf/";
-
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-  }
-  return "NO EXCEPTION";
-}
-
-::testing::AssertionResult StartsWith(const std::string& text, const std::string& prefix) {
-  if (text.rfind(prefix, 0) == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "\"" << text << "\" does not start with \"" << prefix << "\"";
-}
 
 // Parameter count of a decoder-only transformer, written out here independently of the layer
 // graph so that the zoo's figures can be checked against the published totals:
