@@ -13,7 +13,7 @@ using namespace trainplan;
 
 void BM_Predict1T(benchmark::State& state) {
   const Cluster c = load_cluster("dgx-a100-80g", TRAINPLAN_SOURCE_DIR);
-  const LayerGraph g(testing::gpt(128, 25600, 160), 2048);
+  const LayerGraph g(trainplan::testing::gpt(128, 25600, 160), 2048);
   Strategy s;
   s.tp = 8;
   s.pp = 64;
