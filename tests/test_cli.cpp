@@ -128,6 +128,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{kBase + "--model gpt2 --gpus 3 --seq 1000 --cp 3", "--cp 3: 2 x cp must divide the sequence length (1000)"},
         BadCase{kBase + "--model gpt2 --gpus 8 --json /nonexistent/dir/out.json", "--json /nonexistent/dir/out.json: cannot write"},
         BadCase{kBase + "--model gpt2 --gpus 8 --plan /nonexistent/plan.json", "/nonexistent/plan.json: cannot open file"},
+        BadCase{"search --model gpt2 --cluster dgx-a100-80g --gpus 8 --global-batch 8 --json /nonexistent/s.json",
+                "--json /nonexistent/s.json: cannot write"},
+        BadCase{"capacity --model gpt2 --tokens 1B --gpus-range 8..16 --json /nonexistent/c.json",
+                "--json /nonexistent/c.json: cannot write"},
+        BadCase{"compare " + kData + "/compare/prediction_pp2.json " + kData +
+                    "/compare/measurement_pp2.json --json /nonexistent/m.json",
+                "--json /nonexistent/m.json: cannot write"},
         BadCase{"frobnicate", "'frobnicate' is not a command"}));
 
 TEST(Cli, HelpExplainsEveryFlag) {

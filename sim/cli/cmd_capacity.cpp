@@ -138,9 +138,10 @@ int cmd_capacity(const Args& args, const Context& ctx) {
 
   const LayerGraph graph(model, seq);
   const CapacityResult r = plan_capacity(graph, req);
+  auto json_out = open_json_output("json", json_path);  // a bad path is one line, before the table
   const CapacityContext cc{model.name, tokens, req.global_batch, seq, req.deadline_days, req.budget_usd};
   print_capacity(ctx.out, r, cc);
-  if (json_path) write_json_file("json", *json_path, capacity_to_json(r, cc));
+  if (json_out) json_out->write(capacity_to_json(r, cc));
   return r.pareto.empty() ? 3 : 0;
 }
 

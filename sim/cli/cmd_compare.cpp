@@ -48,9 +48,10 @@ int cmd_compare(const Args& args, const Context& ctx) {
   const Measurement measured = measurement_from_json(read_json_file(measurement_path), measurement_path);
 
   const Comparison c = compare(predicted.estimate, predicted.model, predicted.cluster, measured);
+  auto json_out = open_json_output("json", json_path);  // a bad path is one line, before the table
   for (const std::string& w : c.warnings) ctx.err << "trainplan compare: warning: " << w << "\n";
   print_comparison(ctx.out, c, prediction_path, measurement_path);
-  if (json_path) write_json_file("json", *json_path, comparison_to_json(c, prediction_path, measurement_path));
+  if (json_out) json_out->write(comparison_to_json(c, prediction_path, measurement_path));
   return 0;
 }
 

@@ -146,9 +146,10 @@ int cmd_search(const Args& args, const Context& ctx) {
   const LayerGraph graph(model, seq);
   SearchResult result = search(graph, cluster, space, options);
   if (refine) refine_top_with_simulation(result, graph, cluster, options.objective);
+  auto json_out = open_json_output("json", json_path);  // a bad path is one line, before the table
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
   print_search(ctx.out, result, sc);
-  if (json_path) write_json_file("json", *json_path, search_to_json(result, sc));
+  if (json_out) json_out->write(search_to_json(result, sc));
   return result.top.empty() ? 3 : 0;
 }
 
