@@ -260,7 +260,9 @@ TEST(Simulate, InterleavedWithLatencyIsSerialAndComplete) {
   // Every send feeds exactly one slot, which names it.
   std::set<std::ptrdiff_t> fed;
   for (const auto& e : t.events) {
-    if (e.input_send >= 0) EXPECT_TRUE(fed.insert(e.input_send).second);
+    if (e.input_send >= 0) {
+      EXPECT_TRUE(fed.insert(e.input_send).second);
+    }
   }
   EXPECT_EQ(static_cast<int>(fed.size()), sends);
   // Dependencies hold: a forward of (mb, chunk) starts after the previous virtual stage's
@@ -382,8 +384,12 @@ TEST(Simulate, ZeroBubbleReducesGradientsAfterTheWeightPass) {
   const Timeline t = simulate(c, make_zero_bubble_schedule(1, 1));
   EXPECT_DOUBLE_EQ(t.step, 3.5);
   for (const auto& e : t.events) {
-    if (e.kind == EventKind::grad_reduce) EXPECT_DOUBLE_EQ(e.start, 3.0);
-    if (e.kind == EventKind::backward) EXPECT_DOUBLE_EQ(e.end, 2.0);
+    if (e.kind == EventKind::grad_reduce) {
+      EXPECT_DOUBLE_EQ(e.start, 3.0);
+    }
+    if (e.kind == EventKind::backward) {
+      EXPECT_DOUBLE_EQ(e.end, 2.0);
+    }
   }
   // A weight-gradient slot in a schedule that does not split the backward is a bug.
   Schedule bad = make_schedule(ScheduleKind::one_f_one_b, 1, 1);
