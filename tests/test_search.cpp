@@ -140,7 +140,9 @@ TEST(Search, RefinementReRanksTheTopByTheSimulator) {
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     after.insert(describe(r.top[i].strategy));
     EXPECT_DOUBLE_EQ(r.top[i].time.step, predict_with_simulation(g, c, r.top[i].strategy).time.step);
-    if (i > 0) EXPECT_LE(r.top_value[i - 1], r.top_value[i]);
+    if (i > 0) {
+      EXPECT_LE(r.top_value[i - 1], r.top_value[i]);
+    }
   }
   EXPECT_EQ(before, after);
 }
