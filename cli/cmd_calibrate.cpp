@@ -10,8 +10,8 @@
 
 #include "exec/calibrate.hpp"
 #include "sim/check.hpp"
-#include "sim/cli/commands.hpp"
-#include "sim/cli/flags.hpp"
+#include "cli/commands.hpp"
+#include "cli/flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/json_reader.hpp"
 

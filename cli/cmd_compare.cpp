@@ -5,8 +5,8 @@
 #include "reports/compare.hpp"
 #include "reports/measurement_json.hpp"
 #include "sim/check.hpp"
-#include "sim/cli/commands.hpp"
-#include "sim/cli/flags.hpp"
+#include "cli/commands.hpp"
+#include "cli/flags.hpp"
 #include "sim/compare.hpp"
 #include "sim/json_reader.hpp"
 

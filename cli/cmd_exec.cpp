@@ -6,8 +6,8 @@
 #include "exec/exec.hpp"
 #include "reports/measurement_json.hpp"
 #include "sim/check.hpp"
-#include "sim/cli/commands.hpp"
-#include "sim/cli/plan_flags.hpp"
+#include "cli/commands.hpp"
+#include "cli/plan_flags.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/predict.hpp"
 

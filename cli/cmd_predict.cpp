@@ -6,8 +6,8 @@
 #include "reports/console.hpp"
 #include "reports/prediction_json.hpp"
 #include "sim/check.hpp"
-#include "sim/cli/commands.hpp"
-#include "sim/cli/plan_flags.hpp"
+#include "cli/commands.hpp"
+#include "cli/plan_flags.hpp"
 #include "sim/predict.hpp"
 #include "sim/simulate.hpp"
 
@@ -25,25 +25,6 @@ Exit status: 0 feasible, 3 infeasible (reasons printed), 2 bad input.
 )";
 
 }  // namespace
-
-JsonOutput::JsonOutput(const std::string& flag, const std::string& path) : flag_(flag), path_(path), out_(path) {
-  if (!out_) throw InputError(fmt::format("--{} {}: cannot write the file", flag, path));
-}
-
-void JsonOutput::write(const nlohmann::json& j) {
-  out_ << j.dump(2) << "\n";
-  out_.flush();
-  if (!out_) throw InputError(fmt::format("--{} {}: writing the file failed", flag_, path_));
-}
-
-void write_json_file(const std::string& flag, const std::string& path, const nlohmann::json& j) {
-  JsonOutput(flag, path).write(j);
-}
-
-std::optional<JsonOutput> open_json_output(const std::string& flag, const std::optional<std::string>& path) {
-  if (!path) return std::nullopt;
-  return std::optional<JsonOutput>(std::in_place, flag, *path);
-}
 
 int cmd_predict(const Args& args, const Context& ctx) {
   Flags f(args, "predict");

@@ -6,8 +6,8 @@
 
 #include "reports/search_report.hpp"
 #include "sim/check.hpp"
-#include "sim/cli/commands.hpp"
-#include "sim/cli/flags.hpp"
+#include "cli/commands.hpp"
+#include "cli/flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/model_spec.hpp"

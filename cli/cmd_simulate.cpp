@@ -1,15 +1,17 @@
 // trainplan simulate: one training step simulated event by event (sim/simulate.hpp).
 #include <fmt/format.h>
 
-#include <fstream>
+#include <filesystem>
+#include <sstream>
 #include <optional>
 
 #include "reports/chrome_trace.hpp"
 #include "reports/console.hpp"
 #include "reports/prediction_json.hpp"
 #include "sim/check.hpp"
-#include "sim/cli/commands.hpp"
-#include "sim/cli/plan_flags.hpp"
+#include "cli/commands.hpp"
+#include "sim/atomic_file.hpp"
+#include "cli/plan_flags.hpp"
 #include "sim/predict.hpp"
 #include "sim/simulate.hpp"
 
@@ -82,10 +84,13 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
   auto json_out = open_json_output("json", f.get("json"));
   const auto trace_path = f.get("trace");
-  std::optional<std::ofstream> trace_out;
   if (trace_path) {
-    trace_out.emplace(*trace_path);
-    if (!*trace_out) throw InputError(fmt::format("--trace {}: cannot write the file", *trace_path));
+    check_output_path(*trace_path, fmt::format("--trace {}", *trace_path));
+    const auto json_path = f.get("json");
+    std::error_code ec;
+    if (json_path && (*json_path == *trace_path || std::filesystem::equivalent(*json_path, *trace_path, ec))) {
+      throw InputError(fmt::format("--trace {}: the same file as --json; give them different names", *trace_path));
+    }
   }
   f.finish();
 
@@ -111,10 +116,10 @@ int cmd_simulate(const Args& args, const Context& ctx) {
                          100 * (timeline.step - analytic.time.step) / analytic.time.step);
   print_usage_table(ctx.out, timeline, ranks);
 
-  if (trace_out) {
-    write_chrome_trace(*trace_out, timeline, ranks, title);
-    trace_out->flush();
-    if (!*trace_out) throw InputError(fmt::format("--trace {}: writing the file failed", *trace_path));
+  if (trace_path) {
+    std::ostringstream trace;
+    write_chrome_trace(trace, timeline, ranks, title);
+    write_file_atomically(*trace_path, trace.str(), fmt::format("--trace {}", *trace_path));
     ctx.out << fmt::format("\ntrace: {} ({} ranks x {} streams)\n", *trace_path, s.pp * s.tp * s.cp, kStreams);
   }
   if (json_out) {

@@ -3,7 +3,6 @@
 // one line and exits 2).
 #pragma once
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <iostream>
@@ -26,24 +25,24 @@ int cmd_simulate(const Args& args, const Context& ctx);  // issue 4
 int cmd_compare(const Args& args, const Context& ctx);  // issue 5
 int cmd_search(const Args& args, const Context& ctx);    // issue 3
 int cmd_capacity(const Args& args, const Context& ctx);  // issue 3
-#ifdef TRAINPLAN_HAVE_EXEC
-int cmd_exec(const Args& args, const Context& ctx);  // issue 5, LibTorch (exec/cmd_exec.cpp)
-int cmd_calibrate(const Args& args, const Context& ctx);  // issue 5, LibTorch (exec/cmd_calibrate.cpp)
-#endif
+// In trainplan-exec only (they need LibTorch):
+int cmd_exec(const Args& args, const Context& ctx);
+int cmd_calibrate(const Args& args, const Context& ctx);
 
 }  // namespace trainplan::cli
 
 namespace trainplan::cli {
-// A JSON output file opened before the work starts, so that an unwritable path is reported
-// before any output (InputError naming --<flag>). write() pretty-prints the document.
+// A JSON output file checked before the work starts, so that an unwritable path is reported
+// before any output (InputError naming --<flag>); nothing is created or truncated then.
+// write() pretty-prints the document to a temporary file and renames it into place, so the
+// file is either the complete new document or what was there before.
 class JsonOutput {
  public:
   JsonOutput(const std::string& flag, const std::string& path);
-  void write(const nlohmann::json& j);
+  void write(const nlohmann::json& j) const;
 
  private:
   std::string flag_, path_;
-  std::ofstream out_;
 };
 
 // Writes `j` to `path` at once (prefer open_json_output, which reports a bad path before work).

@@ -1,4 +1,4 @@
-#include "sim/cli/flags.hpp"
+#include "cli/flags.hpp"
 
 #include <fmt/format.h>
 

@@ -1,79 +1,60 @@
-// trainplan's entry point: picks the subcommand, turns InputError into exit code 2 with one line.
+// `trainplan`: the planner. It links no LibTorch, so it starts in milliseconds; `exec` and
+// `calibrate` run the sibling binary `trainplan-exec` (built next to it when LibTorch is found)
+// with the same arguments.
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <functional>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
-#include <map>
+#include <vector>
 
-#include "sim/check.hpp"
-#include "sim/cli/commands.hpp"
+#include "cli/dispatch.hpp"
 
 namespace {
 
+namespace fs = std::filesystem;
 using trainplan::cli::Args;
 using trainplan::cli::Context;
 
-struct Command {
-  std::function<int(const Args&, const Context&)> run;
-  const char* summary;
-};
-
-const std::map<std::string, Command>& commands() {
-  using namespace trainplan::cli;
-  static const std::map<std::string, Command> table = {
-      {"predict", {cmd_predict, "predict memory and step time of one layout"}},
-      {"simulate", {cmd_simulate, "simulate one step event by event; per-rank busy/idle, Chrome trace"}},
-      {"compare", {cmd_compare, "predicted vs measured figures of one run, with % error"}},
-      {"search", {cmd_search, "rank every valid layout of a model on a cluster (best first)"}},
-      {"capacity", {cmd_capacity, "time, GPU-hours, cost and energy to train T tokens per cluster kind and size"}},
-#ifdef TRAINPLAN_HAVE_EXEC
-      {"exec", {cmd_exec, "run a plan for real with LibTorch (NCCL/Gloo) and measure it"}},
-#else
-      {"exec", {[](const Args&, const Context& ctx) {
-                  ctx.err << "trainplan exec: this trainplan was built without LibTorch (install torch and rebuild; "
-                             "see cmake/install-deps.sh)\n";
-                  return 2;
-                },
-                "run a plan for real (needs a build with LibTorch)"}},
-#endif
-#ifdef TRAINPLAN_HAVE_EXEC
-      {"calibrate", {cmd_calibrate, "measure this machine's matmul, memory and link speed; write a topology"}},
-#endif
-  };
-  return table;
-}
-
-void usage(std::ostream& os) {
-  os << "trainplan: plan, predict and check the parallel layout of a training run\n\n"
-        "usage: trainplan <command> [flags]     (trainplan <command> --help for its flags)\n\ncommands:\n";
-  for (const auto& [name, c] : commands()) os << fmt::format("  {:<10} {}\n", name, c.summary);
-  os << "\nenvironment: TRAINPLAN_DATA_DIR overrides where built-in models/ and topologies/ are read.\n";
+// Replaces this process with `trainplan-exec <command> <args...>`; returns 2 with one line when
+// there is no such binary (a build without LibTorch) or it cannot be started.
+int run_exec_binary(const std::string& command, const Args& args, const Context& ctx) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path exe = (ec ? fs::path(".") : self.parent_path()) / "trainplan-exec";
+  if (!fs::exists(exe, ec)) {
+    ctx.err << fmt::format("trainplan {}: this trainplan was built without LibTorch ({} is missing); install torch "
+                           "and rebuild (see cmake/install-deps.sh)\n",
+                           command, exe.string());
+    return 2;
+  }
+  std::vector<std::string> owned{exe.string(), command};
+  owned.insert(owned.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : owned) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  ::execv(argv[0], argv.data());
+  ctx.err << fmt::format("trainplan {}: cannot start {}: {}\n", command, exe.string(), std::strerror(errno));
+  return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    usage(args.empty() ? std::cerr : std::cout);
-    return args.empty() ? 2 : 0;
-  }
-  auto it = commands().find(args[0]);
-  if (it == commands().end()) {
-    std::cerr << fmt::format("trainplan: '{}' is not a command (see trainplan --help)\n", args[0]);
-    return 2;
-  }
-  const char* env_dir = std::getenv("TRAINPLAN_DATA_DIR");
-  Context ctx{env_dir ? env_dir : TRAINPLAN_DATA_DIR, std::cout, std::cerr, isatty(STDOUT_FILENO) == 1};
-  try {
-    return it->second.run(Args(args.begin() + 1, args.end()), ctx);
-  } catch (const trainplan::InputError& e) {
-    std::cerr << "trainplan " << args[0] << ": " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "trainplan " << args[0] << ": internal error: " << e.what() << "\n";
-    return 1;
-  }
+  using namespace trainplan::cli;
+  const CommandTable commands = {
+      {"predict", {cmd_predict, "predict memory and step time of one layout"}},
+      {"simulate", {cmd_simulate, "simulate one step event by event; per-rank busy/idle, Chrome trace"}},
+      {"compare", {cmd_compare, "predicted vs measured figures of one run, with % error"}},
+      {"search", {cmd_search, "rank every valid layout of a model on a cluster (best first)"}},
+      {"capacity", {cmd_capacity, "time, GPU-hours, cost and energy to train T tokens per cluster kind and size"}},
+      {"exec", {[](const Args& a, const Context& c) { return run_exec_binary("exec", a, c); },
+                "run a plan for real with LibTorch (NCCL/Gloo) and measure it"}},
+      {"calibrate", {[](const Args& a, const Context& c) { return run_exec_binary("calibrate", a, c); },
+                     "measure this machine's matmul, memory and link speed; write a topology"}},
+  };
+  return dispatch(argc, argv, commands, "trainplan: plan, predict and check the parallel layout of a training run");
 }

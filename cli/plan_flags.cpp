@@ -1,4 +1,4 @@
-#include "sim/cli/plan_flags.hpp"
+#include "cli/plan_flags.hpp"
 
 #include <fmt/format.h>
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <string>
 
-#include "sim/cli/flags.hpp"
+#include "cli/flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/strategy.hpp"

@@ -1,0 +1,47 @@
+#include "cli/dispatch.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "sim/check.hpp"
+
+namespace trainplan::cli {
+
+namespace {
+
+void usage(std::ostream& os, const CommandTable& commands, const char* title) {
+  os << title << "\n\nusage: trainplan <command> [flags]     (trainplan <command> --help for its flags)\n\ncommands:\n";
+  for (const auto& [name, c] : commands) os << fmt::format("  {:<10} {}\n", name, c.summary);
+  os << "\nenvironment: TRAINPLAN_DATA_DIR overrides where built-in models/ and topologies/ are read.\n";
+}
+
+}  // namespace
+
+int dispatch(int argc, char** argv, const CommandTable& commands, const char* title) {
+  Args args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    usage(args.empty() ? std::cerr : std::cout, commands, title);
+    return args.empty() ? 2 : 0;
+  }
+  auto it = commands.find(args[0]);
+  if (it == commands.end()) {
+    std::cerr << fmt::format("trainplan: '{}' is not a command (see trainplan --help)\n", args[0]);
+    return 2;
+  }
+  const char* env_dir = std::getenv("TRAINPLAN_DATA_DIR");
+  Context ctx{env_dir ? env_dir : TRAINPLAN_DATA_DIR, std::cout, std::cerr, isatty(STDOUT_FILENO) == 1};
+  try {
+    return it->second.run(Args(args.begin() + 1, args.end()), ctx);
+  } catch (const InputError& e) {
+    std::cerr << "trainplan " << args[0] << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "trainplan " << args[0] << ": internal error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace trainplan::cli

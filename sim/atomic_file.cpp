@@ -1,0 +1,84 @@
+#include "sim/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "sim/check.hpp"
+
+namespace trainplan {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path folder_of(const fs::path& path) {
+  const fs::path parent = path.parent_path();
+  return parent.empty() ? fs::path(".") : parent;
+}
+
+}  // namespace
+
+void check_output_path(const fs::path& path, std::string_view what) {
+  std::error_code ec;
+  if (path.empty()) throw InputError(fmt::format("{}: cannot write: the file name is empty", what));
+  const fs::path folder = folder_of(path);
+  if (!fs::is_directory(folder, ec)) throw InputError(fmt::format("{}: cannot write: folder {} does not exist", what, folder.string()));
+  if (fs::is_directory(path, ec)) throw InputError(fmt::format("{}: cannot write: it is a directory, not a file", what));
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
+    throw InputError(fmt::format("{}: cannot write: it exists and is not a regular file", what));
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw InputError(fmt::format("{}: cannot write: folder {} is not writable", what, folder.string()));
+  }
+}
+
+void write_file_atomically(const fs::path& path, std::string_view content, std::string_view what) {
+  check_output_path(path, what);
+  std::string leaf = ".";  // hidden temporary beside the target: .NAME.tmp-XXXXXX
+  leaf += path.filename().string();
+  leaf += ".tmp-XXXXXX";
+  std::string tmp = (folder_of(path) / leaf).string();
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw InputError(fmt::format("{}: cannot create a temporary file: {}", what, std::strerror(errno)));
+  auto fail = [&](const char* step) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw InputError(fmt::format("{}: {} failed: {}", what, step, why));
+  };
+  const char* p = content.data();
+  std::size_t left = content.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("writing");
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  // Keep the permissions an ordinary new file would get (mkstemp creates 0600).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::fchmod(fd, 0666 & ~mask) != 0) fail("setting permissions");
+  if (::fsync(fd) != 0) fail("flushing");
+  if (::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw InputError(fmt::format("{}: closing failed: {}", what, why));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw InputError(fmt::format("{}: renaming into place failed: {}", what, why));
+  }
+}
+
+}  // namespace trainplan
