@@ -135,7 +135,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"compare " + kData + "/compare/prediction_pp2.json " + kData +
                     "/compare/measurement_pp2.json --json /nonexistent/m.json",
                 "--json /nonexistent/m.json: cannot write"},
-        BadCase{"frobnicate", "'frobnicate' is not a command"}));
+        BadCase{"frobnicate", "'frobnicate' is not a command"},
+        // Input files: only regular files, read with a size cap (a FIFO would block, /dev/zero never ends).
+        BadCase{kBase + "--model /dev/zero --gpus 8", "/dev/zero: cannot open file (not a regular file"},
+        BadCase{"predict --global-batch 64 --gpus 8 --model gpt2 --cluster /dev/urandom", "/dev/urandom: cannot open file (not a regular file"},
+        BadCase{kBase + "--model /tmp --gpus 8", "/tmp: cannot open file (is a directory)"},
+        // Flag syntax: the message names the flag that is wrong, not the next one.
+        BadCase{"predict --model gpt2 --cluster dgx-a100-80g --gpus --global-batch 64", "--gpus: needs a value"},
+        BadCase{kBase + "--model gpt2 -gpus 8", "-gpus: flags start with two dashes (--gpus)"},
+        BadCase{kBase + "--model gpt2 --gpus 8 --bogus", "--bogus: unknown flag for 'trainplan predict'"},
+        BadCase{kBase + "--model gpt2 --gpus 8 --json", "--json: needs a value"},
+        // Outputs are checked before work; two outputs may not be one file.
+        BadCase{"simulate --model gpt2 --cluster dgx-a100-80g --gpus 8 --global-batch 64 --json /tmp --trace x.json",
+                "--json /tmp: cannot write: it is a directory"}));
 
 TEST(Cli, HelpExplainsEveryFlag) {
   auto r = run_merged("predict --help");
