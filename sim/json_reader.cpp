@@ -145,6 +145,11 @@ std::string JsonObject::string(const std::string& key) const {
   if (!v.is_string()) throw error(key, "must be a string");
   auto s = v.get<std::string>();
   if (s.empty()) throw error(key, "must not be empty");
+  // Names and texts are printed on terminals: a newline or an escape sequence in a file must not
+  // reach them (the message shows the value JSON-escaped).
+  for (unsigned char ch : s) {
+    if (ch < 0x20 || ch == 0x7f) throw error(key, "must not contain control characters (newlines, escapes)");
+  }
   return s;
 }
 

@@ -140,6 +140,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{kBase + "--model /dev/zero --gpus 8", "/dev/zero: cannot open file (not a regular file"},
         BadCase{"predict --global-batch 64 --gpus 8 --model gpt2 --cluster /dev/urandom", "/dev/urandom: cannot open file (not a regular file"},
         BadCase{kBase + "--model /tmp --gpus 8", "/tmp: cannot open file (is a directory)"},
+        BadCase{kBase + "--gpus 8 --model " + kData + "/cli/control_char_name_model.json",
+                "name = \"evil\\u001b[2J\", must not contain control characters"},
         // Flag syntax: the message names the flag that is wrong, not the next one.
         BadCase{"predict --model gpt2 --cluster dgx-a100-80g --gpus --global-batch 64", "--gpus: needs a value"},
         BadCase{kBase + "--model gpt2 -gpus 8", "-gpus: flags start with two dashes (--gpus)"},
