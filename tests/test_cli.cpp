@@ -147,6 +147,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{kBase + "--model gpt2 -gpus 8", "-gpus: flags start with two dashes (--gpus)"},
         BadCase{kBase + "--model gpt2 --gpus 8 --bogus", "--bogus: unknown flag for 'trainplan predict'"},
         BadCase{kBase + "--model gpt2 --gpus 8 --json", "--json: needs a value"},
+        BadCase{"capacity --model gpt2 --tokens 1e300T", "--tokens 1e300T: must be at most 1e19 tokens"},
+        BadCase{"capacity --model gpt2 --tokens 1T --clusters dgx-h100,dgx-h100", "names dgx-h100 twice"},
+        BadCase{"compare " + kData + "/compare/prediction_pp2.json " + kData + "/compare/measurement_pp2.json --json " +
+                    kData + "/compare/measurement_pp2.json",
+                "is also an input file"},
         // Outputs are checked before work; two outputs may not be one file.
         BadCase{"simulate --model gpt2 --cluster dgx-a100-80g --gpus 8 --global-batch 64 --json /tmp --trace x.json",
                 "--json /tmp: cannot write: it is a directory"}));
