@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 # ccache is installed by `deps`, so look for it when the recipe runs, not when make reads this file.
 LAUNCHER = $$(command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: run test deps build bench bench-cold clean
+.PHONY: run test test-asan fuzz deps build bench bench-cold clean
 
 deps:
 	@bash cmake/install-deps.sh
@@ -21,6 +21,23 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1500
+
+# sim/, reports/, the CLI and their tests under AddressSanitizer + UndefinedBehaviorSanitizer
+# (the LibTorch executor is left out: LibTorch is not built with ASan).
+ASAN_BUILD ?= build-asan
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Release -DTRAINPLAN_WITH_EXEC=OFF -DTRAINPLAN_SANITIZE=ON $(LAUNCHER) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -j$(JOBS) --timeout 1500
+
+# libFuzzer targets for the loaders and the flag parser (clang), FUZZ_SECONDS each.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Release -DTRAINPLAN_WITH_EXEC=OFF -DTRAINPLAN_FUZZ=ON $(LAUNCHER) >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j$(JOBS)
+	bash tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 bench: build
 	./$(BUILD)/tests/trainplan_bench

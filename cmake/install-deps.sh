@@ -4,7 +4,7 @@ set -euo pipefail
 
 # Debian packages (headers and libraries for the C++ build).
 pkgs=(cmake g++ make ccache libboost-graph-dev libfmt-dev nlohmann-json3-dev libgtest-dev
-      libgmock-dev libbenchmark-dev python3 python3-pip)
+      libgmock-dev libbenchmark-dev python3 python3-pip clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -59,7 +59,10 @@ std::string read_input_file(const std::filesystem::path& path, std::uintmax_t ma
 }
 
 json read_json_file(const std::filesystem::path& path) {
-  const std::string text = read_input_file(path, kMaxInputFileBytes);
+  return parse_json_text(read_input_file(path, kMaxInputFileBytes), path.string());
+}
+
+json parse_json_text(const std::string& text, const std::string& file) {
   // nlohmann keeps the last of two equal keys in one object without a word; a strict reader must
   // not silently drop a value, so the keys of each open object are tracked while parsing.
   std::vector<std::set<std::string>> open_objects;
@@ -67,7 +70,7 @@ json read_json_file(const std::filesystem::path& path) {
     if (event == json::parse_event_t::object_start) open_objects.emplace_back();
     if (event == json::parse_event_t::object_end) open_objects.pop_back();
     if (event == json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second) {
-      throw InputError(fmt::format("{}: key {} appears twice in the same object", path.string(), parsed.dump()));
+      throw InputError(fmt::format("{}: key {} appears twice in the same object", file, parsed.dump()));
     }
     return true;
   };
@@ -78,7 +81,7 @@ json read_json_file(const std::filesystem::path& path) {
     std::string what = e.what();
     auto pos = what.find("] ");
     if (pos != std::string::npos) what = what.substr(pos + 2);
-    throw InputError(fmt::format("{}: malformed JSON: {}", path.string(), what));
+    throw InputError(fmt::format("{}: malformed JSON: {}", file, what));
   }
 }
 

@@ -27,6 +27,9 @@ std::string read_input_file(const std::filesystem::path& path, std::uintmax_t ma
 // InputError naming the file for a missing or unreadable file or bad JSON.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
+// Parses JSON text strictly (a key twice in one object is an error); `file` names it in messages.
+nlohmann::json parse_json_text(const std::string& text, const std::string& file);
+
 // One JSON object being read. Call the accessors for every key, then finish() to reject extras.
 class JsonObject {
  public:
