@@ -145,7 +145,7 @@ int cmd_search(const Args& args, const Context& ctx) {
 
   const LayerGraph graph(model, seq);
   SearchResult result = search(graph, cluster, space, options);
-  if (refine) refine_top_with_simulation(result, graph, cluster, options.objective);
+  if (refine) refine_top_with_simulation(result, graph, cluster, options.objective, options.threads);
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
   print_search(ctx.out, result, sc);
   if (json_out) json_out->write(search_to_json(result, sc));

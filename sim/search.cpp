@@ -344,21 +344,17 @@ void add_to_front(std::vector<Estimate>& front, const Estimate& e) {
   front.insert(pos, e);
 }
 
-// Shared lower-is-better threshold: a minimum that only ever decreases.
-void lower_to(std::atomic<double>& a, double v) {
-  double cur = a.load(std::memory_order_relaxed);
-  while (v < cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
-  }
-}
-
-struct Shared {
-  std::atomic<double> kth{std::numeric_limits<double>::infinity()};        // K-th best objective
-  std::atomic<double> best_step{std::numeric_limits<double>::infinity()};  // best feasible step time
-  std::atomic<std::int64_t> next_layout{0};
-  std::atomic<std::int64_t> layouts_done{0};
+// The pruning thresholds a layout is searched under. Each layout starts from the thresholds of the
+// layouts merged before its round (see search()) and tightens its own copy as it goes, so what a
+// layout prunes never depends on thread timing.
+struct Thresholds {
+  double kth = std::numeric_limits<double>::infinity();        // K-th best objective
+  double best_step = std::numeric_limits<double>::infinity();  // best feasible step time
 };
 
+// What one layout contributes: its own top K, Pareto candidates, counts, and final thresholds.
 struct WorkerResult {
+  Thresholds thresholds;
   std::map<InfeasibleReason, std::int64_t> reasons;  // infeasible candidates by their first reason
   std::vector<Ranked> top;
   std::vector<Ranked> infeasible;  // ranked by step time
@@ -374,13 +370,11 @@ double value_floor(const Problem& p, Seconds step, int gpus) {
 }
 
 // True when nothing with this step-time floor can enter the top K or the reported Pareto front.
-bool beaten(const Problem& p, const Shared& shared, Seconds step_floor, int gpus) {
-  const double kth = shared.kth.load(std::memory_order_relaxed);
-  const double window = p.options.pareto_window * shared.best_step.load(std::memory_order_relaxed);
-  return step_floor > window && value_floor(p, step_floor, gpus) > kth;
+bool beaten(const Problem& p, const Thresholds& t, Seconds step_floor, int gpus) {
+  return step_floor > p.options.pareto_window * t.best_step && value_floor(p, step_floor, gpus) > t.kth;
 }
 
-void evaluate(const Problem& p, const Strategy& s, Shared& shared, WorkerResult& w) {
+void evaluate(const Problem& p, const Strategy& s, WorkerResult& w) {
   const SearchOptions& o = p.options;
   Estimate e = o.evaluate ? o.evaluate(s) : predict(p.graph, p.cluster, s);
   ++w.stats.evaluated;
@@ -396,18 +390,20 @@ void evaluate(const Problem& p, const Strategy& s, Shared& shared, WorkerResult&
   ++w.stats.feasible;
   const double value = objective_value(o.objective, e, p.cluster);
   const double step = e.time.step;
-  if (step < shared.best_step.load(std::memory_order_relaxed)) lower_to(shared.best_step, step);
-  if (step <= o.pareto_window * shared.best_step.load(std::memory_order_relaxed)) add_to_front(w.front, e);
+  Thresholds& t = w.thresholds;
+  t.best_step = std::min(t.best_step, step);
+  if (step <= o.pareto_window * t.best_step) add_to_front(w.front, e);
   const std::size_t k = static_cast<std::size_t>(o.top_k);
   if (w.top.size() < k || value <= w.top.back().value) {
     keep_best(w.top, k, {value, std::move(e)});
-    if (w.top.size() == k) lower_to(shared.kth, w.top.back().value);
+    if (w.top.size() == k) t.kth = std::min(t.kth, w.top.back().value);
   }
 }
 
 // All candidates of one (dp, tp, pp, cp) layout. The bounds are hoisted to the level of the
 // odometer they depend on, so whole subtrees are skipped with one test.
-void run_layout(const Problem& p, const Layout& l, Shared& shared, WorkerResult& w) {
+void run_layout(const Problem& p, const Layout& l, WorkerResult& w) {
+  const Thresholds& t = w.thresholds;  // tightened by this layout's own finds as it goes
   const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
   const std::int64_t per_schedule = static_cast<std::int64_t>(settings.size());
   const int gb = p.space.global_batch;
@@ -423,7 +419,7 @@ void run_layout(const Problem& p, const Layout& l, Shared& shared, WorkerResult&
       for_each_schedule(p, l.pp, gb / (l.dp * mb), [&](ScheduleKind kind, int vp) {
         for (const Setting& st : settings) {
           ++w.stats.candidates;
-          evaluate(p, make_strategy(p, l, mb, kind, vp, st), shared, w);
+          evaluate(p, make_strategy(p, l, mb, kind, vp, st), w);
         }
       });
     }
@@ -448,7 +444,7 @@ void run_layout(const Problem& p, const Layout& l, Shared& shared, WorkerResult&
   {
     const int mb0 = p.micro_batches.front();
     const Seconds floor = work_floor(p, l.tp, l.cp, mb0, false) * (gb / static_cast<double>(l.dp * mb0)) / l.pp * kMargin;
-    if (beaten(p, shared, floor, gpus)) {
+    if (beaten(p, t, floor, gpus)) {
       const std::int64_t n = count_all();
       w.stats.candidates += n;
       w.stats.pruned_by_bound += n;
@@ -473,7 +469,7 @@ void run_layout(const Problem& p, const Layout& l, Shared& shared, WorkerResult&
         w.stats.pruned_out_of_memory += per_schedule;
         return;
       }
-      if (beaten(p, shared, work_plain * pipe * kMargin, gpus)) {
+      if (beaten(p, t, work_plain * pipe * kMargin, gpus)) {
         w.stats.pruned_by_bound += per_schedule;
         return;
       }
@@ -484,23 +480,31 @@ void run_layout(const Problem& p, const Layout& l, Shared& shared, WorkerResult&
           continue;
         }
         const Seconds step = (st.recompute == Recompute::full ? work_full : work_plain) * pipe;
-        if (beaten(p, shared, step * kMargin, gpus)) {
+        if (beaten(p, t, step * kMargin, gpus)) {
           ++w.stats.pruned_by_bound;
           continue;
         }
-        evaluate(p, make_strategy(p, l, mb, kind, vp, st), shared, w);
+        evaluate(p, make_strategy(p, l, mb, kind, vp, st), w);
       }
     });
   }
 }
 
-void worker(const Problem& p, const std::vector<Layout>& layouts, Shared& shared, WorkerResult& w) {
-  for (;;) {
-    const std::int64_t i = shared.next_layout.fetch_add(1, std::memory_order_relaxed);
-    if (i >= static_cast<std::int64_t>(layouts.size())) break;
-    run_layout(p, layouts[static_cast<std::size_t>(i)], shared, w);
-    shared.layouts_done.fetch_add(1, std::memory_order_relaxed);
-  }
+// Merges one layout's result into the search's, in layout order.
+void merge(WorkerResult& into, WorkerResult&& w, const SearchOptions& o) {
+  for (auto& r : w.top) keep_best(into.top, static_cast<std::size_t>(o.top_k), std::move(r));
+  for (auto& r : w.infeasible) keep_best(into.infeasible, static_cast<std::size_t>(std::max(0, o.keep_infeasible)), std::move(r));
+  for (const auto& e : w.front) add_to_front(into.front, e);
+  SearchStats& st = into.stats;
+  st.candidates += w.stats.candidates;
+  st.evaluated += w.stats.evaluated;
+  st.feasible += w.stats.feasible;
+  st.pruned_out_of_memory += w.stats.pruned_out_of_memory;
+  st.pruned_by_bound += w.stats.pruned_by_bound;
+  for (const auto& [reason, n] : w.reasons) into.reasons[reason] += n;
+  Thresholds& t = into.thresholds;
+  t.best_step = std::min(t.best_step, w.thresholds.best_step);
+  if (into.top.size() == static_cast<std::size_t>(o.top_k)) t.kth = std::min(t.kth, into.top.back().value);
 }
 
 }  // namespace
@@ -543,60 +547,53 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Searc
 
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::clamp(threads, 1, std::max(1, static_cast<int>(layouts.size())));
-  Shared shared;
-  std::vector<WorkerResult> results(threads);
-  {
+
+  // Rounds of kLayoutsPerRound layouts. Every layout of a round starts from the thresholds of all
+  // layouts of the earlier rounds, merged in layout order, and the threads take the round's layouts
+  // in any order. So counts, rankings and every figure are the same for any thread count and any
+  // timing; a round only delays when one layout's finds start pruning another's. Layouts come most
+  // promising first, so the first round sets tight thresholds.
+  constexpr std::size_t kLayoutsPerRound = 16;
+  WorkerResult all;
+  const auto total = static_cast<std::int64_t>(layouts.size());
+  bool reported = false;
+  auto next_report = start + std::chrono::milliseconds(200);
+  for (std::size_t begin = 0; begin < layouts.size(); begin += kLayoutsPerRound) {
+    const std::size_t end = std::min(layouts.size(), begin + kLayoutsPerRound);
+    std::vector<WorkerResult> round(end - begin);
+    for (auto& w : round) w.thresholds = all.thresholds;
+    std::atomic<std::size_t> next{begin};
+    auto work = [&] {
+      for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) run_layout(p, layouts[i], round[i - begin]);
+    };
+    const int helpers = std::min(threads, static_cast<int>(end - begin)) - 1;
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(worker, std::cref(p), std::cref(layouts), std::ref(shared), std::ref(results[t]));
-    if (options.progress) {
-      // The calling thread reports progress while the workers run.
-      std::atomic<bool> done{false};
-      std::thread reporter_free_worker([&] {
-        worker(p, layouts, shared, results[0]);
-        done = true;
-      });
-      // Reports every 100 ms once the search has run 200 ms (short searches draw nothing).
-      const auto total = static_cast<std::int64_t>(layouts.size());
-      bool reported = false;
-      auto next = start + std::chrono::milliseconds(200);
-      while (!done.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        if (Clock::now() < next) continue;
-        options.progress(shared.layouts_done.load(), total);
-        reported = true;
-        next += std::chrono::milliseconds(100);
-      }
-      reporter_free_worker.join();
-      for (auto& th : pool) th.join();
-      if (reported) options.progress(total, total);
-    } else {
-      worker(p, layouts, shared, results[0]);
-      for (auto& th : pool) th.join();
+    for (int t = 0; t < helpers; ++t) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+    for (auto& w : round) merge(all, std::move(w), options);
+    // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
+    if (options.progress && Clock::now() >= next_report) {
+      options.progress(static_cast<std::int64_t>(end), total);
+      reported = true;
+      next_report = Clock::now() + std::chrono::milliseconds(100);
     }
   }
+  if (reported && options.progress) options.progress(total, total);
 
-  // Merge the workers' results (order-independent: ranking is a total order).
   SearchResult out;
-  std::vector<Ranked> top, infeasible;
-  std::vector<Estimate> front;
+  std::vector<Ranked>& top = all.top;
+  std::vector<Ranked>& infeasible = all.infeasible;
+  std::vector<Estimate>& front = all.front;
   SearchStats& st = out.stats;
-  for (auto& w : results) {
-    for (auto& r : w.top) keep_best(top, static_cast<std::size_t>(options.top_k), std::move(r));
-    for (auto& r : w.infeasible) keep_best(infeasible, static_cast<std::size_t>(std::max(0, options.keep_infeasible)), std::move(r));
-    for (const auto& e : w.front) add_to_front(front, e);
-    st.candidates += w.stats.candidates;
-    st.evaluated += w.stats.evaluated;
-    st.feasible += w.stats.feasible;
-    st.pruned_out_of_memory += w.stats.pruned_out_of_memory;
-    st.pruned_by_bound += w.stats.pruned_by_bound;
-    for (const auto& [reason, n] : w.reasons) st.infeasible_by_reason[reason] += n;
-  }
+  st = all.stats;
+  for (const auto& [reason, n] : all.reasons) st.infeasible_by_reason[reason] += n;
   for (auto& r : top) {
     out.top_value.push_back(r.value);
     out.top.push_back(std::move(r.e));
   }
   for (auto& r : infeasible) out.infeasible.push_back(std::move(r.e));
-  const double best_step = shared.best_step.load();
+  const double best_step = all.thresholds.best_step;
   for (auto& e : front) {
     if (e.time.step <= options.pareto_window * best_step) out.pareto.push_back(std::move(e));
   }
@@ -607,12 +604,24 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Searc
   return out;
 }
 
-void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, Objective o) {
-  std::vector<std::pair<double, Estimate>> refined;
-  for (const Estimate& e : r.top) {
-    Estimate s = predict_with_simulation(graph, cluster, e.strategy);
-    refined.emplace_back(objective_value(o, s, cluster), std::move(s));
-  }
+void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, Objective o,
+                                int threads) {
+  // Each entry is simulated independently (the simulator is pure), so they are spread over the
+  // threads; the result does not depend on how.
+  std::vector<std::pair<double, Estimate>> refined(r.top.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < r.top.size();) {
+      Estimate s = predict_with_simulation(graph, cluster, r.top[i].strategy);
+      refined[i] = {objective_value(o, s, cluster), std::move(s)};
+    }
+  };
+  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+  const int helpers = std::clamp(threads, 1, std::max(1, static_cast<int>(r.top.size()))) - 1;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < helpers; ++t) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
   // Stable: equal simulated values keep the search's tie order.
   std::stable_sort(refined.begin(), refined.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   r.top.clear();

@@ -3,7 +3,9 @@
 // The space is (dp, tp, pp, cp) -- every factorization whose GPU count fits the limits -- times a
 // small odometer over micro-batch, schedule (with vp), ZeRO stage, recomputation and sequence
 // parallelism. Each candidate is checked with predict() (or a caller-given evaluator). Work is
-// split over threads by layout; nothing is shared but one atomic pruning threshold per search.
+// split over threads by layout, in rounds: a layout prunes against the thresholds of the layouts
+// merged in earlier rounds (in layout order) and its own finds, so every count and figure is the
+// same for any thread count and timing.
 //
 // Pruning never changes the result. A candidate is skipped without predicting it only when
 //  - a lower bound of its peak memory (model states + a floor of its activations) exceeds the GPU
@@ -100,7 +102,8 @@ struct SearchResult {
 // Re-evaluates the top entries with the discrete-event step simulator (predict_with_simulation)
 // and re-ranks them by `o`. Pruning and the Pareto front stay on the analytic model, which the
 // bounds are proven against; only the short list is refined. Sets stats.refined.
-void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, Objective o);
+void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, Objective o,
+                                int threads = 0);  // 0: all hardware threads
 
 // The figure ranked by `o`, lower is better: step time (s) for time, minus tokens/s for
 // throughput, USD per step (price per GPU-hour x GPUs x step time / 3600 s/h) for cost. The one
