@@ -124,8 +124,13 @@ Cluster load_cluster(const std::string& name_or_path, const std::filesystem::pat
   std::filesystem::path path = name_or_path;
   const bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";
   if (!looks_like_path) {
-    path = data_dir / "topologies" / (name_or_path + ".json");
-    if (!std::filesystem::exists(path)) {
+    // A built-in name first; else an existing file of that name (without .json or a slash).
+    // error_code overloads: a name too long for the file system is "not found", not a crash.
+    std::error_code ec;
+    const std::filesystem::path builtin = data_dir / "topologies" / (name_or_path + ".json");
+    if (std::filesystem::exists(builtin, ec)) {
+      path = builtin;
+    } else if (!std::filesystem::is_regular_file(path, ec)) {
       throw InputError(fmt::format("--cluster {}: not a built-in cluster (one of: {}) and not a file",
                                    name_or_path, fmt::join(builtin_clusters(data_dir), ", ")));
     }

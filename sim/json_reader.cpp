@@ -76,7 +76,8 @@ json parse_json_text(const std::string& text, const std::string& file) {
   };
   try {
     return json::parse(text, reject_duplicates);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // A syntax error, or e.g. out_of_range.406 for a number too large for a double (1e99999).
     // nlohmann's message starts with "[json.exception.parse_error.101] "; keep what follows.
     std::string what = e.what();
     auto pos = what.find("] ");

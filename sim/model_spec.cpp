@@ -114,8 +114,13 @@ ModelSpec load_model(const std::string& name_or_path, const std::filesystem::pat
   std::filesystem::path path = name_or_path;
   const bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";
   if (!looks_like_path) {
-    path = data_dir / "models" / (name_or_path + ".json");
-    if (!std::filesystem::exists(path)) {
+    // A built-in name first; else an existing file of that name (without .json or a slash).
+    // error_code overloads: a name too long for the file system is "not found", not a crash.
+    std::error_code ec;
+    const std::filesystem::path builtin = data_dir / "models" / (name_or_path + ".json");
+    if (std::filesystem::exists(builtin, ec)) {
+      path = builtin;
+    } else if (!std::filesystem::is_regular_file(path, ec)) {
       throw InputError(fmt::format("--model {}: not a built-in model (see {}) and not a file", name_or_path,
                                    (data_dir / "models").string()));
     }

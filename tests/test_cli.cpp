@@ -142,6 +142,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{kBase + "--model /tmp --gpus 8", "/tmp: cannot open file (is a directory)"},
         BadCase{kBase + "--gpus 8 --model " + kData + "/cli/control_char_name_model.json",
                 "name = \"evil\\u001b[2J\", must not contain control characters"},
+        // Found by fuzzing: a name longer than the file system allows; a number beyond a double.
+        BadCase{kBase + "--gpus 8 --model " + std::string(5000, 'm'), "not a built-in model"},
+        BadCase{kBase + "--gpus 8 --model " + kData + "/cli/number_overflow_model.json", "malformed JSON: number overflow"},
         // Flag syntax: the message names the flag that is wrong, not the next one.
         BadCase{"predict --model gpt2 --cluster dgx-a100-80g --gpus --global-batch 64", "--gpus: needs a value"},
         BadCase{kBase + "--model gpt2 -gpus 8", "-gpus: flags start with two dashes (--gpus)"},
