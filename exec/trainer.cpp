@@ -206,17 +206,22 @@ void Trainer::setup() {
   gs.timeout = std::chrono::milliseconds(static_cast<int64_t>(opt_.timeout_s * 1000));
   const std::string& a = env_.master_addr;
   if (a == "127.0.0.1" || a == "localhost" || a == "::1") gs.gloo_host = "127.0.0.1";
+  gs.stage_cuda = on_gpu_;
   g_ = make_groups(layout_, env_.rank, store_, gs, clock_);
+  // Replicas of the same parameters (gradients summed, ZeRO shards): the dp x cp ranks.
+  const int replicas = g_.dp->size();
 
   ModelSettings ms;
   ms.spec = plan_.model;
   ms.seq_len = s_.seq_len;
   ms.tp = s_.tp;
   ms.tp_rank = coord_.tp;
+  ms.cp = s_.cp;
+  ms.cp_rank = coord_.cp;
   ms.sequence_parallel = s_.sequence_parallel && s_.tp > 1;
   ms.recompute = s_.recompute;
   ms.seed = opt_.seed;
-  ms.pad_to = s_.dp;
+  ms.pad_to = replicas;
   ms.device = device_;
   const int V = schedule_.virtual_stages();
   chunks_.resize(s_.vp);
@@ -224,7 +229,7 @@ void Trainer::setup() {
     ChunkState& cs = chunks_[c];
     cs.vstage = schedule_.virtual_stage(coord_.pp, c);
     ChunkPlacement place{plan_.first_layer[cs.vstage], plan_.layers[cs.vstage], cs.vstage == 0, cs.vstage == V - 1};
-    cs.model = std::make_unique<ModelChunk>(ms, place, *g_.tp, clock_);
+    cs.model = std::make_unique<ModelChunk>(ms, place, *g_.tp, *g_.cp, clock_);
     cs.tied_copy = plan_.model.tied_embeddings && V > 1 && (place.has_embedding || place.has_head);
     at::Tensor& flat = cs.model->flat();
     const int64_t n = flat.numel();
@@ -234,11 +239,11 @@ void Trainer::setup() {
       cs.grad = cs.model->flat_grad();
       cs.decay = cs.model->decay_mask();
     } else {
-      cs.shard = n / s_.dp;
-      cs.shard_offset = cs.shard * coord_.dp;
+      cs.shard = n / replicas;
+      cs.shard_offset = cs.shard * g_.dp->index();
       // ZeRO-3 keeps its own copy of the shard (the flat buffer is refilled by all-gathers);
       // ZeRO-1/2 update their slice of the flat buffer in place. With one replica: in place.
-      cs.master = s_.zero == 3 && s_.dp > 1 ? flat.narrow(0, cs.shard_offset, cs.shard).clone()
+      cs.master = s_.zero == 3 && replicas > 1 ? flat.narrow(0, cs.shard_offset, cs.shard).clone()
                                             : flat.narrow(0, cs.shard_offset, cs.shard);
       cs.grad = at::zeros({cs.shard}, flat.options());
       cs.decay = cs.model->decay_mask().narrow(0, cs.shard_offset, cs.shard);
@@ -252,7 +257,7 @@ void Trainer::setup() {
 void Trainer::setup_buckets(ChunkState& c) {
   // Not with ZeRO (one reduce-scatter per chunk), sequence parallelism (TP-replicated gradients
   // are summed over TP first) or a tied-embedding copy (summed with its twin first).
-  if (s_.zero != 0 || s_.dp == 1 || (s_.sequence_parallel && s_.tp > 1) || c.tied_copy) return;
+  if (s_.zero != 0 || g_.dp->size() == 1 || (s_.sequence_parallel && s_.tp > 1) || c.tied_copy) return;
   constexpr int64_t kBucket = int64_t(1) << 22;  // elements (16 MiB in fp32)
   auto& params = c.model->params();
   std::vector<int> bucket_of(params.size());
@@ -318,14 +323,14 @@ std::pair<at::Tensor, at::Tensor> Trainer::micro_batch_tokens(int step, int mb) 
 }
 
 at::Tensor Trainer::activation_buffer() const {
-  const int64_t s = (s_.sequence_parallel && s_.tp > 1) ? s_.seq_len / s_.tp : s_.seq_len;
+  const int64_t s = (s_.sequence_parallel && s_.tp > 1) ? s_.seq_len / s_.cp / s_.tp : s_.seq_len / s_.cp;
   return at::empty({s, s_.micro_batch, plan_.model.hidden}, at::TensorOptions().dtype(at::kFloat).device(device_));
 }
 
 void Trainer::gather_params(ChunkState& c) {
   // Parameters do not change within a step, so the chunk is gathered at its first slot and kept
   // until the optimizer (re-gathering would also bump the version of tensors autograd saved).
-  if (s_.zero != 3 || s_.dp == 1 || c.gathered) return;
+  if (s_.zero != 3 || g_.dp->size() == 1 || c.gathered) return;
   c.gathered = true;
   const auto t0 = Clock::now();
   auto w = g_.dp->all_gather_flat_async(c.model->flat(), c.master);
@@ -334,7 +339,7 @@ void Trainer::gather_params(ChunkState& c) {
 }
 
 void Trainer::launch_dp(ChunkState& c) {
-  if (s_.dp == 1) {
+  if (g_.dp->size() == 1) {
     if (s_.zero >= 1) c.grad.copy_(c.model->flat_grad());
     return;
   }
@@ -498,7 +503,7 @@ void Trainer::step(int index, bool measured) {
   optimizer_step();
   if (s_.zero == 1 || s_.zero == 2) {
     for (auto& c : chunks_) {
-      if (s_.dp == 1) break;
+      if (g_.dp->size() == 1) break;
       const auto tg = Clock::now();
       at::Tensor mine = c.master.clone();
       auto w = g_.dp->all_gather_flat_async(c.model->flat(), mine);
@@ -507,7 +512,7 @@ void Trainer::step(int index, bool measured) {
     }
   }
   // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
-  const bool reports = chunks_.back().vstage == V - 1 && coord_.tp == 0;
+  const bool reports = chunks_.back().vstage == V - 1 && coord_.tp == 0 && coord_.cp == 0;
   at::Tensor l = at::full({1}, reports ? loss_sum / (double(m) * s_.dp) : 0.0,
                           at::TensorOptions().dtype(at::kDouble).device(device_));
   g_.world->all_reduce(l);
@@ -580,6 +585,7 @@ Measurement Trainer::collect() {
     p.backward = x[int(Ph::backward)];
     p.recompute = x[int(Ph::recompute)];
     p.tp_comm = x[int(Ph::tp_comm)];
+    p.cp_comm = x[int(Ph::cp_comm)];
     p.pp_comm = x[int(Ph::pp_comm)];
     p.dp_comm_exposed = x[int(Ph::dp_comm)];
     p.dp_comm = std::max(x[kPhases], p.dp_comm_exposed);
@@ -628,6 +634,11 @@ Measurement Trainer::collect() {
                    {"intra_op_threads", at::get_num_threads()},
                    {"compute_dtype", on_gpu_ && s_.dtype == Dtype::bf16 ? "bf16 (autocast, fp32 master)" : "fp32"},
                    {"data", opt_.data_file.empty() ? "synthetic" : opt_.data_file},
+                   {"vocab_padding",
+                    {{"vocab", plan_.model.vocab},
+                     {"padded_vocab", padded_vocab(plan_.model.vocab, s_.tp)},
+                     {"note", "embedding and LM head rows padded to a multiple of 128*tp (Megatron); padding "
+                              "rows are not in the layer graph's parameter count and get no logit"}}},
                    {"phase_notes",
                     "steady clock per rank; bubble = waiting to receive from a pipeline neighbour; "
                     "dp_comm = data-parallel collectives from launch to completion"}};
@@ -664,11 +675,13 @@ std::optional<Measurement> Trainer::run() {
 }  // namespace
 
 std::optional<Measurement> run_rank(const ExecPlan& plan, const ExecOptions& opt, const RankEnv& env) {
-  const bool on_gpu = opt.backend == "nccl";
+  // --device cuda runs NCCL ranks one per GPU, or Gloo ranks several to a GPU (correctness checks).
+  const bool on_gpu = opt.device.empty() ? opt.backend == "nccl" : opt.device == "cuda";
   at::Device device = at::kCPU;
 #ifdef TRAINPLAN_EXEC_CUDA
   if (on_gpu) {
-    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+    const int gpus = std::max<int>(1, c10::cuda::device_count());
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % gpus));
     c10::cuda::set_device(device.index());
   }
 #endif
