@@ -167,7 +167,12 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   TORCH_CHECK(q.dim() == 4 && k.sizes() == v.sizes() && q.size(1) % k.size(1) == 0 && q.size(2) == k.size(2) &&
                   (cp.size() == 1 || q.size(2) % 2 == 0),
               "ring_attention: q [b, hq, L, d], k and v [b, hkv, L, d], L even with cp > 1");
-  return RingAttention::apply(q.contiguous(), k.contiguous(), v.contiguous(), reinterpret_cast<int64_t>(&cp));
+  // One compute dtype for q, k and v: autocast's where it is on (the function itself runs with
+  // autocast off), else q's. K and V then travel in it.
+  const auto dev = q.device().type();
+  const at::ScalarType dt = at::autocast::is_autocast_enabled(dev) ? at::autocast::get_autocast_dtype(dev) : q.scalar_type();
+  return RingAttention::apply(q.to(dt).contiguous(), k.to(dt).contiguous(), v.to(dt).contiguous(),
+                              reinterpret_cast<int64_t>(&cp));
 }
 
 }  // namespace trainplan::exec
