@@ -82,8 +82,6 @@ class ModelChunk {
   std::vector<at::Tensor> tp_partial_grads();
   // The tied word-embedding copy on this chunk (first or last chunk of a tied model), if any.
   at::Tensor tied_embedding_grad();
-  // Rows of the word embedding / LM head added by padding (whole model, all TP ranks).
-  int64_t vocab_padding_rows() const { return padded_vocab(s_.spec.vocab, s_.tp) - s_.spec.vocab; }
 
  private:
   struct Layer;
