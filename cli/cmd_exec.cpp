@@ -30,7 +30,9 @@ process is one rank. Exit status: 0 ok, 1 a rank failed, 2 bad input.
 
 const char* kExecFlags = R"(execution:
   --nproc N                 spawn N local ranks (N = dp*tp*pp*cp)
-  --backend nccl|gloo       collectives (default: nccl when CUDA is available, else gloo)
+  --device cpu|cuda         where the ranks run (default: cuda when available, else cpu); Gloo ranks
+                            may share one GPU (correctness checks)
+  --backend nccl|gloo       collectives (default: nccl on cuda, gloo on cpu)
   --steps K                 measured steps (default 5)
   --warmup W                steps run first and discarded (default 1)
   --seed S                  parameter and data seed (default 1234)
@@ -75,7 +77,8 @@ int cmd_exec(const Args& args, const Context& ctx) {
   o.seed = f.get_int("seed", 1234, 0, (1LL << 62));
   o.lr = f.get_double("lr", 1e-3, 0, 10);
   o.timeout_s = f.get_double("timeout", 30, 1, 86400);
-  o.backend = f.get_choice("backend", cuda ? "nccl" : "gloo", {"nccl", "gloo"});
+  o.device = f.get_choice("device", cuda ? "cuda" : "cpu", {"cpu", "cuda"});
+  o.backend = f.get_choice("backend", o.device == "cuda" ? "nccl" : "gloo", {"nccl", "gloo"});
   o.data_file = f.get_or("data", "");
   o.dump_params = f.get_or("dump-params", "");
   o.faults.kill_rank = static_cast<int>(f.get_int("fault-kill-rank", -1, -1, 1 << 24));
@@ -86,17 +89,15 @@ int cmd_exec(const Args& args, const Context& ctx) {
   f.finish();
 
   const Strategy& s = in.strategy;
-  if (o.backend == "nccl" && !cuda)
-    throw InputError("--backend nccl: this build has no CUDA or no GPU is visible; use --backend gloo");
-  if (s.cp > 1) throw InputError(fmt::format("--cp {}: exec does not run context parallelism yet (cp must be 1)", s.cp));
-  if (o.backend == "nccl" && (s.dtype == Dtype::fp16 || s.dtype == Dtype::fp8))
+  if (o.device == "cuda" && !cuda) throw InputError("--device cuda: this build has no CUDA or no GPU is visible");
+  if (o.backend == "nccl" && o.device != "cuda") throw InputError("--backend nccl: needs --device cuda; use --backend gloo");
+  if (o.device == "cuda" && (s.dtype == Dtype::fp16 || s.dtype == Dtype::fp8))
     throw InputError(fmt::format("--dtype {}: exec runs bf16 or fp32 on GPUs (fp16 loss scaling and fp8 are not implemented)",
                                  to_string(s.dtype)));
-  check_divisible("vocab", in.model.vocab, s.tp);
   check_divisible("heads", in.model.heads, s.tp);
   check_divisible("kv_heads", in.model.kv_heads, s.tp);
   check_divisible("ffn_hidden", in.model.ffn_hidden, s.tp);
-  if (s.sequence_parallel && s.tp > 1) check_divisible("sequence length", s.seq_len, s.tp);
+  if (s.sequence_parallel && s.tp > 1) check_divisible("sequence length / cp", s.seq_len / s.cp, s.tp);
   if (in.model.position == Position::alibi)
     throw InputError(fmt::format("--model {}: exec does not implement ALiBi positions", in.model.name));
 

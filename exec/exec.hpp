@@ -17,6 +17,7 @@ struct ExecOptions {
   int warmup = 1;              // steps run first and discarded
   long long seed = 1234;       // parameters and synthetic data
   std::string backend;         // "gloo" | "nccl"
+  std::string device;          // "cpu" | "cuda"; empty: cuda with nccl, else cpu
   double timeout_s = 30;       // collective / rendezvous timeout
   double lr = 1e-3;            // AdamW learning rate (constant)
   std::string data_file;       // optional: little-endian uint16 token file; empty: synthetic

@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include "exec/kernels/cross_entropy.hpp"
+#include "exec/kernels/ring_attention.hpp"
+
 namespace trainplan::exec {
 
 struct ModelChunk::Layer {
@@ -34,8 +37,12 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 }  // namespace
 
-ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm& tp, PhaseClock& clock)
-    : s_(s), place_(place), tp_(tp), clock_(clock) {
+int64_t local_seq_len(const ModelSettings& s) {
+  return s.seq_len / s.cp / (s.sequence_parallel && s.tp > 1 ? s.tp : 1);
+}
+
+ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm& tp, Comm& cp, PhaseClock& clock)
+    : s_(s), place_(place), tp_(tp), cp_(cp), clock_(clock) {
   const ModelSpec& m = s_.spec;
   const bool gpt = m.activation == Activation::gelu;
   const bool layernorm = m.norm == Norm::layernorm;
@@ -46,9 +53,11 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
   const int64_t h = m.hidden, f = m.ffn_hidden, q_out = int64_t(m.heads) * head_dim_,
                 kv_out = int64_t(m.kv_heads) * head_dim_;
   const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * m.layers);
+  const int64_t vocab_rows = padded_vocab(m.vocab, s_.tp);
+  positions_ = zigzag_positions(s_.seq_len, s_.cp, s_.cp_rank).to(s_.device);
 
   if (place_.has_embedding) {
-    wte_ = declare("embed.wte", {m.vocab, h}, 0, std_in);
+    wte_ = declare("embed.wte", {vocab_rows, h}, 0, std_in, 0, m.vocab);
     if (m.position == Position::learned) wpe_ = declare("embed.wpe", {s_.seq_len, h}, -1, std_in);
   }
   for (int i = 0; i < place_.layers; ++i) {
@@ -85,26 +94,27 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
     // A tied head is a copy of the word embedding (same name, same initial values); when it sits
     // on another rank than the embedding, the two copies' gradients are summed every step.
     if (m.tied_embeddings)
-      head_ = place_.has_embedding ? wte_ : declare("embed.wte", {m.vocab, h}, 0, std_in);
+      head_ = place_.has_embedding ? wte_ : declare("embed.wte", {vocab_rows, h}, 0, std_in, 0, m.vocab);
     else
-      head_ = declare("head.lm", {m.vocab, h}, 0, std_in);
+      head_ = declare("head.lm", {vocab_rows, h}, 0, std_in, 0, m.vocab);
   }
   materialize();
 
   if (m.position == Position::rope) {
-    // RoPE (Su et al. 2021), rotate-half form, base 10000, on the full sequence.
+    // RoPE (Su et al. 2021), rotate-half form, base 10000, at this rank's sequence positions.
     auto inv = at::pow(10000.0, -at::arange(0, head_dim_, 2, at::kDouble) / head_dim_);
-    auto freqs = at::outer(at::arange(s_.seq_len, at::kDouble), inv);
+    auto freqs = at::outer(positions_.cpu().to(at::kDouble), inv);
     auto emb = at::cat({freqs, freqs}, -1).to(at::kFloat).to(s_.device);
-    rope_cos_ = emb.cos().view({s_.seq_len, 1, 1, head_dim_});
-    rope_sin_ = emb.sin().view({s_.seq_len, 1, 1, head_dim_});
+    const int64_t L = positions_.size(0);
+    rope_cos_ = emb.cos().view({L, 1, 1, head_dim_});
+    rope_sin_ = emb.sin().view({L, 1, 1, head_dim_});
   }
 }
 
 ModelChunk::~ModelChunk() = default;
 
 int ModelChunk::declare(const std::string& name, std::vector<int64_t> full_shape, int shard_dim, double init_std,
-                        double fill) {
+                        double fill, int64_t init_rows) {
   ParamInfo p;
   p.name = name;
   p.full_shape = full_shape;
@@ -122,7 +132,7 @@ int ModelChunk::declare(const std::string& name, std::vector<int64_t> full_shape
   p.numel = n;
   p.offset = params_.empty() ? 0 : params_.back().offset + params_.back().numel;
   params_.push_back(std::move(p));
-  init_.emplace_back(init_std, fill);
+  init_.push_back({init_std, fill, init_rows < 0 ? full_shape[0] : init_rows});
   return static_cast<int>(params_.size()) - 1;
 }
 
@@ -136,11 +146,19 @@ void ModelChunk::materialize() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     ParamInfo& p = params_[i];
-    const auto [std_dev, fill] = init_[i];
+    const auto [std_dev, fill, rows] = init_[i];
     at::Tensor full;
     if (std_dev > 0) {
+      // The real rows are drawn as one [rows, ...] tensor whatever the padding, so that every TP
+      // size starts from the same values.
       auto gen = at::make_generator<at::CPUGeneratorImpl>(param_seed(s_.seed, p.name));
-      full = at::randn(p.full_shape, gen, at::TensorOptions().dtype(at::kFloat)) * std_dev;
+      auto shape = p.full_shape;
+      shape[0] = rows;
+      full = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)) * std_dev;
+      if (rows < p.full_shape[0]) {
+        shape[0] = p.full_shape[0] - rows;
+        full = at::cat({full, at::zeros(shape, full.options())});
+      }
     } else {
       full = at::full(p.full_shape, fill, at::TensorOptions().dtype(at::kFloat));
     }
@@ -178,6 +196,10 @@ at::Tensor ModelChunk::attention_core(const Layer&, const at::Tensor& q, const a
   auto qq = q.permute({1, 2, 0, 3});
   auto kk = k.permute({1, 2, 0, 3});
   auto vv = v.permute({1, 2, 0, 3});
+  if (s_.cp > 1) {
+    auto ctx = ring_attention(qq, kk, vv, cp_);
+    return ctx.permute({2, 0, 1, 3}).reshape({q.size(0), q.size(1), int64_t(heads_local_) * head_dim_});
+  }
   if (kv_local_ != heads_local_) {
     kk = kk.repeat_interleave(heads_local_ / kv_local_, 1);
     vv = vv.repeat_interleave(heads_local_ / kv_local_, 1);
@@ -227,9 +249,9 @@ at::Tensor ModelChunk::embed(const at::Tensor& tokens) {
   e = e.transpose(0, 1).contiguous();                                           // [s, b, h]
   e = from_tp(e);
   if (wpe_ >= 0) {
-    at::Tensor pos = params_[wpe_].param;
+    at::Tensor pos = s_.cp > 1 ? params_[wpe_].param.index_select(0, positions_) : params_[wpe_].param;
     if (s_.sequence_parallel && s_.tp > 1) {
-      const int64_t part = s_.seq_len / s_.tp;
+      const int64_t part = pos.size(0) / s_.tp;
       pos = pos.narrow(0, part * s_.tp_rank, part);
     }
     e = e + pos.unsqueeze(1);
@@ -240,31 +262,28 @@ at::Tensor ModelChunk::embed(const at::Tensor& tokens) {
 at::Tensor ModelChunk::head_loss(const at::Tensor& x, const at::Tensor& targets) {
   auto hn = to_tp(norm(x, params_[norm_w_].param, norm_b_ >= 0 ? params_[norm_b_].param : at::Tensor()));
   const at::Tensor& w = params_[head_].param;
-  auto logits = at::linear(hn, w).to(at::kFloat);  // [s, b, V/tp]
-  // Vocabulary-parallel cross-entropy: log-sum-exp and the target logit are summed over the TP
-  // group; the max is only for stability (no gradient).
-  auto mx = logits.detach().amax(-1, true);
-  tp_.all_reduce(mx, c10d::ReduceOp::MAX);
-  auto z = logits - mx;
-  auto sumexp = reduce_from_tp(z.exp().sum(-1), tp_);
-  const int64_t rows = w.size(0), lo = rows * s_.tp_rank;
-  auto t = targets.transpose(0, 1);  // [s, b]
-  auto outside = (t < lo).logical_or(t >= lo + rows);
-  auto local = (t - lo).masked_fill(outside, 0);
-  auto tz = z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0);
-  tz = reduce_from_tp(tz, tp_);
-  return (sumexp.log() - tz).mean();
+  const VocabShard shard = vocab_shard(s_.spec.vocab, w.size(0), s_.tp_rank);
+  const int64_t chunk = std::max<int64_t>(1, s_.loss_chunk_bytes / (4 * std::max<int64_t>(1, shard.valid)));
+  auto t = targets.transpose(0, 1).reshape({-1});  // [s * b], the order of hn's rows
+  at::Tensor loss = vocab_parallel_cross_entropy(hn.reshape({-1, hn.size(-1)}), w, t, shard, tp_, chunk);
+  // Context parallelism: every CP rank holds seq/cp of each sequence, so the micro-batch's mean
+  // is the mean of the CP ranks' means (summed forward; each rank's backward carries 1/cp).
+  if (s_.cp > 1) loss = reduce_from_tp(loss, cp_) / static_cast<double>(s_.cp);
+  return loss;
 }
 
 at::Tensor ModelChunk::forward(const at::Tensor& input, const at::Tensor& targets) {
-  at::Tensor x = place_.has_embedding ? embed(input) : input;
+  // This CP rank's tokens of each sequence (all of them without CP).
+  auto mine = [this](const at::Tensor& t) { return s_.cp > 1 ? t.index_select(1, positions_) : t; };
+  at::Tensor x = place_.has_embedding ? embed(mine(input)) : input;
+  const at::Tensor my_targets = place_.has_head ? mine(targets) : at::Tensor();
   for (const auto& l : layers_) {
     if (s_.recompute == Recompute::full)
       x = checkpoint(&l->whole, {x}, clock_);
     else
       x = layer_forward(*l, x);
   }
-  if (place_.has_head) return head_loss(x, targets);
+  if (place_.has_head) return head_loss(x, my_targets);
   return x;
 }
 

@@ -1,11 +1,17 @@
 // The sharded decoder-only transformer: one model chunk (a contiguous range of layers, plus the
 // embedding on the first virtual stage and the final norm, LM head and loss on the last) as held
-// by one tensor-parallel rank. GPT-2 style (LayerNorm, GELU, learned positions, biases) and Llama
+// by one tensor- and context-parallel rank. GPT-2 style (LayerNorm, GELU, learned positions, biases) and Llama
 // style (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases).
 //
 // Parameters are initialised from (seed, parameter name) on the full, unsharded tensor and then
 // sliced, so every layout starts from the same model. All parameters of a chunk are views into one
 // flat buffer (and their gradients into a second), which DP/ZeRO reduce and shard as a whole.
+//
+// The embedding and LM head hold padded_vocab(vocab, tp) rows (sim/model_spec.hpp); the padding
+// rows start at zero, are never looked up, and get no logit, so they change neither the loss nor
+// any gradient. With context parallelism the chunk sees the sequence positions
+// zigzag_positions(seq, cp, cp_rank) (exec/kernels/ring_attention.hpp) and attends over the CP
+// group by ring attention; its loss is the mean over the whole sequence.
 #pragma once
 #include <torch/torch.h>
 
@@ -39,23 +45,31 @@ struct ModelSettings {
   ModelSpec spec;
   int seq_len = 0;
   int tp = 1, tp_rank = 0;
+  int cp = 1, cp_rank = 0;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
   long long seed = 0;
   int64_t pad_to = 1;  // flat buffers are padded to a multiple of this (the DP size, for ZeRO)
   at::Device device = at::kCPU;
+  // The loss computes logits for at most this many bytes (fp32) at a time (chunked cross-entropy).
+  int64_t loss_chunk_bytes = int64_t(256) << 20;
 };
+
+// Tokens of one sequence a rank holds between layers: seq / cp, and of those 1/tp with sequence
+// parallelism. Pipeline stages exchange activations of [local_seq_len, micro-batch, hidden].
+int64_t local_seq_len(const ModelSettings& s);
 
 class ModelChunk {
  public:
-  ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm& tp, PhaseClock& clock);
+  ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm& tp, Comm& cp, PhaseClock& clock);
   ~ModelChunk();
   ModelChunk(const ModelChunk&) = delete;
   ModelChunk& operator=(const ModelChunk&) = delete;
 
-  // First chunk: `input` is tokens [b, s] (int64); else the previous stage's activation
-  // [s or s/tp, b, hidden]. Last chunk: returns the mean loss over the micro-batch's tokens
-  // (targets [b, s]); else the activation for the next stage.
+  // First chunk: `input` is tokens [b, seq] (int64, the whole sequences: each CP rank takes its
+  // positions); else the previous stage's activation [local_seq_len, b, hidden]. Last chunk:
+  // returns the mean loss over the micro-batch's tokens (targets [b, seq]), equal on every TP and
+  // CP rank; else the activation for the next stage.
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets);
 
   std::vector<ParamInfo>& params() { return params_; }
@@ -73,8 +87,9 @@ class ModelChunk {
   struct Layer;
   // Declares a parameter (pass 1); returns its index in params_. Init: normal(0, init_std), or
   // the constant `fill` when init_std == 0.
+  // `init_rows` (> 0): only the first init_rows rows are drawn, the rest are zero (vocabulary padding).
   int declare(const std::string& name, std::vector<int64_t> full_shape, int shard_dim, double init_std,
-              double fill = 0);
+              double fill = 0, int64_t init_rows = -1);
   void materialize();  // pass 2: allocate the flat buffers, create and initialise the views
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   at::Tensor layer_forward(const Layer& l, const at::Tensor& x) const;
@@ -87,12 +102,18 @@ class ModelChunk {
   ModelSettings s_;
   ChunkPlacement place_;
   Comm& tp_;
+  Comm& cp_;
   PhaseClock& clock_;
   std::vector<ParamInfo> params_;
-  std::vector<std::pair<double, double>> init_;  // (std, fill) per parameter
+  struct Init {
+    double std_dev, fill;
+    int64_t rows;
+  };
+  std::vector<Init> init_;  // per parameter
   at::Tensor flat_, flat_grad_, decay_mask_;
   std::vector<std::unique_ptr<Layer>> layers_;
   int wte_ = -1, wpe_ = -1, norm_w_ = -1, norm_b_ = -1, head_ = -1;  // indices into params_
+  at::Tensor positions_;  // global positions of this CP rank's tokens [seq / cp]
   at::Tensor rope_cos_, rope_sin_;
   int heads_local_ = 0, kv_local_ = 0, head_dim_ = 0;
 };

@@ -44,9 +44,37 @@ std::array<double, kPhases> PhaseClock::stop() {
 
 // ---------------------------------------------------------------- Comm
 
+namespace {
+
+// A Gloo work on host copies of CUDA tensors: waiting for it copies the result back.
+class StagedWork : public c10d::Work {
+ public:
+  StagedWork(c10::intrusive_ptr<c10d::Work> inner, at::Tensor host, at::Tensor device)
+      : inner_(std::move(inner)), host_(std::move(host)), device_(std::move(device)) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    inner_->wait(timeout);
+    if (device_.defined() && !copied_) device_.copy_(host_);
+    copied_ = true;
+    return true;
+  }
+  bool isCompleted() override { return inner_->isCompleted(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  at::Tensor host_, device_;  // device_ undefined: nothing to copy back (a send)
+  bool copied_ = false;
+};
+
+c10::intrusive_ptr<c10d::Work> staged_work(c10::intrusive_ptr<c10d::Work> inner, at::Tensor host, at::Tensor device = {}) {
+  return c10::make_intrusive<StagedWork>(std::move(inner), std::move(host), std::move(device));
+}
+
+}  // namespace
+
 Comm::Comm(c10::intrusive_ptr<c10d::Backend> pg, std::vector<int> ranks, int index, PhaseClock* clock, Ph phase,
-           std::string name)
-    : pg_(std::move(pg)), ranks_(std::move(ranks)), index_(index), clock_(clock), phase_(phase), name_(std::move(name)) {}
+           std::string name, bool stage_cuda)
+    : pg_(std::move(pg)), ranks_(std::move(ranks)), index_(index), clock_(clock), phase_(phase), name_(std::move(name)),
+      stage_cuda_(stage_cuda) {}
 
 void Comm::wait(const c10::intrusive_ptr<c10d::Work>& w, Ph phase) {
   if (!w) return;
@@ -57,39 +85,41 @@ void Comm::wait(const c10::intrusive_ptr<c10d::Work>& w, Ph phase) {
 void Comm::all_reduce(at::Tensor& t, c10d::ReduceOp op) {
   if (size() == 1) return;
   PhaseScope s(*clock_, phase_);
-  std::vector<at::Tensor> v{t};
   c10d::AllreduceOptions o;
   o.reduceOp = op;
+  std::vector<at::Tensor> v{staged(t) ? t.cpu() : t};
   pg_->allreduce(v, o)->wait();
+  if (staged(t)) t.copy_(v[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> Comm::all_reduce_async(at::Tensor& t) {
   if (size() == 1) return {};
-  std::vector<at::Tensor> v{t};
-  return pg_->allreduce(v);
+  std::vector<at::Tensor> v{staged(t) ? t.cpu() : t};
+  auto w = pg_->allreduce(v);
+  return staged(t) ? staged_work(w, v[0], t) : w;
 }
 
 at::Tensor Comm::all_gather_dim0(const at::Tensor& t) {
   if (size() == 1) return t;
   PhaseScope s(*clock_, phase_);
-  at::Tensor in = t.contiguous();
+  at::Tensor in = staged(t) ? t.cpu().contiguous() : t.contiguous();
   auto shape = in.sizes().vec();
   shape[0] *= size();
   at::Tensor out = at::empty(shape, in.options());
   pg_->_allgather_base(out, in)->wait();
-  return out;
+  return staged(t) ? out.to(t.device()) : out;
 }
 
 at::Tensor Comm::reduce_scatter_dim0(const at::Tensor& t) {
   if (size() == 1) return t;
   PhaseScope s(*clock_, phase_);
-  at::Tensor in = t.contiguous();
+  at::Tensor in = staged(t) ? t.cpu().contiguous() : t.contiguous();
   TORCH_CHECK(in.size(0) % size() == 0, "reduce_scatter: dim 0 not divisible by group size");
   auto shape = in.sizes().vec();
   shape[0] /= size();
   at::Tensor out = at::empty(shape, in.options());
   pg_->_reduce_scatter_base(out, in)->wait();
-  return out;
+  return staged(t) ? out.to(t.device()) : out;
 }
 
 c10::intrusive_ptr<c10d::Work> Comm::all_gather_flat_async(at::Tensor& full, at::Tensor& shard) {
@@ -97,7 +127,9 @@ c10::intrusive_ptr<c10d::Work> Comm::all_gather_flat_async(at::Tensor& full, at:
     if (full.data_ptr() != shard.data_ptr()) full.copy_(shard);
     return {};
   }
-  return pg_->_allgather_base(full, shard);
+  if (!staged(full)) return pg_->_allgather_base(full, shard);
+  at::Tensor host_full = at::empty(full.sizes(), full.options().device(at::kCPU)), host_shard = shard.cpu();
+  return staged_work(pg_->_allgather_base(host_full, host_shard), host_full, full);
 }
 
 c10::intrusive_ptr<c10d::Work> Comm::reduce_scatter_flat_async(at::Tensor& shard, at::Tensor& full) {
@@ -105,19 +137,33 @@ c10::intrusive_ptr<c10d::Work> Comm::reduce_scatter_flat_async(at::Tensor& shard
     if (full.data_ptr() != shard.data_ptr()) shard.copy_(full);
     return {};
   }
-  return pg_->_reduce_scatter_base(shard, full);
+  if (!staged(full)) return pg_->_reduce_scatter_base(shard, full);
+  at::Tensor host_full = full.cpu(), host_shard = at::empty(shard.sizes(), shard.options().device(at::kCPU));
+  return staged_work(pg_->_reduce_scatter_base(host_shard, host_full), host_shard, shard);
 }
 
 c10::intrusive_ptr<c10d::Work> Comm::send(at::Tensor& t, int dst_index, int tag) {
   PhaseScope s(*clock_, phase_);
-  std::vector<at::Tensor> v{t};
-  return pg_->send(v, dst_index, tag);
+  std::vector<at::Tensor> v{staged(t) ? t.cpu() : t};
+  auto w = pg_->send(v, dst_index, tag);
+  return staged(t) ? staged_work(w, v[0]) : w;  // the host copy lives until the send is waited for
 }
 
 c10::intrusive_ptr<c10d::Work> Comm::recv(at::Tensor& t, int src_index, int tag) {
   PhaseScope s(*clock_, phase_);
-  std::vector<at::Tensor> v{t};
-  return pg_->recv(v, src_index, tag);
+  std::vector<at::Tensor> v{staged(t) ? at::empty(t.sizes(), t.options().device(at::kCPU)) : t};
+  auto w = pg_->recv(v, src_index, tag);
+  return staged(t) ? staged_work(w, v[0], t) : w;
+}
+
+std::vector<c10::intrusive_ptr<c10d::Work>> Comm::exchange_async(at::Tensor& out, int dst, at::Tensor& in, int src,
+                                                                 int tag) {
+  if (index_ % 2 == 0) {
+    auto s = send(out, dst, tag);
+    return {s, recv(in, src, tag)};
+  }
+  auto r = recv(in, src, tag);
+  return {r, send(out, dst, tag)};
 }
 
 // ---------------------------------------------------------------- groups
@@ -155,7 +201,7 @@ std::unique_ptr<Comm> join(const std::vector<std::vector<int>>& groups, int rank
       auto prefixed = c10::make_intrusive<c10d::PrefixStore>(fmt::format("pg/{}/{}", name, g.front()), store);
       pg = make_backend(prefixed, index, static_cast<int>(g.size()), s);
     }
-    mine = std::make_unique<Comm>(pg, g, index, &clock, phase, name);
+    mine = std::make_unique<Comm>(pg, g, index, &clock, phase, name, s.stage_cuda && s.backend == "gloo");
   }
   TORCH_CHECK(mine, "rank ", rank, " is in no ", name, " group");
   return mine;
@@ -169,7 +215,8 @@ Groups make_groups(const RankLayout& layout, int rank, const c10::intrusive_ptr<
   g.world = join(layout.all_groups({Dim::tp, Dim::cp, Dim::dp, Dim::pp}), rank, "world", store, settings, clock,
                  Ph::other);
   g.tp = join(layout.all_groups({Dim::tp}), rank, "tp", store, settings, clock, Ph::tp_comm);
-  g.dp = join(layout.all_groups({Dim::dp}), rank, "dp", store, settings, clock, Ph::dp_comm);
+  g.cp = join(layout.all_groups({Dim::cp}), rank, "cp", store, settings, clock, Ph::cp_comm);
+  g.dp = join(layout.all_groups({Dim::dp, Dim::cp}), rank, "dp", store, settings, clock, Ph::dp_comm);
   g.pp = join(layout.all_groups({Dim::pp}), rank, "pp", store, settings, clock, Ph::pp_comm);
   // Tied embeddings: the first and last pipeline stages hold copies of the word embedding.
   std::vector<std::vector<int>> embed;

@@ -19,7 +19,7 @@ namespace trainplan::exec {
 
 // Exclusive phases of a rank's step: at any moment the rank is in exactly one, so they add up to
 // the step's wall time. Communication inside forward/backward is taken out of them.
-enum class Ph { forward, backward, recompute, tp_comm, pp_comm, dp_comm, bubble, optimizer, other, count };
+enum class Ph { forward, backward, recompute, tp_comm, cp_comm, pp_comm, dp_comm, bubble, optimizer, other, count };
 inline constexpr int kPhases = static_cast<int>(Ph::count);
 
 // Steady-clock phase accounting. With `device_sync` (CUDA) the device is synchronised at each
@@ -56,10 +56,13 @@ class PhaseScope {
 
 // One process group: a c10d backend over `ranks` (global ranks, ascending), timed into `phase`.
 // With one rank every collective is the identity and no backend exists.
+// Gloo has no CUDA send/recv/reduce-scatter, so with `stage_cuda` (Gloo ranks on a GPU, for
+// correctness checks on one device) CUDA tensors are copied to the host, moved by Gloo and copied
+// back when the work is waited for.
 class Comm {
  public:
   Comm(c10::intrusive_ptr<c10d::Backend> pg, std::vector<int> ranks, int index, PhaseClock* clock, Ph phase,
-       std::string name);
+       std::string name, bool stage_cuda = false);
   int size() const { return static_cast<int>(ranks_.size()); }
   int index() const { return index_; }  // this rank's position in ranks()
   const std::vector<int>& ranks() const { return ranks_; }
@@ -74,6 +77,11 @@ class Comm {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_flat_async(at::Tensor& shard, at::Tensor& full);
   c10::intrusive_ptr<c10d::Work> send(at::Tensor& t, int dst_index, int tag);
   c10::intrusive_ptr<c10d::Work> recv(at::Tensor& t, int src_index, int tag);
+  // A ring shift: sends `out` to member `dst` while receiving `in` from member `src`. Even members
+  // post the send first and odd ones the receive, so two members that exchange with each other
+  // over one NCCL stream never both start with a receive. Wait for the returned works.
+  std::vector<c10::intrusive_ptr<c10d::Work>> exchange_async(at::Tensor& out, int dst, at::Tensor& in, int src,
+                                                             int tag);
   // Waits for `w` inside this group's phase.
   void wait(const c10::intrusive_ptr<c10d::Work>& w, Ph phase);
 
@@ -86,11 +94,16 @@ class Comm {
   PhaseClock* clock_;
   Ph phase_;
   std::string name_;
+  bool stage_cuda_ = false;
+  bool staged(const at::Tensor& t) const { return stage_cuda_ && t.is_cuda(); }
 };
 
-// Every group one rank belongs to.
+// Every group one rank belongs to. `dp` holds the ranks with replicas of the same parameters,
+// i.e. the dp x cp ranks (context-parallel ranks see different tokens of the same sequences, so
+// their gradients are summed with the data-parallel ones, as Megatron's dp-cp group does); the
+// data itself is split by the dp coordinate alone.
 struct Groups {
-  std::unique_ptr<Comm> world, tp, dp, pp;
+  std::unique_ptr<Comm> world, tp, cp, dp, pp;
   std::unique_ptr<Comm> embed;  // first and last pipeline stage (tied embeddings), else size 1
 };
 
@@ -98,6 +111,7 @@ struct GroupSettings {
   std::string backend;           // "gloo" | "nccl"
   std::chrono::milliseconds timeout{30000};
   std::string gloo_host;         // address Gloo binds to; empty: the host's own name
+  bool stage_cuda = false;       // Gloo with CUDA tensors: stage them through host memory
 };
 
 // Creates this rank's groups. Every rank walks RankLayout::all_groups in the same order and joins

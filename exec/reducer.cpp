@@ -56,7 +56,7 @@ struct DpReducer::Pending {
 };
 
 DpReducer::DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock& clock, AdamWSettings adam)
-    : s_(s), dp_rank_(dp_rank), g_(groups), clock_(clock), adam_(adam) {}
+    : s_(s), dp_rank_(dp_rank), replicas_(groups.dp->size()), g_(groups), clock_(clock), adam_(adam) {}
 
 DpReducer::~DpReducer() = default;
 
@@ -73,11 +73,11 @@ void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
     cs.grad = model.flat_grad();
     cs.decay = model.decay_mask();
   } else {
-    cs.shard = n / s_.dp;
+    cs.shard = n / replicas_;
     cs.shard_offset = cs.shard * dp_rank_;
     // ZeRO-3 keeps its own copy of the shard (the flat buffer is refilled by all-gathers);
     // ZeRO-1/2 update their slice of the flat buffer in place. With one replica: in place.
-    cs.master = s_.zero == 3 && s_.dp > 1 ? flat.narrow(0, cs.shard_offset, cs.shard).clone()
+    cs.master = s_.zero == 3 && replicas_ > 1 ? flat.narrow(0, cs.shard_offset, cs.shard).clone()
                                           : flat.narrow(0, cs.shard_offset, cs.shard);
     cs.grad = at::zeros({cs.shard}, flat.options());
     cs.decay = model.decay_mask().narrow(0, cs.shard_offset, cs.shard);
@@ -91,7 +91,7 @@ void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
 void DpReducer::setup_buckets(Chunk& c) {
   // Not with ZeRO (one reduce-scatter per chunk), sequence parallelism (TP-replicated gradients
   // are summed over TP first) or a tied-embedding copy (summed with its twin first).
-  if (s_.zero != 0 || s_.dp == 1 || (s_.sequence_parallel && s_.tp > 1) || c.tied_copy) return;
+  if (s_.zero != 0 || replicas_ == 1 || (s_.sequence_parallel && s_.tp > 1) || c.tied_copy) return;
   auto& params = c.model->params();
   std::vector<int> bucket_of(params.size());
   for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
@@ -162,7 +162,7 @@ void DpReducer::set_last_backward(int chunk, bool last) {
 void DpReducer::gather(Chunk& c) {
   // Parameters do not change within a step, so the chunk is gathered at its first slot and kept
   // until the optimizer (re-gathering would also bump the version of tensors autograd saved).
-  if (s_.zero != 3 || s_.dp == 1 || c.gathered) return;
+  if (s_.zero != 3 || replicas_ == 1 || c.gathered) return;
   c.gathered = true;
   const auto t0 = Clock::now();
   auto w = g_.dp->all_gather_flat_async(c.model->flat(), c.master);
@@ -178,7 +178,7 @@ void DpReducer::gather_all() {
 }
 
 void DpReducer::launch(Chunk& c) {
-  if (s_.dp == 1) {
+  if (replicas_ == 1) {
     if (s_.zero >= 1) c.grad.copy_(c.model->flat_grad());
     return;
   }
@@ -257,7 +257,7 @@ void DpReducer::finish_step() {
   }
   pending_.clear();
   optimizer_step();
-  if ((s_.zero == 1 || s_.zero == 2) && s_.dp > 1) {
+  if ((s_.zero == 1 || s_.zero == 2) && replicas_ > 1) {
     for (auto& c : chunks_) {
       const auto tg = Clock::now();
       at::Tensor mine = c->master.clone();

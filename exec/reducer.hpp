@@ -57,7 +57,8 @@ class DpReducer {
   void optimizer_step();
 
   const Strategy& s_;
-  int dp_rank_;
+  int dp_rank_;    // index in the DP group, which spans dp x cp (replicas of the same parameters)
+  int replicas_;   // its size: gradients are summed and ZeRO shards over these ranks
   Groups& g_;
   PhaseClock& clock_;
   AdamWSettings adam_;

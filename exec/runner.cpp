@@ -24,6 +24,7 @@
 #include "exec/recorder.hpp"
 #include "exec/reducer.hpp"
 #include "exec/tokens.hpp"
+#include "sim/model_spec.hpp"
 #include "sim/rank_layout.hpp"
 #include "sim/schedule.hpp"
 
@@ -54,6 +55,7 @@ PhaseTimes phase_times(const std::array<double, kPhases>& x, double dp_in_flight
   p.backward = x[int(Ph::backward)];
   p.recompute = x[int(Ph::recompute)];
   p.tp_comm = x[int(Ph::tp_comm)];
+  p.cp_comm = x[int(Ph::cp_comm)];
   p.pp_comm = x[int(Ph::pp_comm)];
   p.dp_comm_exposed = x[int(Ph::dp_comm)];
   p.dp_comm = std::max(dp_in_flight, p.dp_comm_exposed);
@@ -131,26 +133,31 @@ void ScheduleRunner::setup() {
   gs.timeout = std::chrono::milliseconds(static_cast<int64_t>(opt_.timeout_s * 1000));
   const std::string& a = env_.master_addr;
   if (a == "127.0.0.1" || a == "localhost" || a == "::1") gs.gloo_host = "127.0.0.1";
+  gs.stage_cuda = on_gpu_;
   g_ = make_groups(layout_, env_.rank, store_, gs, clock_);
+  // Replicas of the same parameters (gradients summed, ZeRO shards): the dp x cp ranks.
+  const int replicas = g_.dp->size();
 
   ModelSettings ms;
   ms.spec = plan_.model;
   ms.seq_len = s_.seq_len;
   ms.tp = s_.tp;
   ms.tp_rank = coord_.tp;
+  ms.cp = s_.cp;
+  ms.cp_rank = coord_.cp;
   ms.sequence_parallel = s_.sequence_parallel && s_.tp > 1;
   ms.recompute = s_.recompute;
   ms.seed = opt_.seed;
-  ms.pad_to = s_.dp;
+  ms.pad_to = replicas;
   ms.device = device_;
   AdamWSettings adam;
   adam.lr = opt_.lr;
-  reducer_ = std::make_unique<DpReducer>(s_, coord_.dp, g_, clock_, adam);
+  reducer_ = std::make_unique<DpReducer>(s_, g_.dp->index(), g_, clock_, adam);
   const int V = schedule_.virtual_stages();
   for (int c = 0; c < s_.vp; ++c) {
     const int vs = schedule_.virtual_stage(coord_.pp, c);
     ChunkPlacement place{plan_.first_layer[vs], plan_.layers[vs], vs == 0, vs == V - 1};
-    chunks_.push_back(std::make_unique<ModelChunk>(ms, place, *g_.tp, clock_));
+    chunks_.push_back(std::make_unique<ModelChunk>(ms, place, *g_.tp, *g_.cp, clock_));
     vstage_.push_back(vs);
   }
   backward_left_.assign(chunks_.size(), 0);
@@ -162,7 +169,7 @@ void ScheduleRunner::setup() {
 }
 
 at::Tensor ScheduleRunner::activation_buffer() const {
-  const int64_t s = (s_.sequence_parallel && s_.tp > 1) ? s_.seq_len / s_.tp : s_.seq_len;
+  const int64_t s = (s_.sequence_parallel && s_.tp > 1) ? s_.seq_len / s_.cp / s_.tp : s_.seq_len / s_.cp;
   return at::empty({s, s_.micro_batch, plan_.model.hidden}, at::TensorOptions().dtype(at::kFloat).device(device_));
 }
 
@@ -244,7 +251,7 @@ void ScheduleRunner::step(int index, bool measured) {
   sends.clear();
   reducer_->finish_step();
   // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
-  const bool reports = vstage_.back() == V - 1 && coord_.tp == 0;
+  const bool reports = vstage_.back() == V - 1 && coord_.tp == 0 && coord_.cp == 0;
   at::Tensor l = at::full({1}, reports ? loss_sum / (double(m) * s_.dp) : 0.0,
                           at::TensorOptions().dtype(at::kDouble).device(device_));
   g_.world->all_reduce(l);
@@ -315,6 +322,11 @@ Measurement ScheduleRunner::collect() {
                    {"intra_op_threads", at::get_num_threads()},
                    {"compute_dtype", on_gpu_ && s_.dtype == Dtype::bf16 ? "bf16 (autocast, fp32 master)" : "fp32"},
                    {"data", opt_.data_file.empty() ? "synthetic" : opt_.data_file},
+                   {"vocab_padding",
+                    {{"vocab", plan_.model.vocab},
+                     {"padded_vocab", padded_vocab(plan_.model.vocab, s_.tp)},
+                     {"note", "embedding and LM head rows padded to a multiple of 128*tp (Megatron); padding "
+                              "rows are not in the layer graph's parameter count and get no logit"}}},
                    {"phase_notes",
                     "steady clock per rank; bubble = waiting to receive from a pipeline neighbour; "
                     "dp_comm = data-parallel collectives from launch to completion"}};
@@ -350,11 +362,13 @@ std::optional<Measurement> ScheduleRunner::run() {
 }  // namespace
 
 std::optional<Measurement> run_rank(const ExecPlan& plan, const ExecOptions& opt, const RankEnv& env) {
-  const bool on_gpu = opt.backend == "nccl";
+  // --device cuda runs NCCL ranks one per GPU, or Gloo ranks several to a GPU (correctness checks).
+  const bool on_gpu = opt.device.empty() ? opt.backend == "nccl" : opt.device == "cuda";
   at::Device device = at::kCPU;
 #ifdef TRAINPLAN_EXEC_CUDA
   if (on_gpu) {
-    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+    const int gpus = std::max<int>(1, c10::cuda::device_count());
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % gpus));
     c10::cuda::set_device(device.index());
   }
 #endif

@@ -27,6 +27,15 @@ struct ModelSpec {
   int head_dim() const { return hidden / heads; }
 };
 
+// Vocabulary rows the embedding and LM head hold when they are split over `tp` ranks: the
+// vocabulary rounded up to a multiple of 128 * tp, as Megatron-LM pads it
+// (--make-vocab-size-divisible-by 128, times the TP size; megatron/training/tokenizer). The padded
+// rows are never looked up and their logits are masked out of the loss. Rows, not bytes.
+inline int padded_vocab(int vocab, int tp) {
+  const int multiple = 128 * tp;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
 // Parses a trainplan model object (exact key set, see models/README in README.md). `file` names the
 // source in error messages. Throws InputError.
 ModelSpec parse_model(const nlohmann::json& j, const std::string& file);

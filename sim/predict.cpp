@@ -168,6 +168,10 @@ LayerCost layer_cost(const Setting& x) {
     // Ring attention: cp-1 steps, each passing the local K and V block to the next rank while
     // attending to the current one; only the part of a transfer longer than a step's compute
     // shows. Backward passes K, V and their gradients (twice the bytes, twice the compute).
+    // The causal work is balanced as in Megatron (and exec/kernels/ring_attention): the sequence
+    // is cut into 2*cp chunks, rank r holding chunks r and 2cp-1-r, so each step after the first
+    // is half a block and every step takes attention_fwd / cp. exec also sends the gradient of
+    // the last block home (one dK/dV hop more than counted here).
     const ModelSpec& m = x.graph.model();
     const Bytes kv = x.tokens * 2.0 * m.kv_heads * m.head_dim() / x.s.tp * x.act_bytes;
     const Seconds send = collective_time(Collective::send_recv, 2, kv, x.cp_link);

@@ -73,6 +73,38 @@ TEST(ExecCli, TorchrunEnvironmentRanksRendezvous) {
   EXPECT_NE(out.find("2 ranks"), std::string::npos) << out;
 }
 
+// Gloo ranks on a GPU (issue 12): runs where CUDA is present, else refused as bad input naming
+// the flag. Either way the one-GPU correctness mode is reachable from the command line.
+TEST(ExecCli, DeviceCudaWithGlooRunsOrIsRefusedWithoutGpu) {
+  auto r = run_merged(std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
+                      "/exec/tiny-gpt.json --cluster cpu-local --dtype fp32 --global-batch 2 --gpus 2 --tp 2"
+                      " --nproc 2 --steps 1 --warmup 0 --device cuda --backend gloo");
+  if (r.code == 2) {
+    EXPECT_NE(r.output.find("--device cuda"), std::string::npos) << r.output;
+  } else {
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("backend gloo on cuda"), std::string::npos) << r.output;
+  }
+}
+
+// Vocabulary padding (issue 12): an odd vocabulary runs with tp 2 and the measurement says how many
+// rows were added (the layer graph counts the unpadded vocabulary).
+TEST(ExecCli, OddVocabularyIsPaddedAndReported) {
+  const fs::path dir = fs::temp_directory_path() / ("trainplan_exec_pad_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path m = dir / "m.json";
+  auto r = run_merged(std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
+                      "/exec/tiny-gpt-oddvocab.json --cluster cpu-local --dtype fp32 --global-batch 2 --gpus 2"
+                      " --tp 2 --nproc 2 --steps 1 --warmup 0 --json " + m.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream f(m);
+  const auto j = nlohmann::json::parse(f);
+  const auto& pad = j.at("environment").at("vocab_padding");
+  EXPECT_EQ(pad.at("vocab"), 251);
+  EXPECT_EQ(pad.at("padded_vocab"), 256);  // a multiple of 128 * tp
+  fs::remove_all(dir);
+}
+
 TEST(ExecCli, HelpListsExecutionFlags) {
   auto r = run_merged("exec --help");
   EXPECT_EQ(r.code, 0) << r.output;

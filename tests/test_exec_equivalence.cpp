@@ -188,3 +188,25 @@ TEST(ExecEquivalence, SelectiveRecomputation) {
 TEST(ExecEquivalence, LlamaStyleTensorParallel2) { expect_equivalent("tiny-llama", 2, "--tp 2", "llama_tp2"); }
 
 }  // namespace
+
+// Vocabulary padding (issue 12): an odd vocabulary is padded to a multiple of 128*tp; the padding
+// rows must change neither the loss nor the real parameters.
+namespace {
+TEST(ExecEquivalence, OddVocabularyTensorParallel2) {
+  expect_equivalent("tiny-gpt-oddvocab", 2, "--tp 2", "oddvocab_tp2");
+}
+TEST(ExecEquivalence, OddVocabularyTensorParallel2Pipeline2) {
+  expect_equivalent("tiny-gpt-oddvocab", 4, "--tp 2 --pp 2 --schedule 1f1b", "oddvocab_tp2pp2");
+}
+// Context parallelism (issue 12): ring attention over the zigzag sequence split.
+TEST(ExecEquivalence, ContextParallel2) { expect_equivalent("tiny-gpt", 2, "--cp 2", "cp2"); }
+TEST(ExecEquivalence, ContextParallel2TensorParallel2) { expect_equivalent("tiny-gpt", 4, "--cp 2 --tp 2", "cp2tp2"); }
+TEST(ExecEquivalence, ContextParallel2DataParallel2) { expect_equivalent("tiny-gpt", 4, "--cp 2 --dp 2", "cp2dp2"); }
+TEST(ExecEquivalence, ContextParallel2SequenceParallelRecompute) {
+  expect_equivalent("tiny-gpt", 4, "--cp 2 --tp 2 --sequence-parallel on --recompute selective", "cp2tp2sp");
+}
+TEST(ExecEquivalence, ContextParallel2Pipeline2Zero1) {
+  expect_equivalent("tiny-gpt", 4, "--cp 2 --pp 2 --schedule 1f1b --zero 1", "cp2pp2zero1");
+}
+TEST(ExecEquivalence, LlamaStyleContextParallel2) { expect_equivalent("tiny-llama", 2, "--cp 2", "llama_cp2"); }
+}  // namespace

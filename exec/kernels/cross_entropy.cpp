@@ -1,0 +1,107 @@
+#include "exec/kernels/cross_entropy.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace trainplan::exec {
+
+VocabShard vocab_shard(int64_t vocab, int64_t rows_per_rank, int tp_rank) {
+  VocabShard s;
+  s.first = rows_per_rank * tp_rank;
+  s.valid = std::clamp<int64_t>(vocab - s.first, 0, rows_per_rank);
+  return s;
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// For each token: the target's position among this rank's valid rows, and whether it is there.
+std::pair<at::Tensor, at::Tensor> local_targets(const at::Tensor& t, VocabShard s) {
+  auto inside = (t >= s.first).logical_and(t < s.first + s.valid);
+  auto local = (t - s.first).masked_fill(inside.logical_not(), 0);
+  return {local, inside};
+}
+
+struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& targets,
+                            int64_t first, int64_t valid, int64_t comm, int64_t chunk) {
+    Comm& tp = *reinterpret_cast<Comm*>(comm);
+    const VocabShard s{first, valid};
+    const int64_t T = x.size(0);
+    const at::Tensor wv = w.narrow(0, 0, valid);
+    at::Tensor grad_x = at::zeros_like(x);
+    at::Tensor grad_w = at::zeros_like(w);
+    at::Tensor loss = at::zeros({}, x.options().dtype(at::kFloat));
+    const auto f32 = x.options().dtype(at::kFloat);
+    for (int64_t off = 0; off < T; off += chunk) {
+      const int64_t n = std::min(chunk, T - off);
+      const at::Tensor xc = x.narrow(0, off, n);
+      const auto [local, inside] = local_targets(targets.narrow(0, off, n), s);
+      // Logits of this rank's real rows, fp32: [n, valid].
+      at::Tensor logits = at::matmul(xc, wv.t()).to(at::kFloat);
+      at::Tensor mx = valid > 0 ? logits.amax(-1) : at::full({n}, -std::numeric_limits<float>::infinity(), f32);
+      tp.all_reduce(mx, c10d::ReduceOp::MAX);
+      // log-sum-exp over the whole vocabulary = mx + log(sum over ranks of sum exp(logit - mx)).
+      at::Tensor sums = at::zeros({2, n}, f32);  // row 0: sum exp(logit - mx), row 1: target logit - mx
+      at::Tensor z;
+      if (valid > 0) {
+        z = logits.sub_(mx.unsqueeze(-1));  // logits - mx, in place
+        sums[0] = z.exp().sum(-1);
+        sums[1] = z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(inside.logical_not(), 0.0);
+      }
+      tp.all_reduce(sums);
+      at::Tensor log_sum = sums[0].log();  // lse - mx
+      loss += (log_sum - sums[1]).sum();
+      if (valid == 0) continue;
+      // dL/dlogits of the mean loss: (softmax - one_hot(target)) / T.
+      at::Tensor g = z.sub_(log_sum.unsqueeze(-1)).exp_();
+      g.scatter_add_(-1, local.unsqueeze(-1), inside.to(at::kFloat).neg().unsqueeze(-1));
+      g.div_(static_cast<double>(T));
+      const at::Tensor gc = g.to(xc.scalar_type());
+      grad_x.narrow(0, off, n).copy_(at::matmul(gc, wv));
+      grad_w.narrow(0, 0, valid).add_(at::matmul(gc.t(), xc));
+    }
+    ctx->saved_data["grad_x"] = grad_x;
+    ctx->saved_data["grad_w"] = grad_w;
+    return loss / static_cast<double>(T);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const at::Tensor scale = g[0];
+    at::Tensor gx = ctx->saved_data["grad_x"].toTensor() * scale.to(ctx->saved_data["grad_x"].toTensor().scalar_type());
+    at::Tensor gw = ctx->saved_data["grad_w"].toTensor() * scale.to(ctx->saved_data["grad_w"].toTensor().scalar_type());
+    return {gx, gw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor vocab_parallel_cross_entropy(const at::Tensor& x, const at::Tensor& w, const at::Tensor& targets,
+                                        VocabShard shard, Comm& tp, int64_t chunk_tokens) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && targets.dim() == 1 && targets.size(0) == x.size(0),
+              "vocab_parallel_cross_entropy: x [T, h], w [rows, h], targets [T]");
+  TORCH_CHECK(chunk_tokens > 0, "vocab_parallel_cross_entropy: chunk_tokens must be positive");
+  return ChunkedCrossEntropy::apply(x, w, targets, shard.first, shard.valid, reinterpret_cast<int64_t>(&tp),
+                                    chunk_tokens);
+}
+
+at::Tensor vocab_parallel_cross_entropy_reference(const at::Tensor& x, const at::Tensor& w, const at::Tensor& targets,
+                                                  VocabShard shard, Comm& tp) {
+  // Padding rows get no logit. The max is only for stability (no gradient).
+  at::Tensor logits = at::matmul(x, w.narrow(0, 0, shard.valid).t()).to(at::kFloat);  // [T, valid]
+  at::Tensor mx = shard.valid > 0 ? logits.detach().amax(-1, true)
+                                  : at::full({x.size(0), 1}, -std::numeric_limits<float>::infinity(),
+                                             x.options().dtype(at::kFloat));
+  tp.all_reduce(mx, c10d::ReduceOp::MAX);
+  auto z = logits - mx;
+  auto sumexp = reduce_from_tp(z.exp().sum(-1), tp);
+  const auto [local, inside] = local_targets(targets, shard);
+  at::Tensor tz = shard.valid > 0 ? z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(inside.logical_not(), 0.0)
+                                  : at::zeros({x.size(0)}, x.options().dtype(at::kFloat));
+  tz = reduce_from_tp(tz, tp);
+  return (sumexp.log() - tz).mean();
+}
+
+}  // namespace trainplan::exec
