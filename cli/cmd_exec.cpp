@@ -29,7 +29,8 @@ process is one rank. Exit status: 0 ok, 1 a rank failed, 2 bad input.
 )";
 
 const char* kExecFlags = R"(execution:
-  --nproc N                 spawn N local ranks (N = dp*tp*pp*cp)
+  --nproc N                 spawn N local ranks (N = dp*tp*pp*cp); --gpus defaults to N (to WORLD_SIZE
+                            under torchrun, SLURM_NTASKS under Slurm, else 1)
   --device cpu|cuda         where the ranks run (default: cuda when available, else cpu); Gloo ranks
                             may share one GPU (correctness checks)
   --backend nccl|gloo       collectives (default: nccl on cuda, gloo on cpu)
@@ -37,10 +38,16 @@ const char* kExecFlags = R"(execution:
   --warmup W                steps run first and discarded (default 1)
   --seed S                  parameter and data seed (default 1234)
   --lr X                    AdamW learning rate (default 1e-3)
+  --loss-scale X            --dtype fp16: initial dynamic loss scale (default 65536)
+  --loss-scale-window N     --dtype fp16: good steps before the scale doubles (default 2000); a step with
+                            inf/NaN gradients is skipped and halves it
   --data FILE               train on a little-endian uint16 token file instead of synthetic tokens
   --timeout SECONDS         collective/rendezvous timeout; a dead or hung rank stops the job (default 30)
-  --json FILE               write the trainplan/measurement/v1 JSON to FILE
+  --json FILE               write the trainplan/measurement/v1 JSON to FILE ("status": "ok"; a failed
+                            run writes "status": "failed" with the rank, step, phase, error and memory)
   --dump-params FILE        debug: each rank writes its parameters after the last step to FILE.rank<R>
+  --dump-grads FILE         debug: each rank writes the reduced gradients of the first step (what the
+                            optimizer sees) to FILE.rank<R>
 )";
 
 int env_int(const char* name, int fallback) {
@@ -61,9 +68,39 @@ void check_divisible(const char* what, long long n, int tp) {
   if (n % tp != 0) throw InputError(fmt::format("--tp {}: the model's {} ({}) must be divisible by tp for exec", tp, what, n));
 }
 
+// --gpus when neither it, --dp nor --plan is given: the ranks the job has (--nproc, or the
+// launcher's world size), or 1.
+std::optional<std::string> default_gpus(const Args& args) {
+  Flags probe(args, "exec");
+  if (probe.help() || probe.has("gpus") || probe.has("dp") || probe.has("plan")) return std::nullopt;
+  if (const auto n = probe.get("nproc")) return *n;  // checked as --nproc below
+  if (std::getenv("RANK") && std::getenv("WORLD_SIZE")) return std::string(std::getenv("WORLD_SIZE"));
+  if (std::getenv("SLURM_PROCID") && std::getenv("SLURM_NTASKS")) return std::string(std::getenv("SLURM_NTASKS"));
+  return std::string("1");
+}
+
+// The run's description for a failed-run JSON (no figures).
+Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions& o, bool cuda_device, int world) {
+  Measurement m;
+  m.strategy = plan.strategy;
+  m.model = plan.model.name;
+  m.cluster = plan.cluster;
+  m.backend = o.backend;
+  m.device = cuda_device ? "cuda" : "cpu";
+  m.warmup = o.warmup;
+  m.seed = o.seed;
+  m.environment = {{"backend", o.backend}, {"device", m.device}, {"ranks", world}};
+  return m;
+}
+
 }  // namespace
 
-int cmd_exec(const Args& args, const Context& ctx) {
+int cmd_exec(const Args& given, const Context& ctx) {
+  Args args = given;
+  if (const auto g = default_gpus(given)) {
+    args.push_back("--gpus");
+    args.push_back(*g);
+  }
   Flags f(args, "exec");
   if (f.help()) {
     ctx.out << kHelp << plan_flags_help() << kExecFlags;
@@ -76,13 +113,18 @@ int cmd_exec(const Args& args, const Context& ctx) {
   o.warmup = static_cast<int>(f.get_int("warmup", 1, 0, 1000000));
   o.seed = f.get_int("seed", 1234, 0, (1LL << 62));
   o.lr = f.get_double("lr", 1e-3, 0, 10);
+  o.loss_scale = f.get_double("loss-scale", 65536, 1, 1e30);
+  o.loss_scale_window = static_cast<int>(f.get_int("loss-scale-window", 2000, 1, 1 << 30));
   o.timeout_s = f.get_double("timeout", 30, 1, 86400);
   o.device = f.get_choice("device", cuda ? "cuda" : "cpu", {"cpu", "cuda"});
   o.backend = f.get_choice("backend", o.device == "cuda" ? "nccl" : "gloo", {"nccl", "gloo"});
   o.data_file = f.get_or("data", "");
   o.dump_params = f.get_or("dump-params", "");
+  o.dump_grads = f.get_or("dump-grads", "");
   o.faults.kill_rank = static_cast<int>(f.get_int("fault-kill-rank", -1, -1, 1 << 24));
   o.faults.hang_rank = static_cast<int>(f.get_int("fault-hang-rank", -1, -1, 1 << 24));
+  o.faults.nan_rank = static_cast<int>(f.get_int("fault-nan-rank", -1, -1, 1 << 24));
+  o.faults.alloc_rank = static_cast<int>(f.get_int("fault-alloc-rank", -1, -1, 1 << 24));
   o.faults.step = static_cast<int>(f.get_int("fault-step", -1, -1, 1 << 30));
   const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
   const auto json_path = f.get("json");
@@ -91,9 +133,8 @@ int cmd_exec(const Args& args, const Context& ctx) {
   const Strategy& s = in.strategy;
   if (o.device == "cuda" && !cuda) throw InputError("--device cuda: this build has no CUDA or no GPU is visible");
   if (o.backend == "nccl" && o.device != "cuda") throw InputError("--backend nccl: needs --device cuda; use --backend gloo");
-  if (o.device == "cuda" && (s.dtype == Dtype::fp16 || s.dtype == Dtype::fp8))
-    throw InputError(fmt::format("--dtype {}: exec runs bf16 or fp32 on GPUs (fp16 loss scaling and fp8 are not implemented)",
-                                 to_string(s.dtype)));
+  if (o.device == "cuda" && s.dtype == Dtype::fp8)
+    throw InputError("--dtype fp8: exec runs bf16, fp16 (dynamic loss scaling) or fp32 on GPUs, not fp8");
   check_divisible("heads", in.model.heads, s.tp);
   check_divisible("kv_heads", in.model.kv_heads, s.tp);
   check_divisible("ffn_hidden", in.model.ffn_hidden, s.tp);
@@ -122,10 +163,13 @@ int cmd_exec(const Args& args, const Context& ctx) {
   if (nproc && !spawned && !torchrun && !slurm) {
     if (*nproc != s.gpus())
       throw InputError(fmt::format("--nproc {}: the plan has dp*tp*pp*cp = {} ranks", *nproc, s.gpus()));
-    if (json_path) open_json_output("json", json_path);  // report an unwritable path now
+    const std::optional<JsonOutput> out = open_json_output("json", json_path);  // an unwritable path: now
     std::vector<std::string> argv{"trainplan", "exec"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return exec::launch_local(*nproc, argv, env_int("MASTER_PORT", 0), ctx.err);
+    argv.insert(argv.end(), given.begin(), given.end());
+    const Measurement run = run_description(plan, o, o.backend == "nccl", *nproc);
+    return exec::launch_local(*nproc, argv, env_int("MASTER_PORT", 0), ctx.err, [&](const RunFailure& fail) {
+      if (out) out->write(failed_measurement_to_json(run, fail));
+    });
   }
 
   exec::RankEnv env;
@@ -159,6 +203,17 @@ int cmd_exec(const Args& args, const Context& ctx) {
     ctx.err << "trainplan exec: " << e.what() << "\n";
     ctx.err.flush();
     ctx.out.flush();
+    // Under the local launcher it writes the job's failure (it knows which rank failed first);
+    // otherwise rank 0 writes what it saw.
+    if (env.status_fd >= 0) {
+      if (!e.reported) exec::report_rank_failure(env.status_fd, e.detail);
+    } else if (json_out) {
+      try {
+        json_out->write(failed_measurement_to_json(run_description(plan, o, o.backend == "nccl", env.world), e.detail));
+      } catch (const std::exception& w) {
+        ctx.err << "trainplan exec: " << w.what() << "\n";
+      }
+    }
     // A failed rank leaves collectives in flight; tearing its process groups down can block on
     // peers that are gone, so this rank process ends here (the job has already failed).
     std::_Exit(1);

@@ -1,7 +1,9 @@
 // trainplan exec: run one training plan for real, as one rank of a job, and measure it.
 // This header has no LibTorch in it so that the CLI can include it cheaply.
 #pragma once
+#include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,8 +22,11 @@ struct ExecOptions {
   std::string device;          // "cpu" | "cuda"; empty: cuda with nccl, else cpu
   double timeout_s = 30;       // collective / rendezvous timeout
   double lr = 1e-3;            // AdamW learning rate (constant)
+  double loss_scale = 65536;   // fp16: initial dynamic loss scale
+  int loss_scale_window = 2000;  // fp16: good steps before the scale grows
   std::string data_file;       // optional: little-endian uint16 token file; empty: synthetic
   std::string dump_params;     // debug: write this rank's parameters to <dump_params>.rank<R>
+  std::string dump_grads;      // debug: ...and the reduced gradients of the first step to <dump_grads>.rank<R>
   FaultOptions faults;         // test only: a rank that dies or hangs
 };
 
@@ -50,17 +55,31 @@ struct ExecPlan {
 // names this rank and the step).
 std::optional<Measurement> run_rank(const ExecPlan& plan, const ExecOptions& opt, const RankEnv& env);
 
+// A rank's failure: what() is the message for the console ("rank 1 failed in step 2: ..."),
+// `detail` the rank, step, phase, error and memory at the failure for the failed-run JSON.
 struct RankFailure : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit RankFailure(const std::string& what) : std::runtime_error(what) { detail.error = what; }
+  RankFailure(const std::string& what, RunFailure d) : std::runtime_error(what), detail(std::move(d)) {}
+  RunFailure detail;
+  bool reported = false;  // already sent to the local launcher (report_rank_failure)
 };
+
+// A rank started by launch_local tells the launcher why it failed (one line on its status pipe,
+// written at once), so that the launcher can report the rank that failed first.
+void report_rank_failure(int status_fd, const RunFailure& f);
+// ...and where it is: the step and phase it has entered (the launcher names them if it dies).
+void report_rank_progress(int status_fd, int rank, int step, const std::string& phase);
 
 // True when this build can use CUDA and a device is visible.
 bool cuda_available();
 
 // Spawns `nproc` local ranks running `argv` (this program), each with RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT set; holds the rendezvous store; waits. When one rank fails
-// it names the rank and its last step, stops the others (SIGTERM, then SIGKILL) and returns 1.
+// it names the rank and its last step, stops the others (SIGTERM, then SIGKILL), calls
+// `on_failure` (when set) with the failure that came first, and returns 1. The cause, in order: a
+// rank killed by a signal; a rank that stopped responding; the first rank to report an error.
 // Children die with the launcher (PR_SET_PDEATHSIG). `port` 0 picks a free one.
-int launch_local(int nproc, const std::vector<std::string>& argv, int port, std::ostream& err);
+int launch_local(int nproc, const std::vector<std::string>& argv, int port, std::ostream& err,
+                 const std::function<void(const RunFailure&)>& on_failure = {});
 
 }  // namespace trainplan::exec

@@ -6,11 +6,20 @@
 
 namespace trainplan::exec {
 
-void inject_after_forward(const FaultOptions& fault, int rank, int step, bool first_forward_of_step) {
-  if (!first_forward_of_step || step != fault.step) return;
+bool inject_after_forward(const FaultOptions& fault, int rank, int step, bool first_forward_of_step) {
+  if (!first_forward_of_step || step != fault.step) return false;
   if (rank == fault.kill_rank) ::kill(::getpid(), SIGKILL);
   if (rank == fault.hang_rank)
     for (;;) ::pause();
+  return rank == fault.alloc_rank;
+}
+
+}  // namespace trainplan::exec
+
+namespace trainplan::exec {
+
+bool poison_after_backward(const FaultOptions& fault, int rank, int step, bool first_backward_of_step) {
+  return first_backward_of_step && step == fault.step && rank == fault.nan_rank;
 }
 
 }  // namespace trainplan::exec

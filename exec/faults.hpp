@@ -7,11 +7,17 @@ namespace trainplan::exec {
 struct FaultOptions {
   int kill_rank = -1;  // this rank kills itself (SIGKILL)...
   int hang_rank = -1;  // ...or hangs forever...
+  int alloc_rank = -1; // ...or asks its device for more memory than exists (an allocation failure)...
+  int nan_rank = -1;   // ...or makes one of its gradients NaN after its first backward...
   int step = -1;       // ...in this step, after its first forward
 };
 
 // Called by the schedule runner after each forward; acts once, after the first forward of
-// `fault.step` on the named rank.
-void inject_after_forward(const FaultOptions& fault, int rank, int step, bool first_forward_of_step);
+// `fault.step` on the named rank. Kill and hang happen here; for an allocation failure it returns
+// true and the runner makes the allocation (on its device, through the real allocator).
+bool inject_after_forward(const FaultOptions& fault, int rank, int step, bool first_forward_of_step);
+// True after the first backward of `fault.step` on `fault.nan_rank`: the runner then poisons a
+// gradient (checks the fp16 loss scaler's skip).
+bool poison_after_backward(const FaultOptions& fault, int rank, int step, bool first_backward_of_step);
 
 }  // namespace trainplan::exec

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <vector>
 #include <ostream>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -32,6 +34,46 @@ bool overridden(const char* kv) {
   return false;
 }
 
+// The status pipe, one line per message, each written with one write(2) of at most PIPE_BUF
+// bytes so that lines of different ranks never interleave:
+//   P <rank> <step> <phase>                                        progress (tab-separated)
+//   F <rank> <step> <allocated> <reserved> <capacity> <rss> <phase> <error>   failure
+constexpr size_t kMaxField = 1500;
+
+std::string clean_field(const std::string& s) {
+  std::string out = s.substr(0, kMaxField);
+  for (char& c : out)
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  return out;
+}
+
+void write_line(int fd, const std::string& line) {
+  if (fd < 0) return;
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  (void)n;  // the launcher being gone is not this rank's error
+}
+
+std::vector<std::string> split_tabs(const std::string& line) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t t = line.find('\t', start);
+    out.push_back(line.substr(start, t == std::string::npos ? std::string::npos : t - start));
+    if (t == std::string::npos) return out;
+    start = t + 1;
+  }
+}
+
+// Resident set of a running process from /proc/<pid>/statm (pages), -1 when unreadable.
+double rss_of(pid_t pid) {
+  FILE* f = std::fopen(fmt::format("/proc/{}/statm", pid).c_str(), "r");
+  if (!f) return -1;
+  long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%ld %ld", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) : -1;
+}
+
 std::string describe_exit(int status) {
   if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   return fmt::format("exited with status {}", WEXITSTATUS(status));
@@ -39,7 +81,17 @@ std::string describe_exit(int status) {
 
 }  // namespace
 
-int launch_local(int nproc, const std::vector<std::string>& argv, int port, std::ostream& err) {
+void report_rank_progress(int status_fd, int rank, int step, const std::string& phase) {
+  write_line(status_fd, fmt::format("P\t{}\t{}\t{}\n", rank, step, clean_field(phase)));
+}
+
+void report_rank_failure(int status_fd, const RunFailure& f) {
+  write_line(status_fd, fmt::format("F\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n", f.rank, f.step, f.allocated, f.reserved,
+                                    f.capacity, f.rss, clean_field(f.phase), clean_field(f.error)));
+}
+
+int launch_local(int nproc, const std::vector<std::string>& argv, int port, std::ostream& err,
+                 const std::function<void(const RunFailure&)>& on_failure) {
   // The launcher serves the TCPStore itself: with port 0 the kernel picks a free port, so two
   // jobs on one machine never collide; an explicit busy MASTER_PORT is reported.
   c10d::TCPStoreOptions so;
@@ -106,6 +158,10 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
   close(fds[1]);
 
   std::vector<int> last_step(nproc, -1);
+  std::vector<std::string> last_phase(nproc, "starting");
+  std::vector<double> last_rss(nproc, -1);
+  std::vector<RunFailure> reported;  // failures the ranks reported, in the order they arrived
+  std::optional<RunFailure> cause;   // a rank killed by a signal or not responding
   std::string partial;
   bool failed = false;
   using Clock = std::chrono::steady_clock;
@@ -120,9 +176,28 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
       partial.append(buf, static_cast<size_t>(n));
       size_t pos;
       while ((pos = partial.find('\n')) != std::string::npos) {
-        int rank = -1, step = -1;
-        if (sscanf(partial.c_str(), "%d %d", &rank, &step) == 2 && rank >= 0 && rank < nproc) last_step[rank] = step;
+        const std::vector<std::string> f = split_tabs(partial.substr(0, pos));
         partial.erase(0, pos + 1);
+        try {
+          if (f.size() == 4 && f[0] == "P") {
+            const int rank = std::stoi(f[1]);
+            if (rank < 0 || rank >= nproc) continue;
+            last_step[rank] = std::stoi(f[2]);
+            last_phase[rank] = f[3];
+          } else if (f.size() == 9 && f[0] == "F") {
+            RunFailure r;
+            r.rank = std::stoi(f[1]);
+            r.step = std::stoi(f[2]);
+            r.allocated = std::stod(f[3]);
+            r.reserved = std::stod(f[4]);
+            r.capacity = std::stod(f[5]);
+            r.rss = std::stod(f[6]);
+            r.phase = f[7];
+            r.error = f[8];
+            reported.push_back(r);
+          }
+        } catch (const std::exception&) {  // a malformed line is ignored, as an unknown one is
+        }
       }
     }
   };
@@ -130,6 +205,10 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
     pollfd pfd{fds[0], POLLIN, 0};
     poll(&pfd, 1, 100);
     drain();
+    for (auto& [p, r] : alive) {
+      const double rss = rss_of(p);
+      if (rss > 0) last_rss[r] = rss;  // an exited rank not yet reaped (a zombie) reads 0
+    }
     // Reap everything that has exited; report a killed rank before ranks that merely saw it go.
     std::vector<std::pair<int, int>> exited;  // (status, rank)
     for (;;) {
@@ -141,6 +220,7 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
       exited.emplace_back(status, it->second);
       alive.erase(it);
     }
+    drain();  // a rank writes its failure before it exits
     std::stable_sort(exited.begin(), exited.end(),
                      [](const auto& a, const auto& b) { return WIFSIGNALED(a.first) > WIFSIGNALED(b.first); });
     for (const auto& [status, rank] : exited) {
@@ -156,6 +236,13 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
       // error usually gave up on a peer (timeout, lost connection): the other ranks get a few
       // seconds to fail the same way, and whoever is still running then is named as not responding.
       if (WIFSIGNALED(status)) {
+        RunFailure k;
+        k.rank = rank;
+        k.step = last_step[rank];
+        k.phase = last_phase[rank];
+        k.error = fmt::format("rank {} {}", rank, describe_exit(status));
+        k.rss = last_rss[rank];
+        cause = k;
         for (auto& [p, r] : alive) kill(p, SIGTERM);
         kill_at = Clock::now() + std::chrono::seconds(5);
       } else {
@@ -164,8 +251,18 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
     }
     if (failed && !alive.empty() && Clock::now() >= term_at) {
       for (auto& [p, r] : alive) {
-        err << fmt::format("trainplan exec: rank {} is not responding (last seen {}); stopping it\n", r,
-                           last_step[r] < 0 ? "before its first step" : fmt::format("in step {}", last_step[r]));
+        const std::string msg = fmt::format("rank {} is not responding (last seen {})", r,
+                                            last_step[r] < 0 ? "before its first step" : fmt::format("in step {}", last_step[r]));
+        err << "trainplan exec: " << msg << "; stopping it\n";
+        if (!cause) {
+          RunFailure h;
+          h.rank = r;
+          h.step = last_step[r];
+          h.phase = last_phase[r];
+          h.error = msg + "; stopped by the launcher";
+          h.rss = last_rss[r];
+          cause = h;
+        }
         kill(p, SIGTERM);
       }
       err.flush();
@@ -177,7 +274,16 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
       kill_at = Clock::time_point::max();
     }
   }
+  drain();
   close(fds[0]);
+  if (failed && on_failure) {
+    if (!cause && !reported.empty()) cause = reported.front();
+    if (!cause) {
+      cause = RunFailure{};
+      cause->error = "a rank exited with an error before reporting it";
+    }
+    on_failure(*cause);
+  }
   return failed ? 1 : 0;
 }
 

@@ -55,8 +55,15 @@ struct DpReducer::Pending {
   std::shared_ptr<std::atomic<double>> done_after;  // seconds from launch to completion
 };
 
-DpReducer::DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock& clock, AdamWSettings adam)
-    : s_(s), dp_rank_(dp_rank), replicas_(groups.dp->size()), g_(groups), clock_(clock), adam_(adam) {}
+DpReducer::DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock& clock, AdamWSettings adam,
+                     LossScaling scaling)
+    : s_(s),
+      dp_rank_(dp_rank),
+      replicas_(groups.dp->size()),
+      g_(groups),
+      clock_(clock),
+      adam_(adam),
+      scaling_(std::move(scaling)) {}
 
 DpReducer::~DpReducer() = default;
 
@@ -249,13 +256,48 @@ void DpReducer::optimizer_step() {
   }
 }
 
-void DpReducer::finish_step() {
+void DpReducer::finish_reduction() {
   for (auto& p : pending_) {
     g_.dp->wait(p.work, Ph::dp_comm);
     const double d = p.done_after->load();
     clock_.dp_in_flight += d >= 0 ? d : seconds_since(p.launched);
   }
   pending_.clear();
+}
+
+at::Tensor DpReducer::reduced_grad(int chunk) {
+  Chunk& c = *chunks_[chunk];
+  at::Tensor full;
+  if (s_.zero == 0 || replicas_ == 1) {
+    full = s_.zero == 0 ? c.model->flat_grad() : c.grad;
+  } else {
+    full = at::empty_like(c.model->flat_grad());
+    auto w = g_.dp->all_gather_flat_async(full, c.grad);
+    g_.dp->wait(w, Ph::other);
+  }
+  return full / loss_scale();  // unscaled, as update() hands it to AdamW
+}
+
+void DpReducer::update(int step) {
+  if (scaling_.enabled) {
+    PhaseScope sc(clock_, Ph::optimizer);
+    torch::NoGradGuard ng;
+    // Any inf/NaN on any rank skips the step everywhere (TP and PP ranks hold different parts).
+    at::Tensor bad = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(chunks_.front()->grad.device()));
+    for (auto& c : chunks_) bad.add_(c->grad.isfinite().logical_not().any().to(at::kFloat));
+    g_.world->all_reduce(bad, c10d::ReduceOp::MAX);
+    if (bad.item<float>() > 0) {
+      scaling_.skipped.push_back(step);
+      scaling_.scale *= scaling_.backoff;
+      scaling_.good_steps = 0;
+      return;  // parameters unchanged: nothing to all-gather either
+    }
+    for (auto& c : chunks_) c->grad.mul_(1.0 / scaling_.scale);
+    if (++scaling_.good_steps == scaling_.growth_interval) {
+      scaling_.scale *= scaling_.growth;
+      scaling_.good_steps = 0;
+    }
+  }
   optimizer_step();
   if ((s_.zero == 1 || s_.zero == 2) && replicas_ > 1) {
     for (auto& c : chunks_) {

@@ -22,9 +22,24 @@ struct AdamWSettings {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
 
+// Dynamic loss scaling for fp16 (Micikevicius et al. 2018, "Mixed Precision Training", sec. 3.2;
+// the schedule of PyTorch's torch.amp.GradScaler): the loss is multiplied by `scale` before the
+// backward; a step whose gradients hold an inf or NaN on any rank is skipped and the scale
+// multiplied by `backoff`; after `growth_interval` good steps in a row it is multiplied by
+// `growth`. Defaults are GradScaler's (init 2^16, growth 2, backoff 0.5, interval 2000).
+struct LossScaling {
+  bool enabled = false;
+  double scale = 65536.0;
+  double growth = 2.0, backoff = 0.5;
+  int growth_interval = 2000;
+  int good_steps = 0;               // good steps since the last change
+  std::vector<int> skipped;         // step indices skipped (inf/NaN gradients)
+};
+
 class DpReducer {
  public:
-  DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock& clock, AdamWSettings adam);
+  DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock& clock, AdamWSettings adam,
+            LossScaling scaling = {});
   ~DpReducer();
   DpReducer(const DpReducer&) = delete;
   DpReducer& operator=(const DpReducer&) = delete;
@@ -42,7 +57,16 @@ class DpReducer {
   void set_last_backward(int chunk, bool last);
   void backward_done(int chunk);    // every micro-batch's backward of the chunk has run
   void reduce_tied();               // after the schedule: tied copies, then their DP reduction
-  void finish_step();               // wait for the DP work, AdamW on the shard, ZeRO-1/2 all-gather
+  void finish_reduction();          // wait for the DP work: the step's gradients are final
+  // AdamW on the shard, then (ZeRO-1/2) all-gather the parameters. With loss scaling: unscale the
+  // gradients first, or skip the step (every rank alike) when any holds an inf or NaN.
+  void update(int step);
+  const LossScaling& loss_scaling() const { return scaling_; }
+  double loss_scale() const { return scaling_.enabled ? scaling_.scale : 1.0; }
+  // Debug: the chunk's whole reduced gradient as the optimizer sees it (mean over the global
+  // batch), as a flat buffer laid out like the parameters. Call between finish_reduction and
+  // update; with ZeRO >= 1 and DP > 1 it all-gathers the shards (every DP rank must call it).
+  at::Tensor reduced_grad(int chunk);
   void gather_all();                // ZeRO-3: full parameters present on every chunk (for dumps)
 
  private:
@@ -62,6 +86,7 @@ class DpReducer {
   Groups& g_;
   PhaseClock& clock_;
   AdamWSettings adam_;
+  LossScaling scaling_;
   int adam_step_ = 0;
   std::vector<std::unique_ptr<Chunk>> chunks_;  // stable addresses: the hooks point at them
   std::vector<Pending> pending_;

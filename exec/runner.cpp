@@ -6,6 +6,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -15,6 +17,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 #include <torch/cuda.h>
 #endif
 
@@ -87,8 +90,12 @@ class ScheduleRunner {
   int tag(int mb, int vstage, bool backward) const {
     return ((mb * schedule_.virtual_stages() + vstage) << 1) | (backward ? 1 : 0);
   }
-  void dump_params();
+  // Debug dumps, one line per parameter: name, full shape, shard dim, TP index, TP size, values.
+  void dump(const std::string& prefix, bool grads);
   MemoryFigures peak_memory() const;
+  RunFailure failure(const std::string& error) const;  // this rank, step, phase and memory now
+  RankFailure reported(RankFailure f) const;            // sent to the launcher, if there is one
+  void enter(std::string phase);  // what the rank does now, for failure reports
   Measurement collect();
 
   const ExecPlan& plan_;
@@ -110,7 +117,13 @@ class ScheduleRunner {
   std::unique_ptr<DpReducer> reducer_;
   StepRecorder recorder_;
   int current_step_ = -1;
+  std::string phase_ = "setting up";
 };
+
+void ScheduleRunner::enter(std::string phase) {
+  phase_ = std::move(phase);
+  if (env_.status_fd >= 0) report_rank_progress(env_.status_fd, env_.rank, current_step_, phase_);
+}
 
 void ScheduleRunner::setup() {
   // Rendezvous through c10d's TCPStore: rank 0 serves it unless the local spawner does.
@@ -152,7 +165,11 @@ void ScheduleRunner::setup() {
   ms.device = device_;
   AdamWSettings adam;
   adam.lr = opt_.lr;
-  reducer_ = std::make_unique<DpReducer>(s_, g_.dp->index(), g_, clock_, adam);
+  LossScaling scaling;
+  scaling.enabled = s_.dtype == Dtype::fp16;
+  scaling.scale = opt_.loss_scale;
+  scaling.growth_interval = opt_.loss_scale_window;
+  reducer_ = std::make_unique<DpReducer>(s_, g_.dp->index(), g_, clock_, adam, scaling);
   const int V = schedule_.virtual_stages();
   for (int c = 0; c < s_.vp; ++c) {
     const int vs = schedule_.virtual_stage(coord_.pp, c);
@@ -175,7 +192,7 @@ at::Tensor ScheduleRunner::activation_buffer() const {
 
 void ScheduleRunner::step(int index, bool measured) {
   current_step_ = index;
-  if (env_.status_fd >= 0) dprintf(env_.status_fd, "%d %d\n", env_.rank, index);
+  enter("start of step");
   const auto t0 = Clock::now();
   clock_.start();
   const int m = s_.micro_batches();
@@ -186,13 +203,16 @@ void ScheduleRunner::step(int index, bool measured) {
   std::map<std::pair<int, int>, Stash> stash;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> sends;
   double loss_sum = 0;
-  bool forward_seen = false;
-  const double loss_scale = 1.0 / (double(m) * s_.dp);
+  bool forward_seen = false, backward_seen = false;
+  // Mean over the global batch (m micro-batches on each of dp replicas), times the fp16 loss scale.
+  const double loss_scale = reducer_->loss_scale() / (double(m) * s_.dp);
 
   for (const Slot& slot : schedule_.per_stage[stage]) {
     ModelChunk& model = *chunks_[slot.chunk];
     const int vs = vstage_[slot.chunk];
     const bool first = vs == 0, last = vs == V - 1;
+    enter(fmt::format("{} (micro-batch {}, chunk {})", slot.phase == Phase::forward ? "forward" : "backward",
+                      slot.micro_batch, slot.chunk));
     reducer_->before_use(slot.chunk);
     if (slot.phase == Phase::forward) {
       Stash st;
@@ -221,7 +241,11 @@ void ScheduleRunner::step(int index, bool measured) {
         sends.emplace_back(g_.pp->send(out, next, tag(slot.micro_batch, vs + 1, false)), out);
       }
       stash.emplace(std::make_pair(slot.micro_batch, slot.chunk), std::move(st));
-      inject_after_forward(opt_.faults, env_.rank, index, !forward_seen);
+      if (inject_after_forward(opt_.faults, env_.rank, index, !forward_seen)) {
+        // Test fault: ask the device's allocator for 4 PiB, which no machine has.
+        at::Tensor too_big = at::empty({int64_t(1) << 52}, at::TensorOptions().dtype(at::kByte).device(device_));
+        (void)too_big;
+      }
       forward_seen = true;
     } else {
       auto it = stash.find({slot.micro_batch, slot.chunk});
@@ -243,13 +267,22 @@ void ScheduleRunner::step(int index, bool measured) {
         at::Tensor gin = st.input.grad().to(at::kFloat).contiguous();
         sends.emplace_back(g_.pp->send(gin, prev, tag(slot.micro_batch, vs - 1, true)), gin);
       }
+      if (poison_after_backward(opt_.faults, env_.rank, index, !backward_seen)) {
+        torch::NoGradGuard ng;
+        model.flat_grad().narrow(0, 0, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+      }
+      backward_seen = true;
       if (--backward_left_[slot.chunk] == 0) reducer_->backward_done(slot.chunk);
     }
   }
+  enter("data-parallel reduction and optimizer");
   reducer_->reduce_tied();
   for (auto& [w, t] : sends) g_.pp->wait(w, Ph::pp_comm);
   sends.clear();
-  reducer_->finish_step();
+  reducer_->finish_reduction();
+  if (index == 0 && !opt_.dump_grads.empty()) dump(opt_.dump_grads, true);
+  reducer_->update(index);
+  enter("end of step (loss all-reduce)");
   // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
   const bool reports = vstage_.back() == V - 1 && coord_.tp == 0 && coord_.cp == 0;
   at::Tensor l = at::full({1}, reports ? loss_sum / (double(m) * s_.dp) : 0.0,
@@ -263,12 +296,16 @@ void ScheduleRunner::step(int index, bool measured) {
   if (measured) recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), l.cpu().item<double>());
 }
 
-void ScheduleRunner::dump_params() {
-  reducer_->gather_all();
-  std::ofstream f(fmt::format("{}.rank{}", opt_.dump_params, env_.rank));
-  for (auto& c : chunks_) {
-    for (auto& p : c->params()) {
-      at::Tensor v = p.param.detach().to(at::kCPU).to(at::kDouble).contiguous().reshape({-1});
+void ScheduleRunner::dump(const std::string& prefix, bool grads) {
+  if (!grads) reducer_->gather_all();
+  std::vector<at::Tensor> flat;  // per chunk: the reduced gradient (grads) or nothing
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    flat.push_back(grads ? reducer_->reduced_grad(static_cast<int>(c)) : at::Tensor());
+  std::ofstream f(fmt::format("{}.rank{}", prefix, env_.rank));
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    for (auto& p : chunks_[c]->params()) {
+      at::Tensor t = grads ? flat[c].narrow(0, p.offset, p.numel) : p.param.detach();
+      at::Tensor v = t.to(at::kCPU).to(at::kDouble).contiguous().reshape({-1});
       f << p.name << ' ' << p.full_shape.size();
       for (auto d : p.full_shape) f << ' ' << d;
       f << ' ' << p.shard_dim << ' ' << coord_.tp << ' ' << s_.tp << ' ' << v.numel();
@@ -320,7 +357,10 @@ Measurement ScheduleRunner::collect() {
                    {"ranks", env_.world},
                    {"hostname", host},
                    {"intra_op_threads", at::get_num_threads()},
-                   {"compute_dtype", on_gpu_ && s_.dtype == Dtype::bf16 ? "bf16 (autocast, fp32 master)" : "fp32"},
+                   {"compute_dtype", !on_gpu_                    ? "fp32"
+                                     : s_.dtype == Dtype::bf16 ? "bf16 (autocast, fp32 master)"
+                                     : s_.dtype == Dtype::fp16 ? "fp16 (autocast, fp32 master)"
+                                                               : "fp32"},
                    {"data", opt_.data_file.empty() ? "synthetic" : opt_.data_file},
                    {"vocab_padding",
                     {{"vocab", plan_.model.vocab},
@@ -330,6 +370,14 @@ Measurement ScheduleRunner::collect() {
                    {"phase_notes",
                     "steady clock per rank; bubble = waiting to receive from a pipeline neighbour; "
                     "dp_comm = data-parallel collectives from launch to completion"}};
+  if (const LossScaling& ls = reducer_->loss_scaling(); ls.enabled) {
+    m.environment["loss_scaling"] = {{"initial_scale", opt_.loss_scale},
+                                     {"growth_interval", ls.growth_interval},
+                                     {"growth", ls.growth},
+                                     {"backoff", ls.backoff},
+                                     {"final_scale", ls.scale},
+                                     {"skipped_steps", ls.skipped}};
+  }
   m.throughput.model_flops_per_step = plan_.model_flops_per_step;
   return recorder_.build(std::move(m), rows);
 }
@@ -340,23 +388,61 @@ std::optional<Measurement> ScheduleRunner::run() {
   try {
     setup();
 #ifdef TRAINPLAN_EXEC_CUDA
-    if (on_gpu_ && s_.dtype == Dtype::bf16) {
+    if (on_gpu_ && (s_.dtype == Dtype::bf16 || s_.dtype == Dtype::fp16)) {
       at::autocast::set_autocast_enabled(at::kCUDA, true);
-      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      at::autocast::set_autocast_dtype(at::kCUDA, s_.dtype == Dtype::bf16 ? at::kBFloat16 : at::kHalf);
     }
 #endif
     for (int i = 0; i < total; ++i) step(i, i >= opt_.warmup);
-    if (!opt_.dump_params.empty()) dump_params();
+    enter("after the last step (dumps, measurement gather)");
+    if (!opt_.dump_params.empty()) dump(opt_.dump_params, false);
     Measurement m = collect();
     if (env_.rank == 0) return m;
     return std::nullopt;
   } catch (const c10::Error& e) {
-    throw RankFailure(fmt::format("rank {} failed {}: {}", env_.rank, where(), first_line(e.what_without_backtrace())));
-  } catch (const RankFailure&) {
-    throw;
+    const std::string error = first_line(e.what_without_backtrace());
+    throw reported(RankFailure(fmt::format("rank {} failed {}: {}", env_.rank, where(), error), failure(error)));
+  } catch (const RankFailure& e) {
+    throw reported(RankFailure(e.what(), failure(e.detail.error)));
   } catch (const std::exception& e) {
-    throw RankFailure(fmt::format("rank {} failed {}: {}", env_.rank, where(), first_line(e.what())));
+    const std::string error = first_line(e.what());
+    throw reported(RankFailure(fmt::format("rank {} failed {}: {}", env_.rank, where(), error), failure(error)));
   }
+}
+
+RankFailure ScheduleRunner::reported(RankFailure f) const {
+  // Tell the launcher now, while this rank's process groups are still open: once they close,
+  // its peers fail too ("connection closed by peer"), and the launcher must hear this rank first.
+  if (env_.status_fd >= 0) {
+    report_rank_failure(env_.status_fd, f.detail);
+    f.reported = true;
+  }
+  return f;
+}
+
+RunFailure ScheduleRunner::failure(const std::string& error) const {
+  RunFailure f;
+  f.rank = env_.rank;
+  f.step = current_step_;
+  f.phase = phase_;
+  f.error = error;
+#ifdef TRAINPLAN_EXEC_CUDA
+  if (on_gpu_) {
+    const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
+    f.allocated = static_cast<double>(st.allocated_bytes[0].current);
+    f.reserved = static_cast<double>(st.reserved_bytes[0].current);
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) f.capacity = static_cast<double>(total_b);
+  }
+#endif
+  if (!on_gpu_) f.capacity = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    long size = 0, resident = 0;
+    if (std::fscanf(statm, "%ld %ld", &size, &resident) == 2)
+      f.rss = static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    std::fclose(statm);
+  }
+  return f;
 }
 
 }  // namespace

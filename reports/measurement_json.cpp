@@ -89,6 +89,7 @@ json measurement_to_json(const Measurement& m) {
   const Spread& st = m.step_time;
   const MeasuredThroughput& t = m.throughput;
   return {{"schema", kMeasurementSchema},
+          {"status", "ok"},
           {"strategy", to_json(m.strategy)},
           {"model", m.model},
           {"cluster", m.cluster},
@@ -112,12 +113,42 @@ json measurement_to_json(const Measurement& m) {
             {"model_tflops_per_gpu", t.model_tflops_per_gpu}}}};
 }
 
+json failed_measurement_to_json(const Measurement& m, const RunFailure& f) {
+  auto known = [](double x) { return x >= 0 ? json(x) : json(nullptr); };
+  return {{"schema", kMeasurementSchema},
+          {"status", "failed"},
+          {"strategy", to_json(m.strategy)},
+          {"model", m.model},
+          {"cluster", m.cluster},
+          {"run", {{"backend", m.backend}, {"device", m.device}, {"warmup_steps", m.warmup}, {"seed", m.seed}}},
+          {"environment", m.environment},
+          {"failure",
+           {{"rank", f.rank >= 0 ? json(f.rank) : json(nullptr)},
+            {"step", f.step >= 0 ? json(f.step) : json(nullptr)},
+            {"phase", f.phase},
+            {"error", f.error},
+            {"memory",
+             {{"allocated_bytes", known(f.allocated)},
+              {"reserved_bytes", known(f.reserved)},
+              {"capacity_bytes", known(f.capacity)},
+              {"rss_bytes", known(f.rss)}}}}}};
+}
+
 Measurement measurement_from_json(const json& j, const std::string& file) {
   JsonObject root(j, file);
   const std::string schema = root.string("schema");
   if (schema != kMeasurementSchema) {
     throw root.error("schema", fmt::format("must be \"{}\" (is this a measurement file?)", kMeasurementSchema));
   }
+  // Files written before "status" existed are successful runs.
+  const std::string status = root.optional_string("status").value_or("ok");
+  if (status == "failed") {
+    std::string what = "the run failed";
+    if (j.contains("failure") && j["failure"].is_object() && j["failure"].value("error", json()).is_string())
+      what += ": " + j["failure"]["error"].get<std::string>();
+    throw root.error("status", fmt::format("is \"failed\" ({}); a failed run has no figures to read", what));
+  }
+  if (status != "ok") throw root.error("status", "must be \"ok\" or \"failed\"");
   Measurement m;
   m.strategy = strategy_from_json(root.raw("strategy"), file);
   m.model = root.string("model");

@@ -1,7 +1,7 @@
 // trainplan/measurement/v1: what `trainplan exec --json` writes and `trainplan compare` reads.
 // Bytes and seconds throughout; time and throughput keys match trainplan/prediction/v1.
 //
-// {"schema": "trainplan/measurement/v1",
+// {"schema": "trainplan/measurement/v1", "status": "ok",
 //  "strategy": {...same object as the prediction's...}, "model", "cluster",
 //  "run": {"backend", "device", "warmup_steps", "measured_steps", "seed"},
 //  "environment": {...free-form: devices, backend, torch version, hostname...},
@@ -16,6 +16,11 @@
 // PHASES = {"compute_s" (= forward_s + backward_s), "forward_s", "backward_s", "recompute_s",
 //           "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "dp_comm_exposed_s", "bubble_s",
 //           "optimizer_s", "other_s"}
+//
+// A failed run writes {"schema", "status": "failed", "strategy", "model", "cluster", "run":
+// {"backend", "device", "warmup_steps", "seed"}, "environment", "failure": {"rank", "step",
+// "phase", "error", "memory": {"allocated_bytes", "reserved_bytes", "capacity_bytes",
+// "rss_bytes"}}} (a figure not known is null). measurement_from_json rejects it, naming the error.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,6 +32,10 @@ namespace trainplan {
 inline constexpr const char* kMeasurementSchema = "trainplan/measurement/v1";
 
 nlohmann::json measurement_to_json(const Measurement& m);
+
+// The failed run's document: the run's description from `run` (strategy, model, cluster,
+// backend, device, warmup, seed, environment; its figures are ignored) and the failure.
+nlohmann::json failed_measurement_to_json(const Measurement& run, const RunFailure& f);
 
 // Strict reader: every key known, required keys present, types and ranges checked, derived
 // figures consistent (compute_s = forward_s + backward_s, time.step_s = step_time.median_s).

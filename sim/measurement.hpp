@@ -102,6 +102,20 @@ struct Measurement {
   MeasuredThroughput throughput;
 };
 
+// Why and where a run failed: `trainplan exec` writes this (with the run's description) instead of
+// the figures when a rank fails. Memory figures are at the failure; negative when not known
+// (e.g. a rank killed by a signal reports nothing, and on CPU there is no allocator).
+struct RunFailure {
+  int rank = -1;           // the rank that failed first (-1: unknown)
+  int step = -1;           // the step it was in (-1: before its first step)
+  std::string phase;       // what it was doing, e.g. "forward (micro-batch 2, chunk 0)"
+  std::string error;       // the error, one line
+  Bytes allocated = -1;    // CUDA caching allocator: allocated bytes
+  Bytes reserved = -1;     // CUDA caching allocator: reserved bytes
+  Bytes capacity = -1;     // the device's memory (CPU: the host's RAM)
+  Bytes rss = -1;          // the process's resident set (or its last sample)
+};
+
 // Median of one phase over steps, e.g. phase_median(steps, &PhaseTimes::forward).
 Seconds phase_median(const std::vector<StepRecord>& steps, Seconds PhaseTimes::*phase);
 // Per-phase median of a list of per-step phase times.

@@ -35,6 +35,7 @@ TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
   std::ifstream f(m);
   const auto j = nlohmann::json::parse(f);
   EXPECT_EQ(j.at("schema"), "trainplan/measurement/v1");
+  EXPECT_EQ(j.at("status"), "ok");
   ASSERT_EQ(j.at("steps").size(), 3u);
   EXPECT_EQ(j.at("steps")[0].at("step"), 2);  // two warm-up steps ran and were discarded
   for (const auto& s : j.at("steps")) {

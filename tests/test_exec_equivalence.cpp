@@ -1,7 +1,11 @@
 // trainplan exec on CPU with Gloo: every parallel layout trains the same model as one rank.
 // For each layout, 3 steps with the same seed and global batch must give the single-rank run's
 // per-step losses and, after the last step, its parameters, to 1e-4 relative (issue 5): losses
-// step by step, parameters tensor by tensor (2-norm; see expect_equivalent).
+// step by step, parameters tensor by tensor (2-norm; see expect_equivalent). AdamW normalises
+// each update by the gradient's own size, so a gradient off by a constant factor (a sum instead of
+// a mean over DP ranks or micro-batches) would leave the parameters equal: the reduced gradients
+// of the first step, as the optimizer sees them, must also equal the single-rank run's, to 1e-5
+// relative per tensor (issue 12).
 // Runs the real CLI (TRAINPLAN_BINARY) with --nproc; tiny models keep it to seconds per case.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -17,6 +21,8 @@
 #include <vector>
 
 #include "cli_fixture.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/model_spec.hpp"
 
 namespace {
 
@@ -67,17 +73,21 @@ std::vector<std::pair<std::string, Param>> read_dumps(const fs::path& prefix, in
 struct ExecRun {
   std::vector<double> losses;
   std::vector<std::pair<std::string, Param>> params;
+  std::vector<std::pair<std::string, Param>> grads;  // reduced gradients of the first step
+  nlohmann::json measurement;
   std::string output;
 };
 
 ExecRun exec_run(const std::string& model, int ranks, const std::string& layout, const std::string& tag) {
   const fs::path dir = work_dir();
-  const fs::path json = dir / (tag + ".json"), dump = dir / (tag + ".params");
-  const std::string args = "exec --model " + model_path(model) +
-                           " --cluster dgx-h100 --dtype fp32 --global-batch 4 --micro-batch 1 --steps 3 --warmup 0"
-                           " --seed 7 --timeout 60 --gpus " +
-                           std::to_string(ranks) + " " + layout + (ranks > 1 ? " --nproc " + std::to_string(ranks) : "") +
-                           " --json " + json.string() + " --dump-params " + dump.string();
+  const fs::path json = dir / (tag + ".json"), dump = dir / (tag + ".params"), grads = dir / (tag + ".grads");
+  const std::string dtype = layout.find("--dtype") == std::string::npos ? " --dtype fp32" : "";
+  const std::string args = "exec --model " + model_path(model) + " --cluster dgx-h100" + dtype +
+                           " --global-batch 4 --micro-batch 1 --steps 3 --warmup 0"
+                           " --seed 7 --timeout 60 " +  // --gpus: from --nproc, or 1
+                           layout + (ranks > 1 ? " --nproc " + std::to_string(ranks) : "") +
+                           " --json " + json.string() + " --dump-params " + dump.string() +
+                           " --dump-grads " + grads.string();
   auto r = run_merged(args);
   ExecRun out;
   out.output = r.output;
@@ -85,8 +95,10 @@ ExecRun exec_run(const std::string& model, int ranks, const std::string& layout,
   if (r.code != 0) return out;
   std::ifstream jf(json);
   const auto j = nlohmann::json::parse(jf);
+  out.measurement = j;
   for (const auto& s : j.at("steps")) out.losses.push_back(s.at("loss").get<double>());
   out.params = read_dumps(dump, ranks);
+  out.grads = read_dumps(grads, ranks);
   return out;
 }
 
@@ -116,20 +128,16 @@ std::vector<double> tp_slice(const Param& full, const Param& p) {
   return out;
 }
 
-void expect_equivalent(const std::string& model, int ranks, const std::string& layout, const std::string& tag) {
-  const ExecRun& ref = reference(model);
-  ASSERT_EQ(ref.losses.size(), 3u) << ref.output;
-  const ExecRun got = exec_run(model, ranks, layout, tag);
-  ASSERT_EQ(got.losses.size(), 3u) << got.output;
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_TRUE(close(got.losses[i], ref.losses[i]))
-        << layout << ": step " << i << " loss " << got.losses[i] << " vs single rank " << ref.losses[i];
-
+// Every tensor of `got` (a layout's dumps) equals the matching slice of `ref` (the single-rank
+// run's) to `tol` relative in the 2-norm, and every tensor of `ref` is held by some rank.
+void expect_same_tensors(const std::vector<std::pair<std::string, Param>>& ref,
+                         const std::vector<std::pair<std::string, Param>>& got, double tol, const std::string& what,
+                         const std::string& layout) {
   std::map<std::string, const Param*> full;
-  for (const auto& [name, p] : ref.params) full[name] = &p;
-  ASSERT_FALSE(full.empty());
+  for (const auto& [name, p] : ref) full[name] = &p;
+  ASSERT_FALSE(full.empty()) << what;
   std::map<std::string, int> seen;
-  for (const auto& [name, p] : got.params) {
+  for (const auto& [name, p] : got) {
     auto it = full.find(name);
     ASSERT_NE(it, full.end()) << "parameter " << name << " is not in the single-rank model";
     ++seen[name];
@@ -147,12 +155,26 @@ void expect_equivalent(const std::string& model, int ranks, const std::string& l
       norm += want[k] * want[k];
       if (std::fabs(d) > std::fabs(p.values[worst] - want[worst])) worst = k;
     }
-    EXPECT_LE(std::sqrt(diff), 1e-4 * std::sqrt(norm) + 1e-12)
-        << layout << ": " << name << " (tp shard " << p.tp_index << ") differs from the single-rank run by "
+    EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm) + 1e-12)
+        << layout << ": " << what << " " << name << " (tp shard " << p.tp_index << ") differs from the single-rank run by "
         << std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30) << " relative; worst element " << worst << ": "
         << p.values[worst] << " vs " << want[worst];
   }
-  EXPECT_EQ(seen.size(), full.size()) << layout << ": some parameters are held by no rank";
+  EXPECT_EQ(seen.size(), full.size()) << layout << ": some " << what << " are held by no rank";
+}
+
+void expect_equivalent(const std::string& model, int ranks, const std::string& layout, const std::string& tag,
+                       ExecRun* run = nullptr) {
+  const ExecRun& ref = reference(model);
+  ASSERT_EQ(ref.losses.size(), 3u) << ref.output;
+  const ExecRun got = exec_run(model, ranks, layout, tag);
+  if (run) *run = got;
+  ASSERT_EQ(got.losses.size(), 3u) << got.output;
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(close(got.losses[i], ref.losses[i]))
+        << layout << ": step " << i << " loss " << got.losses[i] << " vs single rank " << ref.losses[i];
+  expect_same_tensors(ref.grads, got.grads, 1e-5, "gradients (first step)", layout);
+  expect_same_tensors(ref.params, got.params, 1e-4, "parameters", layout);
 }
 
 TEST(ExecEquivalence, LossFallsOnSingleRank) {
@@ -186,6 +208,68 @@ TEST(ExecEquivalence, SelectiveRecomputation) {
   expect_equivalent("tiny-gpt", 2, "--pp 2 --schedule 1f1b --recompute selective", "selective");
 }
 TEST(ExecEquivalence, LlamaStyleTensorParallel2) { expect_equivalent("tiny-llama", 2, "--tp 2", "llama_tp2"); }
+TEST(ExecEquivalence, DataParallel2Pipeline2) {
+  expect_equivalent("tiny-gpt", 4, "--pp 2 --schedule 1f1b", "dp2pp2");
+}
+TEST(ExecEquivalence, Zero2DataParallel2TensorParallel2) {
+  expect_equivalent("tiny-gpt", 4, "--zero 2 --tp 2", "zero2tp2");
+}
+TEST(ExecEquivalence, Zero3DataParallel2Pipeline2) {
+  expect_equivalent("tiny-gpt", 4, "--zero 3 --pp 2 --schedule 1f1b", "zero3pp2");
+}
+
+// The model exec builds holds the parameters the layer graph (which predict costs) counts. The one
+// known difference is named: exec leaves out GPT-2's key bias (softmax is invariant to it, so its
+// exact gradient is zero), kv_heads * head_dim parameters per layer.
+TEST(ExecEquivalence, ParameterCountMatchesTheLayerGraph) {
+  for (const std::string name : {"tiny-gpt", "tiny-llama"}) {
+    const ExecRun& ref = reference(name);
+    ASSERT_FALSE(ref.params.empty()) << ref.output;
+    double exec_params = 0;
+    for (const auto& [n, p] : ref.params) {
+      double k = 1;
+      for (int64_t d : p.shape) k *= static_cast<double>(d);
+      exec_params += k;
+    }
+    const trainplan::ModelSpec spec = trainplan::load_model(model_path(name), TRAINPLAN_TEST_DATA_DIR);
+    const trainplan::LayerGraph graph(spec, spec.seq_len);
+    const bool gpt = spec.activation == trainplan::Activation::gelu;  // as exec/model.cpp decides biases
+    const double key_bias = gpt ? double(spec.layers) * spec.kv_heads * spec.head_dim() : 0;
+    EXPECT_EQ(exec_params + key_bias, graph.total_params()) << name;
+  }
+}
+
+// fp16 with dynamic loss scaling (on CPU the arithmetic stays fp32): scaling the loss by a power
+// of two and unscaling the gradients is exact, so the run equals the fp32 one; with a growth
+// interval of 2 the scale doubles once in 3 good steps.
+TEST(ExecEquivalence, Fp16LossScalingDataParallel2) {
+  ExecRun run;
+  expect_equivalent("tiny-gpt", 2, "--dtype fp16 --loss-scale 1024 --loss-scale-window 2", "fp16", &run);
+  const auto& ls = run.measurement.at("environment").at("loss_scaling");
+  EXPECT_EQ(ls.at("initial_scale").get<double>(), 1024.0) << ls;
+  EXPECT_EQ(ls.at("final_scale").get<double>(), 2048.0) << ls;
+  EXPECT_TRUE(ls.at("skipped_steps").empty()) << ls;
+}
+
+// A NaN in one rank's gradients skips that step on every rank and halves the scale; training
+// goes on with finite parameters.
+TEST(ExecEquivalence, Fp16SkipsAStepWithNanGradients) {
+  const ExecRun run = exec_run("tiny-gpt", 2, "--pp 2 --schedule 1f1b --dtype fp16 --fault-nan-rank 1 --fault-step 1",
+                               "fp16nan");
+  ASSERT_EQ(run.losses.size(), 3u) << run.output;
+  const auto& ls = run.measurement.at("environment").at("loss_scaling");
+  EXPECT_EQ(ls.at("skipped_steps"), nlohmann::json::array({1})) << ls;
+  EXPECT_EQ(ls.at("final_scale").get<double>(), 32768.0) << ls;  // 65536 * 0.5
+  const ExecRun& ref = reference("tiny-gpt");
+  ASSERT_EQ(ref.losses.size(), 3u);
+  // Steps 0 and 1 ran the same parameters as the fp32 run (step 1's update was skipped after its
+  // forward); step 2 then starts from step 0's update only, so its loss differs.
+  EXPECT_TRUE(close(run.losses[0], ref.losses[0])) << run.losses[0] << " vs " << ref.losses[0];
+  EXPECT_TRUE(close(run.losses[1], ref.losses[1])) << run.losses[1] << " vs " << ref.losses[1];
+  EXPECT_FALSE(close(run.losses[2], ref.losses[2])) << run.losses[2];
+  for (const auto& [name, p] : run.params)
+    for (double v : p.values) ASSERT_TRUE(std::isfinite(v)) << name;
+}
 
 }  // namespace
 
