@@ -148,16 +148,17 @@ def main():
         entry = dict(plan=n, **p, exec=e, eager=r)
         entry['ratios'] = dict(exec_over_eager_step=ratio(e, r, 'step_s'),
                                exec_over_eager_reserved=ratio(e, r, 'max_reserved_bytes'))
+        rs = entry['ratios']
+        entry['meets_target'] = (rs['exec_over_eager_step'] is not None and rs['exec_over_eager_step'] <= 1.0
+                                 and rs['exec_over_eager_reserved'] <= 1.0)
+        report['plans'].append(entry)
+        write_atomic(a.out, report)  # kept even if the compile run below never ends
         if n in compile_set:
             print(f'[bench-gpu] {n}: pytorch compile', flush=True)
             c = run_reference(a, n, p, 'compile')
             entry['compile'] = c
             entry['ratios']['exec_over_compile_step'] = ratio(e, c, 'step_s')
-        rs = entry['ratios']
-        entry['meets_target'] = (rs['exec_over_eager_step'] is not None and rs['exec_over_eager_step'] <= 1.0
-                                 and rs['exec_over_eager_reserved'] <= 1.0)
-        report['plans'].append(entry)
-        write_atomic(a.out, report)
+            write_atomic(a.out, report)
         fmt = lambda x: 'n/a' if x is None else f'{x:.3f}'
         print(f"[bench-gpu] {n}: exec {e.get('status')} {fmt(e.get('step_s'))} s "
               f"{fmt((e.get('max_reserved_bytes') or 0) / 1e9)} GB | eager {r.get('status')} {fmt(r.get('step_s'))} s "
