@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 # ccache is installed by `deps`, so look for it when the recipe runs, not when make reads this file.
 LAUNCHER = $$(command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: run test test-asan fuzz deps build bench bench-cold clean
+.PHONY: run test test-asan fuzz deps build bench bench-cold bench-gpu clean
 
 deps:
 	@bash cmake/install-deps.sh
@@ -45,6 +45,14 @@ bench: build
 # Cold start of whole trainplan processes (predict, and search of 530B on 5,128 GPUs), wall time.
 bench-cold: build
 	./$(BUILD)/tests/trainplan_bench --benchmark_filter=ColdStart
+
+# Side-by-side GPU benchmark (issue 12), on a GPU machine: trainplan exec and a plain-PyTorch step
+# (tests/gpu/pytorch_step.py) on the same plans; one JSON with both step times, peak reserved memory
+# and the ratios. Needs a CUDA build in $(GPU_BUILD) (bash ../shared/tools/gpu-build.sh build).
+GPU_BUILD ?= build-gpu
+BENCH_GPU_ARGS ?=
+bench-gpu:
+	python3 tests/gpu/bench_gpu.py --trainplan $(GPU_BUILD)/trainplan $(BENCH_GPU_ARGS)
 
 clean:
 	rm -rf $(BUILD)

@@ -142,7 +142,6 @@ void ModelChunk::materialize() {
   auto opts = at::TensorOptions().dtype(at::kFloat).device(s_.device);
   flat_ = at::zeros({total}, opts);
   flat_grad_ = at::zeros({total}, opts);
-  decay_mask_ = at::zeros({total}, opts);
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     ParamInfo& p = params_[i];
@@ -169,7 +168,6 @@ void ModelChunk::materialize() {
     auto shape = full.sizes().vec();
     at::Tensor view = flat_.narrow(0, p.offset, p.numel).view(shape);
     view.copy_(full);
-    if (p.decay) decay_mask_.narrow(0, p.offset, p.numel).fill_(1);
     p.param = view.detach().requires_grad_(true);
     p.param.mutable_grad() = flat_grad_.narrow(0, p.offset, p.numel).view(shape);
   }

@@ -75,7 +75,6 @@ class ModelChunk {
   std::vector<ParamInfo>& params() { return params_; }
   at::Tensor& flat() { return flat_; }            // all parameters (padded)
   at::Tensor& flat_grad() { return flat_grad_; }  // their gradients (padded)
-  at::Tensor& decay_mask() { return decay_mask_; }
   const ChunkPlacement& placement() const { return place_; }
   // Gradients of parameters replicated across TP ranks; with sequence parallelism each TP rank
   // holds only its sequence slice's contribution, so these must be summed over the TP group.
@@ -110,7 +109,7 @@ class ModelChunk {
     int64_t rows;
   };
   std::vector<Init> init_;  // per parameter
-  at::Tensor flat_, flat_grad_, decay_mask_;
+  at::Tensor flat_, flat_grad_;
   std::vector<std::unique_ptr<Layer>> layers_;
   int wte_ = -1, wpe_ = -1, norm_w_ = -1, norm_b_ = -1, head_ = -1;  // indices into params_
   at::Tensor positions_;  // global positions of this CP rank's tokens [seq / cp]

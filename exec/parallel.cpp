@@ -8,37 +8,82 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 #ifdef TRAINPLAN_EXEC_CUDA
-#include <torch/cuda.h>
+#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace trainplan::exec {
 
 // ---------------------------------------------------------------- PhaseClock
 
+#ifdef TRAINPLAN_EXEC_CUDA
+// Events of one step, reused from step to step: event i marks where phase[i] begins on the stream.
+struct PhaseClock::Events {
+  std::vector<c10::cuda::CUDAEvent> pool;
+  std::vector<Ph> phase;
+  size_t used = 0;
+  void record(Ph p) {
+    if (used == pool.size()) {
+      pool.emplace_back(cudaEventDefault);  // timing enabled (CUDAEvent's default disables it)
+      phase.push_back(p);
+    }
+    pool[used].record(c10::cuda::getCurrentCUDAStream());
+    phase[used] = p;
+    ++used;
+  }
+};
+#else
+struct PhaseClock::Events {};
+#endif
+
+PhaseClock::PhaseClock(bool device_timing) {
+#ifdef TRAINPLAN_EXEC_CUDA
+  if (device_timing) events_ = std::make_unique<Events>();
+#else
+  (void)device_timing;
+#endif
+}
+
+PhaseClock::~PhaseClock() = default;
+
 void PhaseClock::start() {
   acc_.fill(0);
   dp_in_flight = 0;
   current_ = Ph::other;
 #ifdef TRAINPLAN_EXEC_CUDA
-  if (device_sync_) torch::cuda::synchronize();
+  if (events_) {
+    events_->used = 0;
+    events_->record(Ph::other);
+  }
 #endif
   since_ = Clock::now();
 }
 
 Ph PhaseClock::enter(Ph p) {
-#ifdef TRAINPLAN_EXEC_CUDA
-  if (device_sync_) torch::cuda::synchronize();
-#endif
-  const auto now = Clock::now();
-  acc_[static_cast<int>(current_)] += std::chrono::duration<double>(now - since_).count();
-  since_ = now;
   const Ph prev = current_;
   current_ = p;
+#ifdef TRAINPLAN_EXEC_CUDA
+  if (events_) {
+    events_->record(p);
+    return prev;
+  }
+#endif
+  const auto now = Clock::now();
+  acc_[static_cast<int>(prev)] += std::chrono::duration<double>(now - since_).count();
+  since_ = now;
   return prev;
 }
 
 std::array<double, kPhases> PhaseClock::stop() {
   enter(Ph::other);
+#ifdef TRAINPLAN_EXEC_CUDA
+  if (events_) {
+    Events& e = *events_;
+    e.pool[e.used - 1].synchronize();
+    for (size_t i = 0; i + 1 < e.used; ++i)
+      acc_[static_cast<int>(e.phase[i])] += e.pool[i].elapsed_time(e.pool[i + 1]) / 1e3;  // ms -> s
+  }
+#endif
   return acc_;
 }
 

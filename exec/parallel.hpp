@@ -22,20 +22,27 @@ namespace trainplan::exec {
 enum class Ph { forward, backward, recompute, tp_comm, cp_comm, pp_comm, dp_comm, bubble, optimizer, other, count };
 inline constexpr int kPhases = static_cast<int>(Ph::count);
 
-// Steady-clock phase accounting. With `device_sync` (CUDA) the device is synchronised at each
-// phase switch so that host time equals device time of the finished work.
+// Phase accounting. On the CPU a steady clock. With `device_timing` (CUDA) a CUDA event is
+// recorded on the current stream at each phase switch and stop() waits for the last one: the time
+// between consecutive events is attributed to the phase in between, so the phases are the
+// stream's own time (kernels, waits on other streams, idle gaps while the host catches up) and no
+// phase switch synchronises the device.
 class PhaseClock {
  public:
-  explicit PhaseClock(bool device_sync) : device_sync_(device_sync) {}
+  explicit PhaseClock(bool device_timing);
+  ~PhaseClock();
+  PhaseClock(const PhaseClock&) = delete;
+  PhaseClock& operator=(const PhaseClock&) = delete;
   void start();                      // zero the accumulators; phase = other
   Ph enter(Ph p);                    // switch to `p`, returns the phase left
-  std::array<double, kPhases> stop();  // seconds per phase since start()
+  std::array<double, kPhases> stop();  // seconds per phase since start() (waits for the device)
   // Time data-parallel collectives were in flight (launch to completion), not exclusive.
   double dp_in_flight = 0;
 
  private:
   using Clock = std::chrono::steady_clock;
-  bool device_sync_;
+  struct Events;                     // the step's CUDA events (CUDA builds, device_timing only)
+  std::unique_ptr<Events> events_;
   Ph current_ = Ph::other;
   Clock::time_point since_{};
   std::array<double, kPhases> acc_{};

@@ -1,6 +1,7 @@
 // DP/ZeRO gradient reduction and the AdamW step over this rank's shard (see reducer.hpp).
 #include "exec/reducer.hpp"
 
+#include <ATen/ops/_fused_adamw.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -39,7 +40,7 @@ struct DpReducer::Chunk {
   int64_t shard = 0, shard_offset = 0;  // this DP rank's slice of the flat buffers
   at::Tensor master;      // parameters the optimizer updates (full, a slice view, or a ZeRO-3 copy)
   at::Tensor grad;        // gradients it reads (full, or the reduce-scattered slice)
-  at::Tensor exp_avg, exp_avg_sq, decay;
+  at::Tensor exp_avg, exp_avg_sq;
   bool gathered = false;  // ZeRO-3: full parameters present for this step
   // Overlap (ZeRO 0, DP > 1): buckets in the order the backward produces them (last layers
   // first); during the chunk's last backward each bucket's all-reduce starts as soon as its
@@ -47,6 +48,14 @@ struct DpReducer::Chunk {
   std::vector<Bucket> buckets;
   bool armed = false;
   size_t next_bucket = 0;
+};
+
+// The optimizer's view of the shards: per parameter (or the part of it in this rank's shard), 1-D
+// views of master weights, gradients and both moments, in two groups (with and without weight
+// decay) that at::_fused_adamw_ updates in one multi-tensor launch each.
+struct DpReducer::AdamGroup {
+  double weight_decay = 0;
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
 };
 
 struct DpReducer::Pending {
@@ -78,7 +87,6 @@ void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
     cs.shard = n;
     cs.master = flat;
     cs.grad = model.flat_grad();
-    cs.decay = model.decay_mask();
   } else {
     cs.shard = n / replicas_;
     cs.shard_offset = cs.shard * dp_rank_;
@@ -87,12 +95,36 @@ void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
     cs.master = s_.zero == 3 && replicas_ > 1 ? flat.narrow(0, cs.shard_offset, cs.shard).clone()
                                           : flat.narrow(0, cs.shard_offset, cs.shard);
     cs.grad = at::zeros({cs.shard}, flat.options());
-    cs.decay = model.decay_mask().narrow(0, cs.shard_offset, cs.shard);
   }
   cs.exp_avg = at::zeros({cs.shard}, flat.options());
   cs.exp_avg_sq = at::zeros({cs.shard}, flat.options());
   chunks_.push_back(std::move(owned));
   setup_buckets(cs);
+  add_to_adam_groups(cs);
+}
+
+void DpReducer::add_to_adam_groups(Chunk& c) {
+  if (adam_groups_.empty()) {
+    adam_groups_.resize(2);
+    adam_groups_[0].weight_decay = adam_.weight_decay;  // matrices
+    adam_groups_[1].weight_decay = 0;                   // vectors (norms, biases)
+    // The step count the fused kernel reads (fp32, on the parameters' device), incremented on
+    // the device before each update as torch.optim.AdamW(fused=True) does.
+    step_ = at::zeros({}, c.master.options().dtype(at::kFloat));
+  }
+  // Intersect each parameter's element range with this rank's shard; the padding at the end of
+  // the flat buffer belongs to no parameter and stays zero.
+  const int64_t lo = c.shard_offset, hi = c.shard_offset + c.shard;
+  for (const ParamInfo& p : c.model->params()) {
+    const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+    if (b >= e) continue;
+    AdamGroup& g = adam_groups_[p.decay ? 0 : 1];
+    g.params.push_back(c.master.narrow(0, b - lo, e - b));
+    g.grads.push_back(c.grad.narrow(0, b - lo, e - b));
+    g.exp_avgs.push_back(c.exp_avg.narrow(0, b - lo, e - b));
+    g.exp_avg_sqs.push_back(c.exp_avg_sq.narrow(0, b - lo, e - b));
+    g.steps.push_back(step_);
+  }
 }
 
 void DpReducer::setup_buckets(Chunk& c) {
@@ -241,18 +273,18 @@ void DpReducer::reduce_tied() {
 }
 
 void DpReducer::optimizer_step() {
+  // AdamW (Loshchilov & Hutter 2019, Algorithm 2) by LibTorch's fused multi-tensor kernel, on
+  // CUDA and CPU alike: p <- p (1 - lr wd); m <- b1 m + (1 - b1) g; v <- b2 v + (1 - b2) g^2;
+  // p <- p - lr/(1 - b1^t) * m / (sqrt(v)/sqrt(1 - b2^t) + eps). No temporaries the size of the
+  // parameters, no host synchronisation (the step count lives on the device).
   PhaseScope sc(clock_, Ph::optimizer);
   torch::NoGradGuard ng;
-  ++adam_step_;
-  const double b1 = adam_.beta1, b2 = adam_.beta2, eps = adam_.eps, wd = adam_.weight_decay, lr = adam_.lr;
-  const double bc1 = 1 - std::pow(b1, adam_step_), bc2 = 1 - std::pow(b2, adam_step_);
-  for (auto& cp : chunks_) {
-    Chunk& c = *cp;
-    c.exp_avg.mul_(b1).add_(c.grad, 1 - b1);
-    c.exp_avg_sq.mul_(b2).addcmul_(c.grad, c.grad, 1 - b2);
-    c.master.sub_(c.master * c.decay * (lr * wd));
-    auto denom = (c.exp_avg_sq / bc2).sqrt_().add_(eps);
-    c.master.addcdiv_(c.exp_avg, denom, -lr / bc1);
+  if (adam_groups_.empty()) return;
+  step_.add_(1);
+  for (AdamGroup& g : adam_groups_) {
+    if (g.params.empty()) continue;
+    at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, g.steps, adam_.lr,
+                      adam_.beta1, adam_.beta2, g.weight_decay, adam_.eps, /*amsgrad=*/false, /*maximize=*/false);
   }
 }
 

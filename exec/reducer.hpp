@@ -73,11 +73,13 @@ class DpReducer {
   struct Bucket;
   struct Chunk;
   struct Pending;
+  struct AdamGroup;
   void setup_buckets(Chunk& c);
   void launch_ready_buckets(Chunk& c, bool all);
   void launch(Chunk& c);
   void push_pending(c10::intrusive_ptr<c10d::Work> w);
   void gather(Chunk& c);
+  void add_to_adam_groups(Chunk& c);
   void optimizer_step();
 
   const Strategy& s_;
@@ -87,7 +89,8 @@ class DpReducer {
   PhaseClock& clock_;
   AdamWSettings adam_;
   LossScaling scaling_;
-  int adam_step_ = 0;
+  std::vector<AdamGroup> adam_groups_;  // with weight decay, without
+  at::Tensor step_;                     // optimizer steps taken (fp32 scalar on the device)
   std::vector<std::unique_ptr<Chunk>> chunks_;  // stable addresses: the hooks point at them
   std::vector<Pending> pending_;
 };

@@ -15,6 +15,7 @@
 #include <torch/version.h>
 #ifdef TRAINPLAN_EXEC_CUDA
 #include <ATen/autocast_mode.h>
+#include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
@@ -67,6 +68,21 @@ PhaseTimes phase_times(const std::array<double, kPhases>& x, double dp_in_flight
   p.other = x[int(Ph::other)];
   return p;
 }
+
+#ifdef TRAINPLAN_EXEC_CUDA
+// The CUDA caching allocator's settings for a run: the user's PYTORCH_ALLOC_CONF (or the older
+// PYTORCH_CUDA_ALLOC_CONF) when set, else expandable segments. With them the allocator grows a
+// segment by mapping more physical memory instead of caching fixed blocks, so memory freed by one
+// phase (the optimizer's, the logits') can be reused by another: issue 12's gpt2-xl mb 12 ran out
+// of memory with 40 GB reserved but unallocated without them. Returns the note the measurement
+// records.
+std::string configure_cuda_allocator(bool apply) {
+  for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"})
+    if (const char* v = std::getenv(name); v && *v) return fmt::format("{}={} (from the environment)", name, v);
+  if (apply) c10::CachingAllocator::setAllocatorSettings("expandable_segments:True");
+  return "expandable_segments:True (trainplan's default; PYTORCH_ALLOC_CONF overrides it)";
+}
+#endif
 
 struct Stash {
   at::Tensor input;   // received activation (leaf) or undefined on the first virtual stage
@@ -202,7 +218,9 @@ void ScheduleRunner::step(int index, bool measured) {
   std::fill(backward_left_.begin(), backward_left_.end(), m);
   std::map<std::pair<int, int>, Stash> stash;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> sends;
-  double loss_sum = 0;
+  // Sum of the last stage's micro-batch losses, kept on the device: reading each one on the host
+  // would synchronise the device once per micro-batch.
+  at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
   bool forward_seen = false, backward_seen = false;
   // Mean over the global batch (m micro-batches on each of dp replicas), times the fp16 loss scale.
   const double loss_scale = reducer_->loss_scale() / (double(m) * s_.dp);
@@ -218,8 +236,9 @@ void ScheduleRunner::step(int index, bool measured) {
       Stash st;
       at::Tensor input, targets;
       if (first || last) {
-        at::Tensor all =
-            tokens_.micro_batch(index, slot.micro_batch, coord_.dp, s_.dp, s_.micro_batch, s_.global_batch).to(device_);
+        at::Tensor all = tokens_.micro_batch(index, slot.micro_batch, coord_.dp, s_.dp, s_.micro_batch, s_.global_batch);
+        // From pinned memory the copy is asynchronous (a pageable one can wait for the stream).
+        all = on_gpu_ ? all.pin_memory().to(device_, /*non_blocking=*/true) : all.to(device_);
         if (first) input = all.narrow(1, 0, s_.seq_len);
         targets = all.narrow(1, 1, s_.seq_len);
       }
@@ -235,7 +254,7 @@ void ScheduleRunner::step(int index, bool measured) {
         st.output = model.forward(input, targets);
       }
       if (last) {
-        loss_sum += st.output.item<double>();
+        loss_sum.add_(st.output.detach());
       } else {
         at::Tensor out = st.output.detach().to(at::kFloat).contiguous();
         sends.emplace_back(g_.pp->send(out, next, tag(slot.micro_batch, vs + 1, false)), out);
@@ -275,6 +294,12 @@ void ScheduleRunner::step(int index, bool measured) {
       if (--backward_left_[slot.chunk] == 0) reducer_->backward_done(slot.chunk);
     }
   }
+#ifdef TRAINPLAN_EXEC_CUDA
+  // The bf16 copies of the weights, cast once at their first use this step and shared by every
+  // micro-batch (autocast's cache), are not needed past the last backward: free them before the
+  // optimizer.
+  if (on_gpu_) at::autocast::clear_cache();
+#endif
   enter("data-parallel reduction and optimizer");
   reducer_->reduce_tied();
   for (auto& [w, t] : sends) g_.pp->wait(w, Ph::pp_comm);
@@ -285,12 +310,8 @@ void ScheduleRunner::step(int index, bool measured) {
   enter("end of step (loss all-reduce)");
   // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
   const bool reports = vstage_.back() == V - 1 && coord_.tp == 0 && coord_.cp == 0;
-  at::Tensor l = at::full({1}, reports ? loss_sum / (double(m) * s_.dp) : 0.0,
-                          at::TensorOptions().dtype(at::kDouble).device(device_));
+  at::Tensor l = reports ? loss_sum.mul_(1.0 / (double(m) * s_.dp)) : loss_sum.zero_();
   g_.world->all_reduce(l);
-#ifdef TRAINPLAN_EXEC_CUDA
-  if (on_gpu_) at::autocast::clear_cache();
-#endif
   const auto phases = clock_.stop();
   const double wall = seconds_since(t0);
   if (measured) recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), l.cpu().item<double>());
@@ -368,7 +389,10 @@ Measurement ScheduleRunner::collect() {
                      {"note", "embedding and LM head rows padded to a multiple of 128*tp (Megatron); padding "
                               "rows are not in the layer graph's parameter count and get no logit"}}},
                    {"phase_notes",
-                    "steady clock per rank; bubble = waiting to receive from a pipeline neighbour; "
+                    std::string(on_gpu_ ? "CUDA events on each rank's compute stream (device time between phase "
+                                          "switches, no synchronisation per switch)"
+                                        : "steady clock per rank") +
+                        "; bubble = waiting to receive from a pipeline neighbour; "
                     "dp_comm = data-parallel collectives from launch to completion"}};
   if (const LossScaling& ls = reducer_->loss_scaling(); ls.enabled) {
     m.environment["loss_scaling"] = {{"initial_scale", opt_.loss_scale},
@@ -378,6 +402,13 @@ Measurement ScheduleRunner::collect() {
                                      {"final_scale", ls.scale},
                                      {"skipped_steps", ls.skipped}};
   }
+#ifdef TRAINPLAN_EXEC_CUDA
+  if (on_gpu_) {
+    m.environment["allocator_settings"] = configure_cuda_allocator(false);
+    m.environment["allocator_expandable_segments"] =
+        c10::CachingAllocator::AcceleratorAllocatorConfig::use_expandable_segments();
+  }
+#endif
   m.throughput.model_flops_per_step = plan_.model_flops_per_step;
   return recorder_.build(std::move(m), rows);
 }
@@ -453,6 +484,7 @@ std::optional<Measurement> run_rank(const ExecPlan& plan, const ExecOptions& opt
   at::Device device = at::kCPU;
 #ifdef TRAINPLAN_EXEC_CUDA
   if (on_gpu) {
+    configure_cuda_allocator(true);  // before the first CUDA allocation
     const int gpus = std::max<int>(1, c10::cuda::device_count());
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % gpus));
     c10::cuda::set_device(device.index());
