@@ -10,6 +10,10 @@
 // not measured, inverse-distance weighting of the measured ones in log2 space, power 3), and a
 // lookup is then multilinear on that grid in log2 coordinates (no allocation).
 //
+// One cleaning rule applies to GEMMs: a shape's time is capped by the time of any measured shape
+// at least as large in M, N and K (work never shrinks as a GEMM grows; a larger time is a glitch
+// of that measurement).
+//
 // Units: files store microseconds and bytes; everything here is seconds, bytes, FLOPs.
 #pragma once
 #include <array>
@@ -68,6 +72,7 @@ class OpCostTables {
  public:
   Dtype dtype = Dtype::bf16;      // dtype the GEMM and attention tables were measured in
   Seconds kernel_floor = 0;       // time per tiny kernel issued back to back (launch-bound floor)
+  double fp8_gemm_speedup = 0;    // fp8 GEMM rate / table-dtype rate (0: no fp8 GEMMs)
   std::vector<GemmPoint> gemm;
   std::vector<AttentionPoint> attention;
   std::array<std::vector<MemPoint>, kMemKernels> memory;

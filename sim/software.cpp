@@ -41,13 +41,12 @@ Software parse_software(const json& j, const std::string& file) {
   {
     JsonObject h = o.object("host");
     s.host_per_kernel = h.number("per_kernel_us", 0, 1e6) * kMicro;
-    s.sync_each_pass = h.boolean("sync_each_pass");
     h.finish();
   }
   {
     JsonObject p = o.object("precision");
     s.stream_bytes = p.number("residual_stream_bytes", 1, 8);
-    s.autocast_casts_per_layer = static_cast<int>(p.integer("autocast_casts_per_layer", 0, 100));
+    s.autocast_casts_inputs = p.boolean("autocast_casts_gemm_inputs");
     s.weight_cast_per_micro_batch = p.boolean("weight_cast_per_micro_batch");
     p.finish();
   }

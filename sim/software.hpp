@@ -61,11 +61,10 @@ struct Software {
   std::string source;       // what the profile describes (versions, files, flags)
   std::string assumptions;  // what was assumed rather than read or measured
   Seconds host_per_kernel = 0;  // CPU time to issue one kernel through the framework
-  bool sync_each_pass = false;  // waits for the GPU after every forward/backward pass
   bool qkv_fused = true;        // one QKV GEMM per layer (false: separate Q, K, V GEMMs)
   bool gate_up_fused = true;    // SwiGLU gate and up projections as one GEMM
   double stream_bytes = 2;      // bytes per element of the residual stream (4: fp32 under autocast)
-  int autocast_casts_per_layer = 0;  // stream -> 16-bit casts per layer (inputs of QKV and MLP up)
+  bool autocast_casts_inputs = false;  // each GEMM reading the fp32 stream casts it to 16 bits first
   bool weight_cast_per_micro_batch = false;  // weight casts every micro-batch (else once a step)
   bool wgrad_accumulate_fused = true;  // weight gradients accumulate in the GEMM (no extra pass)
   int gemm_kernels = 1;         // kernels per GEMM call (bias epilogue, casts)

@@ -33,7 +33,6 @@ TEST(Software, TheThreeShippedProfilesLoad) {
 
 TEST(Software, ExecProfileDescribesWhatExecLaunches) {
   const Software e = load_software("trainplan-exec", kSource);
-  EXPECT_TRUE(e.sync_each_pass);            // PhaseClock synchronises at phase boundaries
   EXPECT_FALSE(e.qkv_fused);                // exec/model.cpp: separate wq, wk, wv
   EXPECT_DOUBLE_EQ(e.stream_bytes, 4);      // fp32 residual stream under autocast
   EXPECT_NEAR(e.host_per_kernel, 31.7e-6, 1e-12);  // us converted to s

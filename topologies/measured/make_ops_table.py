@@ -3,7 +3,12 @@ trainplan/cluster/v2 topology file. No fitting: every figure is a measured kerne
 microseconds, optionally scaled for another GPU by stated ratios (compute time / peak-FLOP ratio,
 memory-bound time / HBM-bandwidth ratio) where that GPU was not measured.
 
-usage: python3 make_ops_table.py h100-ops.jsonl SOURCE_TEXT [compute_scale memory_scale] > ops.json
+usage: python3 make_ops_table.py h100-ops.jsonl SOURCE_TEXT [compute_scale memory_scale [calibrate.txt]] > ops.json
+
+With a `trainplan calibrate --device cuda` output (calibrate.txt), its square matmuls from 1024^3 up are
+added as GEMM points (only the product a @ b was timed: dgrad and wgrad take the same time, an
+assumption the table supports within about 10% where all three were measured). A shape measured twice
+keeps its fastest time: interference only ever slows a kernel.
 """
 import json, sys
 
@@ -35,6 +40,15 @@ for r in rows:
         mem.setdefault("cross_entropy_fp32", []).append({"bytes": b, "fwd_us": us(r["fwd_s"], ms), "fwd_bwd_us": us(r["fwdbwd_s"], ms)})
     elif op == "adamw":
         mem.setdefault("adamw_" + r["impl"], []).append({"bytes": r["params"] * 4, "step_us": us(r["s"], ms)})
+if len(sys.argv) > 5:
+    import re
+    for line in open(sys.argv[5]):
+        m = re.match(r"\s*(\d+)\^3\s+\S+\s+([0-9.]+) ms", line)
+        if m and int(m.group(1)) >= 1024:
+            n, t = int(m.group(1)), us(float(m.group(2)) * 1e-3, cs)
+            g = gemm.setdefault((n, n, n), {"m": n, "n": n, "k": n, "fwd_us": t, "dgrad_us": t, "wgrad_us": t})
+            for k in ("fwd_us", "dgrad_us", "wgrad_us"):
+                g[k] = min(g[k], t)
 ops["gemm"] = list(gemm.values())
 for v in mem.values():
     v.sort(key=lambda p: p["bytes"])
