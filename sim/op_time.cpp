@@ -92,8 +92,12 @@ LinearCost attention_core(const Ctx& x) {
   const double batch_heads = static_cast<double>(x.s.micro_batch) * x.m.heads / x.s.tp;
   LinearCost out;
   if (x.s.attention == Attention::flash) {
-    out.fwd = {x.c.ops.attention_fwd(s, d, batch_heads) / x.s.cp, static_cast<double>(x.sw.attention_kernels_fwd)};
-    out.bwd = {x.c.ops.attention_bwd(s, d, batch_heads) / x.s.cp, static_cast<double>(x.sw.attention_kernels_bwd)};
+    // Context parallelism (ring attention, load-balanced causal split): each rank does 1/cp of the
+    // work as kernels over blocks of s/cp queries and keys, at the table's rate for that length:
+    // cp x the time of one s/cp attention (FLOPs scale with the length squared), 2cp - 1 launches.
+    const double cp = x.s.cp, launches = 2 * cp - 1;
+    out.fwd = {cp * x.c.ops.attention_fwd(s / cp, d, batch_heads), launches * x.sw.attention_kernels_fwd};
+    out.bwd = {cp * x.c.ops.attention_bwd(s / cp, d, batch_heads), launches * x.sw.attention_kernels_bwd};
     return out;
   }
   // Standard (Megatron 2021): scores = Q K^T over the full s x s (masked, not skipped), then
