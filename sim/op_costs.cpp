@@ -106,8 +106,10 @@ double LogGrid<D>::at(const std::array<double, D>& q) const {
   TRAINPLAN_CHECK(!values_.empty(), "LogGrid used before build()");
   std::array<std::size_t, D> i0{};
   std::array<double, D> t{};
+  std::array<double, D> below{};  // octaves below the smallest measured coordinate
   for (int d = 0; d < D; ++d) {
     const auto& ax = axis_[d];
+    if (q[d] < ax.front()) below[d] = ax.front() - q[d];
     if (ax.size() == 1 || q[d] <= ax.front()) {
       i0[d] = 0;
       t[d] = 0;
@@ -135,6 +137,19 @@ double LogGrid<D>::at(const std::array<double, D>& q) const {
       flat = flat * axis_[d].size() + i0[d] + bit;
     }
     if (w != 0) out += w * values_[flat];
+  }
+  // Below the measured range the rate keeps falling as it did over the first measured step of that
+  // axis (at the nearest measured shape), rate ~ size^p with p clamped to [0, 1]: never rising as
+  // kernels shrink, and never so fast that a smaller kernel would take longer. Above the range the
+  // edge rate is held.
+  for (int d = 0; d < D; ++d) {
+    if (below[d] <= 0 || axis_[d].size() < 2) continue;
+    std::array<double, D> at_edge = q;
+    at_edge[d] = axis_[d][0];
+    std::array<double, D> next = q;
+    next[d] = axis_[d][1];
+    const double slope = (at(next) - at(at_edge)) / (axis_[d][1] - axis_[d][0]);  // ln(rate) per octave
+    out -= below[d] * std::clamp(slope, 0.0, std::log(2.0));
   }
   return out;
 }

@@ -3,8 +3,10 @@
 //
 // Lookup rule, the same for every table: the achieved rate of a kernel (FLOP/s for GEMMs and
 // attention, bytes/s for memory-bound kernels) is interpolated linearly in log(rate) over the log2
-// of the kernel's shape, between measured shapes; outside the measured range the rate of the
-// nearest edge is held (clamped), so time keeps scaling with work. Measured points need not form
+// of the kernel's shape, between measured shapes. Above the measured range the rate of the edge is
+// held (clamped), so time keeps scaling with work; below it the rate keeps falling as it fell over
+// the first measured step of that axis, as size^p with p clamped to [0, 1] (smaller kernels fill
+// the GPU less well, but never take longer than larger ones). Measured points need not form
 // a grid: at load they are spread onto the grid whose nodes along each axis are the measured
 // coordinates (a node that is a measured shape takes that shape's rate; a combination that was
 // not measured, inverse-distance weighting of the measured ones in log2 space, power 3), and a
