@@ -174,7 +174,7 @@ void OpCostTables::prepare() {
   for (int pass = 0; pass < 3; ++pass) {
     std::vector<std::array<double, 3>> xs;
     std::vector<double> ys;
-    auto time_of = [pass](const GemmPoint& p) { return pass == 0 ? p.fwd : pass == 1 ? p.dgrad : p.wgrad; };
+    auto time_of = [pass](const GemmMeasure& p) { return pass == 0 ? p.fwd : pass == 1 ? p.dgrad : p.wgrad; };
     for (const auto& p : gemm) {
       // A GEMM does not take longer than one at least as large in every dimension: a measured time
       // above such a larger shape's is a glitch of that measurement (e.g. on H100 2048x6144x2048
@@ -263,7 +263,7 @@ OpCostTables parse_op_costs(const JsonObject& o) {
   t.kernel_floor = o.number("kernel_floor_us", 0, 1e6) * kMicro;
   t.fp8_gemm_speedup = o.number("fp8_gemm_speedup", 0, 10);
   for (const auto& p : o.objects("gemm", 1)) {
-    GemmPoint g;
+    GemmMeasure g;
     g.m = p.number("m", 0, 1e9, true);
     g.n = p.number("n", 0, 1e9, true);
     g.k = p.number("k", 0, 1e9, true);
@@ -274,7 +274,7 @@ OpCostTables parse_op_costs(const JsonObject& o) {
     t.gemm.push_back(g);
   }
   for (const auto& p : o.objects("attention", 1)) {
-    AttentionPoint a;
+    AttentionMeasure a;
     a.seq = p.number("seq", 0, 1e9, true);
     a.head_dim = p.number("head_dim", 0, 1e6, true);
     a.batch_heads = p.number("batch_heads", 0, 1e9, true);
@@ -291,7 +291,7 @@ OpCostTables parse_op_costs(const JsonObject& o) {
       const bool optimizer = k == static_cast<int>(MemKernel::adamw_fused) || k == static_cast<int>(MemKernel::adamw_foreach);
       if (name != "add" && !mb.has(name)) continue;
       for (const auto& p : mb.objects(name, 1)) {
-        MemPoint m;
+        MemMeasure m;
         m.bytes = p.number("bytes", 0, 1e15, true);
         m.fwd = p.number(optimizer ? "step_us" : "fwd_us", 0, 1e12, true) * kMicro;
         if (!optimizer) {

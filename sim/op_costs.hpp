@@ -57,15 +57,15 @@ class LogGrid {
   std::vector<double> values_;               // row-major over the axes
 };
 
-struct GemmPoint {
+struct GemmMeasure {
   double m = 0, n = 0, k = 0;            // tokens, outputs, inputs
   Seconds fwd = 0, dgrad = 0, wgrad = 0;
 };
-struct AttentionPoint {
+struct AttentionMeasure {
   double seq = 0, head_dim = 0, batch_heads = 0;  // causal self-attention, batch x heads instances
   Seconds fwd = 0, fwd_bwd = 0;
 };
-struct MemPoint {
+struct MemMeasure {
   Bytes bytes = 0;
   Seconds fwd = 0, fwd_bwd = 0;  // fwd_bwd = 0 where only a forward was measured (AdamW)
 };
@@ -75,9 +75,9 @@ class OpCostTables {
   Dtype dtype = Dtype::bf16;      // dtype the GEMM and attention tables were measured in
   Seconds kernel_floor = 0;       // time per tiny kernel issued back to back (launch-bound floor)
   double fp8_gemm_speedup = 0;    // fp8 GEMM rate / table-dtype rate (0: no fp8 GEMMs)
-  std::vector<GemmPoint> gemm;
-  std::vector<AttentionPoint> attention;
-  std::array<std::vector<MemPoint>, kMemKernels> memory;
+  std::vector<GemmMeasure> gemm;
+  std::vector<AttentionMeasure> attention;
+  std::array<std::vector<MemMeasure>, kMemKernels> memory;
 
   // Builds the interpolation grids; call after filling the measured points (parse does).
   void prepare();
