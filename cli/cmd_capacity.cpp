@@ -2,6 +2,8 @@
 // and size, with the cheapest option meeting a deadline and the fastest within a budget.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <sstream>
 
@@ -65,6 +67,10 @@ double parse_tokens(const std::string& v) {
   if (number.empty() || end != number.c_str() + number.size() || !std::isfinite(x) || x <= 0) {
     throw InputError(fmt::format("--tokens {}: must be a positive number, optionally with K, M, B or T", v));
   }
+  // A bound that keeps every derived figure (steps, days, cost) finite: a million times the
+  // largest published pre-training run (about 1.5e13 tokens) is still far below it.
+  constexpr double kMaxTokens = 1e19;
+  if (x * scale > kMaxTokens) throw InputError(fmt::format("--tokens {}: must be at most 1e19 tokens", v));
   return x * scale;
 }
 
@@ -101,6 +107,9 @@ int cmd_capacity(const Args& args, const Context& ctx) {
     std::string item;
     while (std::getline(ss, item, ',')) {
       if (item.empty()) throw InputError(fmt::format("--clusters {}: empty name in the list", *list));
+      if (std::find(names.begin(), names.end(), item) != names.end()) {
+        throw InputError(fmt::format("--clusters {}: names {} twice", *list, item));
+      }
       names.push_back(item);
     }
     if (names.empty()) throw InputError("--clusters: must name at least one cluster");
@@ -127,7 +136,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   if (f.has("budget-usd")) req.budget_usd = f.get_double("budget-usd", 0, 1e-6, 1e15);
   req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
-  const auto json_path = f.get("json");
+  auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
   f.finish();
   bool any_count = false;
   for (const Cluster& c : req.clusters) any_count |= !capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi).empty();
@@ -138,7 +147,6 @@ int cmd_capacity(const Args& args, const Context& ctx) {
 
   const LayerGraph graph(model, seq);
   const CapacityResult r = plan_capacity(graph, req);
-  auto json_out = open_json_output("json", json_path);  // a bad path is one line, before the table
   const CapacityContext cc{model.name, tokens, req.global_batch, seq, req.deadline_days, req.budget_usd};
   print_capacity(ctx.out, r, cc);
   if (json_out) json_out->write(capacity_to_json(r, cc));

@@ -2,6 +2,8 @@
 // (trainplan/measurement/v1) side by side, with the % error of each figure.
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "reports/compare.hpp"
 #include "reports/measurement_json.hpp"
 #include "sim/check.hpp"
@@ -35,7 +37,7 @@ int cmd_compare(const Args& args, const Context& ctx) {
     ctx.out << kHelp;
     return 0;
   }
-  const auto json_path = f.get("json");
+  auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
   const std::vector<std::string>& files = f.take_positionals();
   f.finish();
   if (files.size() != 2) {
@@ -44,11 +46,18 @@ int cmd_compare(const Args& args, const Context& ctx) {
   }
   const std::string& prediction_path = files[0];
   const std::string& measurement_path = files[1];
+  if (auto out = f.get("json")) {
+    for (const std::string& in : files) {
+      std::error_code ec;
+      if (*out == in || std::filesystem::equivalent(*out, in, ec)) {
+        throw InputError(fmt::format("--json {}: is also an input file; write the comparison elsewhere", *out));
+      }
+    }
+  }
   const PredictionFile predicted = prediction_from_json(read_json_file(prediction_path), prediction_path);
   const Measurement measured = measurement_from_json(read_json_file(measurement_path), measurement_path);
 
   const Comparison c = compare(predicted.estimate, predicted.model, predicted.cluster, measured);
-  auto json_out = open_json_output("json", json_path);  // a bad path is one line, before the table
   for (const std::string& w : c.warnings) ctx.err << "trainplan compare: warning: " << w << "\n";
   print_comparison(ctx.out, c, prediction_path, measurement_path);
   if (json_out) json_out->write(comparison_to_json(c, prediction_path, measurement_path));

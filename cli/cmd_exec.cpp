@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "exec/exec.hpp"
+#include "reports/measurement_console.hpp"
 #include "reports/measurement_json.hpp"
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
@@ -58,24 +59,6 @@ void check_divisible(const char* what, long long n, int tp) {
   if (n % tp != 0) throw InputError(fmt::format("--tp {}: the model's {} ({}) must be divisible by tp for exec", tp, what, n));
 }
 
-void print_summary(std::ostream& os, const Measurement& m) {
-  os << fmt::format("trainplan exec: {} · {} · {} ranks · backend {} on {}\n", m.model, describe(m.strategy),
-                    m.strategy.gpus(), m.backend, m.device);
-  os << fmt::format("{:>6} {:>12} {:>12}\n", "step", "loss", "wall_ms");
-  for (const auto& s : m.per_step) os << fmt::format("{:>6} {:>12.6f} {:>12.3f}\n", s.step, s.loss, s.wall * 1e3);
-  os << fmt::format("step time: median {:.3f} ms, mean {:.3f} ms, stdev {:.3f} ms over {} steps ({} warm-up discarded)\n",
-                    m.step_time.median * 1e3, m.step_time.mean * 1e3, m.step_time.stdev * 1e3, m.steps, m.warmup);
-  const PhaseTimes& b = m.breakdown;
-  os << fmt::format(
-      "phases (ms, busiest rank, median): forward {:.2f}  backward {:.2f}  recompute {:.2f}  tp {:.2f}  pp {:.2f}  "
-      "dp {:.2f} (exposed {:.2f})  bubble {:.2f}  optimizer {:.2f}  other {:.2f}\n",
-      b.forward * 1e3, b.backward * 1e3, b.recompute * 1e3, b.tp_comm * 1e3, b.pp_comm * 1e3, b.dp_comm * 1e3,
-      b.dp_comm_exposed * 1e3, b.bubble * 1e3, b.optimizer * 1e3, b.other * 1e3);
-  for (const auto& st : m.per_stage) os << fmt::format("peak memory, stage {}: {:.1f} MiB\n", st.stage, st.peak / 1048576.0);
-  os << fmt::format("throughput: {:.0f} tokens/s ({:.0f} per rank)\n", m.throughput.tokens_per_s,
-                    m.throughput.tokens_per_s_per_gpu);
-}
-
 }  // namespace
 
 int cmd_exec(const Args& args, const Context& ctx) {
@@ -95,9 +78,9 @@ int cmd_exec(const Args& args, const Context& ctx) {
   o.backend = f.get_choice("backend", cuda ? "nccl" : "gloo", {"nccl", "gloo"});
   o.data_file = f.get_or("data", "");
   o.dump_params = f.get_or("dump-params", "");
-  o.fault_kill_rank = static_cast<int>(f.get_int("fault-kill-rank", -1, -1, 1 << 24));
-  o.fault_hang_rank = static_cast<int>(f.get_int("fault-hang-rank", -1, -1, 1 << 24));
-  o.fault_step = static_cast<int>(f.get_int("fault-step", -1, -1, 1 << 30));
+  o.faults.kill_rank = static_cast<int>(f.get_int("fault-kill-rank", -1, -1, 1 << 24));
+  o.faults.hang_rank = static_cast<int>(f.get_int("fault-hang-rank", -1, -1, 1 << 24));
+  o.faults.step = static_cast<int>(f.get_int("fault-step", -1, -1, 1 << 30));
   const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
   const auto json_path = f.get("json");
   f.finish();
@@ -167,7 +150,7 @@ int cmd_exec(const Args& args, const Context& ctx) {
   try {
     std::optional<Measurement> m = exec::run_rank(plan, o, env);
     if (m) {
-      print_summary(ctx.out, *m);
+      print_measurement(ctx.out, *m);
       if (json_out) json_out->write(measurement_to_json(*m));
     }
     return 0;

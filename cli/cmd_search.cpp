@@ -137,7 +137,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   options.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   options.pareto_window = f.get_double("pareto-window", 1.25, 1.0, 1e6);
   const bool refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
-  const auto json_path = f.get("json");
+  auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
   f.finish();
   if (ctx.out_is_terminal) {
     options.progress = [&ctx](std::int64_t done, std::int64_t total) { draw_progress(ctx.err, done, total); };
@@ -146,7 +146,6 @@ int cmd_search(const Args& args, const Context& ctx) {
   const LayerGraph graph(model, seq);
   SearchResult result = search(graph, cluster, space, options);
   if (refine) refine_top_with_simulation(result, graph, cluster, options.objective);
-  auto json_out = open_json_output("json", json_path);  // a bad path is one line, before the table
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
   print_search(ctx.out, result, sc);
   if (json_out) json_out->write(search_to_json(result, sc));

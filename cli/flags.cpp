@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -18,7 +19,10 @@ Flags::Flags(const std::vector<std::string>& args, std::string command, std::set
       help_ = true;
       continue;
     }
-    if (a.rfind("--", 0) != 0 || a.size() == 2) {
+    if (looks_like_short_flag(a)) {
+      throw InputError(fmt::format("{}: flags start with two dashes (--{})", a, a.substr(1)));
+    }
+    if (!is_flag(a)) {
       positionals_.push_back(a);
       continue;
     }
@@ -29,22 +33,40 @@ Flags::Flags(const std::vector<std::string>& args, std::string command, std::set
       name = name.substr(0, eq);
     } else if (boolean_flags.count(name)) {
       value = "on";
+    } else if (i + 1 >= args.size() || is_flag(args[i + 1])) {
+      // Reported when the command reads the flag ("needs a value") or, if it never does, by
+      // finish() as an unknown flag: a misspelt last flag is not a missing value.
+      if (!missing_value_.insert(name).second || values_.count(name)) {
+        throw InputError(fmt::format("--{}: given more than once", name));
+      }
+      continue;
     } else {
-      if (i + 1 >= args.size()) throw InputError(fmt::format("--{}: needs a value", name));
       value = args[++i];
     }
-    if (values_.count(name)) throw InputError(fmt::format("--{}: given more than once", name));
+    if (values_.count(name) || missing_value_.count(name)) throw InputError(fmt::format("--{}: given more than once", name));
     values_[name] = value;
   }
 }
 
+bool Flags::is_flag(const std::string& a) { return a.size() > 2 && a.rfind("--", 0) == 0; }
+
+// "-gpus": one dash and a letter (not "-h", not a negative number such as "-1").
+bool Flags::looks_like_short_flag(const std::string& a) {
+  return a.size() > 2 && a[0] == '-' && a[1] != '-' && std::isalpha(static_cast<unsigned char>(a[1]));
+}
+
+void Flags::check_value(const std::string& name) const {
+  if (missing_value_.count(name)) throw InputError(fmt::format("--{}: needs a value", name));
+}
+
 bool Flags::has(const std::string& name) const {
   read_.insert(name);
-  return values_.count(name) != 0;
+  return values_.count(name) != 0 || missing_value_.count(name) != 0;
 }
 
 std::optional<std::string> Flags::get(const std::string& name) const {
   read_.insert(name);
+  check_value(name);
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
   return it->second;
@@ -109,6 +131,13 @@ void Flags::finish() const {
       throw InputError(fmt::format("--{}: unknown flag for 'trainplan {}' (see trainplan {} --help)", name,
                                    command_, command_));
     }
+  }
+  for (const auto& name : missing_value_) {
+    if (!read_.count(name)) {
+      throw InputError(fmt::format("--{}: unknown flag for 'trainplan {}' (see trainplan {} --help)", name,
+                                   command_, command_));
+    }
+    check_value(name);
   }
   if (!positionals_.empty() && !positionals_taken_) {
     throw InputError(fmt::format("{}: unexpected argument for 'trainplan {}'", positionals_.front(), command_));

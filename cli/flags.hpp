@@ -37,7 +37,12 @@ class Flags {
   void finish() const;
 
  private:
+  static bool is_flag(const std::string& a);
+  static bool looks_like_short_flag(const std::string& a);
+  void check_value(const std::string& name) const;  // throws "needs a value" for a bare flag
+
   std::string command_;
+  std::set<std::string> missing_value_;  // flags given last or followed by another flag
   std::map<std::string, std::string> values_;
   std::vector<std::string> positionals_;
   mutable std::set<std::string> read_;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/faults.hpp"
 #include "sim/measurement.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/strategy.hpp"
@@ -20,9 +21,7 @@ struct ExecOptions {
   double lr = 1e-3;            // AdamW learning rate (constant)
   std::string data_file;       // optional: little-endian uint16 token file; empty: synthetic
   std::string dump_params;     // debug: write this rank's parameters to <dump_params>.rank<R>
-  int fault_kill_rank = -1;    // test: this rank kills itself...
-  int fault_hang_rank = -1;    // test: ...or hangs forever...
-  int fault_step = -1;         // ...in this step, after its first forward
+  FaultOptions faults;         // test only: a rank that dies or hangs
 };
 
 // Where this process sits in the job (from RANK/WORLD_SIZE/... or SLURM_*, or the local spawner).

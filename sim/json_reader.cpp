@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,15 +19,47 @@ namespace trainplan {
 
 using nlohmann::json;
 
-json read_json_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw InputError(fmt::format("{}: cannot open file (is a directory)", path.string()));
+std::string read_input_file(const std::filesystem::path& path, std::uintmax_t max_bytes) {
+  // stat() first: opening a FIFO would block until a writer appears, and a device such as
+  // /dev/zero never ends. Only regular files (or links to them) are read.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw InputError(fmt::format("{}: cannot open file ({})", path.string(), std::strerror(errno)));
   }
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot open file ({})", path.string(), std::strerror(errno)));
-  std::stringstream text;
-  text << in.rdbuf();
+  if (S_ISDIR(st.st_mode)) throw InputError(fmt::format("{}: cannot open file (is a directory)", path.string()));
+  if (!S_ISREG(st.st_mode)) {
+    throw InputError(fmt::format("{}: cannot open file (not a regular file: a FIFO, device or socket)", path.string()));
+  }
+  if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
+    throw InputError(fmt::format("{}: file is {} bytes, larger than the {} MiB an input file may have", path.string(),
+                                 static_cast<std::uintmax_t>(st.st_size), max_bytes >> 20));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw InputError(fmt::format("{}: cannot open file ({})", path.string(), std::strerror(errno)));
+  std::string text;
+  text.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      throw InputError(fmt::format("{}: cannot read file ({})", path.string(), why));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > max_bytes) {  // grew while we read it
+      ::close(fd);
+      throw InputError(fmt::format("{}: larger than the {} MiB an input file may have", path.string(), max_bytes >> 20));
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
+json read_json_file(const std::filesystem::path& path) {
+  const std::string text = read_input_file(path, kMaxInputFileBytes);
   // nlohmann keeps the last of two equal keys in one object without a word; a strict reader must
   // not silently drop a value, so the keys of each open object are tracked while parsing.
   std::vector<std::set<std::string>> open_objects;
@@ -38,7 +72,7 @@ json read_json_file(const std::filesystem::path& path) {
     return true;
   };
   try {
-    return json::parse(text.str(), reject_duplicates);
+    return json::parse(text, reject_duplicates);
   } catch (const json::parse_error& e) {
     // nlohmann's message starts with "[json.exception.parse_error.101] "; keep what follows.
     std::string what = e.what();
@@ -111,6 +145,11 @@ std::string JsonObject::string(const std::string& key) const {
   if (!v.is_string()) throw error(key, "must be a string");
   auto s = v.get<std::string>();
   if (s.empty()) throw error(key, "must not be empty");
+  // Names and texts are printed on terminals: a newline or an escape sequence in a file must not
+  // reach them (the message shows the value JSON-escaped).
+  for (unsigned char ch : s) {
+    if (ch < 0x20 || ch == 0x7f) throw error(key, "must not contain control characters (newlines, escapes)");
+  }
   return s;
 }
 

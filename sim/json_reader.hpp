@@ -2,6 +2,7 @@
 // value of the right type and in range. Errors name file, field path, value and rule, e.g.
 //   topologies/dgx-h100.json: network[1].efficiency = 1.3, must be in (0, 1]
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
@@ -14,7 +15,16 @@
 
 namespace trainplan {
 
-// Reads and parses a JSON file; throws InputError naming the file for a missing file or bad JSON.
+// Input files (models, clusters, plans, measurements, configs) are small; a larger one is a mistake
+// (or /dev/zero), so reading stops at this size.
+inline constexpr std::uintmax_t kMaxInputFileBytes = 64ull << 20;  // 64 MiB
+
+// The whole content of a regular file of at most `max_bytes`. Directories, FIFOs, devices and
+// sockets are refused without opening them (a FIFO would block); InputError names the file.
+std::string read_input_file(const std::filesystem::path& path, std::uintmax_t max_bytes);
+
+// Reads (as read_input_file, capped at kMaxInputFileBytes) and parses a JSON file; throws
+// InputError naming the file for a missing or unreadable file or bad JSON.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
 // One JSON object being read. Call the accessors for every key, then finish() to reject extras.

@@ -135,7 +135,26 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"compare " + kData + "/compare/prediction_pp2.json " + kData +
                     "/compare/measurement_pp2.json --json /nonexistent/m.json",
                 "--json /nonexistent/m.json: cannot write"},
-        BadCase{"frobnicate", "'frobnicate' is not a command"}));
+        BadCase{"frobnicate", "'frobnicate' is not a command"},
+        // Input files: only regular files, read with a size cap (a FIFO would block, /dev/zero never ends).
+        BadCase{kBase + "--model /dev/zero --gpus 8", "/dev/zero: cannot open file (not a regular file"},
+        BadCase{"predict --global-batch 64 --gpus 8 --model gpt2 --cluster /dev/urandom", "/dev/urandom: cannot open file (not a regular file"},
+        BadCase{kBase + "--model /tmp --gpus 8", "/tmp: cannot open file (is a directory)"},
+        BadCase{kBase + "--gpus 8 --model " + kData + "/cli/control_char_name_model.json",
+                "name = \"evil\\u001b[2J\", must not contain control characters"},
+        // Flag syntax: the message names the flag that is wrong, not the next one.
+        BadCase{"predict --model gpt2 --cluster dgx-a100-80g --gpus --global-batch 64", "--gpus: needs a value"},
+        BadCase{kBase + "--model gpt2 -gpus 8", "-gpus: flags start with two dashes (--gpus)"},
+        BadCase{kBase + "--model gpt2 --gpus 8 --bogus", "--bogus: unknown flag for 'trainplan predict'"},
+        BadCase{kBase + "--model gpt2 --gpus 8 --json", "--json: needs a value"},
+        BadCase{"capacity --model gpt2 --tokens 1e300T", "--tokens 1e300T: must be at most 1e19 tokens"},
+        BadCase{"capacity --model gpt2 --tokens 1T --clusters dgx-h100,dgx-h100", "names dgx-h100 twice"},
+        BadCase{"compare " + kData + "/compare/prediction_pp2.json " + kData + "/compare/measurement_pp2.json --json " +
+                    kData + "/compare/measurement_pp2.json",
+                "is also an input file"},
+        // Outputs are checked before work; two outputs may not be one file.
+        BadCase{"simulate --model gpt2 --cluster dgx-a100-80g --gpus 8 --global-batch 64 --json /tmp --trace x.json",
+                "--json /tmp: cannot write: it is a directory"}));
 
 TEST(Cli, HelpExplainsEveryFlag) {
   auto r = run_merged("predict --help");

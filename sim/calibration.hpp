@@ -1,0 +1,61 @@
+// What `trainplan calibrate` measured on one device and the local link (exec/calibrate.hpp runs
+// the micro-benchmarks; reports/calibration_report.hpp turns the result into a topology file and
+// a console table). Plain data, no LibTorch.
+//
+// Benchmark practice (DESIGN.md convention 8): every figure is the median of `repeats` timed runs
+// after `warmup` untimed ones; on CUDA each run is bracketed by device synchronisation.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "sim/units.hpp"
+
+namespace trainplan {
+
+struct GemmPoint {
+  int m = 0, n = 0, k = 0;
+  Flops flops = 0;                     // 2 m n k
+  Seconds median = 0;
+  FlopsPerSecond rate = 0;             // flops / median
+};
+
+struct LinkPoint {
+  Bytes bytes = 0;                     // all-reduced buffer
+  Seconds median = 0;                  // slowest rank's median
+};
+
+struct LinkResult {
+  bool measured = false;
+  std::string note;                    // how it was measured, or why it was not
+  int ranks = 0;
+  std::vector<LinkPoint> points;
+  // Fitted to the ring all-reduce cost used by sim/collectives.hpp,
+  //   t(M) = 2(n-1) a + 2(n-1)/n M / B:
+  // a from the (up to three) smallest messages (their bandwidth term removed, median), B from the
+  // largest (its latency term removed).
+  Seconds latency = 0;
+  BytesPerSecond bus_bandwidth = 0;
+};
+
+struct CalibrationResult {
+  std::string device_name;             // CPU model or GPU name
+  std::string dtype;                   // matmul dtype measured: "fp32" (CPU) or "bf16" (CUDA)
+  int threads = 0;
+  std::vector<GemmPoint> gemm;         // ascending flops; of shapes with equal flops, the fastest
+  FlopsPerSecond best_gemm_rate = 0;
+  BytesPerSecond copy_bandwidth = 0;   // (read + write bytes) / median time of one large copy
+  Flops attention_flops = 0;           // one fused attention forward (SDPA)
+  FlopsPerSecond attention_rate = 0;
+  // A small matmul as training runs it: y = x w through autograd, forward and backward (three
+  // kernels of 2 m n k FLOPs each, m x k = 128 x 64, k x n = 64 x 64 on CPU; 4096 x 1024 x 1024 on
+  // CUDA). Against the bare mm_out time of the same size it shows the framework's per-op cost,
+  // which the topology schema has no field for (reported in the calibration text only).
+  Seconds autograd_matmul = 0;
+  Seconds bare_matmul = 0;        // one mm_out of the same shape
+  int autograd_m = 0, autograd_n = 0, autograd_k = 0;
+  Bytes baseline_rss = 0;              // this process's resident set after LibTorch start-up (CPU)
+  std::string torch_version;
+  LinkResult link;
+};
+
+}  // namespace trainplan
