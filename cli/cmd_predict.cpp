@@ -41,10 +41,9 @@ int cmd_predict(const Args& args, const Context& ctx) {
   auto json_out = open_json_output("json", f.get("json"));
   f.finish();
   const LayerGraph graph(in.model, in.strategy.seq_len);
-  Estimate e = predict(graph, in.cluster, in.strategy);
-  if (engine == "des") {
-    e = refine_with_simulation(e, step_costs(graph, in.cluster, in.strategy), schedule_for(in.strategy));
-  }
+  // The step costs are computed once and shared by the closed form and the simulator.
+  Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.strategy)
+                               : predict(graph, in.cluster, in.strategy);
   print_prediction(ctx.out, e, fmt::format("{} on {} x {} ({}), {:.2f}B parameters, {} engine", in.model.name,
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
                                            graph.total_params() / 1e9, engine));

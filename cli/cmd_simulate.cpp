@@ -96,7 +96,10 @@ int cmd_simulate(const Args& args, const Context& ctx) {
 
   const Strategy& s = in.strategy;
   const LayerGraph graph(in.model, s.seq_len);
-  const Estimate analytic = predict(graph, in.cluster, s);
+  // Step costs computed once: the closed form and the simulator both read them.
+  std::optional<StepCosts> costs;
+  if (!cannot_cost(graph, in.cluster, s)) costs = step_costs(graph, in.cluster, s);
+  const Estimate analytic = costs ? compose(*costs, graph, in.cluster, s) : predict(graph, in.cluster, s);
   const std::string title = fmt::format("{} on {} x {} ({}), {:.2f}B parameters", in.model.name, s.gpus(),
                                         in.cluster.gpu.name, in.cluster.name, graph.total_params() / 1e9);
   if (!(analytic.time.step > 0)) {  // invalid plan: nothing to simulate
@@ -104,7 +107,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
     return 3;
   }
   const Schedule schedule = schedule_for(s);
-  const Timeline timeline = simulate(step_costs(graph, in.cluster, s), schedule);
+  const Timeline timeline = simulate(*costs, schedule);
   const Estimate e = refine_with_simulation(analytic, timeline);
   const auto ranks = replica_stage_ranks(s);
 

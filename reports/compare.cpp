@@ -83,7 +83,7 @@ PredictionFile prediction_from_json(const json& j, const std::string& file) {
   if (!reasons.is_array()) throw root.error("infeasible_reasons", "must be an array of strings");
   for (const json& r : reasons) {
     if (!r.is_string()) throw root.error("infeasible_reasons", "must be an array of strings");
-    e.infeasible_reasons.push_back(r.get<std::string>());
+    p.infeasible_reasons.push_back(r.get<std::string>());
   }
   e.strategy = strategy_from_json(root.raw("strategy"), file);
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "sim/compare.hpp"
 #include "sim/estimate.hpp"
@@ -25,6 +26,7 @@ struct PredictionFile {
   Estimate estimate;
   std::string model;    // top-level "model" if present, else ""
   std::string cluster;  // top-level "cluster" if present, else ""
+  std::vector<std::string> infeasible_reasons;  // as the file words them (estimate.infeasible stays empty)
 };
 
 // Reads the trainplan/prediction/v1 keys that compare uses (schema, feasible, infeasible_reasons,

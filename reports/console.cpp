@@ -1,5 +1,7 @@
 #include "reports/console.hpp"
 
+#include "reports/infeasible.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -27,7 +29,7 @@ void print_prediction(std::ostream& os, const Estimate& e, const std::string& ti
                     to_string(s.attention));
   if (!e.feasible) {
     os << "INFEASIBLE:\n";
-    for (const auto& r : e.infeasible_reasons) os << "  - " << r << "\n";
+    for (const auto& r : infeasible_reasons(e)) os << "  - " << r << "\n";
     if (e.per_stage.empty()) return;
   }
   os << fmt::format("\nmemory per GPU (peak {} of {}):\n", format_bytes(e.peak_memory), format_bytes(e.capacity));

@@ -1,5 +1,7 @@
 #include "reports/prediction_json.hpp"
 
+#include "reports/infeasible.hpp"
+
 namespace trainplan {
 
 using nlohmann::json;
@@ -21,7 +23,7 @@ json prediction_to_json(const Estimate& e, const json& extra) {
   const Throughput& p = e.throughput;
   json j = {{"schema", kPredictionSchema},
             {"feasible", e.feasible},
-            {"infeasible_reasons", e.infeasible_reasons},
+            {"infeasible_reasons", infeasible_reasons(e)},
             {"strategy", to_json(e.strategy)},
             {"memory", {{"peak_bytes", e.peak_memory}, {"capacity_bytes", e.capacity}, {"per_stage", stages}}},
             {"time",

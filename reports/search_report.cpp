@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "reports/infeasible.hpp"
 #include "reports/prediction_json.hpp"
 
 namespace trainplan {
@@ -37,7 +38,7 @@ void print_counts(std::ostream& os, const SearchStats& st) {
   if (!st.infeasible_by_reason.empty()) {
     os << "  infeasible among those predicted:";
     bool first = true;
-    for (const auto& [reason, n] : st.infeasible_by_reason) {
+    for (const auto& [reason, n] : counts_by_key(st.infeasible_by_reason)) {
       os << fmt::format("{} {} {}", first ? "" : ",", reason, n);
       first = false;
     }
@@ -49,7 +50,7 @@ json stats_json(const SearchStats& st) {
   return {{"candidates", st.candidates},
           {"evaluated", st.evaluated},
           {"feasible", st.feasible},
-          {"infeasible_by_reason", st.infeasible_by_reason},
+          {"infeasible_by_reason", counts_by_key(st.infeasible_by_reason)},
           {"pruned_out_of_memory", st.pruned_out_of_memory},
           {"pruned_by_bound", st.pruned_by_bound},
           {"layouts", st.layouts},
@@ -96,7 +97,7 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
     os << "\nfastest infeasible candidates (among those predicted):\n";
     for (const Estimate& e : r.infeasible) {
       os << fmt::format("  {:<52} {:>10.3f} s  {}\n", describe(e.strategy), e.time.step,
-                        e.infeasible_reasons.empty() ? "" : e.infeasible_reasons.front());
+                        e.infeasible.empty() ? "" : describe(e.infeasible.front(), e.strategy));
     }
   }
   if (r.pareto.size() > 1) {

@@ -56,9 +56,12 @@ CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req
       o.stats = r.stats;
       if (r.top.empty()) {
         o.why = "no valid layout";
+        // The most frequent reason; ties go to the alphabetically first name.
         std::int64_t most = 0;
-        for (const auto& [key, n] : r.stats.infeasible_by_reason)
-          if (n > most) most = n, o.why = key;
+        for (const auto& [reason, n] : r.stats.infeasible_by_reason) {
+          const std::string key = reason_key(reason);
+          if (n > most || (n == most && n > 0 && key < o.why)) most = n, o.why = key;
+        }
         if (r.stats.pruned_out_of_memory > most) o.why = "out of memory";
       } else {
         o.feasible = true;

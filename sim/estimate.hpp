@@ -38,10 +38,30 @@ struct Throughput {
   double hfu = 0;                     // hardware FLOP/s / peak
 };
 
+// Why a plan cannot run, as a value; reports/ words it (reports/infeasible.hpp).
+enum class InfeasibleReason {
+  invalid_strategy,   // the strategy breaks a rule of validate() for the model, or of the layer graph
+  unsupported_dtype,  // the GPU has no peak for the strategy's dtype
+  cluster_too_small,  // more GPUs than the cluster has
+  out_of_memory,      // the fullest stage needs more than the GPU's memory
+};
+// The short name of a reason, as search counts it: "invalid", "unsupported dtype",
+// "cluster too small", "out of memory".
+const char* reason_key(InfeasibleReason r);
+
+struct Infeasible {
+  InfeasibleReason reason = InfeasibleReason::invalid_strategy;
+  // invalid_strategy: the offending field and its rule (validate()'s words, e.g. "--tp 3: ...");
+  // unsupported_dtype: the GPU; cluster_too_small: the cluster.
+  std::string detail;
+  int stage = -1;                     // out_of_memory: the fullest pipeline stage
+  double needed = 0, available = 0;   // out_of_memory: bytes; cluster_too_small: GPUs
+};
+
 struct Estimate {
   Strategy strategy;
   bool feasible = true;
-  std::vector<std::string> infeasible_reasons;
+  std::vector<Infeasible> infeasible;  // why not, when !feasible (at least one)
   Bytes peak_memory = 0;
   Bytes capacity = 0;
   std::vector<StageMemory> per_stage;

@@ -159,12 +159,24 @@ LayerGraph::LayerGraph(const ModelSpec& model, int seq_len) : model_(model), seq
         skip_from = v;
       }
       prev = v;
+      if (l == 0) count_boundaries(v);
     }
   }
   for (const auto& op : post_ops_) {
     auto v = add_vertex(op);
     boost::add_edge(prev, v, graph_);
     prev = v;
+  }
+}
+
+void LayerGraph::count_boundaries(Graph::vertex_descriptor v) {
+  const OpSpec& to = graph_[v];
+  if (to.kind == OpKind::attention) ++boundaries_.attention;
+  for (auto [e, end] = boost::in_edges(v, graph_); e != end; ++e) {
+    const OpSpec& from = graph_[boost::source(*e, graph_)];
+    if (from.split == to.split) continue;
+    if (to.split == Split::tensor) ++boundaries_.enter;
+    else ++boundaries_.exit;
   }
 }
 

@@ -4,8 +4,10 @@
 // these by tokens, TP/CP/SP and dtype; see predict.cpp.
 //
 // All transformer layers are identical, so cost models read the per-layer template (layer_ops())
-// and multiply by layer counts; the full graph (every layer's ops) is there for traversal,
-// inspection and tests.
+// and multiply by layer counts. The full graph (every layer's ops and their data edges) decides
+// the layer's tensor-parallel collectives: an edge along which a tensor's split changes (tensor
+// region <-> sequence/replicated region) is where Megatron puts a TP communication operator
+// (layer_boundaries()); the cost model charges collectives from that count.
 #pragma once
 #include <boost/graph/adjacency_list.hpp>
 #include <span>
@@ -58,6 +60,23 @@ struct OpSpec {
   double score_mask_bytes_per_token = 0;
 };
 
+// The TP/CP communication points of one transformer layer, read off the graph's edges.
+// Megatron-LM's operators (Shoeybi et al. 2019, Sec. 3, Fig. 3 "f" and "g"; Korthikanti et al.
+// 2022, Sec. 4.2.2 "g" and "g-bar" with sequence parallelism):
+//   enter: an edge from a sequence-split op into a tensor-split op ("f"): identity forward,
+//          all-reduce backward; with SP all-gather forward, reduce-scatter backward.
+//   exit:  an edge from a tensor-split op to a sequence-split op ("g"): all-reduce forward,
+//          identity backward; with SP reduce-scatter forward, all-gather backward.
+//   attention: attention cores, each needing the K and V of the whole sequence (the context-
+//          parallel ring exchange).
+// GPT and Llama layers: 2 enter (before QKV and MLP-up), 2 exit (after the output projection and
+// MLP-down), 1 attention.
+struct LayerBoundaries {
+  int enter = 0;
+  int exit = 0;
+  int attention = 0;
+};
+
 class LayerGraph {
  public:
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, OpSpec>;
@@ -77,6 +96,9 @@ class LayerGraph {
   // Ops in a topological order of the DAG.
   std::vector<const OpSpec*> topological_order() const;
 
+  // Split changes and attention cores of one transformer layer (layer 0's in-edges in the graph).
+  const LayerBoundaries& layer_boundaries() const { return boundaries_; }
+
   double params_per_layer() const { return params_per_layer_; }
   double embedding_params() const;   // token + learned position embeddings
   double head_params() const;        // final norm + LM head (0 for the head matrix if tied)
@@ -90,6 +112,9 @@ class LayerGraph {
   Graph graph_;
   std::vector<OpSpec> layer_ops_, pre_ops_, post_ops_;
   double params_per_layer_ = 0;
+  LayerBoundaries boundaries_;
+  // Adds the split changes on `v`'s in-edges (and `v` if an attention core) to boundaries_.
+  void count_boundaries(Graph::vertex_descriptor v);
 };
 
 }  // namespace trainplan

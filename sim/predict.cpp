@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <string>
 #include <cmath>
 #include <numeric>
@@ -12,23 +11,13 @@
 
 #include "sim/check.hpp"
 #include "sim/collectives.hpp"
+#include "sim/memory_model.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/rank_layout.hpp"
 
 namespace trainplan {
 
 namespace {
-
-// Bytes per parameter for mixed-precision Adam (Rajbhandari et al. 2020, Sec. 3.1): 16-bit weights
-// and gradients, K = 12 bytes of fp32 master weights, momentum and variance. Pure fp32 training
-// keeps 4-byte weights and gradients and K = 8 (momentum, variance).
-struct StateBytes {
-  double weight, grad, optimizer;
-};
-StateBytes state_bytes(const Strategy& s) {
-  if (s.dtype == Dtype::fp32) return {4, 4, 8};
-  return {2, s.fp32_grad_accum ? 4.0 : 2.0, 12};
-}
 
 // Memory traffic of one AdamW step per parameter held: read master, momentum, variance (4 B each)
 // and the gradient; write master, momentum, variance and the 16-bit weight copy.
@@ -49,10 +38,12 @@ struct Setting {
   BytesPerSecond mem_bw;  // achieved HBM bandwidth
   Link tp_link, cp_link, pp_link, dp_link;
   int dp_group;           // ranks that hold replicas of the same parameters: dp * cp
+  // TP collectives of one activation tensor (tokens x hidden) of the micro-batch; 0 without TP.
+  Seconds tp_all_reduce = 0, tp_reduce_scatter = 0, tp_all_gather = 0;
   Seconds tp_point = 0;   // one TP all-reduce point (see tp_point_time())
 };
 
-Seconds tp_point_time(const Setting& x);
+void set_tp_collectives(Setting& x);
 
 Setting make_setting(const LayerGraph& g, const Cluster& c, const Strategy& s) {
   RankLayout layout(s);
@@ -67,7 +58,7 @@ Setting make_setting(const LayerGraph& g, const Cluster& c, const Strategy& s) {
   x.pp_link = group_link(c, 2, layout.stride(Dim::pp));
   const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
   x.dp_link = group_link(c, x.dp_group, dp_stride);
-  x.tp_point = tp_point_time(x);
+  set_tp_collectives(x);
   return x;
 }
 
@@ -104,16 +95,34 @@ OpTime op_time(const Setting& x, const OpSpec& op) {
 // One activation tensor of the micro-batch (tokens x hidden) as moved by TP collectives.
 Bytes hidden_message(const Setting& x) { return x.tokens * x.graph.model().hidden * x.act_bytes; }
 
-// One TP "all-reduce point" of Megatron's layer: an all-reduce, or with sequence parallelism a
-// reduce-scatter + all-gather pair (Korthikanti et al. 2022, Sec. 4.2.2).
-Seconds tp_point_time(const Setting& x) {
-  if (x.s.tp == 1) return 0;
+// The TP collectives of one hidden-sized tensor: an all-reduce, or with sequence parallelism a
+// reduce-scatter and an all-gather (Korthikanti et al. 2022, Sec. 4.2.2). A TP "all-reduce point"
+// (tp_point) is one of each direction's pair: the all-reduce, or reduce-scatter + all-gather.
+void set_tp_collectives(Setting& x) {
+  if (x.s.tp == 1) return;
   const Bytes m = hidden_message(x);
   if (x.s.sequence_parallel) {
-    return collective_time(Collective::reduce_scatter, x.s.tp, m, x.tp_link) +
-           collective_time(Collective::all_gather, x.s.tp, m, x.tp_link);
+    x.tp_reduce_scatter = collective_time(Collective::reduce_scatter, x.s.tp, m, x.tp_link);
+    x.tp_all_gather = collective_time(Collective::all_gather, x.s.tp, m, x.tp_link);
+    x.tp_point = x.tp_reduce_scatter + x.tp_all_gather;
+  } else {
+    x.tp_all_reduce = collective_time(Collective::all_reduce, x.s.tp, m, x.tp_link);
+    x.tp_point = x.tp_all_reduce;
   }
-  return collective_time(Collective::all_reduce, x.s.tp, m, x.tp_link);
+}
+
+// TP communication of one layer, from the graph's split changes (LayerBoundaries): entering the
+// tensor region is free forward and an all-reduce backward, leaving it an all-reduce forward and
+// free backward; with SP every boundary is an all-gather one way and a reduce-scatter the other.
+struct TpTime {
+  Seconds forward = 0, backward = 0;
+};
+TpTime layer_tp_time(const Setting& x, const LayerBoundaries& b) {
+  if (x.s.sequence_parallel) {
+    return {b.enter * x.tp_all_gather + b.exit * x.tp_reduce_scatter,
+            b.enter * x.tp_reduce_scatter + b.exit * x.tp_all_gather};
+  }
+  return {b.exit * x.tp_all_reduce, b.enter * x.tp_all_reduce};
 }
 
 // Costs of one transformer layer (all layers are identical) for one micro-batch.
@@ -129,6 +138,7 @@ struct LayerCost {
 LayerCost layer_cost(const Setting& x) {
   LayerCost c;
   Seconds attention_fwd = 0;
+  // Ops in the layer's order; costs are per op, communication per graph edge (below).
   for (const auto& op : x.graph.layer_ops()) {
     OpTime t = op_time(x, op);
     c.forward += t.forward;
@@ -143,16 +153,18 @@ LayerCost layer_cost(const Setting& x) {
       }
     }
   }
-  // Megatron: two all-reduce points per layer forward (after attention and after the MLP), two in
-  // backward, and two more when full recomputation repeats the forward.
-  c.tp_forward = 2 * x.tp_point;
-  c.tp_backward = 2 * x.tp_point;
+  // TP collectives where the graph's edges change a tensor's split (for GPT/Llama two each way);
+  // full recomputation repeats the forward's.
+  const LayerBoundaries& bounds = x.graph.layer_boundaries();
+  const TpTime tp = layer_tp_time(x, bounds);
+  c.tp_forward = tp.forward;
+  c.tp_backward = tp.backward;
   if (x.s.recompute == Recompute::full) {
     c.recompute = c.forward;
     c.recompute_flops = c.flops;
-    c.tp_backward += 2 * x.tp_point;
+    c.tp_backward += tp.forward;
   }
-  if (x.s.cp > 1) {
+  if (x.s.cp > 1 && bounds.attention > 0) {
     // Ring attention: cp-1 steps, each passing the local K and V block to the next rank while
     // attending to the current one; only the part of a transfer longer than a step's compute
     // shows. Backward passes K, V and their gradients (twice the bytes, twice the compute).
@@ -161,8 +173,9 @@ LayerCost layer_cost(const Setting& x) {
     const Seconds send = collective_time(Collective::send_recv, 2, kv, x.cp_link);
     const Seconds send2 = collective_time(Collective::send_recv, 2, 2 * kv, x.cp_link);
     const Seconds step_fwd = attention_fwd / x.s.cp;
-    c.cp_forward = (x.s.cp - 1) * std::max(0.0, send - step_fwd);
-    c.cp_backward = (x.s.cp - 1) * std::max(0.0, send2 - 2 * step_fwd);
+    // Per attention core of the layer (bounds.attention; one in GPT/Llama).
+    c.cp_forward = bounds.attention * ((x.s.cp - 1) * std::max(0.0, send - step_fwd));
+    c.cp_backward = bounds.attention * ((x.s.cp - 1) * std::max(0.0, send2 - 2 * step_fwd));
     if (x.s.recompute == Recompute::full) c.cp_backward += c.cp_forward;
   }
   return c;
@@ -188,25 +201,12 @@ EndCost end_cost(const Setting& x, std::span<const OpSpec> ops) {
     c.params += op.params * (vocab_split ? 1.0 / x.s.tp : 1.0);
     c.flops += op.flops_per_token * x.tokens * share_of(x, op);
   }
-  // Vocabulary-parallel embedding / cross-entropy: one all-reduce point each way.
+  // Vocabulary-parallel embedding / cross-entropy: one all-reduce point each way. Not read off the
+  // graph: its end ops carry no vocabulary split, and Megatron's operators would charge one
+  // direction only (a model change for the fidelity work, which would move the golden outputs).
   c.tp_forward = x.tp_point;
   c.tp_backward = x.tp_point;
   return c;
-}
-
-void append_int(std::string& out, long long v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, end);
-}
-
-// "12.3 GB": decimal gigabytes rounded to one decimal.
-void append_gb(std::string& out, Bytes b) {
-  const long long tenths = std::llround(b / 1e8);
-  append_int(out, tenths / 10);
-  out += '.';
-  out += static_cast<char>('0' + tenths % 10);
-  out += " GB";
 }
 
 }  // namespace
@@ -276,19 +276,6 @@ std::vector<int> partition_layers(int layers, int chunks, double layer_cost, dou
   }
   TRAINPLAN_CHECK(rest == 0, "layer partition lost layers");
   return out;
-}
-
-int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, int vp) {
-  switch (kind) {
-    case ScheduleKind::gpipe: return micro_batches;
-    case ScheduleKind::one_f_one_b: return std::min(pp - stage, micro_batches);
-    case ScheduleKind::interleaved: {
-      const int total = micro_batches * vp;
-      const int warmup = std::min((pp - stage - 1) * 2 + (vp - 1) * pp, total);
-      return std::min(warmup + 1, total);
-    }
-  }
-  return micro_batches;
 }
 
 namespace {
@@ -379,68 +366,56 @@ StepCosts step_costs(const Setting& x) {
   return out;
 }
 
-// Activation bytes one rank keeps for one transformer layer and one micro-batch, with the
-// recomputation policy applied (Korthikanti et al. 2022, Table 2 generalised to GQA/SwiGLU).
-Bytes layer_activation_bytes(const Setting& x, bool keep_all) {
-  Bytes total = 0;
-  for (const auto& op : x.graph.layer_ops()) {
-    const double tensor = 1.0 / x.s.tp;
-    Bytes b = (op.saved_tensor_elems_per_token * tensor + op.saved_seq_elems_per_token * x.seq_share) * x.act_bytes +
-              op.saved_mask_bytes_per_token * x.seq_share;
-    const bool keep_scores =
-        x.s.attention == Attention::standard && (keep_all || x.s.recompute == Recompute::none);
-    if (keep_scores) b += (op.score_elems_per_token * x.act_bytes + op.score_mask_bytes_per_token) * tensor;
-    total += b * x.tokens;
-  }
-  return total;
-}
-
-// Activation memory per transformer layer and micro-batch as stored between forward and
-// backward (full recomputation: the layer input only).
-Bytes stored_layer_activation_bytes(const Setting& x) {
-  if (x.s.recompute == Recompute::full) return x.tokens * x.graph.model().hidden * x.act_bytes * x.seq_share;
-  return layer_activation_bytes(x, false);
-}
-
 }  // namespace
 
 StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
   return step_costs(make_setting(graph, cluster, s));
 }
 
-Bytes stored_layer_activation_bytes(const LayerGraph& g, const Cluster& c, const Strategy& s) {
-  return stored_layer_activation_bytes(make_setting(g, c, s));
+const char* reason_key(InfeasibleReason r) {
+  switch (r) {
+    case InfeasibleReason::invalid_strategy: return "invalid";
+    case InfeasibleReason::unsupported_dtype: return "unsupported dtype";
+    case InfeasibleReason::cluster_too_small: return "cluster too small";
+    case InfeasibleReason::out_of_memory: return "out of memory";
+  }
+  return "?";
+}
+
+std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+  if (auto bad = validate(s, graph.model())) return Infeasible{.reason = InfeasibleReason::invalid_strategy, .detail = *bad};
+  if (s.seq_len != graph.seq_len()) {
+    return Infeasible{.reason = InfeasibleReason::invalid_strategy,
+                      .detail = fmt::format("sequence length {} differs from the layer graph's {}", s.seq_len, graph.seq_len())};
+  }
+  if (cluster.gpu.peak(s.dtype) <= 0) return Infeasible{.reason = InfeasibleReason::unsupported_dtype, .detail = cluster.gpu.name};
+  return std::nullopt;
 }
 
 Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+  if (auto why = cannot_cost(graph, cluster, s)) {
+    Estimate e;
+    e.strategy = s;
+    e.capacity = cluster.gpu.hbm;
+    e.feasible = false;
+    e.infeasible.push_back(std::move(*why));
+    return e;
+  }
+  return compose(step_costs(graph, cluster, s), graph, cluster, s);
+}
+
+Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
   Estimate e;
   e.strategy = s;
   e.capacity = cluster.gpu.hbm;
-  auto infeasible = [&](std::string reason) {
-    e.feasible = false;
-    e.infeasible_reasons.push_back(std::move(reason));
-  };
-  if (auto bad = validate(s, graph.model())) {
-    infeasible("invalid: " + *bad);
-    return e;
-  }
-  if (s.seq_len != graph.seq_len()) {
-    infeasible(fmt::format("invalid: sequence length {} differs from the layer graph's {}", s.seq_len, graph.seq_len()));
-    return e;
-  }
-  if (cluster.gpu.peak(s.dtype) <= 0) {
-    infeasible(fmt::format("unsupported dtype: {} has no {} peak", cluster.gpu.name, to_string(s.dtype)));
-    return e;
-  }
   if (s.gpus() > cluster.max_gpus()) {
-    infeasible(fmt::format("cluster too small: {} GPUs requested, {} has at most {}", s.gpus(), cluster.name,
-                           cluster.max_gpus()));
+    e.feasible = false;
+    e.infeasible.push_back({.reason = InfeasibleReason::cluster_too_small,
+                            .detail = cluster.name,
+                            .needed = static_cast<double>(s.gpus()),
+                            .available = static_cast<double>(cluster.max_gpus())});
   }
-
-  const Setting x = make_setting(graph, cluster, s);
-  const StepCosts costs = step_costs(x);
   const int m = s.micro_batches();
-  const StateBytes state = state_bytes(s);
 
   // Per stage and micro-batch: work W_i = forward + backward (+ recompute, TP/CP exposure) and
   // the stage's p2p transfers (one in and one out per chunk and direction, overlapped pairwise).
@@ -514,49 +489,24 @@ Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy
   t.optimizer = costs.optimizer;
   t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
 
-  // Memory per stage.
-  const Bytes layer_act = stored_layer_activation_bytes(x);
-  // Full recomputation rebuilds one layer's activations at a time during the backward.
-  const Bytes working_layer = s.recompute == Recompute::full ? layer_activation_bytes(x, true) : 0;
-  const double shard = x.dp_group;
-  const double max_layer_params = graph.params_per_layer() / s.tp;
+  // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file.
+  const MemoryModel mm = memory_model(graph, cluster, s);
   e.per_stage.resize(s.pp);
   e.stage_layers.resize(s.pp);
   for (int i = 0; i < s.pp; ++i) {
-    StageMemory& mem = e.per_stage[i];
-    const StageSum& ss = st[i];
-    mem.stage = i;
-    e.stage_layers[i] = ss.layers;
-    mem.weights = ss.params * state.weight / (s.zero == 3 ? shard : 1.0);
-    mem.gradients = ss.params * state.grad / (s.zero >= 2 ? shard : 1.0);
-    mem.optimizer = ss.params * state.optimizer / (s.zero >= 1 ? shard : 1.0);
-    const int chunks_live = in_flight_chunks(s.schedule, s.pp, i, m, s.vp);
-    const double layers_per_chunk = static_cast<double>(ss.layers) / s.vp;
-    Bytes act = chunks_live * layers_per_chunk * layer_act + working_layer;
-    const double h = graph.model().hidden;
-    if (i == 0) act += chunks_live * x.tokens * h * x.seq_share * 1.0;  // embedding dropout mask
-    if (i == s.pp - 1) {
-      // Logits of the micro-batch in the loss, fp32 (4 bytes), plus the head's input.
-      act += x.tokens * graph.model().vocab / s.tp * 4.0 + x.tokens * h * x.seq_share * x.act_bytes;
-    }
-    mem.activations = act;
-    // Runtime (context, communication buffers, allocator) from the cluster file; ZeRO-3 also
-    // holds the gathered parameters of the current and the prefetched layer.
-    mem.other = cluster.runtime_overhead + (s.zero == 3 ? 2 * max_layer_params * state.weight : 0.0);
-    e.peak_memory = std::max(e.peak_memory, mem.total());
+    e.stage_layers[i] = st[i].layers;
+    e.per_stage[i] = stage_memory(mm, i, st[i].params, st[i].layers);
+    e.peak_memory = std::max(e.peak_memory, e.per_stage[i].total());
   }
   if (e.peak_memory > e.capacity) {
     const auto worst = std::max_element(e.per_stage.begin(), e.per_stage.end(),
                                         [](const StageMemory& a, const StageMemory& b) { return a.total() < b.total(); });
-    // Search predicts millions of layouts, many out of memory: build this text with integer
-    // formatting (same digits as "{:.1f} GB"), which is several times cheaper than float formatting.
-    std::string reason = "out of memory: stage ";
-    append_int(reason, worst->stage);
-    reason += " needs ";
-    append_gb(reason, worst->total());
-    reason += ", the GPU has ";
-    append_gb(reason, e.capacity);
-    infeasible(std::move(reason));
+    e.feasible = false;
+    e.infeasible.push_back({.reason = InfeasibleReason::out_of_memory,
+                            .detail = {},
+                            .stage = worst->stage,
+                            .needed = worst->total(),
+                            .available = e.capacity});
   }
 
   // Throughput.
@@ -569,8 +519,9 @@ Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy
   tp.hardware_flops_per_step = costs.hardware_flops_per_micro_batch_per_replica * replicas_mb;
   tp.model_tflops_per_gpu = tp.model_flops_per_step / t.step / s.gpus() / kTera;
   tp.hardware_tflops_per_gpu = tp.hardware_flops_per_step / t.step / s.gpus() / kTera;
-  tp.mfu = tp.model_tflops_per_gpu * kTera / x.peak;
-  tp.hfu = tp.hardware_tflops_per_gpu * kTera / x.peak;
+  const FlopsPerSecond peak = cluster.gpu.peak(s.dtype);
+  tp.mfu = tp.model_tflops_per_gpu * kTera / peak;
+  tp.hfu = tp.hardware_tflops_per_gpu * kTera / peak;
   return e;
 }
 

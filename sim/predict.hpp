@@ -1,15 +1,20 @@
 // predict: the analytical model of one training step. Pure: no I/O, no state, no exceptions for
-// infeasible plans (they come back as Estimate::feasible = false with reasons).
+// infeasible plans (they come back as Estimate::feasible = false with Infeasible values).
 //
-// step_costs() is the single source of per-op costs: predict() composes them in closed form and
-// the step simulator (simulate.hpp) replays them over the Schedule, so both agree on what each
-// piece of work costs.
+//   predict(g, c, s) = cannot_cost(g, c, s) ? that reason : compose(step_costs(g, c, s), g, c, s)
+//
+// step_costs() is the single source of per-op costs: compose() sums them in closed form and the
+// step simulator (simulate.hpp) replays them over the Schedule, so both agree on what each piece of
+// work costs; callers that need both (predict --engine des, search refinement, exec's layer split)
+// compute the costs once and hand them to each. Memory figures come from memory_model.hpp.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "sim/cluster.hpp"
 #include "sim/estimate.hpp"
 #include "sim/layer_graph.hpp"
+#include "sim/memory_model.hpp"
 #include "sim/strategy.hpp"
 
 namespace trainplan {
@@ -53,16 +58,17 @@ StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Stra
 std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
                                   double last_extra);
 
-// The analytical estimate. The strategy must pass validate() against graph.model() and its
-// seq_len must equal graph.seq_len(); otherwise the estimate is infeasible with that reason.
+// Why `strategy` cannot be costed at all: it fails validate() against graph.model(), its seq_len
+// differs from graph.seq_len() (invalid_strategy), or the GPU has no peak for its dtype
+// (unsupported_dtype). nullopt when step_costs() may be called.
+std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+
+// The analytical estimate from costs already computed by step_costs(graph, cluster, strategy)
+// (the strategy must pass cannot_cost()). Pure; adds cluster_too_small and out_of_memory reasons.
+Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+
+// The analytical estimate: cannot_cost()'s reason as an infeasible estimate, or
+// compose(step_costs(...)).
 Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
-
-// Activation bytes one rank stores per transformer layer and micro-batch between its forward and
-// backward, with the strategy's TP/SP/CP split, recomputation and attention kernel applied.
-Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
-
-// Peak number of micro-batch-chunks whose activations stage `stage` holds (closed form, equal to
-// Schedule::peak_in_flight for the same sizes).
-int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, int vp);
 
 }  // namespace trainplan

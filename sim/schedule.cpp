@@ -111,4 +111,6 @@ std::string to_string(const Slot& s) {
   return fmt::format("{}{}.{}", letter, s.micro_batch, s.chunk);
 }
 
+Schedule schedule_for(const Strategy& s) { return make_schedule(s.schedule, s.pp, s.micro_batches(), s.vp); }
+
 }  // namespace trainplan

@@ -61,6 +61,10 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, int chu
 // through ScheduleKind yet: predict's memory and the executor assume unsplit backwards.
 Schedule make_zero_bubble_schedule(int stages, int micro_batches);
 
+// The schedule a strategy runs: make_schedule(s.schedule, s.pp, s.micro_batches(), s.vp). The one
+// place sim (simulate) and exec (the trainer) turn a Strategy into its Schedule.
+Schedule schedule_for(const Strategy& s);
+
 std::string to_string(const Slot& s);  // e.g. "F3.1" (forward, micro-batch 3, chunk 1); B, W
 
 }  // namespace trainplan

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "sim/check.hpp"
+#include "sim/memory_model.hpp"
 #include "sim/predict.hpp"
 
 namespace trainplan {
@@ -48,18 +49,17 @@ SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_
   return s;
 }
 
-double objective_value(Objective o, const Estimate& e, const Cluster& c) {
+double objective_value(Objective o, Seconds step, double tokens_per_s, int gpus, const Cluster& c) {
   switch (o) {
-    case Objective::time: return e.time.step;
-    case Objective::throughput: return -e.throughput.tokens_per_s;
-    case Objective::cost: return c.price_per_gpu_hour * e.strategy.gpus() * e.time.step / 3600.0;
+    case Objective::time: return step;
+    case Objective::throughput: return -tokens_per_s;
+    case Objective::cost: return c.price_per_gpu_hour * gpus * step / 3600.0;
   }
-  return e.time.step;
+  return step;
 }
 
-std::string reason_key(const std::string& reason) {
-  const auto colon = reason.find(':');
-  return colon == std::string::npos ? reason : reason.substr(0, colon);
+double objective_value(Objective o, const Estimate& e, const Cluster& c) {
+  return objective_value(o, e.time.step, e.throughput.tokens_per_s, e.strategy.gpus(), c);
 }
 
 namespace {
@@ -90,7 +90,7 @@ struct Problem {
   // transformer layers alone; the fastest a matmul can run; bytes per parameter of model states.
   Flops matmul_flops_per_token = 0, layer_matmul_flops_per_token = 0;
   FlopsPerSecond best_matmul_rate = 0;
-  double weight_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  StateBytes state;  // bytes per parameter of the model states (memory_model.hpp)
   // stored_layer_activation_bytes, tabulated: [tp index][cp index][mb index][recompute][sp].
   std::vector<int> tps, cps;
   std::vector<Bytes> layer_act;
@@ -172,7 +172,7 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const SearchSpace& s
   if (sp.zero_stages.empty() || sp.recompute.empty() || sp.schedules.empty() || sp.sequence_parallel.empty()) {
     throw InputError("search space: zero stages, recompute, schedules and sequence-parallel lists must not be empty");
   }
-  Problem p{g, c, sp, o, {}, {}, {}, 0, 0, 0, 0, 0, 0, {}, {}, {}};
+  Problem p{g, c, sp, o, {}, {}, {}, 0, 0, 0, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
   for (int mb : divisors(sp.global_batch)) {
     if (sp.max_micro_batch <= 0 || mb <= sp.max_micro_batch) p.micro_batches.push_back(mb);
   }
@@ -194,13 +194,6 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const SearchSpace& s
   double best_eff = 0;
   for (const auto& pt : c.gpu.gemm_efficiency) best_eff = std::max(best_eff, pt.efficiency);
   p.best_matmul_rate = c.gpu.peak(sp.dtype) * best_eff * std::max(1.0, c.gpu.attention_efficiency);
-  // Mixed-precision Adam (Rajbhandari et al. 2020): 2 + 2 + 12 bytes per parameter; fp32: 4 + 4 + 8.
-  // A floor of predict's figure (its state_bytes()); test_search checks the bound holds.
-  if (sp.dtype == Dtype::fp32) {
-    p.weight_bytes = 4, p.grad_bytes = 4, p.optimizer_bytes = 8;
-  } else {
-    p.weight_bytes = 2, p.grad_bytes = sp.fp32_grad_accum ? 4 : 2, p.optimizer_bytes = 12;
-  }
   for (int tp : divisors(std::gcd(std::gcd(m.heads, m.kv_heads), m.ffn_hidden))) {
     if (tp <= limit(sp.max_tp, 1 << 30)) p.tps.push_back(tp);
   }
@@ -223,7 +216,7 @@ void tabulate_activations(Problem& p) {
             s.tp = tp, s.cp = cp, s.micro_batch = mb, s.global_batch = p.space.global_batch;
             s.seq_len = p.space.seq_len, s.recompute = r, s.sequence_parallel = sp && tp > 1;
             s.dtype = p.space.dtype, s.attention = p.space.attention;
-            p.layer_act[i++] = stored_layer_activation_bytes(p.graph, p.cluster, s);
+            p.layer_act[i++] = stored_layer_activation_bytes(p.graph, s);
           }
 }
 
@@ -253,20 +246,18 @@ std::vector<Layout> make_layouts(const Problem& p) {
 
 // Activation floor, summed over the stages, in units of one layer's stored activations:
 // sum_i in_flight_i * layers_i / vp, with at least one layer per chunk (vp per stage) and the
-// remaining layers where the fewest micro-batches are in flight.
+// remaining layers where the fewest micro-batches are in flight. The in-flight counts are
+// memory_model's in_flight_chunks, stage by stage. 1F1B sums them exactly; the other schedules
+// take pp x the smallest (a weaker floor, kept as it was so that the pruning counts stay the same).
 double activation_floor_layers(const Problem& p, ScheduleKind kind, int pp, int m, int vp) {
   const int L = p.graph.model().layers;
-  double sum_f = 0, min_f = 0;
-  if (kind == ScheduleKind::one_f_one_b) {
-    // in_flight_i = min(pp - i, m): the sum over i is sum_{j=1..pp} min(j, m); the last stage holds 1.
-    const double k = std::min(pp, m);
-    sum_f = k * (k + 1) / 2 + static_cast<double>(pp - k) * m;
-    min_f = 1;
-  } else {
-    min_f = in_flight_chunks(kind, pp, 0, m, vp);
-    for (int i = 1; i < pp; ++i) min_f = std::min<double>(min_f, in_flight_chunks(kind, pp, i, m, vp));
-    sum_f = pp * min_f;
+  double sum_f = 0, min_f = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < pp; ++i) {
+    const double f = in_flight_chunks(kind, pp, i, m, vp);
+    sum_f += f;
+    min_f = std::min(min_f, f);
   }
+  if (kind != ScheduleKind::one_f_one_b) sum_f = pp * min_f;
   return (sum_f * vp + (L - pp * vp) * min_f) / vp;
 }
 
@@ -284,12 +275,9 @@ Seconds work_floor(const Problem& p, int tp, int cp, int mb, bool full_recompute
 double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<double>(pp - 1) / vp) / pp; }
 
 // Model-state bytes summed over stages: every parameter is held by some stage, split at least tp
-// ways, sharded by ZeRO over dp x cp.
+// ways, sharded by ZeRO over dp x cp (memory_model's model_state_bytes, as predict uses it).
 Bytes states_floor(const Problem& p, int dp, int tp, int cp, int zero) {
-  const double shard = static_cast<double>(dp) * cp;
-  const double per_param = p.weight_bytes / (zero == 3 ? shard : 1.0) + p.grad_bytes / (zero >= 2 ? shard : 1.0) +
-                           p.optimizer_bytes / (zero >= 1 ? shard : 1.0);
-  return p.graph.total_params() / tp * per_param;
+  return model_state_bytes(p.graph.total_params() / tp, p.state, zero, static_cast<double>(dp * cp)).total();
 }
 
 // A relative margin so that rounding never lifts a bound above the figure it bounds.
@@ -370,37 +358,19 @@ struct Shared {
   std::atomic<std::int64_t> layouts_done{0};
 };
 
-// Counts by reason key without building a string per candidate (a handful of distinct keys).
-struct ReasonCounts {
-  std::vector<std::pair<std::string, std::int64_t>> counts;
-  void add(const std::string& reason) {
-    const std::string_view key = std::string_view(reason).substr(0, reason.find(':'));
-    for (auto& [k, n] : counts) {
-      if (k == key) {
-        ++n;
-        return;
-      }
-    }
-    counts.emplace_back(std::string(key), 1);
-  }
-};
-
 struct WorkerResult {
-  ReasonCounts reasons;
+  std::map<InfeasibleReason, std::int64_t> reasons;  // infeasible candidates by their first reason
   std::vector<Ranked> top;
   std::vector<Ranked> infeasible;  // ranked by step time
   std::vector<Estimate> front;
   SearchStats stats;
 };
 
-// The objective's floor for a step-time floor (same formulas as objective_value).
+// The objective's floor for a step-time floor: objective_value at that step time (tokens per step
+// are fixed by the space).
 double value_floor(const Problem& p, Seconds step, int gpus) {
-  switch (p.options.objective) {
-    case Objective::time: return step;
-    case Objective::throughput: return -static_cast<double>(p.space.global_batch) * p.space.seq_len / step;
-    case Objective::cost: return p.cluster.price_per_gpu_hour * gpus * step / 3600.0;
-  }
-  return step;
+  const double tokens_per_s = static_cast<double>(p.space.global_batch) * p.space.seq_len / step;
+  return objective_value(p.options.objective, step, tokens_per_s, gpus, p.cluster);
 }
 
 // True when nothing with this step-time floor can enter the top K or the reported Pareto front.
@@ -415,8 +385,8 @@ void evaluate(const Problem& p, const Strategy& s, Shared& shared, WorkerResult&
   Estimate e = o.evaluate ? o.evaluate(s) : predict(p.graph, p.cluster, s);
   ++w.stats.evaluated;
   if (!e.feasible) {
-    TRAINPLAN_CHECK(!e.infeasible_reasons.empty(), "an infeasible estimate must say why");
-    w.reasons.add(e.infeasible_reasons.front());
+    TRAINPLAN_CHECK(!e.infeasible.empty(), "an infeasible estimate must say why");
+    ++w.reasons[e.infeasible.front().reason];
     if (o.keep_infeasible > 0 && e.time.step > 0) {
       const double step = e.time.step;
       keep_best(w.infeasible, static_cast<std::size_t>(o.keep_infeasible), {step, std::move(e)});
@@ -544,7 +514,7 @@ CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster
   space.fp32_grad_accum = s.fp32_grad_accum;
   const SearchOptions options;
   const Problem p = make_problem(graph, cluster, space, options);
-  const Bounds b = bounds(p, s, stored_layer_activation_bytes(graph, cluster, s));
+  const Bounds b = bounds(p, s, stored_layer_activation_bytes(graph, s));
   return {b.step, b.memory};
 }
 
@@ -619,7 +589,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Searc
     st.feasible += w.stats.feasible;
     st.pruned_out_of_memory += w.stats.pruned_out_of_memory;
     st.pruned_by_bound += w.stats.pruned_by_bound;
-    for (const auto& [key, n] : w.reasons.counts) st.infeasible_by_reason[key] += n;
+    for (const auto& [reason, n] : w.reasons) st.infeasible_by_reason[reason] += n;
   }
   for (auto& r : top) {
     out.top_value.push_back(r.value);

@@ -79,7 +79,7 @@ struct SearchStats {
   std::int64_t candidates = 0;            // valid strategies in the space
   std::int64_t evaluated = 0;             // predicted in full
   std::int64_t feasible = 0;              // of those evaluated
-  std::map<std::string, std::int64_t> infeasible_by_reason;  // of those evaluated, by reason key
+  std::map<InfeasibleReason, std::int64_t> infeasible_by_reason;  // of those evaluated, by first reason
   std::int64_t pruned_out_of_memory = 0;  // memory bound above capacity: infeasible, not predicted
   std::int64_t pruned_by_bound = 0;       // objective bound worse than the K-th best: not predicted
   int layouts = 0;                        // (dp, tp, pp, cp) factorizations enumerated
@@ -103,11 +103,11 @@ struct SearchResult {
 void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, Objective o);
 
 // The figure ranked by `o`, lower is better: step time (s) for time, minus tokens/s for
-// throughput, USD per step (price per GPU-hour x GPUs x step time) for cost.
+// throughput, USD per step (price per GPU-hour x GPUs x step time / 3600 s/h) for cost. The one
+// place the objective is computed: ranking uses it on estimates, pruning on step-time floors.
+double objective_value(Objective o, Seconds step, double tokens_per_s, int gpus, const Cluster& c);
+// The same for an estimate: its step time, tokens/s and GPUs.
 double objective_value(Objective o, const Estimate& e, const Cluster& c);
-
-// The short key of an infeasibility reason: its text before the first ':' ("out of memory").
-std::string reason_key(const std::string& reason);
 
 // Searches `space` for `graph`'s model on `cluster`. Throws InputError if the space is empty of
 // valid layouts' prerequisites (seq_len differs from the graph's, gpus < 1, ...).

@@ -345,8 +345,6 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule) {
   return t;
 }
 
-Schedule schedule_for(const Strategy& s) { return make_schedule(s.schedule, s.pp, s.micro_batches(), s.vp); }
-
 std::vector<std::vector<int>> replica_stage_ranks(const Strategy& s) {
   const RankLayout layout(s);
   std::vector<std::vector<int>> out(s.pp);
@@ -404,9 +402,11 @@ Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs
 }
 
 Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy) {
-  const Estimate analytic = predict(graph, cluster, strategy);
+  if (cannot_cost(graph, cluster, strategy)) return predict(graph, cluster, strategy);
+  const StepCosts costs = step_costs(graph, cluster, strategy);
+  const Estimate analytic = compose(costs, graph, cluster, strategy);
   if (!(analytic.time.step > 0) || !std::isfinite(analytic.time.step)) return analytic;
-  return refine_with_simulation(analytic, step_costs(graph, cluster, strategy), schedule_for(strategy));
+  return refine_with_simulation(analytic, costs, schedule_for(strategy));
 }
 
 }  // namespace trainplan

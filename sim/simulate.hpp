@@ -110,9 +110,6 @@ struct Timeline {
 // schedule that deadlocks.
 Timeline simulate(const StepCosts& costs, const Schedule& schedule);
 
-// The schedule a strategy runs: make_schedule(s.schedule, s.pp, s.micro_batches(), s.vp).
-Schedule schedule_for(const Strategy& s);
-
 // Global ranks of data-parallel replica 0 that run pipeline stage i: result[i], ascending (all its
 // TP and CP ranks), from RankLayout.
 std::vector<std::vector<int>> replica_stage_ranks(const Strategy& s);
@@ -133,9 +130,9 @@ Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs
 // The same from a timeline already simulated.
 Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeline);
 
-// predict() with its time figures from the simulation, in one call (for search refinement):
-// refine_with_simulation(predict(g, c, s), step_costs(g, c, s), schedule_for(s)). Invalid or
-// infeasible-before-costing strategies come back as predict() returns them.
+// predict() with its time figures from the simulation, in one call (for search refinement), the
+// step costs computed once: costs = step_costs(g, c, s); refine_with_simulation(compose(costs, g,
+// c, s), costs, schedule_for(s)). Strategies that cannot be costed come back as predict() returns them.
 Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
 
 }  // namespace trainplan

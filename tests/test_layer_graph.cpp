@@ -111,7 +111,7 @@ double act(const ModelSpec& m, int tp, bool sp, Recompute r, Attention a = Atten
   s.recompute = r;
   s.attention = a;
   s.dtype = Dtype::fp16;
-  return stored_layer_activation_bytes(LayerGraph(m, m.seq_len), testing::builtin_cluster("dgx-a100-80g"), s);
+  return stored_layer_activation_bytes(LayerGraph(m, m.seq_len), s);
 }
 
 TEST(LayerGraph, ActivationMemoryMatchesKorthikantiTable) {
@@ -126,6 +126,32 @@ TEST(LayerGraph, ActivationMemoryMatchesKorthikantiTable) {
   EXPECT_DOUBLE_EQ(act(m, 8, false, Recompute::full), 2 * sbh);
   // Fused attention never stores the a*s*s scores: the 5as/h term goes.
   EXPECT_DOUBLE_EQ(act(m, 1, false, Recompute::none, Attention::flash), sbh * 34);
+}
+
+TEST(LayerGraph, SplitChangesAlongEdgesGiveTheLayersTpBoundaries) {
+  // GPT (LayerNorm, GeLU): norm1 -> qkv and norm2 -> mlp_up enter the TP region, out_proj ->
+  // residual1 and mlp_down -> residual2 leave it; the skip edges stay outside. Same for Llama.
+  ModelSpec llama = gpt(3, 256, 4, 128, 1000);
+  llama.name = "llama-like";
+  llama.norm = Norm::rmsnorm;
+  llama.activation = Activation::swiglu;
+  llama.kv_heads = 2;
+  for (const ModelSpec& m : {gpt(3, 256, 4, 128, 1000), llama}) {
+    const LayerGraph g(m, 128);
+    const LayerBoundaries& b = g.layer_boundaries();
+    EXPECT_EQ(b.enter, 2) << m.name;
+    EXPECT_EQ(b.exit, 2) << m.name;
+    EXPECT_EQ(b.attention, 1) << m.name;
+  }
+  // Counted from the graph's edges: the same count over every layer's in-edges, divided by layers.
+  const LayerGraph g(gpt(3, 256, 4, 128, 1000), 128);
+  int changes = 0;
+  for (auto [e, end] = boost::edges(g.graph()); e != end; ++e) {
+    const OpSpec& from = g.graph()[boost::source(*e, g.graph())];
+    const OpSpec& to = g.graph()[boost::target(*e, g.graph())];
+    if (from.layer >= 0 && from.layer < 3 && to.layer == from.layer && from.split != to.split) ++changes;
+  }
+  EXPECT_EQ(changes, 3 * 4);
 }
 
 TEST(LayerGraph, GraphIsADagFromEmbeddingToLoss) {

@@ -3,6 +3,7 @@
 #include <limits>
 #include <numeric>
 
+#include "sim/collectives.hpp"
 #include "sim/predict.hpp"
 #include "sim/schedule.hpp"
 #include "test_helpers.hpp"
@@ -126,7 +127,7 @@ TEST(Predict, BubbleFollowsTheClosedForm) {
       s.vp = v;
     }
     const Estimate e = predict(g, c, s);
-    ASSERT_TRUE(e.feasible) << e.infeasible_reasons.front();
+    ASSERT_TRUE(e.feasible) << reason_key(e.infeasible.front().reason);
     const TimeBreakdown& t = e.time;
     const double ideal = t.compute + t.recompute + t.tp_comm + t.pp_comm;
     EXPECT_NEAR(t.bubble / ideal, 3.0 / (16 * s.vp), 0.01 * 3.0 / (16 * s.vp)) << "vp " << s.vp;
@@ -151,13 +152,23 @@ TEST(Predict, RecomputationTradesTimeForMemory) {
   EXPECT_EQ(none.time.recompute, 0);
 }
 
-TEST(Predict, InfeasibleReasonsStartWithAKey) {
+TEST(Predict, InfeasibleReasonsAreValues) {
   const Cluster c = testing::builtin_cluster("dgx-a100-80g");
   {
     const ModelSpec m = gpt(96, 12288, 96);  // 175B on 8 GPUs without sharding
     const Estimate e = predict(LayerGraph(m, 2048), c, layout(1, 8, 1, 1, 8));
     ASSERT_FALSE(e.feasible);
-    EXPECT_EQ(e.infeasible_reasons[0].rfind("out of memory: stage 0 needs", 0), 0u) << e.infeasible_reasons[0];
+    ASSERT_EQ(e.infeasible.size(), 1u);
+    const Infeasible& why = e.infeasible[0];
+    EXPECT_EQ(why.reason, InfeasibleReason::out_of_memory);
+    EXPECT_EQ(reason_key(why.reason), std::string("out of memory"));
+    EXPECT_EQ(why.stage, 0);
+    // The fullest stage's total and the GPU's memory, exactly as the estimate states them.
+    EXPECT_EQ(why.needed, e.per_stage[0].total());
+    EXPECT_EQ(why.needed, e.peak_memory);
+    EXPECT_EQ(why.available, c.gpu.hbm);
+    // 175B / 8-way TP x 16 bytes of model states alone is ~350 GB.
+    EXPECT_GT(why.needed, 300e9);
   }
   const ModelSpec small = gpt(4, 1024, 16);
   const LayerGraph g(small, 2048);
@@ -166,18 +177,63 @@ TEST(Predict, InfeasibleReasonsStartWithAKey) {
     s.dtype = Dtype::fp8;
     const Estimate e = predict(g, c, s);
     ASSERT_FALSE(e.feasible);
-    EXPECT_EQ(e.infeasible_reasons[0].rfind("unsupported dtype", 0), 0u);
+    EXPECT_EQ(e.infeasible.at(0).reason, InfeasibleReason::unsupported_dtype);
+    EXPECT_EQ(e.infeasible.at(0).detail, c.gpu.name);
+    EXPECT_TRUE(e.per_stage.empty());  // nothing costed
   }
   {
     const Estimate e = predict(g, c, layout(16384, 1, 1, 1, 16384));
     ASSERT_FALSE(e.feasible);
-    EXPECT_EQ(e.infeasible_reasons[0].rfind("cluster too small", 0), 0u);
+    const Infeasible& why = e.infeasible.at(0);
+    EXPECT_EQ(why.reason, InfeasibleReason::cluster_too_small);
+    EXPECT_EQ(why.needed, 16384);
+    EXPECT_EQ(why.available, c.max_gpus());
+    EXPECT_EQ(why.detail, c.name);
+    EXPECT_FALSE(e.per_stage.empty());  // still costed: the figures say what it would take
   }
   {
     const Estimate e = predict(g, c, layout(1, 3, 1, 1, 8));
     ASSERT_FALSE(e.feasible);
-    EXPECT_EQ(e.infeasible_reasons[0].rfind("invalid: --tp 3", 0), 0u);
+    EXPECT_EQ(e.infeasible.at(0).reason, InfeasibleReason::invalid_strategy);
+    EXPECT_EQ(e.infeasible.at(0).detail.rfind("--tp 3", 0), 0u) << e.infeasible.at(0).detail;
+    EXPECT_FALSE(cannot_cost(g, c, layout(1, 1, 1, 1, 8)).has_value());
+    EXPECT_EQ(cannot_cost(g, c, layout(1, 3, 1, 1, 8))->reason, InfeasibleReason::invalid_strategy);
   }
+}
+
+TEST(Predict, TpCollectivesPerLayerComeFromTheGraph) {
+  // Per layer and micro-batch: 2 all-reduces forward and 2 backward (Megatron's f and g at the
+  // graph's two TP-region entries and exits); with SP a reduce-scatter + all-gather pair in place of
+  // each. Read as the difference between 8 and 4 layers (the end ops cancel), one stage.
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  for (bool sp : {false, true}) {
+    Strategy s = layout(1, 4, 1, 1, 8);
+    s.sequence_parallel = sp;
+    const StepCosts c8 = step_costs(LayerGraph(gpt(8, 2048, 16), 2048), c, s);
+    const StepCosts c4 = step_costs(LayerGraph(gpt(4, 2048, 16), 2048), c, s);
+    const Seconds fwd = (c8.chunks[0].tp_forward - c4.chunks[0].tp_forward) / 4;
+    const Seconds bwd = (c8.chunks[0].tp_backward - c4.chunks[0].tp_backward) / 4;
+    const Link link = group_link(c, 4, 1);
+    const Bytes msg = 2048.0 * 2048 * 2;  // tokens x hidden x 2 bytes
+    const Seconds point = sp ? collective_time(Collective::reduce_scatter, 4, msg, link) +
+                                   collective_time(Collective::all_gather, 4, msg, link)
+                             : collective_time(Collective::all_reduce, 4, msg, link);
+    EXPECT_NEAR(fwd, 2 * point, 1e-9 * point) << "sp " << sp;
+    EXPECT_NEAR(bwd, 2 * point, 1e-9 * point) << "sp " << sp;
+  }
+}
+
+TEST(Predict, PredictIsComposeOfStepCosts) {
+  const ModelSpec m = gpt(8, 2048, 16);
+  const LayerGraph g(m, 2048);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s = layout(2, 2, 2, 1, 16);
+  s.zero = 2;
+  const Estimate a = predict(g, c, s);
+  const Estimate b = compose(step_costs(g, c, s), g, c, s);
+  EXPECT_EQ(a.time.step, b.time.step);
+  EXPECT_EQ(a.peak_memory, b.peak_memory);
+  EXPECT_EQ(a.throughput.mfu, b.throughput.mfu);
 }
 
 TEST(Predict, ZeroThreeShardsWeightsAndAddsGatherTraffic) {

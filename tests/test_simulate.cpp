@@ -434,7 +434,7 @@ TEST(Simulate, PredictCostsWithPipelineAgreeWithPredict) {
     s.global_batch = 32;
     s.seq_len = 2048;
     const Estimate e = predict(g, c, s);
-    ASSERT_TRUE(e.feasible) << (e.infeasible_reasons.empty() ? "" : e.infeasible_reasons[0]);
+    ASSERT_TRUE(e.feasible) << (e.infeasible.empty() ? "" : reason_key(e.infeasible[0].reason));
     const Estimate d = predict_with_simulation(g, c, s);
     std::printf("%s: analytic %.4f s, simulated %.4f s (%+.2f%%)\n", to_string(kind), e.time.step, d.time.step,
                 100 * (d.time.step - e.time.step) / e.time.step);

@@ -41,7 +41,7 @@ TEST(ValidationNarayanan2021, StepTimeWithinTolerance) {
     s.attention = Attention::standard;  // 2021 Megatron materialised the attention scores
     ASSERT_EQ(s.gpus(), r.at("num_gpus").get<int>());
     const Estimate e = predict(LayerGraph(m, m.seq_len), c, s);
-    ASSERT_TRUE(e.feasible) << mj.dump() << ": " << (e.infeasible_reasons.empty() ? "" : e.infeasible_reasons[0]);
+    ASSERT_TRUE(e.feasible) << mj.dump() << ": " << (e.infeasible.empty() ? "" : reason_key(e.infeasible[0].reason));
     const double published = r.at("measured").at("iteration_time_s");
     const double err = (e.time.step - published) / published;
     std::printf("%8.1fB  %5d GPUs  predicted %7.2f s  published %7.2f s  error %+5.1f%%  (%.0f vs %.0f TFLOP/s)\n",

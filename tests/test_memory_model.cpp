@@ -1,0 +1,150 @@
+// memory_model: hand-worked values of each formula, and that predict and search's bounds read them.
+#include <gtest/gtest.h>
+
+#include "sim/memory_model.hpp"
+#include "sim/predict.hpp"
+#include "sim/schedule.hpp"
+#include "sim/search.hpp"
+#include "test_helpers.hpp"
+
+namespace trainplan {
+namespace {
+
+using testing::gpt;
+
+TEST(MemoryModel, StateBytesPerParameter) {
+  const StateBytes mixed = state_bytes(Dtype::bf16, false);
+  EXPECT_EQ(mixed.weight, 2);
+  EXPECT_EQ(mixed.grad, 2);
+  EXPECT_EQ(mixed.optimizer, 12);
+  EXPECT_EQ(state_bytes(Dtype::bf16, true).grad, 4);
+  const StateBytes fp32 = state_bytes(Dtype::fp32, false);
+  EXPECT_EQ(fp32.weight + fp32.grad + fp32.optimizer, 16);
+  EXPECT_EQ(fp32.optimizer, 8);
+}
+
+TEST(MemoryModel, ZeroShardingWorkedExample) {
+  // Rajbhandari et al. 2020, Sec. 3 / Fig. 1: Psi = 7.5B, N_d = 64, K = 12.
+  //   ZeRO 0: (2 + 2 + 12) Psi = 120 GB;  1: 4 Psi + 12 Psi / 64 = 31.40625 GB;
+  //   2: 2 Psi + 14 Psi / 64 = 16.640625 GB;  3: 16 Psi / 64 = 1.875 GB.
+  const StateBytes b = state_bytes(Dtype::bf16, false);
+  const double psi = 7.5e9;
+  const double expect[] = {120e9, 31.40625e9, 16.640625e9, 1.875e9};
+  for (int zero = 0; zero <= 3; ++zero) {
+    EXPECT_DOUBLE_EQ(model_state_bytes(psi, b, zero, 64).total(), expect[zero]) << "ZeRO " << zero;
+  }
+  const ModelStateBytes z2 = model_state_bytes(psi, b, 2, 64);
+  EXPECT_DOUBLE_EQ(z2.weights, 15e9);
+  EXPECT_DOUBLE_EQ(z2.gradients, 2 * psi / 64);
+  EXPECT_DOUBLE_EQ(z2.optimizer, 12 * psi / 64);
+}
+
+TEST(MemoryModel, InFlightChunksPerSchedule) {
+  // 1F1B, 4 stages, 8 micro-batches: stage i holds p - i = 4, 3, 2, 1.
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(in_flight_chunks(ScheduleKind::one_f_one_b, 4, i, 8, 1), 4 - i);
+  // Fewer micro-batches than stages: capped at m.
+  EXPECT_EQ(in_flight_chunks(ScheduleKind::one_f_one_b, 4, 0, 2, 1), 2);
+  EXPECT_EQ(in_flight_chunks(ScheduleKind::gpipe, 4, 3, 8, 1), 8);
+  // Interleaved, p = 4, v = 2, m = 8: stage 0 warms up (4-0-1) x 2 + (2-1) x 4 = 10 forwards, holds 11;
+  // stage 3: 0 + 4 = 4, holds 5.
+  EXPECT_EQ(in_flight_chunks(ScheduleKind::interleaved, 4, 0, 8, 2), 11);
+  EXPECT_EQ(in_flight_chunks(ScheduleKind::interleaved, 4, 3, 8, 2), 5);
+  // And the closed form is the schedule's own count.
+  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved}) {
+    const int v = k == ScheduleKind::interleaved ? 2 : 1;
+    const Schedule sched = make_schedule(k, 4, 8, v);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(in_flight_chunks(k, 4, i, 8, v), sched.peak_in_flight(i));
+  }
+}
+
+Strategy plain(int tp, bool sp, Recompute r, Attention a) {
+  Strategy s;
+  s.tp = tp;
+  s.micro_batch = 1;
+  s.global_batch = 8;
+  s.seq_len = 2048;
+  s.sequence_parallel = sp;
+  s.recompute = r;
+  s.attention = a;
+  return s;
+}
+
+TEST(MemoryModel, LayerActivationsAreKorthikantisTable2) {
+  // GPT layer, s = 2048, b = 1, h = 1024, a = 16, 16-bit: s b h (34 + 5 a s / h) bytes without
+  // parallelism (Korthikanti et al. 2022, Eq. 1); with TP and SP everything divides by t (Eq. 5);
+  // full recomputation keeps the layer input only: 2 s b h / t bytes with SP.
+  const LayerGraph g(gpt(4, 1024, 16), 2048);
+  const double sbh = 2048.0 * 1024;
+  const double none = sbh * (34 + 5.0 * 16 * 2048 / 1024);
+  EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(g, plain(1, false, Recompute::none, Attention::standard)), none);
+  EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(g, plain(4, true, Recompute::none, Attention::standard)), none / 4);
+  // Selective recomputation (or flash attention) drops the 5as/h score terms: 34 s b h.
+  EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(g, plain(1, false, Recompute::selective, Attention::standard)), 34 * sbh);
+  EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(g, plain(1, false, Recompute::none, Attention::flash)), 34 * sbh);
+  EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(g, plain(4, true, Recompute::full, Attention::standard)), 2 * sbh / 4);
+  // The working layer of full recomputation keeps everything, scores included.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(g, plain(1, false, Recompute::full, Attention::standard), true), none);
+}
+
+TEST(MemoryModel, StageActivationsAddTheEndStageExtras) {
+  MemoryModel mm;
+  mm.pp = 2;
+  mm.vp = 1;
+  mm.micro_batches = 4;
+  mm.schedule = ScheduleKind::one_f_one_b;
+  mm.stored_layer = 100;
+  mm.tokens = 10;
+  mm.hidden = 4;
+  mm.vocab = 50;
+  mm.act_bytes = 2;
+  // Stage 0, 3 layers: 2 in flight x 3 x 100 = 600, + embedding dropout masks 2 x 10 x 4 x 1 B = 80.
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 0, 3), 680);
+  // Stage 1: 1 in flight x 3 x 100 = 300, + fp32 logits 10 x 50 x 4 = 2000, + head input 10 x 4 x 2 = 80.
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 1, 3), 2380);
+  mm.working_layer = 7;
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 1, 3), 2387);
+}
+
+TEST(MemoryModel, PredictStagesAreTheMemoryModels) {
+  const ModelSpec m = gpt(8, 2048, 16);
+  const LayerGraph g(m, 2048);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s;
+  s.dp = 2, s.tp = 2, s.pp = 2, s.zero = 3, s.micro_batch = 1, s.global_batch = 16, s.seq_len = 2048;
+  s.sequence_parallel = true;
+  const Estimate e = predict(g, c, s);
+  ASSERT_TRUE(e.feasible);
+  const MemoryModel mm = memory_model(g, c, s);
+  const StepCosts costs = step_costs(g, c, s);
+  for (int i = 0; i < s.pp; ++i) {
+    double params = 0;
+    for (const ChunkCost& ch : costs.chunks) if (ch.stage == i) params += ch.params;
+    const StageMemory want = stage_memory(mm, i, params, e.stage_layers[i]);
+    EXPECT_EQ(e.per_stage[i].weights, want.weights);
+    EXPECT_EQ(e.per_stage[i].activations, want.activations);
+    EXPECT_EQ(e.per_stage[i].other, want.other);
+  }
+  // ZeRO-3 holds two gathered layers: 2 x params per layer / tp x 2 bytes, on top of the runtime.
+  EXPECT_DOUBLE_EQ(mm.other, c.runtime_overhead + 2 * g.params_per_layer() / 2 * 2);
+}
+
+TEST(MemoryModel, SearchMemoryBoundIsBuiltFromTheSameFunctions) {
+  // One stage, 1F1B: search's memory floor is runtime + model states of all parameters / tp
+  // (ZeRO-sharded over dp x cp) + layers x stored activations per layer, less a 1e-9 margin.
+  const ModelSpec m = gpt(8, 2048, 16);
+  const LayerGraph g(m, 2048);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  for (int zero = 0; zero <= 3; ++zero) {
+    Strategy s;
+    s.dp = 4, s.tp = 2, s.zero = zero, s.micro_batch = 2, s.global_batch = 16, s.seq_len = 2048;
+    const double expect = c.runtime_overhead +
+                          model_state_bytes(g.total_params() / 2, state_bytes(s), zero, 4).total() +
+                          m.layers * stored_layer_activation_bytes(g, s);
+    const CandidateBounds b = candidate_bounds(g, c, s);
+    EXPECT_NEAR(b.peak_memory, expect, 1e-8 * expect) << "ZeRO " << zero;
+    EXPECT_LE(b.peak_memory, predict(g, c, s).peak_memory);
+  }
+}
+
+}  // namespace
+}  // namespace trainplan
