@@ -366,6 +366,7 @@ Measurement ScheduleRunner::collect() {
   m.strategy = s_;
   m.model = plan_.model.name;
   m.cluster = plan_.cluster;
+  m.software = "trainplan-exec";  // software/trainplan-exec.json describes what this runner launches
   m.backend = opt_.backend;
   m.device = on_gpu_ ? "cuda" : "cpu";
   m.warmup = opt_.warmup;

@@ -26,7 +26,8 @@ TEST_F(CompareExec, PredictExecCompareOnCpuLocal) {
   const std::string plan =
       "--model tiny-gpt --cluster cpu-local --gpus 2 --dp 2 --global-batch 8 --micro-batch 2 --dtype fp32";
   const fs::path p = dir_ / "p.json", m = dir_ / "m.json", c = dir_ / "c.json";
-  Result r = run("predict " + plan + " --json " + p.string());
+  // exec is described by the trainplan-exec software profile: predict with it (compare warns otherwise).
+  Result r = run("predict " + plan + " --software trainplan-exec --json " + p.string());
   ASSERT_EQ(r.code, 0) << r.err;
   r = run("exec " + plan + " --nproc 2 --steps 3 --warmup 1 --json " + m.string());
   ASSERT_EQ(r.code, 0) << r.err;

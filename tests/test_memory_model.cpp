@@ -6,6 +6,7 @@
 #include "sim/schedule.hpp"
 #include "sim/search.hpp"
 #include "test_helpers.hpp"
+#include "default_software.hpp"
 
 namespace trainplan {
 namespace {

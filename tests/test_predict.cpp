@@ -7,6 +7,7 @@
 #include "sim/predict.hpp"
 #include "sim/schedule.hpp"
 #include "test_helpers.hpp"
+#include "default_software.hpp"
 
 namespace trainplan {
 namespace {
@@ -215,9 +216,11 @@ TEST(Predict, TpCollectivesPerLayerComeFromTheGraph) {
     const Seconds bwd = (c8.chunks[0].tp_backward - c4.chunks[0].tp_backward) / 4;
     const Link link = group_link(c, 4, 1);
     const Bytes msg = 2048.0 * 2048 * 2;  // tokens x hidden x 2 bytes
+    // Each collective call also pays the cluster's per-call overhead (one call, or two with SP).
+    const Seconds call = c.collectives.call_overhead;
     const Seconds point = sp ? collective_time(Collective::reduce_scatter, 4, msg, link) +
-                                   collective_time(Collective::all_gather, 4, msg, link)
-                             : collective_time(Collective::all_reduce, 4, msg, link);
+                                   collective_time(Collective::all_gather, 4, msg, link) + 2 * call
+                             : collective_time(Collective::all_reduce, 4, msg, link) + call;
     EXPECT_NEAR(fwd, 2 * point, 1e-9 * point) << "sp " << sp;
     EXPECT_NEAR(bwd, 2 * point, 1e-9 * point) << "sp " << sp;
   }

@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const cli::PlanInputs in = cli::read_plan_flags(f, TRAINPLAN_SOURCE_DIR);
     f.finish();
     const LayerGraph g(in.model, in.strategy.seq_len);
-    (void)predict(g, in.cluster, in.strategy);
+    (void)predict(g, in.cluster, in.software, in.strategy);
   });
   return 0;
 }
