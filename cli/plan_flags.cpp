@@ -38,15 +38,20 @@ json plan_object(const std::string& path) {
 
 }  // namespace
 
+Software read_software_flag(const Flags& f, const std::filesystem::path& data_dir, const std::string& fallback) {
+  return load_software(f.get_or("software", fallback), data_dir);
+}
+
 PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster) {
   std::optional<Strategy> from_plan;
-  std::string plan_model, plan_cluster;
+  std::string plan_model, plan_cluster, plan_software;
   if (auto plan = f.get("plan")) {
     json p = plan_object(*plan);
     if (!p.contains("strategy")) throw InputError(fmt::format("{}: strategy is missing (required key)", *plan));
     from_plan = strategy_from_json(p["strategy"], *plan);
     if (p.contains("model") && p["model"].is_string()) plan_model = p["model"];
     if (p.contains("cluster") && p["cluster"].is_string()) plan_cluster = p["cluster"];
+    if (p.contains("software") && p["software"].is_string()) plan_software = p["software"];
   }
   PlanInputs in;
   const std::string model_name = f.has("model") || plan_model.empty() ? f.require("model") : plan_model;
@@ -54,6 +59,7 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   std::string cluster_name = f.get_or("cluster", plan_cluster.empty() ? default_cluster : plan_cluster);
   if (cluster_name.empty()) cluster_name = f.require("cluster");
   in.cluster = load_cluster(cluster_name, data_dir);
+  in.software = read_software_flag(f, data_dir, plan_software.empty() ? kDefaultSoftware : plan_software);
 
   Strategy s = from_plan.value_or(Strategy{});
   const bool have_plan = from_plan.has_value();
@@ -123,6 +129,9 @@ std::string plan_flags_help() {
   --model NAME|FILE         built-in model (models/NAME.json), a trainplan model file, or a
                             Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox)
   --cluster NAME|FILE       built-in cluster (topologies/NAME.json) or a topology file
+  --software NAME|FILE      training stack whose kernels are costed (software/NAME.json):
+                            megatron-core (default: fused kernels, as the published large runs),
+                            pytorch-eager, trainplan-exec (what `trainplan exec` launches)
   --gpus N                  GPUs in the job; must equal dp x tp x pp x cp
   --tp T                    tensor-parallel size (default 1; must divide heads and kv_heads)
   --pp P                    pipeline stages (default 1)

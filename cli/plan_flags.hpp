@@ -7,6 +7,7 @@
 #include "cli/flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/model_spec.hpp"
+#include "sim/software.hpp"
 #include "sim/strategy.hpp"
 
 namespace trainplan::cli {
@@ -14,10 +15,15 @@ namespace trainplan::cli {
 struct PlanInputs {
   ModelSpec model;
   Cluster cluster;
+  Software software;
   Strategy strategy;
 };
 
-// Reads --model --cluster --gpus --tp --pp --dp --cp --vp --zero --micro-batch --global-batch --seq
+// --software NAME|FILE (default: the plan file's "software", else kDefaultSoftware).
+Software read_software_flag(const Flags& flags, const std::filesystem::path& data_dir,
+                            const std::string& fallback = kDefaultSoftware);
+
+// Reads --model --cluster --software --gpus --tp --pp --dp --cp --vp --zero --micro-batch --global-batch --seq
 // --recompute --sequence-parallel --schedule --dtype --attention --fp32-grad-accum --rank-order,
 // or --plan FILE (a trainplan/prediction/v1 or trainplan/search/v1 object; explicit flags
 // override it). Validates the strategy against the model; throws InputError naming the flag.

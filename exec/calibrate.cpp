@@ -328,6 +328,9 @@ CalibrationResult calibrate(const CalibrateOptions& opts) {
     const long b = cuda ? 8 : 1, h = cuda ? 32 : 8, s = cuda ? 2048 : 512, d = cuda ? 128 : 64;
     auto q = torch::randn({b, h, s, d}, to), k = torch::randn({b, h, s, d}, to), v = torch::randn({b, h, s, d}, to);
     r.attention_flops = 4.0 * b * h * s * s * d;
+    r.attention_seq = static_cast<int>(s);
+    r.attention_head_dim = static_cast<int>(d);
+    r.attention_batch_heads = static_cast<int>(b * h);
     const Seconds t = time_per_call([&] { (void)at::scaled_dot_product_attention(q, k, v); }, sync, o.warmup,
                                     o.repeats, 2e-3);
     r.attention_rate = r.attention_flops / t;

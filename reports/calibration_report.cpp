@@ -29,6 +29,42 @@ double curve_at(const std::vector<GemmPoint>& gemm, double peak, double flops) {
 }
 
 
+// The measured op tables (trainplan/cluster/v2 "ops"): each matmul as a GEMM point (only a @ b
+// was timed: its dgrad and wgrad are taken to cost the same), the SDPA figure as one attention
+// point (not causal: the causal table entry is half its FLOPs at the same rate; backward assumed
+// 2.5x the forward FLOPs at that rate), and the copy bandwidth as the add kernel (3 bytes moved per
+// input byte forward, 2 backward). Kernel floor and fp8 speedup are the base's (0 without one).
+json op_tables(const CalibrationResult& r, const std::optional<json>& base, const std::string& source) {
+  json ops = base && base->contains("ops") ? (*base)["ops"] : json::object();
+  ops["source"] = source;
+  ops["dtype"] = r.dtype;
+  if (!ops.contains("kernel_floor_us")) ops["kernel_floor_us"] = 0.0;
+  if (!ops.contains("fp8_gemm_speedup")) ops["fp8_gemm_speedup"] = 0.0;
+  json gemm = json::array();
+  for (const auto& p : r.gemm) {
+    const double us = p.median / kMicro;
+    gemm.push_back({{"m", p.m}, {"n", p.n}, {"k", p.k}, {"fwd_us", us}, {"dgrad_us", us}, {"wgrad_us", us}});
+  }
+  ops["gemm"] = gemm;
+  if (r.attention_rate > 0 && r.attention_seq > 0) {
+    const double fwd_us = r.attention_flops / 2 / r.attention_rate / kMicro;
+    ops["attention"] = json::array({json{{"seq", r.attention_seq},
+                                         {"head_dim", r.attention_head_dim},
+                                         {"batch_heads", r.attention_batch_heads},
+                                         {"fwd_us", fwd_us},
+                                         {"fwd_bwd_us", 3.5 * fwd_us}}});
+  }
+  json add = json::array();
+  for (double bytes : {1048576.0, 67108864.0}) {
+    add.push_back({{"bytes", bytes},
+                   {"fwd_us", 3 * bytes / r.copy_bandwidth / kMicro},
+                   {"fwd_bwd_us", 5 * bytes / r.copy_bandwidth / kMicro}});
+  }
+  if (!ops.contains("memory_bound")) ops["memory_bound"] = json::object();
+  ops["memory_bound"]["add"] = add;
+  return ops;
+}
+
 }  // namespace
 
 // The topology file: the measured fields from `r`, the rest from the base (or, for a CPU
@@ -72,6 +108,18 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
     measured += fmt::format("link {}", r.link.note);
   }
 
+  t["schema"] = kClusterSchema;
+  const std::string tables_note =
+      "trainplan calibrate: GEMM points are its matmuls (dgrad and wgrad assumed equal to the timed forward), one "
+      "SDPA point (backward assumed 2.5x the forward FLOPs at the same rate), the add kernel from the copy "
+      "bandwidth; other memory-bound kernels " +
+      std::string(in.base ? "are the base's" : "stream their traffic at that bandwidth") + ". " + measured;
+  t["ops"] = op_tables(r, in.base, tables_note);
+  if (!t.contains("collectives")) {
+    t["collectives"] = {{"call_overhead_us", 0.0},
+                        {"overlap_slowdown", 0.0},
+                        {"source", "not measured: the fitted link latency includes the per-call cost"}};
+  }
   if (cuda) {
     json& g = t["gpu"];
     g["gemm_efficiency"] = curve;

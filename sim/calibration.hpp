@@ -44,8 +44,9 @@ struct CalibrationResult {
   std::vector<GemmPoint> gemm;         // ascending flops; of shapes with equal flops, the fastest
   FlopsPerSecond best_gemm_rate = 0;
   BytesPerSecond copy_bandwidth = 0;   // (read + write bytes) / median time of one large copy
-  Flops attention_flops = 0;           // one fused attention forward (SDPA)
+  Flops attention_flops = 0;           // one fused attention forward (SDPA, not causal)
   FlopsPerSecond attention_rate = 0;
+  int attention_seq = 0, attention_head_dim = 0, attention_batch_heads = 0;  // its shape
   // A small matmul as training runs it: y = x w through autograd, forward and backward (three
   // kernels of 2 m n k FLOPs each, m x k = 128 x 64, k x n = 64 x 64 on CPU; 4096 x 1024 x 1024 on
   // CUDA). Against the bare mm_out time of the same size it shows the framework's per-op cost,

@@ -63,6 +63,9 @@ static LinkTier parse_tier(const JsonObject& o, bool with_span) {
 Cluster parse_cluster(const json& j, const std::string& file) {
   JsonObject o(j, file);
   Cluster c;
+  if (o.string("schema") != kClusterSchema) {
+    throw o.error("schema", fmt::format("must be \"{}\" (op cost tables per GPU; see topologies/*.json)", kClusterSchema));
+  }
   c.name = o.string("name");
   c.source = o.string("source");
   c.calibration = o.string("calibration");
@@ -89,6 +92,14 @@ Cluster parse_cluster(const json& j, const std::string& file) {
       c.gpu.gemm_efficiency.push_back(e);
     }
     g.finish();
+  }
+  c.ops = parse_op_costs(o.object("ops"));
+  {
+    JsonObject k = o.object("collectives");
+    c.collectives.call_overhead = k.number("call_overhead_us", 0, 1e6) * kMicro;
+    c.collectives.overlap_slowdown = k.number("overlap_slowdown", 0, 1);
+    (void)k.string("source");
+    k.finish();
   }
   {
     JsonObject n = o.object("node");

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/op_costs.hpp"
 #include "sim/units.hpp"
 
 namespace trainplan {
@@ -37,11 +38,22 @@ struct LinkTier {
   double efficiency = 1;      // achieved bus bandwidth / link bandwidth for large messages
 };
 
+// How collectives behave beyond latency x steps + bytes / bandwidth (collectives.hpp).
+struct CollectiveCosts {
+  Seconds call_overhead = 0;        // fixed cost of issuing one collective (launch, proxy, sync)
+  double overlap_slowdown = 0;      // compute slowdown while a collective overlaps it, as a share
+                                    // of the overlapped communication time (SM and HBM contention)
+};
+
+inline constexpr const char* kClusterSchema = "trainplan/cluster/v2";
+
 struct Cluster {
   std::string name;
   std::string source;
   std::string calibration;    // what the efficiency figures were fitted on
   GpuSpec gpu;
+  OpCostTables ops;           // measured kernel times of this GPU (op_costs.hpp)
+  CollectiveCosts collectives;
   int gpus_per_node = 1;
   LinkTier node;              // intra-node (NVLink/NVSwitch, PCIe, or loopback)
   std::vector<LinkTier> network;  // scale-out tiers, innermost first; the last one spans the cluster

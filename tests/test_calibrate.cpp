@@ -34,9 +34,11 @@ TEST_F(CalibrateCli, CpuWritesALoadableTopology) {
   EXPECT_EQ(c.gpus_per_node, 4);
   EXPECT_GT(c.gpu.peak_fp32, 0);
   EXPECT_EQ(c.gpu.peak_bf16, 0);
-  ASSERT_EQ(c.gpu.gemm_efficiency.size(), 3u);
-  EXPECT_DOUBLE_EQ(c.gpu.gemm_efficiency[0].flops, 2.0 * 16 * 16 * 16);
-  EXPECT_DOUBLE_EQ(c.gpu.gemm_efficiency[2].flops, 2.0 * 64 * 64 * 64);
+  ASSERT_EQ(c.ops.gemm.size(), 3u);  // the measured matmuls become the GEMM table (schema v2)
+  EXPECT_DOUBLE_EQ(c.ops.gemm[0].m, 16);
+  EXPECT_DOUBLE_EQ(c.ops.gemm[2].k, 64);
+  EXPECT_EQ(c.ops.dtype, trainplan::Dtype::fp32);
+  EXPECT_EQ(c.ops.attention.size(), 1u);
   EXPECT_GT(c.gpu.hbm_bandwidth, 0);
   EXPECT_GT(c.node.bandwidth, 0);
   EXPECT_TRUE(c.network.empty());

@@ -149,11 +149,17 @@ TEST(Topologies, DgxH200IsAnH100WithMoreAndFasterMemory) {
 
 json small_cluster() {
   return json::parse(R"({
+    "schema": "trainplan/cluster/v2",
     "name": "toy", "source": "test", "calibration": "none",
     "gpu": {"name": "G", "peak_tflops": {"bf16": 100, "fp16": 50, "fp8": 0, "fp32": 10},
             "hbm_gb": 16, "hbm_bandwidth_gbps": 1000, "memory_efficiency": 0.5, "attention_efficiency": 0.9,
             "gemm_efficiency": [{"flops": 1e9, "efficiency": 0.3}, {"flops": 1e10, "efficiency": 0.5},
                                 {"flops": 1e11, "efficiency": 0.7}]},
+    "ops": {"source": "test", "dtype": "bf16", "kernel_floor_us": 5, "fp8_gemm_speedup": 0,
+            "gemm": [{"m": 1024, "n": 1024, "k": 1024, "fwd_us": 100, "dgrad_us": 100, "wgrad_us": 100}],
+            "attention": [{"seq": 1024, "head_dim": 64, "batch_heads": 16, "fwd_us": 100, "fwd_bwd_us": 350}],
+            "memory_bound": {"add": [{"bytes": 1000000, "fwd_us": 10, "fwd_bwd_us": 20}]}},
+    "collectives": {"call_overhead_us": 12, "overlap_slowdown": 0.25, "source": "test"},
     "node": {"gpus": 4, "link": {"name": "pcie", "bandwidth_gbps": 20, "latency_us": 10, "efficiency": 0.5}},
     "network": [{"name": "eth", "span_gpus": 64, "bandwidth_gbps": 12.5, "latency_us": 20, "efficiency": 0.75}],
     "runtime_overhead_gb": 1.5, "price_per_gpu_hour_usd": 0.5, "power_per_gpu_w": 300})");
@@ -184,6 +190,39 @@ TEST(ParseCluster, ConvertsFileUnitsOnce) {
   EXPECT_DOUBLE_EQ(c.price_per_gpu_hour, 0.5);
   EXPECT_DOUBLE_EQ(c.power_per_gpu, 300);
   EXPECT_EQ(c.max_gpus(), 64);
+  EXPECT_DOUBLE_EQ(c.ops.kernel_floor, 5e-6);
+  EXPECT_DOUBLE_EQ(c.ops.gemm.at(0).fwd, 100e-6);
+  EXPECT_DOUBLE_EQ(c.collectives.call_overhead, 12e-6);
+  EXPECT_DOUBLE_EQ(c.collectives.overlap_slowdown, 0.25);
+}
+
+TEST(ParseCluster, SchemaVersionIsChecked) {
+  json j = small_cluster();
+  j["schema"] = "trainplan/cluster/v1";
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: schema = \"trainplan/cluster/v1\", must be \"trainplan/cluster/v2\" (op cost tables per GPU; see "
+            "topologies/*.json)");
+  j.erase("schema");
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: schema is missing (required key)");
+}
+
+TEST(ParseCluster, OpTablesAreCheckedKeyByKey) {
+  json j = small_cluster();
+  j["ops"]["gemm"][0]["extra"] = 1;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: ops.gemm[0].extra is not a known key");
+  j = small_cluster();
+  j["ops"]["attention"][0]["fwd_bwd_us"] = 50;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: ops.attention[0].fwd_bwd_us = 50, must exceed fwd_us (it includes the forward)");
+  j = small_cluster();
+  j["ops"]["memory_bound"].erase("add");
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: ops.memory_bound.add is missing (required key)");
+  j = small_cluster();
+  j["ops"]["memory_bound"]["softmax"] = json::array();
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: ops.memory_bound.softmax is not a known key");
+  j = small_cluster();
+  j["ops"]["gemm"][0]["m"] = 0;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: ops.gemm[0].m = 0, must be in (0, 1e+09]");
 }
 
 TEST(ParseCluster, NoNetworkMeansOneNode) {

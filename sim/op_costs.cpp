@@ -1,0 +1,312 @@
+// Op cost tables: parsing the "ops" object of a cluster file and the lookups (see op_costs.hpp).
+//
+// File format (trainplan/cluster/v2, "ops"; times in microseconds, sizes in elements or bytes):
+//   "ops": {
+//     "source": "where the figures were measured",
+//     "dtype": "bf16",                  // dtype of the GEMM and attention measurements
+//     "kernel_floor_us": 6.6,           // tiny kernels issued back to back: time per kernel
+//     "fp8_gemm_speedup": 1.5,          // fp8 GEMM rate over the table's (0: no fp8)
+//     "gemm": [{"m": 2048, "n": 1024, "k": 1024, "fwd_us": .., "dgrad_us": .., "wgrad_us": ..}, ..],
+//     "attention": [{"seq": 1024, "head_dim": 64, "batch_heads": 400, "fwd_us": .., "fwd_bwd_us": ..}, ..],
+//     "memory_bound": {"add": [{"bytes": 33554432, "fwd_us": .., "fwd_bwd_us": ..}, ..], ..}
+//   }
+// "add" is required (it also times every elementwise stream); the other families are optional and
+// fall back to streaming their traffic (kTraffic below) at the add kernel's bandwidth.
+#include "sim/op_costs.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "sim/check.hpp"
+#include "sim/json_reader.hpp"
+
+namespace trainplan {
+
+namespace {
+
+constexpr const char* kMemNames[kMemKernels] = {"layer_norm", "rms_norm", "gelu", "swiglu", "add",
+                                                "cross_entropy_fp32", "adamw_fused", "adamw_foreach"};
+
+// Bytes each family moves per byte of its input tensor, forward and backward (used only when the
+// family was not measured on this GPU). Counted from the kernels' reads and writes:
+//   layer_norm/rms_norm: fwd read x, write y (2); bwd read x, dy, write dx (3).
+//   gelu: fwd 2; bwd read x, dy, write dx (3).   swiglu (input = gate+up, 2f): fwd read 2f, write
+//   f (1.5); bwd read 2f + f, write 2f (2.5).    add: fwd read 2, write 1 (3); bwd dy passed on (2).
+//   cross_entropy_fp32 (input = 16-bit logits): cast to fp32 (1 + 2), log-softmax (2 + 2), loss
+//   read (2) -> 9; bwd softmax grad read/write fp32 (4) + cast to 16-bit (2 + 1) -> 7.
+//   adamw_fused (input = fp32 params): read p, g, m, v and write p, m, v -> 7; foreach: about 3x
+//   (separate passes for each update term; PyTorch's measured ratio on H100 is 2.7-2.8x).
+constexpr double kTraffic[kMemKernels][2] = {{2, 3}, {2, 3}, {2, 3}, {1.5, 2.5}, {3, 2}, {9, 7}, {7, 0}, {21, 0}};
+
+double log2v(double x) { return std::log2(std::max(x, 1e-300)); }
+
+}  // namespace
+
+const char* to_string(MemKernel k) { return kMemNames[static_cast<int>(k)]; }
+
+bool parse_mem_kernel(const std::string& s, MemKernel& out) {
+  for (int i = 0; i < kMemKernels; ++i) {
+    if (s == kMemNames[i]) {
+      out = static_cast<MemKernel>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---- LogGrid -----------------------------------------------------------------------------------
+
+template <int D>
+void LogGrid<D>::build(const std::vector<std::array<double, D>>& coords, const std::vector<double>& values) {
+  TRAINPLAN_CHECK(!coords.empty() && coords.size() == values.size(), "LogGrid needs matching points");
+  std::size_t total = 1;
+  for (int d = 0; d < D; ++d) {
+    std::vector<double> measured;
+    for (const auto& c : coords) measured.push_back(c[d]);
+    std::sort(measured.begin(), measured.end());
+    measured.erase(std::unique(measured.begin(), measured.end(), [](double x, double y) { return y - x < 1e-9; }),
+                   measured.end());
+    axis_[d] = measured;
+    const auto& ax = axis_[d];
+    total *= ax.size();
+  }
+  values_.assign(total, 0);
+  for (std::size_t flat = 0; flat < total; ++flat) {
+    std::array<double, D> x{};
+    std::size_t rest = flat;
+    for (int d = D - 1; d >= 0; --d) {
+      x[d] = axis_[d][rest % axis_[d].size()];
+      rest /= axis_[d].size();
+    }
+    // Inverse-distance weighting (Shepard 1968), power 3, distances in octaves; a node on measured
+    // shapes takes their mean.
+    double wsum = 0, vsum = 0, exact_sum = 0;
+    int exact = 0;
+    for (std::size_t i = 0; i < coords.size(); ++i) {
+      double d2 = 0;
+      for (int d = 0; d < D; ++d) d2 += (coords[i][d] - x[d]) * (coords[i][d] - x[d]);
+      if (d2 < 1e-12) {
+        exact_sum += values[i];
+        ++exact;
+        continue;
+      }
+      const double w = 1.0 / (d2 * std::sqrt(d2));
+      wsum += w;
+      vsum += w * values[i];
+    }
+    values_[flat] = exact > 0 ? exact_sum / exact : vsum / wsum;
+  }
+}
+
+template <int D>
+double LogGrid<D>::at(const std::array<double, D>& q) const {
+  TRAINPLAN_CHECK(!values_.empty(), "LogGrid used before build()");
+  std::array<std::size_t, D> i0{};
+  std::array<double, D> t{};
+  std::array<double, D> below{};  // octaves below the smallest measured coordinate
+  for (int d = 0; d < D; ++d) {
+    const auto& ax = axis_[d];
+    if (q[d] < ax.front()) below[d] = ax.front() - q[d];
+    if (ax.size() == 1 || q[d] <= ax.front()) {
+      i0[d] = 0;
+      t[d] = 0;
+    } else if (q[d] >= ax.back()) {
+      i0[d] = ax.size() - 2;
+      t[d] = 1;
+    } else {
+      const std::size_t hi = static_cast<std::size_t>(std::upper_bound(ax.begin(), ax.end(), q[d]) - ax.begin());
+      i0[d] = hi - 1;
+      t[d] = (q[d] - ax[hi - 1]) / (ax[hi] - ax[hi - 1]);
+    }
+  }
+  double out = 0;
+  for (int corner = 0; corner < (1 << D); ++corner) {
+    double w = 1;
+    std::size_t flat = 0;
+    for (int d = 0; d < D; ++d) {
+      const int bit = (corner >> d) & 1;
+      const double wd = bit ? t[d] : 1 - t[d];
+      if (wd == 0) {
+        w = 0;
+        break;
+      }
+      w *= wd;
+      flat = flat * axis_[d].size() + i0[d] + bit;
+    }
+    if (w != 0) out += w * values_[flat];
+  }
+  // Below the measured range the rate keeps falling as it did over the first measured step of that
+  // axis (at the nearest measured shape), rate ~ size^p with p clamped to [0, 1]: never rising as
+  // kernels shrink, and never so fast that a smaller kernel would take longer. Above the range the
+  // edge rate is held.
+  for (int d = 0; d < D; ++d) {
+    if (below[d] <= 0 || axis_[d].size() < 2) continue;
+    std::array<double, D> at_edge = q;
+    at_edge[d] = axis_[d][0];
+    std::array<double, D> next = q;
+    next[d] = axis_[d][1];
+    const double slope = (at(next) - at(at_edge)) / (axis_[d][1] - axis_[d][0]);  // ln(rate) per octave
+    out -= below[d] * std::clamp(slope, 0.0, std::log(2.0));
+  }
+  return out;
+}
+
+template <int D>
+double LogGrid<D>::max_value() const {
+  return values_.empty() ? -std::numeric_limits<double>::infinity() : *std::max_element(values_.begin(), values_.end());
+}
+
+template class LogGrid<1>;
+template class LogGrid<2>;
+template class LogGrid<3>;
+
+// ---- tables ------------------------------------------------------------------------------------
+
+Flops causal_attention_fwd_flops(double seq, double head_dim, double batch_heads) {
+  return 2.0 * seq * seq * head_dim * batch_heads;
+}
+
+void OpCostTables::prepare() {
+  TRAINPLAN_CHECK(!gemm.empty() && !attention.empty() && has(MemKernel::add), "op tables need gemm, attention, add");
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<std::array<double, 3>> xs;
+    std::vector<double> ys;
+    auto time_of = [pass](const GemmMeasure& p) { return pass == 0 ? p.fwd : pass == 1 ? p.dgrad : p.wgrad; };
+    for (const auto& p : gemm) {
+      // A GEMM does not take longer than one at least as large in every dimension: a measured time
+      // above such a larger shape's is a glitch of that measurement (e.g. on H100 2048x6144x2048
+      // dgrad 447 us, where 2048x8192x2048 took 153 us), and the larger shape's time bounds it.
+      Seconds t = time_of(p);
+      for (const auto& q : gemm) {
+        if (q.m >= p.m && q.n >= p.n && q.k >= p.k) t = std::min(t, time_of(q));
+      }
+      xs.push_back({log2v(p.m), log2v(p.n), log2v(p.k)});
+      ys.push_back(std::log(2 * p.m * p.n * p.k / t));
+    }
+    gemm_grid_[pass].build(xs, ys);
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<std::array<double, 2>> xs;
+    std::vector<double> ys;
+    for (const auto& p : attention) {
+      const Flops f = causal_attention_fwd_flops(p.seq, p.head_dim, p.batch_heads);
+      xs.push_back({log2v(p.seq), log2v(p.head_dim)});
+      ys.push_back(pass == 0 ? std::log(f / p.fwd) : std::log(2.5 * f / (p.fwd_bwd - p.fwd)));
+    }
+    attention_grid_[pass].build(xs, ys);
+  }
+  for (int k = 0; k < kMemKernels; ++k) {
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<std::array<double, 1>> xs;
+      std::vector<double> ys;
+      for (const auto& p : memory[k]) {
+        const Seconds t = pass == 0 ? p.fwd : p.fwd_bwd - p.fwd;
+        if (t <= 0) continue;
+        xs.push_back({log2v(p.bytes)});
+        ys.push_back(std::log(p.bytes / t));  // input bytes per second
+      }
+      if (!xs.empty()) memory_grid_[k][pass].build(xs, ys);
+    }
+  }
+}
+
+Seconds OpCostTables::gemm_time(double m, double n, double k, GemmPass pass) const {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  const double rate = std::exp(gemm_grid_[static_cast<int>(pass)].at({log2v(m), log2v(n), log2v(k)}));
+  return 2 * m * n * k / rate;
+}
+
+Seconds OpCostTables::attention_fwd(double seq, double head_dim, double batch_heads) const {
+  if (seq <= 0 || batch_heads <= 0) return 0;
+  return causal_attention_fwd_flops(seq, head_dim, batch_heads) / std::exp(attention_grid_[0].at({log2v(seq), log2v(head_dim)}));
+}
+
+Seconds OpCostTables::attention_bwd(double seq, double head_dim, double batch_heads) const {
+  if (seq <= 0 || batch_heads <= 0) return 0;
+  return 2.5 * causal_attention_fwd_flops(seq, head_dim, batch_heads) /
+         std::exp(attention_grid_[1].at({log2v(seq), log2v(head_dim)}));
+}
+
+Seconds OpCostTables::stream(Bytes bytes_moved) const {
+  // The add kernel moves 3x its input bytes (two reads, one write).
+  return bytes_moved <= 0 ? 0 : memory_fwd(MemKernel::add, bytes_moved / 3);
+}
+
+Seconds OpCostTables::memory_fwd(MemKernel k, Bytes bytes) const {
+  if (bytes <= 0) return 0;
+  const auto& g = memory_grid_[static_cast<int>(k)][0];
+  if (g.empty()) return stream(bytes * kTraffic[static_cast<int>(k)][0]);
+  return bytes / std::exp(g.at({log2v(bytes)}));
+}
+
+Seconds OpCostTables::memory_bwd(MemKernel k, Bytes bytes) const {
+  if (bytes <= 0) return 0;
+  const auto& g = memory_grid_[static_cast<int>(k)][1];
+  if (g.empty()) return stream(bytes * kTraffic[static_cast<int>(k)][1]);
+  return bytes / std::exp(g.at({log2v(bytes)}));
+}
+
+FlopsPerSecond OpCostTables::best_gemm_rate() const {
+  double best = 0;
+  for (const auto& g : gemm_grid_) best = std::max(best, std::exp(g.max_value()));
+  return best;
+}
+
+OpCostTables parse_op_costs(const JsonObject& o) {
+  OpCostTables t;
+  (void)o.string("source");
+  const std::string dtype = o.choice("dtype", {"bf16", "fp16", "fp8", "fp32"});
+  t.dtype = dtype == "bf16" ? Dtype::bf16 : dtype == "fp16" ? Dtype::fp16 : dtype == "fp8" ? Dtype::fp8 : Dtype::fp32;
+  t.kernel_floor = o.number("kernel_floor_us", 0, 1e6) * kMicro;
+  t.fp8_gemm_speedup = o.number("fp8_gemm_speedup", 0, 10);
+  for (const auto& p : o.objects("gemm", 1)) {
+    GemmMeasure g;
+    g.m = p.number("m", 0, 1e9, true);
+    g.n = p.number("n", 0, 1e9, true);
+    g.k = p.number("k", 0, 1e9, true);
+    g.fwd = p.number("fwd_us", 0, 1e12, true) * kMicro;
+    g.dgrad = p.number("dgrad_us", 0, 1e12, true) * kMicro;
+    g.wgrad = p.number("wgrad_us", 0, 1e12, true) * kMicro;
+    p.finish();
+    t.gemm.push_back(g);
+  }
+  for (const auto& p : o.objects("attention", 1)) {
+    AttentionMeasure a;
+    a.seq = p.number("seq", 0, 1e9, true);
+    a.head_dim = p.number("head_dim", 0, 1e6, true);
+    a.batch_heads = p.number("batch_heads", 0, 1e9, true);
+    a.fwd = p.number("fwd_us", 0, 1e12, true) * kMicro;
+    a.fwd_bwd = p.number("fwd_bwd_us", 0, 1e12, true) * kMicro;
+    if (a.fwd_bwd <= a.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
+    p.finish();
+    t.attention.push_back(a);
+  }
+  {
+    JsonObject mb = o.object("memory_bound");
+    for (int k = 0; k < kMemKernels; ++k) {
+      const std::string name = kMemNames[k];
+      const bool optimizer = k == static_cast<int>(MemKernel::adamw_fused) || k == static_cast<int>(MemKernel::adamw_foreach);
+      if (name != "add" && !mb.has(name)) continue;
+      for (const auto& p : mb.objects(name, 1)) {
+        MemMeasure m;
+        m.bytes = p.number("bytes", 0, 1e15, true);
+        m.fwd = p.number(optimizer ? "step_us" : "fwd_us", 0, 1e12, true) * kMicro;
+        if (!optimizer) {
+          m.fwd_bwd = p.number("fwd_bwd_us", 0, 1e12, true) * kMicro;
+          if (m.fwd_bwd <= m.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
+        }
+        p.finish();
+        t.memory[k].push_back(m);
+      }
+    }
+    mb.finish();
+  }
+  o.finish();
+  t.prepare();
+  return t;
+}
+
+}  // namespace trainplan

@@ -1,0 +1,112 @@
+// Measured op cost tables of one GPU (the "ops" object of a trainplan/cluster/v2 file) and their
+// lookups. Every table holds kernel times measured on the GPU; nothing here is a fitted curve.
+//
+// Lookup rule, the same for every table: the achieved rate of a kernel (FLOP/s for GEMMs and
+// attention, bytes/s for memory-bound kernels) is interpolated linearly in log(rate) over the log2
+// of the kernel's shape, between measured shapes. Above the measured range the rate of the edge is
+// held (clamped), so time keeps scaling with work; below it the rate keeps falling as it fell over
+// the first measured step of that axis, as size^p with p clamped to [0, 1] (smaller kernels fill
+// the GPU less well, but never take longer than larger ones). Measured points need not form
+// a grid: at load they are spread onto the grid whose nodes along each axis are the measured
+// coordinates (a node that is a measured shape takes that shape's rate; a combination that was
+// not measured, inverse-distance weighting of the measured ones in log2 space, power 3), and a
+// lookup is then multilinear on that grid in log2 coordinates (no allocation).
+//
+// One cleaning rule applies to GEMMs: a shape's time is capped by the time of any measured shape
+// at least as large in M, N and K (work never shrinks as a GEMM grows; a larger time is a glitch
+// of that measurement).
+//
+// Units: files store microseconds and bytes; everything here is seconds, bytes, FLOPs.
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include "sim/units.hpp"
+
+namespace trainplan {
+
+class JsonObject;
+
+// Which product of a linear layer y = x W^T: forward (x W^T), input gradient (dy W) or weight
+// gradient (dy^T x). Each has M tokens, N outputs, K inputs as in the forward.
+enum class GemmPass { fwd, dgrad, wgrad };
+
+// Memory-bound kernel families measured per GPU. `bytes` of a lookup is the size of the kernel's
+// main input tensor as the measurement defines it (see the "ops.memory_bound" comment in
+// op_costs.cpp): the activation for norms/GELU/add, the gate+up input (2 x output) for SwiGLU,
+// the 16-bit logits for fp32 cross-entropy, the fp32 parameters for AdamW.
+enum class MemKernel { layer_norm, rms_norm, gelu, swiglu, add, cross_entropy_fp32, adamw_fused, adamw_foreach };
+inline constexpr int kMemKernels = 8;
+const char* to_string(MemKernel k);
+// Parses a file spelling ("layer_norm", ...); false when unknown.
+bool parse_mem_kernel(const std::string& s, MemKernel& out);
+
+// A function of D log2-coordinates, tabulated on the grid of the measured coordinates.
+template <int D>
+class LogGrid {
+ public:
+  // `coords` are log2 of the shape, `values` the quantity to interpolate (here: log of a rate).
+  void build(const std::vector<std::array<double, D>>& coords, const std::vector<double>& values);
+  double at(const std::array<double, D>& log2_shape) const;  // multilinear, clamped to the grid
+  bool empty() const { return values_.empty(); }
+  double max_value() const;
+
+ private:
+  std::array<std::vector<double>, D> axis_;  // ascending log2 node positions per dimension
+  std::vector<double> values_;               // row-major over the axes
+};
+
+struct GemmMeasure {
+  double m = 0, n = 0, k = 0;            // tokens, outputs, inputs
+  Seconds fwd = 0, dgrad = 0, wgrad = 0;
+};
+struct AttentionMeasure {
+  double seq = 0, head_dim = 0, batch_heads = 0;  // causal self-attention, batch x heads instances
+  Seconds fwd = 0, fwd_bwd = 0;
+};
+struct MemMeasure {
+  Bytes bytes = 0;
+  Seconds fwd = 0, fwd_bwd = 0;  // fwd_bwd = 0 where only a forward was measured (AdamW)
+};
+
+class OpCostTables {
+ public:
+  Dtype dtype = Dtype::bf16;      // dtype the GEMM and attention tables were measured in
+  Seconds kernel_floor = 0;       // time per tiny kernel issued back to back (launch-bound floor)
+  double fp8_gemm_speedup = 0;    // fp8 GEMM rate / table-dtype rate (0: no fp8 GEMMs)
+  std::vector<GemmMeasure> gemm;
+  std::vector<AttentionMeasure> attention;
+  std::array<std::vector<MemMeasure>, kMemKernels> memory;
+
+  // Builds the interpolation grids; call after filling the measured points (parse does).
+  void prepare();
+
+  // Time of one GEMM of M x N x K (2MNK FLOPs) in the table dtype.
+  Seconds gemm_time(double m, double n, double k, GemmPass pass) const;
+  // Causal flash attention (SDPA), `batch_heads` independent heads of `seq` x `head_dim`.
+  Seconds attention_fwd(double seq, double head_dim, double batch_heads) const;
+  Seconds attention_bwd(double seq, double head_dim, double batch_heads) const;
+  // Memory-bound kernel on a tensor of `bytes` (see MemKernel).
+  Seconds memory_fwd(MemKernel k, Bytes bytes) const;
+  Seconds memory_bwd(MemKernel k, Bytes bytes) const;
+  // Time to stream `bytes` through HBM (read + written) at the rate of the measured add kernel.
+  Seconds stream(Bytes bytes_moved) const;
+  bool has(MemKernel k) const { return !memory[static_cast<int>(k)].empty(); }
+  // Fastest measured GEMM rate (FLOP/s), for bounds.
+  FlopsPerSecond best_gemm_rate() const;
+
+ private:
+  std::array<LogGrid<3>, 3> gemm_grid_;      // per pass: log FLOP/s over log2 (m, n, k)
+  std::array<LogGrid<2>, 2> attention_grid_;  // fwd, bwd: log FLOP/s over log2 (seq, head_dim)
+  std::array<std::array<LogGrid<1>, 2>, kMemKernels> memory_grid_;  // fwd, bwd: log bytes/s
+};
+
+// Causal attention FLOPs as the table counts them: QK^T and PV over half the score matrix,
+// 2 * 2 * seq^2 * head_dim / 2 per head; backward 2.5x the forward (FlashAttention-2 paper, Sec. 4).
+Flops causal_attention_fwd_flops(double seq, double head_dim, double batch_heads);
+
+// Reads the "ops" object (exact keys; see op_costs.cpp for the format) and prepares the grids.
+OpCostTables parse_op_costs(const JsonObject& o);
+
+}  // namespace trainplan

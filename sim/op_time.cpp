@@ -1,0 +1,252 @@
+#include "sim/op_time.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/model_spec.hpp"
+
+namespace trainplan {
+
+Seconds PassCost::time(const Software& sw) const { return std::max(gpu, kernels * sw.host_per_kernel); }
+
+PassCost operator*(double n, const PassCost& p) { return {n * p.gpu, n * p.kernels}; }
+
+Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, GemmPass pass) {
+  const OpCostTables& t = c.ops;
+  Seconds time = t.gemm_time(m, n, k, pass);
+  if (dtype == Dtype::fp8) {
+    time /= t.fp8_gemm_speedup;  // validate()/predict reject fp8 where the GPU has no fp8 peak
+  } else if (dtype != t.dtype) {
+    const double table_peak = c.gpu.peak(t.dtype), peak = c.gpu.peak(dtype);
+    if (table_peak > 0 && peak > 0) time *= table_peak / peak;  // same fraction of the dtype's peak
+  }
+  // Roofline floor: the operands (M x K, K x N) are read and the result (M x N) written once, in
+  // 16-bit elements, at the measured streaming bandwidth.
+  const Bytes bytes = 2.0 * (m * k + k * n + m * n);
+  return std::max(time, t.stream(bytes));
+}
+
+namespace {
+
+// Everything the op costs of one strategy share.
+struct Ctx {
+  const ModelSpec& m;
+  const Cluster& c;
+  const Software& sw;
+  const Strategy& s;
+  double tokens;      // tokens per rank per micro-batch inside the TP region: b * seq / cp
+  double seq_tokens;  // tokens of a sequence-split tensor: tokens / tp with SP
+  double act;         // bytes per activation element (16-bit, fp32 for fp32 training)
+  double stream;      // bytes per element of the residual stream
+};
+
+Ctx make_ctx(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
+  Ctx x{g.model(), c, sw, s, 0, 0, 0, 0};
+  x.tokens = static_cast<double>(s.micro_batch) * s.seq_len / s.cp;
+  x.seq_tokens = s.sequence_parallel ? x.tokens / s.tp : x.tokens;
+  x.act = activation_bytes(s.dtype);
+  x.stream = s.dtype == Dtype::fp32 ? 4.0 : sw.stream_bytes;
+  return x;
+}
+
+// A memory-bound op: `impl`'s passes of its measured kernel on a tensor of `bytes`; every kernel
+// takes at least the cluster's kernel floor.
+PassCost mem_fwd(const Ctx& x, const MemOpImpl& impl, Bytes bytes) {
+  if (impl.kernels_fwd == 0 && impl.passes_fwd == 0) return {};
+  const Seconds t = impl.passes_fwd * x.c.ops.memory_fwd(impl.kernel, bytes);
+  return {std::max(t, impl.kernels_fwd * x.c.ops.kernel_floor), static_cast<double>(impl.kernels_fwd)};
+}
+PassCost mem_bwd(const Ctx& x, const MemOpImpl& impl, Bytes bytes) {
+  if (impl.kernels_bwd == 0 && impl.passes_bwd == 0) return {};
+  const Seconds t = impl.passes_bwd * x.c.ops.memory_bwd(impl.kernel, bytes);
+  return {std::max(t, impl.kernels_bwd * x.c.ops.kernel_floor), static_cast<double>(impl.kernels_bwd)};
+}
+
+// One linear layer's GEMM(s): forward x W^T, backward dgrad + wgrad, on M tokens, N outputs, K
+// inputs, split into `parts` equal GEMMs along N where the stack does not fuse them. FP8 adds the
+// quantization of each GEMM input (forward: the activation; backward: the output gradient).
+struct LinearCost {
+  PassCost fwd, bwd;
+};
+LinearCost linear(const Ctx& x, double m, double n, double k, int parts = 1) {
+  LinearCost out;
+  const double np = n / parts;
+  const double kernels = static_cast<double>(parts) * x.sw.gemm_kernels;
+  const Seconds floor = x.c.ops.kernel_floor;
+  out.fwd = {parts * std::max(floor, gemm_time(x.c, x.s.dtype, m, np, k, GemmPass::fwd)), kernels};
+  out.bwd = {parts * (std::max(floor, gemm_time(x.c, x.s.dtype, m, np, k, GemmPass::dgrad)) +
+                      std::max(floor, gemm_time(x.c, x.s.dtype, m, np, k, GemmPass::wgrad))),
+             2 * kernels};
+  if (x.s.dtype == Dtype::fp8 && x.sw.fp8_quantize_passes > 0) {
+    out.fwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.act), 1};
+    out.bwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.act), 1};
+  }
+  return out;
+}
+
+// The attention core for one micro-batch on one rank: causal flash attention from the measured
+// table (heads split over TP, queries over CP), or standard attention as two batched GEMMs over
+// the materialised scores plus the memory-bound softmax and dropout on them.
+LinearCost attention_core(const Ctx& x) {
+  const double d = x.m.head_dim(), s = x.s.seq_len;
+  const double batch_heads = static_cast<double>(x.s.micro_batch) * x.m.heads / x.s.tp;
+  LinearCost out;
+  if (x.s.attention == Attention::flash) {
+    // Context parallelism (ring attention, load-balanced causal split): each rank does 1/cp of the
+    // work as kernels over blocks of s/cp queries and keys, at the table's rate for that length:
+    // cp x the time of one s/cp attention (FLOPs scale with the length squared), 2cp - 1 launches.
+    const double cp = x.s.cp, launches = 2 * cp - 1;
+    out.fwd = {cp * x.c.ops.attention_fwd(s / cp, d, batch_heads), launches * x.sw.attention_kernels_fwd};
+    out.bwd = {cp * x.c.ops.attention_bwd(s / cp, d, batch_heads), launches * x.sw.attention_kernels_bwd};
+    return out;
+  }
+  // Standard (Megatron 2021): scores = Q K^T over the full s x s (masked, not skipped), then
+  // context = P V; as GEMMs of M = batch_heads * s / cp rows. Softmax (scale, mask, softmax fused:
+  // read 2 B, write 2 B per score) and dropout (read 2, write 2 + a 1-byte mask) move 9 B per score
+  // element forward, 1.5x the add kernel's 6; backward 11 B (1.83x).
+  const double rows = batch_heads * s / x.s.cp;
+  const LinearCost qk = linear(x, rows, s, d);
+  const LinearCost pv = linear(x, rows, d, s);
+  const Bytes scores = rows * s * x.act;
+  out.fwd = qk.fwd;
+  out.fwd += pv.fwd;
+  out.fwd += {1.5 * x.c.ops.memory_fwd(MemKernel::add, scores), 2};
+  out.bwd = qk.bwd;
+  out.bwd += pv.bwd;
+  out.bwd += {1.83 * x.c.ops.memory_fwd(MemKernel::add, scores), 2};
+  return out;
+}
+
+const MemOpImpl& norm_impl(const Ctx& x) {
+  return x.m.norm == Norm::layernorm ? x.sw.mem.layer_norm : x.sw.mem.rms_norm;
+}
+
+// Parameter-owning ops of a layer (two norms, QKV, output, MLP up, MLP down): the unit the
+// gradient-accumulation kernels are counted in.
+constexpr double kParamOpsPerLayer = 6;
+
+}  // namespace
+
+OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
+  const Ctx x = make_ctx(g, c, sw, s);
+  const ModelSpec& m = x.m;
+  const double h = m.hidden, f = m.ffn_hidden, tp = s.tp, V = m.vocab;
+  const double kv = static_cast<double>(m.kv_heads) * m.head_dim();
+  const bool bias = m.norm == Norm::layernorm;  // GPT-style models carry biases (layer_graph.cpp)
+  const bool swiglu = m.activation == Activation::swiglu;
+  const Bytes stream_t = x.seq_tokens * h * x.stream;  // one sequence-split stream tensor
+  OpCosts out;
+  LayerOpCosts& L = out.layer;
+
+  // Two norms, two residual adds, the casts of the stream for the QKV and MLP-up GEMMs.
+  const PassCost norm_f = mem_fwd(x, norm_impl(x), stream_t), norm_b = mem_bwd(x, norm_impl(x), stream_t);
+  const PassCost res_f = mem_fwd(x, sw.mem.residual, stream_t), res_b = mem_bwd(x, sw.mem.residual, stream_t);
+  const Bytes cast_t = x.tokens * h * x.stream;
+  const PassCost cast_f = mem_fwd(x, sw.mem.autocast_cast, cast_t), cast_b = mem_bwd(x, sw.mem.autocast_cast, cast_t);
+  L.fwd += 2 * norm_f;
+  L.fwd += 2 * res_f;
+  L.bwd += 2 * norm_b;
+  L.bwd += 2 * res_b;
+  if (s.dtype != Dtype::fp32 && sw.autocast_casts_inputs) {
+    // Autocast casts the stream once per GEMM that reads it: QKV (or Q, K, V) and MLP up (or gate
+    // and up); backward casts each input gradient back and sums those of one tensor.
+    const double casts = (sw.qkv_fused ? 1 : 3) + (swiglu && !sw.gate_up_fused ? 2 : 1);
+    L.fwd += casts * cast_f;
+    L.bwd += casts * cast_b;
+    L.bwd += (casts - 2) * mem_fwd(x, sw.mem.residual, cast_t);
+  }
+  // GEMMs (Megatron column/row-parallel splits): QKV [h -> (h + 2kv)/tp], output [h/tp -> h],
+  // MLP up [h -> f/tp, or 2f/tp for SwiGLU], MLP down [f/tp -> h].
+  const LinearCost qkv = sw.qkv_fused ? linear(x, x.tokens, (h + 2 * kv) / tp, h)
+                                      : [&] {
+                                          LinearCost q = linear(x, x.tokens, h / tp, h);
+                                          const LinearCost k = linear(x, x.tokens, kv / tp, h, 2);
+                                          q.fwd += k.fwd;
+                                          q.bwd += k.bwd;
+                                          return q;
+                                        }();
+  const LinearCost outp = linear(x, x.tokens, h, h / tp);
+  const LinearCost up = linear(x, x.tokens, (swiglu ? 2 : 1) * f / tp, h, swiglu && !sw.gate_up_fused ? 2 : 1);
+  const LinearCost down = linear(x, x.tokens, h, f / tp);
+  for (const LinearCost* l : {&qkv, &outp, &up, &down}) {
+    L.fwd += l->fwd;
+    L.bwd += l->bwd;
+  }
+  // Attention core and what surrounds it: RoPE on q and k, layout copies, GQA expansion.
+  const LinearCost core = attention_core(x);
+  L.attention_fwd = core.fwd;
+  L.fwd += core.fwd;
+  L.bwd += core.bwd;
+  const Bytes heads_t = x.tokens * h / tp * x.act;
+  if (m.position == Position::rope) {
+    const Bytes qk = x.tokens * (h + kv) / tp * x.act;
+    L.fwd += mem_fwd(x, sw.mem.rope, qk);
+    L.bwd += mem_bwd(x, sw.mem.rope, qk);
+  }
+  L.fwd += mem_fwd(x, sw.mem.attention_copies, heads_t);
+  L.bwd += mem_bwd(x, sw.mem.attention_copies, heads_t);
+  if (m.kv_heads != m.heads) {
+    L.fwd += mem_fwd(x, sw.mem.gqa_expand, heads_t);
+    L.bwd += mem_bwd(x, sw.mem.gqa_expand, heads_t);
+  }
+  // MLP activation.
+  if (swiglu) {
+    const Bytes in = x.tokens * 2 * f / tp * x.act;
+    L.fwd += mem_fwd(x, sw.mem.swiglu, in);
+    L.bwd += mem_bwd(x, sw.mem.swiglu, in);
+  } else {
+    const Bytes in = x.tokens * f / tp * x.act;
+    L.fwd += mem_fwd(x, sw.mem.gelu, in);
+    L.bwd += mem_bwd(x, sw.mem.gelu, in);
+  }
+  // Bias adds of the row-parallel linears (output and MLP down) where not fused.
+  if (bias) {
+    const Bytes t = x.seq_tokens * h * x.act;
+    L.fwd += 2 * mem_fwd(x, sw.mem.bias_add, t);
+    L.bwd += 2 * mem_bwd(x, sw.mem.bias_add, t);
+  }
+  // Weight gradients accumulated outside the GEMM: per micro-batch over the layer's fp32
+  // parameters on this rank.
+  if (!sw.wgrad_accumulate_fused) {
+    const double params = g.params_per_layer() / tp;
+    const PassCost acc = mem_bwd(x, sw.mem.grad_accumulation, params * 4.0);
+    L.bwd += {acc.gpu, kParamOpsPerLayer * sw.mem.grad_accumulation.kernels_bwd};
+  }
+
+  // Embedding: lookup on the sequence-split stream; backward writes the dense table gradient.
+  const double table = V / tp * h;
+  out.pre.fwd = mem_fwd(x, sw.mem.embedding, stream_t);
+  out.pre.bwd = mem_bwd(x, sw.mem.embedding, stream_t);
+  out.pre.bwd += mem_bwd(x, sw.mem.embedding_grad, table * 4.0);
+  // Head: final norm, LM head GEMM [h -> V/tp], loss on the 16-bit logits.
+  out.post.fwd = norm_f;
+  out.post.bwd = norm_b;
+  const LinearCost head = linear(x, x.tokens, V / tp, h);
+  out.post.fwd += head.fwd;
+  out.post.bwd += head.bwd;
+  const Bytes logits = x.tokens * V / tp * x.act;
+  out.post.fwd += mem_fwd(x, sw.mem.cross_entropy, logits);
+  out.post.bwd += mem_bwd(x, sw.mem.cross_entropy, logits);
+  if (!sw.wgrad_accumulate_fused && !m.tied_embeddings) {
+    const PassCost acc = mem_bwd(x, sw.mem.grad_accumulation, table * 4.0);
+    out.post.bwd += {acc.gpu, static_cast<double>(sw.mem.grad_accumulation.kernels_bwd)};
+  }
+  if (!sw.wgrad_accumulate_fused && m.tied_embeddings) {
+    out.pre.bwd += mem_bwd(x, sw.mem.grad_accumulation, table * 4.0);
+  }
+  return out;
+}
+
+PassCost optimizer_cost(const Cluster& c, const Software& sw, double params_updated) {
+  const MemOpImpl& o = sw.mem.optimizer;
+  if (params_updated <= 0) return {};
+  return {o.passes_fwd * c.ops.memory_fwd(o.kernel, params_updated * 4.0), static_cast<double>(o.kernels_fwd)};
+}
+
+PassCost weight_cast_cost(const Cluster& c, const Software& sw, double params_held) {
+  const MemOpImpl& w = sw.mem.weight_cast;
+  if (params_held <= 0 || (w.passes_fwd == 0 && w.kernels_fwd == 0)) return {};
+  return {w.passes_fwd * c.ops.memory_fwd(w.kernel, params_held * 4.0), static_cast<double>(w.kernels_fwd)};
+}
+
+}  // namespace trainplan

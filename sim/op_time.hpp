@@ -1,0 +1,58 @@
+// Op time model: the GPU time and kernel count of each op of a training step on one rank, from the
+// cluster's measured kernel tables (op_costs.hpp) and the software profile (software.hpp). FLOPs
+// and tensor sizes come from the model and the layer graph (Korthikanti et al. 2022; Narayanan et
+// al. 2021); nothing here is fitted.
+//
+// A pass (one layer's forward or backward for one micro-batch, ...) costs its GPU time or the
+// host's time to issue its kernels, whichever is longer: the host runs ahead of the GPU until the
+// GPU runs out of queued work, so a pass of small kernels is launch-bound.
+#pragma once
+#include "sim/cluster.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/software.hpp"
+#include "sim/strategy.hpp"
+
+namespace trainplan {
+
+struct PassCost {
+  Seconds gpu = 0;     // sum of the kernels' times on the GPU
+  double kernels = 0;  // kernels launched
+  // Wall time of the pass: max(GPU time, kernels x host time per kernel).
+  Seconds time(const Software& sw) const;
+  PassCost& operator+=(const PassCost& o) {
+    gpu += o.gpu;
+    kernels += o.kernels;
+    return *this;
+  }
+};
+PassCost operator*(double n, const PassCost& p);
+
+// One transformer layer, one micro-batch, one rank (TP/CP/SP split applied).
+struct LayerOpCosts {
+  PassCost fwd;
+  PassCost bwd;            // without recomputation; with the per-micro-batch gradient accumulation
+  PassCost attention_fwd;  // the attention core alone (what selective recomputation repeats)
+};
+
+// The ops before the first layer (embedding) and after the last (final norm, LM head, loss).
+struct EndOpCosts {
+  PassCost fwd, bwd;
+};
+
+struct OpCosts {
+  LayerOpCosts layer;
+  EndOpCosts pre, post;
+};
+
+OpCosts op_costs(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s);
+
+// Per step on one rank: the optimizer over `params_updated` parameters (after ZeRO sharding) and
+// the weight casts and gradient-buffer work over `params_held` (see Software::weight_cast).
+PassCost optimizer_cost(const Cluster& cluster, const Software& sw, double params_updated);
+PassCost weight_cast_cost(const Cluster& cluster, const Software& sw, double params_held);
+
+// Time of one GEMM of M x N x K in `dtype` on this cluster (the table's rate, scaled for another
+// dtype; never faster than streaming its operands once).
+Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, GemmPass pass);
+
+}  // namespace trainplan

@@ -1,0 +1,131 @@
+#include "sim/software.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "sim/check.hpp"
+#include "sim/json_reader.hpp"
+
+namespace trainplan {
+
+using nlohmann::json;
+
+namespace {
+
+MemOpImpl parse_mem_op(const JsonObject& o) {
+  MemOpImpl m;
+  if (!parse_mem_kernel(o.string("kernel"), m.kernel)) {
+    throw o.error("kernel", "must be a measured kernel family (layer_norm, rms_norm, gelu, swiglu, add, "
+                            "cross_entropy_fp32, adamw_fused, adamw_foreach)");
+  }
+  m.passes_fwd = o.number("passes_fwd", 0, 1e3);
+  m.passes_bwd = o.number("passes_bwd", 0, 1e3);
+  m.kernels_fwd = static_cast<int>(o.integer("kernels_fwd", 0, 1000));
+  m.kernels_bwd = static_cast<int>(o.integer("kernels_bwd", 0, 1000));
+  o.finish();
+  return m;
+}
+
+}  // namespace
+
+Software parse_software(const json& j, const std::string& file) {
+  JsonObject o(j, file);
+  if (o.string("schema") != kSoftwareSchema) {
+    throw o.error("schema", fmt::format("must be \"{}\"", kSoftwareSchema));
+  }
+  Software s;
+  s.name = o.string("name");
+  s.source = o.string("source");
+  s.assumptions = o.string("assumptions");
+  {
+    JsonObject h = o.object("host");
+    s.host_per_kernel = h.number("per_kernel_us", 0, 1e6) * kMicro;
+    h.finish();
+  }
+  {
+    JsonObject p = o.object("precision");
+    s.stream_bytes = p.number("residual_stream_bytes", 1, 8);
+    s.autocast_casts_inputs = p.boolean("autocast_casts_gemm_inputs");
+    s.weight_cast_per_micro_batch = p.boolean("weight_cast_per_micro_batch");
+    p.finish();
+  }
+  {
+    JsonObject g = o.object("gemm");
+    s.qkv_fused = g.boolean("qkv_fused");
+    s.gate_up_fused = g.boolean("gate_up_fused");
+    s.wgrad_accumulate_fused = g.boolean("wgrad_accumulate_fused");
+    s.gemm_kernels = static_cast<int>(g.integer("kernels_per_gemm", 1, 100));
+    s.fp8_quantize_passes = g.number("fp8_quantize_passes", 0, 100);
+    g.finish();
+  }
+  {
+    JsonObject a = o.object("attention");
+    s.attention_kernels_fwd = static_cast<int>(a.integer("kernels_fwd", 1, 1000));
+    s.attention_kernels_bwd = static_cast<int>(a.integer("kernels_bwd", 1, 1000));
+    a.finish();
+  }
+  {
+    JsonObject m = o.object("memory_bound");
+    s.mem.layer_norm = parse_mem_op(m.object("layer_norm"));
+    s.mem.rms_norm = parse_mem_op(m.object("rms_norm"));
+    s.mem.gelu = parse_mem_op(m.object("gelu"));
+    s.mem.swiglu = parse_mem_op(m.object("swiglu"));
+    s.mem.residual = parse_mem_op(m.object("residual"));
+    s.mem.bias_add = parse_mem_op(m.object("bias_add"));
+    s.mem.rope = parse_mem_op(m.object("rope"));
+    s.mem.attention_copies = parse_mem_op(m.object("attention_copies"));
+    s.mem.gqa_expand = parse_mem_op(m.object("gqa_expand"));
+    s.mem.autocast_cast = parse_mem_op(m.object("autocast_cast"));
+    s.mem.cross_entropy = parse_mem_op(m.object("cross_entropy"));
+    s.mem.embedding = parse_mem_op(m.object("embedding"));
+    s.mem.embedding_grad = parse_mem_op(m.object("embedding_grad"));
+    s.mem.grad_accumulation = parse_mem_op(m.object("grad_accumulation"));
+    s.mem.weight_cast = parse_mem_op(m.object("weight_cast"));
+    s.mem.optimizer = parse_mem_op(m.object("optimizer"));
+    m.finish();
+  }
+  {
+    JsonObject v = o.object("overlap");
+    s.overlap.tp = v.number("tp", 0, 1);
+    s.overlap.dp = v.number("dp", 0, 1);
+    s.overlap.param_gather = v.number("param_gather", 0, 1);
+    s.overlap.zero3 = v.number("zero3", 0, 1);
+    (void)v.string("source");
+    v.finish();
+  }
+  {
+    JsonObject a = o.object("allocator");
+    s.allocator.reserved_over_allocated = a.number("reserved_over_allocated", 1, 10);
+    s.allocator.context = a.number("context_gb", 0, 1e3) * kGB;
+    (void)a.string("source");
+    a.finish();
+  }
+  o.finish();
+  return s;
+}
+
+Software load_software(const std::string& name_or_path, const std::filesystem::path& data_dir) {
+  std::filesystem::path path = name_or_path;
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";
+  if (!looks_like_path) {
+    path = data_dir / "software" / (name_or_path + ".json");
+    if (!std::filesystem::exists(path)) {
+      throw InputError(fmt::format("--software {}: not a built-in software profile (one of: {}) and not a file",
+                                   name_or_path, fmt::join(builtin_software(data_dir), ", ")));
+    }
+  }
+  return parse_software(read_json_file(path), path.string());
+}
+
+std::vector<std::string> builtin_software(const std::filesystem::path& data_dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(data_dir / "software", ec)) {
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace trainplan

@@ -1,0 +1,89 @@
+// Software: what a training stack launches for each op of a step, loaded from software/<name>.json
+// (trainplan/software/v1). The same model, cluster and strategy cost differently under
+// Megatron-core (fused kernels) and plain PyTorch eager: which kernels run, how many, how much
+// host time each costs, how the loss and the optimizer are implemented, which collectives the
+// stack overlaps with compute, and how its allocator rounds. Units converted once at load.
+#pragma once
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sim/op_costs.hpp"
+#include "sim/units.hpp"
+
+namespace trainplan {
+
+// A memory-bound op as the stack runs it: the measured kernel family whose time it takes, how many
+// times that kernel's time on the op's tensor (passes), and how many kernels it launches.
+struct MemOpImpl {
+  MemKernel kernel = MemKernel::add;
+  double passes_fwd = 0, passes_bwd = 0;
+  int kernels_fwd = 0, kernels_bwd = 0;
+};
+
+// Each memory-bound op of a step and the tensor its passes are counted on.
+struct MemOps {
+  MemOpImpl layer_norm;         // each LayerNorm; tensor: tokens x hidden residual stream
+  MemOpImpl rms_norm;           // each RMSNorm; tensor: tokens x hidden residual stream
+  MemOpImpl gelu;               // GeLU on the MLP output; tensor: tokens x ffn activations
+  MemOpImpl swiglu;             // silu(gate) * up; tensor: gate + up (tokens x 2 ffn activations)
+  MemOpImpl residual;           // each residual add (with dropout/bias where fused); tokens x hidden stream
+  MemOpImpl bias_add;           // each separate bias add of a row-parallel linear; tokens x hidden
+  MemOpImpl rope;               // rotary embedding of q and k; tensor: tokens x (q + k) activations
+  MemOpImpl attention_copies;   // layout copies around the attention kernel; tokens x hidden
+  MemOpImpl gqa_expand;         // K/V repeated to every query head (GQA models only); tokens x hidden
+  MemOpImpl autocast_cast;      // each cast of the fp32 stream to 16 bits before a GEMM; tokens x hidden
+  MemOpImpl cross_entropy;      // loss over the vocabulary; tensor: 16-bit logits
+  MemOpImpl embedding;          // token lookup; tensor: tokens x hidden activations
+  MemOpImpl embedding_grad;     // dense embedding gradient per micro-batch; tensor: fp32 table
+  MemOpImpl grad_accumulation;  // per micro-batch: gradients into the accumulation buffer; fp32 params
+  MemOpImpl weight_cast;        // low-precision copies of the weights; fp32 params (see Software)
+  MemOpImpl optimizer;          // per step; tensor: fp32 parameters this rank updates
+};
+
+// Share of a collective's time that the stack hides behind compute it can overlap with (0..1).
+struct Overlap {
+  double tp = 0;            // tensor/sequence-parallel collectives inside a layer
+  double dp = 0;            // gradient reduction (all-reduce / reduce-scatter) during the backward
+  double param_gather = 0;  // ZeRO-1/2 all-gather of updated parameters (next step's forward)
+  double zero3 = 0;         // ZeRO-3 per-layer parameter gathers and gradient reduce-scatters
+};
+
+// Caching allocator behaviour (filled by the memory model; see issue 14 item 5).
+struct Allocator {
+  double reserved_over_allocated = 1;  // peak reserved / peak allocated
+  Bytes context = 0;                   // CUDA context, cuBLAS workspace, communication buffers
+};
+
+struct Software {
+  std::string name;
+  std::string source;       // what the profile describes (versions, files, flags)
+  std::string assumptions;  // what was assumed rather than read or measured
+  Seconds host_per_kernel = 0;  // CPU time to issue one kernel through the framework
+  bool qkv_fused = true;        // one QKV GEMM per layer (false: separate Q, K, V GEMMs)
+  bool gate_up_fused = true;    // SwiGLU gate and up projections as one GEMM
+  double stream_bytes = 2;      // bytes per element of the residual stream (4: fp32 under autocast)
+  bool autocast_casts_inputs = false;  // each GEMM reading the fp32 stream casts it to 16 bits first
+  bool weight_cast_per_micro_batch = false;  // weight casts every micro-batch (else once a step)
+  bool wgrad_accumulate_fused = true;  // weight gradients accumulate in the GEMM (no extra pass)
+  int gemm_kernels = 1;         // kernels per GEMM call (bias epilogue, casts)
+  int attention_kernels_fwd = 1, attention_kernels_bwd = 1;
+  double fp8_quantize_passes = 0;  // fp8: add-kernel passes over each GEMM input to quantize it
+  MemOps mem;
+  Overlap overlap;
+  Allocator allocator;
+};
+
+inline constexpr const char* kSoftwareSchema = "trainplan/software/v1";
+
+Software parse_software(const nlohmann::json& j, const std::string& file);
+// `name_or_path` is a built-in name (software/<name>.json under data_dir) or a path.
+Software load_software(const std::string& name_or_path, const std::filesystem::path& data_dir);
+std::vector<std::string> builtin_software(const std::filesystem::path& data_dir);
+
+// The profile predict, search and simulate use when none is named: Megatron-core, the stack the
+// published large-scale runs this tool is checked against were trained with.
+inline constexpr const char* kDefaultSoftware = "megatron-core";
+
+}  // namespace trainplan

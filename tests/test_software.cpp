@@ -1,0 +1,72 @@
+// Unit tests for sim/software: the shipped profiles load and say what they describe, units are
+// converted at load, and a bad profile is rejected naming its field.
+#include "sim/software.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "sim/json_reader.hpp"
+#include "test_helpers.hpp"
+
+namespace trainplan {
+namespace {
+
+using nlohmann::json;
+using testing::input_error;
+namespace fs = std::filesystem;
+const fs::path kSource = TRAINPLAN_SOURCE_DIR;
+
+TEST(Software, TheThreeShippedProfilesLoad) {
+  EXPECT_EQ(builtin_software(kSource), (std::vector<std::string>{"megatron-core", "pytorch-eager", "trainplan-exec"}));
+  for (const auto& name : builtin_software(kSource)) {
+    SCOPED_TRACE(name);
+    const Software s = load_software(name, kSource);
+    EXPECT_EQ(s.name, name);
+    EXPECT_GT(s.source.size(), 100u);
+    EXPECT_GT(s.assumptions.size(), 100u);
+    EXPECT_GT(s.host_per_kernel, 0);
+    EXPECT_GT(s.mem.optimizer.passes_fwd, 0);
+  }
+  EXPECT_NO_THROW(load_software(kDefaultSoftware, kSource));
+}
+
+TEST(Software, ExecProfileDescribesWhatExecLaunches) {
+  const Software e = load_software("trainplan-exec", kSource);
+  EXPECT_FALSE(e.qkv_fused);                // exec/model.cpp: separate wq, wk, wv
+  EXPECT_DOUBLE_EQ(e.stream_bytes, 4);      // fp32 residual stream under autocast
+  EXPECT_NEAR(e.host_per_kernel, 31.7e-6, 1e-12);  // us converted to s
+  EXPECT_EQ(e.mem.optimizer.kernel, MemKernel::add);  // unfused AdamW
+  const Software m = load_software("megatron-core", kSource);
+  EXPECT_TRUE(m.qkv_fused);
+  EXPECT_TRUE(m.wgrad_accumulate_fused);
+  EXPECT_EQ(m.mem.optimizer.kernel, MemKernel::adamw_fused);
+}
+
+TEST(Software, BadProfilesNameTheField) {
+  const fs::path p = kSource / "software" / "megatron-core.json";
+  json j = read_json_file(p);
+  j["memory_bound"]["gelu"]["kernel"] = "fused_gelu";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: memory_bound.gelu.kernel = \"fused_gelu\", must be a measured kernel family (layer_norm, rms_norm, "
+            "gelu, swiglu, add, cross_entropy_fp32, adamw_fused, adamw_foreach)");
+  j = read_json_file(p);
+  j["overlap"]["dp"] = 1.5;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: overlap.dp = 1.5, must be in [0, 1]");
+  j = read_json_file(p);
+  j["memory_bound"].erase("rope");
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: memory_bound.rope is missing (required key)");
+  j = read_json_file(p);
+  j["host"]["threads"] = 2;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: host.threads is not a known key");
+  j = read_json_file(p);
+  j["schema"] = "trainplan/software/v0";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: schema = \"trainplan/software/v0\", must be \"trainplan/software/v1\"");
+  EXPECT_EQ(input_error([&] { load_software("tensorflow", kSource); }),
+            "--software tensorflow: not a built-in software profile (one of: megatron-core, pytorch-eager, "
+            "trainplan-exec) and not a file");
+}
+
+}  // namespace
+}  // namespace trainplan
