@@ -43,7 +43,7 @@ int cmd_predict(const Args& args, const Context& ctx) {
   const LayerGraph graph(in.model, in.strategy.seq_len);
   // The step costs are computed once and shared by the closed form and the simulator.
   Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.strategy)
-                               : predict(graph, in.cluster, in.strategy);
+                               : predict(graph, in.cluster, in.software, in.strategy);
   print_prediction(ctx.out, e, fmt::format("{} on {} x {} ({}), {:.2f}B parameters, {} engine", in.model.name,
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
                                            graph.total_params() / 1e9, engine));

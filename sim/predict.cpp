@@ -393,6 +393,14 @@ std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cl
 }
 
 Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+  return predict(graph, cluster, Software{}, s);
+}
+
+Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+  return compose(costs, graph, cluster, Software{}, s);
+}
+
+Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s) {
   if (auto why = cannot_cost(graph, cluster, s)) {
     Estimate e;
     e.strategy = s;
@@ -401,10 +409,11 @@ Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy
     e.infeasible.push_back(std::move(*why));
     return e;
   }
-  return compose(step_costs(graph, cluster, s), graph, cluster, s);
+  return compose(step_costs(graph, cluster, s), graph, cluster, sw, s);
 }
 
-Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Software& sw,
+                 const Strategy& s) {
   Estimate e;
   e.strategy = s;
   e.capacity = cluster.gpu.hbm;
@@ -489,8 +498,9 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
   t.optimizer = costs.optimizer;
   t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
 
-  // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file.
-  const MemoryModel mm = memory_model(graph, cluster, s);
+  // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file, the
+  // allocator's behaviour and the safety margin from the software profile.
+  const MemoryModel mm = memory_model(graph, cluster, sw, s);
   e.per_stage.resize(s.pp);
   e.stage_layers.resize(s.pp);
   for (int i = 0; i < s.pp; ++i) {
@@ -498,7 +508,10 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
     e.per_stage[i] = stage_memory(mm, i, st[i].params, st[i].layers);
     e.peak_memory = std::max(e.peak_memory, e.per_stage[i].total());
   }
-  if (e.peak_memory > e.capacity) {
+  // A plan must leave the profile's safety margin of the GPU's memory free: the model's error on
+  // measured peaks (see software/*.json "allocator") must not turn a predicted fit into an OOM.
+  const double margin = sw.allocator.safety_margin;
+  if (e.peak_memory > e.capacity * (1 - margin)) {
     const auto worst = std::max_element(e.per_stage.begin(), e.per_stage.end(),
                                         [](const StageMemory& a, const StageMemory& b) { return a.total() < b.total(); });
     e.feasible = false;
@@ -506,7 +519,8 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
                             .detail = {},
                             .stage = worst->stage,
                             .needed = worst->total(),
-                            .available = e.capacity});
+                            .available = e.capacity,
+                            .margin = margin});
   }
 
   // Throughput.

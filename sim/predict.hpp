@@ -15,6 +15,7 @@
 #include "sim/estimate.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/memory_model.hpp"
+#include "sim/software.hpp"
 #include "sim/strategy.hpp"
 
 namespace trainplan {
@@ -66,9 +67,15 @@ std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cl
 // The analytical estimate from costs already computed by step_costs(graph, cluster, strategy)
 // (the strategy must pass cannot_cost()). Pure; adds cluster_too_small and out_of_memory reasons.
 Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+// The same with a software profile: its MemoryProfile, allocator and safety margin decide memory
+// and the out-of-memory verdict (the overload above uses the default profile: Megatron-style
+// accounting, no allocator overhead, no margin).
+Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                 const Strategy& strategy);
 
 // The analytical estimate: cannot_cost()'s reason as an infeasible estimate, or
 // compose(step_costs(...)).
 Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy);
 
 }  // namespace trainplan
