@@ -12,6 +12,7 @@
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
 #include "cli/flags.hpp"
+#include "cli/plan_flags.hpp"
 #include "sim/model_spec.hpp"
 
 namespace trainplan::cli {
@@ -32,6 +33,7 @@ required:
                             (e.g. 15T = 15e12)
 
 options:
+  --software NAME|FILE      training stack costed (software/NAME.json; default megatron-core)
   --clusters a,b,c          cluster kinds (built-in names or files; default: every
                             built-in cluster with a scale-out network)
   --gpus-range lo..hi       GPU counts to consider (default: one node .. each cluster's size)
@@ -102,6 +104,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   CapacityRequest req;
   req.tokens = tokens;
   std::vector<std::string> names;
+  req.software = read_software_flag(f, ctx.data_dir);
   if (auto list = f.get("clusters")) {
     std::stringstream ss(*list);
     std::string item;

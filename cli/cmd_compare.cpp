@@ -57,7 +57,14 @@ int cmd_compare(const Args& args, const Context& ctx) {
   const PredictionFile predicted = prediction_from_json(read_json_file(prediction_path), prediction_path);
   const Measurement measured = measurement_from_json(read_json_file(measurement_path), measurement_path);
 
-  const Comparison c = compare(predicted.estimate, predicted.model, predicted.cluster, measured);
+  Comparison c = compare(predicted.estimate, predicted.model, predicted.cluster, measured);
+  // The measured stack has its own software profile: a prediction costed for another one is not
+  // the prediction of this run.
+  if (!predicted.software.empty() && !measured.software.empty() && predicted.software != measured.software) {
+    c.warnings.push_back(fmt::format("the prediction costed software '{}', the measured run is described by '{}' "
+                                     "(predict with --software {})",
+                                     predicted.software, measured.software, measured.software));
+  }
   for (const std::string& w : c.warnings) ctx.err << "trainplan compare: warning: " << w << "\n";
   print_comparison(ctx.out, c, prediction_path, measurement_path);
   if (json_out) json_out->write(comparison_to_json(c, prediction_path, measurement_path));

@@ -68,7 +68,7 @@ int cmd_exec(const Args& args, const Context& ctx) {
     return 0;
   }
   const bool cuda = exec::cuda_available();
-  const PlanInputs in = read_plan_flags(f, ctx.data_dir, "cpu-local");
+  PlanInputs in = read_plan_flags(f, ctx.data_dir, "cpu-local");
   exec::ExecOptions o;
   o.steps = static_cast<int>(f.get_int("steps", 5, 1, 1000000));
   o.warmup = static_cast<int>(f.get_int("warmup", 1, 0, 1000000));
@@ -100,6 +100,8 @@ int cmd_exec(const Args& args, const Context& ctx) {
   if (in.model.position == Position::alibi)
     throw InputError(fmt::format("--model {}: exec does not implement ALiBi positions", in.model.name));
 
+  // The profile that describes what exec launches, unless --software names another.
+  in.software = read_software_flag(f, ctx.data_dir, "trainplan-exec");
   // Layers per virtual stage exactly as predict partitions them.
   exec::ExecPlan plan;
   plan.model = in.model;
@@ -107,7 +109,7 @@ int cmd_exec(const Args& args, const Context& ctx) {
   plan.cluster = in.cluster.name;
   {
     const LayerGraph graph(in.model, s.seq_len);
-    const StepCosts costs = step_costs(graph, in.cluster, s);
+    const StepCosts costs = step_costs(graph, in.cluster, in.software, s);
     for (const ChunkCost& c : costs.chunks) {
       plan.first_layer.push_back(c.first_layer);
       plan.layers.push_back(c.layers);

@@ -42,13 +42,13 @@ int cmd_predict(const Args& args, const Context& ctx) {
   f.finish();
   const LayerGraph graph(in.model, in.strategy.seq_len);
   // The step costs are computed once and shared by the closed form and the simulator.
-  Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.strategy)
+  Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.software, in.strategy)
                                : predict(graph, in.cluster, in.software, in.strategy);
   print_prediction(ctx.out, e, fmt::format("{} on {} x {} ({}), {:.2f}B parameters, {} engine", in.model.name,
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
                                            graph.total_params() / 1e9, engine));
   if (json_out) {
-    json_out->write(prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", engine}}));
+    json_out->write(prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"software", in.software.name}, {"engine", engine}}));
   }
   return e.feasible ? 0 : 3;
 }

@@ -8,6 +8,7 @@
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
 #include "cli/flags.hpp"
+#include "cli/plan_flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/model_spec.hpp"
@@ -28,6 +29,7 @@ reported Pareto front), so the ranking equals a brute-force search.
 required:
   --model NAME|FILE         built-in model (models/NAME.json), model file or HF config.json
   --cluster NAME|FILE       built-in cluster (topologies/NAME.json) or a topology file
+  --software NAME|FILE      training stack costed (software/NAME.json; default megatron-core)
   --gpus N                  GPUs available (layouts may use fewer, see --exact-gpus); capped at
                             the cluster's size
   --global-batch B          sequences per optimizer step
@@ -107,6 +109,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   }
   const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
   const Cluster cluster = load_cluster(f.require("cluster"), ctx.data_dir);
+  const Software software = read_software_flag(f, ctx.data_dir);
   const auto gpus_flag = f.get_optional_int("gpus", 1, 1 << 24);
   if (!gpus_flag) f.require("gpus");
   const auto batch_flag = f.get_optional_int("global-batch", 1, 1 << 30);
@@ -144,8 +147,8 @@ int cmd_search(const Args& args, const Context& ctx) {
   }
 
   const LayerGraph graph(model, seq);
-  SearchResult result = search(graph, cluster, space, options);
-  if (refine) refine_top_with_simulation(result, graph, cluster, options.objective);
+  SearchResult result = search(graph, cluster, software, space, options);
+  if (refine) refine_top_with_simulation(result, graph, cluster, software, options.objective);
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
   print_search(ctx.out, result, sc);
   if (json_out) json_out->write(search_to_json(result, sc));

@@ -98,8 +98,8 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const LayerGraph graph(in.model, s.seq_len);
   // Step costs computed once: the closed form and the simulator both read them.
   std::optional<StepCosts> costs;
-  if (!cannot_cost(graph, in.cluster, s)) costs = step_costs(graph, in.cluster, s);
-  const Estimate analytic = costs ? compose(*costs, graph, in.cluster, s) : predict(graph, in.cluster, s);
+  if (!cannot_cost(graph, in.cluster, s)) costs = step_costs(graph, in.cluster, in.software, s);
+  const Estimate analytic = costs ? compose(*costs, graph, in.cluster, s) : predict(graph, in.cluster, in.software, s);
   const std::string title = fmt::format("{} on {} x {} ({}), {:.2f}B parameters", in.model.name, s.gpus(),
                                         in.cluster.gpu.name, in.cluster.name, graph.total_params() / 1e9);
   if (!(analytic.time.step > 0)) {  // invalid plan: nothing to simulate

@@ -74,7 +74,7 @@ class ScheduleRunner {
       : plan_(plan), s_(plan.strategy), opt_(opt), env_(env), device_(device), on_gpu_(on_gpu),
         layout_(plan.strategy), coord_(layout_.coord(env.rank)), clock_(on_gpu),
         tokens_(opt.seed, opt.data_file, plan.model.vocab, plan.strategy.seq_len),
-        schedule_(make_schedule(s_.schedule, s_.pp, s_.micro_batches(), s_.vp)) {}
+        schedule_(schedule_for(s_)) {}
 
   std::optional<Measurement> run();
 
@@ -301,6 +301,7 @@ Measurement ScheduleRunner::collect() {
   m.strategy = s_;
   m.model = plan_.model.name;
   m.cluster = plan_.cluster;
+  m.software = "trainplan-exec";  // software/trainplan-exec.json describes what this runner launches
   m.backend = opt_.backend;
   m.device = on_gpu_ ? "cuda" : "cpu";
   m.warmup = opt_.warmup;

@@ -78,6 +78,7 @@ PredictionFile prediction_from_json(const json& j, const std::string& file) {
   Estimate& e = p.estimate;
   if (root.has("model")) p.model = root.string("model");
   if (root.has("cluster")) p.cluster = root.string("cluster");
+  if (root.has("software")) p.software = root.string("software");
   e.feasible = root.boolean("feasible");
   const json& reasons = root.raw("infeasible_reasons");
   if (!reasons.is_array()) throw root.error("infeasible_reasons", "must be an array of strings");

@@ -26,6 +26,7 @@ struct PredictionFile {
   Estimate estimate;
   std::string model;    // top-level "model" if present, else ""
   std::string cluster;  // top-level "cluster" if present, else ""
+  std::string software; // top-level "software" (the profile predict costed) if present, else ""
   std::vector<std::string> infeasible_reasons;  // as the file words them (estimate.infeasible stays empty)
 };
 

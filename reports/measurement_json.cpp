@@ -88,7 +88,7 @@ json measurement_to_json(const Measurement& m) {
   time["step_s"] = m.step_time.median;
   const Spread& st = m.step_time;
   const MeasuredThroughput& t = m.throughput;
-  return {{"schema", kMeasurementSchema},
+  json out = {{"schema", kMeasurementSchema},
           {"strategy", to_json(m.strategy)},
           {"model", m.model},
           {"cluster", m.cluster},
@@ -110,6 +110,8 @@ json measurement_to_json(const Measurement& m) {
             {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
             {"model_flops_per_step", t.model_flops_per_step},
             {"model_tflops_per_gpu", t.model_tflops_per_gpu}}}};
+  if (!m.software.empty()) out["software"] = m.software;
+  return out;
 }
 
 Measurement measurement_from_json(const json& j, const std::string& file) {
@@ -122,6 +124,7 @@ Measurement measurement_from_json(const json& j, const std::string& file) {
   m.strategy = strategy_from_json(root.raw("strategy"), file);
   m.model = root.string("model");
   m.cluster = root.string("cluster");
+  if (root.has("software")) m.software = root.string("software");
 
   {
     JsonObject run = root.object("run");

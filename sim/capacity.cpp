@@ -46,7 +46,7 @@ CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req
       opt.keep_infeasible = 0;
       opt.pareto_window = 1;  // no front needed; prune as hard as the bounds allow
       opt.threads = req.threads;
-      SearchResult r = search(graph, c, space, opt);
+      SearchResult r = search(graph, c, req.software, space, opt);
 
       CapacityOption o;
       o.cluster = c.name;

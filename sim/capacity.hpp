@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/cluster.hpp"
+#include "sim/software.hpp"
 #include "sim/estimate.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/search.hpp"
@@ -17,6 +18,7 @@ namespace trainplan {
 
 struct CapacityRequest {
   std::vector<Cluster> clusters;
+  Software software;              // the training stack costed on every cluster
   int gpus_lo = 0, gpus_hi = 0;   // GPU counts considered; 0: one node .. the cluster's size
   double tokens = 0;              // tokens to train on
   int global_batch = 1;           // sequences per step

@@ -85,6 +85,7 @@ struct Measurement {
   Strategy strategy;
   std::string model;      // model name (as in the prediction's "model")
   std::string cluster;    // topology name the run is compared with (e.g. "cpu-local")
+  std::string software;   // software profile that describes the run ("trainplan-exec"; "" if unknown)
   std::string backend;    // "nccl" | "gloo"
   std::string device;     // "cuda" | "cpu"
   int warmup = 0;         // steps run and discarded

@@ -137,6 +137,7 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   mm.optimizer_temp = sw.memory.optimizer_temp_bytes;
   mm.reserved_over_allocated = sw.allocator.reserved_over_allocated;
   mm.workspace = sw.allocator.workspace;
+  mm.safety_margin = sw.allocator.safety_margin;
   // ZeRO-3 also holds the gathered parameters of the current and the prefetched layer.
   const double max_layer_params = graph.params_per_layer() / s.tp;
   mm.runtime = cluster.runtime_overhead;

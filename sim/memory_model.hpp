@@ -95,6 +95,7 @@ struct MemoryModel {
   double optimizer_temp = 0;  // optimizer temporaries, bytes per updated parameter
   double reserved_over_allocated = 1;
   Bytes workspace = 0;        // inside the allocator, not scaled
+  double safety_margin = 0;   // share of capacity a plan must leave free (Allocator::safety_margin)
   Bytes other = 0;            // ZeRO-3's gathered layer parameters, every stage
   Bytes runtime = 0;          // the cluster's runtime reserve, outside the allocator
 };

@@ -255,6 +255,12 @@ FlopsPerSecond OpCostTables::best_gemm_rate() const {
   return best;
 }
 
+FlopsPerSecond OpCostTables::best_attention_rate() const {
+  double best = 0;
+  for (const auto& g : attention_grid_) best = std::max(best, std::exp(g.max_value()));
+  return best;
+}
+
 OpCostTables parse_op_costs(const JsonObject& o) {
   OpCostTables t;
   (void)o.string("source");

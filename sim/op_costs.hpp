@@ -95,6 +95,7 @@ class OpCostTables {
   bool has(MemKernel k) const { return !memory[static_cast<int>(k)].empty(); }
   // Fastest measured GEMM rate (FLOP/s), for bounds.
   FlopsPerSecond best_gemm_rate() const;
+  FlopsPerSecond best_attention_rate() const;  // causal FLOPs per second, forward or backward
 
  private:
   std::array<LogGrid<3>, 3> gemm_grid_;      // per pass: log FLOP/s over log2 (m, n, k)

@@ -11,15 +11,29 @@ Seconds PassCost::time(const Software& sw) const { return std::max(gpu, kernels 
 
 PassCost operator*(double n, const PassCost& p) { return {n * p.gpu, n * p.kernels}; }
 
+namespace {
+
+// GEMM rate in `dtype` over the table's: fp8 by the cluster's fp8 speedup (cannot_cost rejects fp8
+// without one), other dtypes the same fraction of their peak.
+double dtype_speedup(const Cluster& c, Dtype dtype) {
+  const OpCostTables& t = c.ops;
+  if (dtype == Dtype::fp8) return t.fp8_gemm_speedup;
+  if (dtype == t.dtype) return 1;
+  const double table_peak = c.gpu.peak(t.dtype), peak = c.gpu.peak(dtype);
+  return table_peak > 0 && peak > 0 ? peak / table_peak : 1;
+}
+
+}  // namespace
+
+FlopsPerSecond matmul_rate_bound(const Cluster& c, Dtype dtype) {
+  return std::max(c.ops.best_gemm_rate() * dtype_speedup(c, dtype), 2 * c.ops.best_attention_rate());
+}
+
 Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, GemmPass pass) {
   const OpCostTables& t = c.ops;
   Seconds time = t.gemm_time(m, n, k, pass);
-  if (dtype == Dtype::fp8) {
-    time /= t.fp8_gemm_speedup;  // validate()/predict reject fp8 where the GPU has no fp8 peak
-  } else if (dtype != t.dtype) {
-    const double table_peak = c.gpu.peak(t.dtype), peak = c.gpu.peak(dtype);
-    if (table_peak > 0 && peak > 0) time *= table_peak / peak;  // same fraction of the dtype's peak
-  }
+  const double speedup = dtype_speedup(c, dtype);
+  if (speedup > 0) time /= speedup;
   // Roofline floor: the operands (M x K, K x N) are read and the result (M x N) written once, in
   // 16-bit elements, at the measured streaming bandwidth.
   const Bytes bytes = 2.0 * (m * k + k * n + m * n);

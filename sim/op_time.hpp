@@ -55,4 +55,9 @@ PassCost weight_cast_cost(const Cluster& cluster, const Software& sw, double par
 // dtype; never faster than streaming its operands once).
 Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, GemmPass pass);
 
+// An upper bound on the rate at which the op time model runs any op the layer graph marks as a
+// matmul, counted in the graph's FLOPs (flash attention runs the causal half of the graph's
+// attention FLOPs): for lower bounds on compute time (search).
+FlopsPerSecond matmul_rate_bound(const Cluster& c, Dtype dtype);
+
 }  // namespace trainplan

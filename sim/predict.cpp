@@ -13,83 +13,52 @@
 #include "sim/collectives.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/model_spec.hpp"
+#include "sim/op_time.hpp"
 #include "sim/rank_layout.hpp"
 
 namespace trainplan {
 
 namespace {
 
-// Memory traffic of one AdamW step per parameter held: read master, momentum, variance (4 B each)
-// and the gradient; write master, momentum, variance and the 16-bit weight copy.
-double optimizer_traffic_per_param(const Strategy& s) {
-  const StateBytes b = state_bytes(s);
-  return 2 * 12 + b.grad + b.weight;
-}
-
 // Everything that depends only on the strategy, computed once per prediction.
 struct Setting {
   const LayerGraph& graph;
   const Cluster& cluster;
+  const Software& sw;
   const Strategy& s;
   double tokens;          // tokens per rank per micro-batch: b * seq / cp
   double act_bytes;       // bytes per activation element
   double seq_share;       // share of a sequence-split tensor a rank holds: 1/tp with SP
   FlopsPerSecond peak;
-  BytesPerSecond mem_bw;  // achieved HBM bandwidth
   Link tp_link, cp_link, pp_link, dp_link;
   int dp_group;           // ranks that hold replicas of the same parameters: dp * cp
   // TP collectives of one activation tensor (tokens x hidden) of the micro-batch; 0 without TP.
   Seconds tp_all_reduce = 0, tp_reduce_scatter = 0, tp_all_gather = 0;
   Seconds tp_point = 0;   // one TP all-reduce point (see tp_point_time())
+  OpCosts ops;            // op times from the measured tables and the software profile (op_time.hpp)
 };
 
 void set_tp_collectives(Setting& x);
 
-Setting make_setting(const LayerGraph& g, const Cluster& c, const Strategy& s) {
+Setting make_setting(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
   RankLayout layout(s);
-  Setting x{g, c, s, 0, 0, 0, 0, 0, {}, {}, {}, {}, s.dp * s.cp};
+  Setting x{g, c, sw, s, 0, 0, 0, 0, {}, {}, {}, {}, s.dp * s.cp};
   x.tokens = static_cast<double>(s.micro_batch) * s.seq_len / s.cp;
   x.act_bytes = activation_bytes(s.dtype);
   x.seq_share = s.sequence_parallel ? 1.0 / s.tp : 1.0;
   x.peak = c.gpu.peak(s.dtype);
-  x.mem_bw = c.gpu.hbm_bandwidth * c.gpu.memory_efficiency;
   x.tp_link = group_link(c, s.tp, layout.stride(Dim::tp));
   x.cp_link = group_link(c, s.cp, layout.stride(Dim::cp));
   x.pp_link = group_link(c, 2, layout.stride(Dim::pp));
   const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
   x.dp_link = group_link(c, x.dp_group, dp_stride);
   set_tp_collectives(x);
+  x.ops = op_costs(g, c, sw, s);
   return x;
 }
 
 double share_of(const Setting& x, const OpSpec& op) {
   return op.split == Split::tensor ? 1.0 / x.s.tp : x.seq_share;
-}
-
-struct OpTime {
-  Seconds forward = 0, backward = 0;
-};
-
-// Roofline time of one op for one micro-batch: matmuls at the GPU's matmul efficiency for their
-// size (never faster than their memory traffic), other ops at achieved HBM bandwidth. Backward
-// runs two matmuls of the forward's size (input and weight gradients) and twice the traffic.
-// Standard attention also moves the score matrix: QK^T write, softmax read/write, dropout
-// read/write, softmax*V read = 3x the saved score elements, plus the mask.
-OpTime op_time(const Setting& x, const OpSpec& op) {
-  const double share = share_of(x, op);
-  const Seconds memory = op.traffic_elems_per_token * x.tokens * share * x.act_bytes / x.mem_bw;
-  Seconds fwd = memory;
-  if (op.matmul) {
-    const Flops flops = op.flops_per_token * x.tokens * share;
-    double eff = x.cluster.gpu.matmul_efficiency(flops);
-    if (op.kind == OpKind::attention) eff *= x.cluster.gpu.attention_efficiency;
-    fwd = std::max(flops / (x.peak * eff), memory);
-  }
-  if (op.kind == OpKind::attention && x.s.attention == Attention::standard) {
-    const Bytes scores = (3 * op.score_elems_per_token * x.act_bytes + op.score_mask_bytes_per_token) * x.tokens * share;
-    fwd += scores / x.mem_bw;
-  }
-  return {fwd, 2 * fwd};
 }
 
 // One activation tensor of the micro-batch (tokens x hidden) as moved by TP collectives.
@@ -101,12 +70,14 @@ Bytes hidden_message(const Setting& x) { return x.tokens * x.graph.model().hidde
 void set_tp_collectives(Setting& x) {
   if (x.s.tp == 1) return;
   const Bytes m = hidden_message(x);
+  // Each collective is one call per layer boundary: the cluster's per-call overhead on top.
+  const Seconds call = x.cluster.collectives.call_overhead;
   if (x.s.sequence_parallel) {
-    x.tp_reduce_scatter = collective_time(Collective::reduce_scatter, x.s.tp, m, x.tp_link);
-    x.tp_all_gather = collective_time(Collective::all_gather, x.s.tp, m, x.tp_link);
+    x.tp_reduce_scatter = collective_time(Collective::reduce_scatter, x.s.tp, m, x.tp_link) + call;
+    x.tp_all_gather = collective_time(Collective::all_gather, x.s.tp, m, x.tp_link) + call;
     x.tp_point = x.tp_reduce_scatter + x.tp_all_gather;
   } else {
-    x.tp_all_reduce = collective_time(Collective::all_reduce, x.s.tp, m, x.tp_link);
+    x.tp_all_reduce = collective_time(Collective::all_reduce, x.s.tp, m, x.tp_link) + call;
     x.tp_point = x.tp_all_reduce;
   }
 }
@@ -137,20 +108,19 @@ struct LayerCost {
 
 LayerCost layer_cost(const Setting& x) {
   LayerCost c;
-  Seconds attention_fwd = 0;
-  // Ops in the layer's order; costs are per op, communication per graph edge (below).
+  // Compute from the op time model (measured kernels, software profile); parameters and FLOPs
+  // from the graph (Korthikanti et al. 2022).
+  c.forward = x.ops.layer.fwd.time(x.sw);
+  c.backward = x.ops.layer.bwd.time(x.sw);
+  const Seconds attention_fwd = x.ops.layer.attention_fwd.time(x.sw);
   for (const auto& op : x.graph.layer_ops()) {
-    OpTime t = op_time(x, op);
-    c.forward += t.forward;
-    c.backward += t.backward;
     c.params += op.params * (op.split == Split::tensor ? 1.0 / x.s.tp : 1.0);
     c.flops += op.flops_per_token * x.tokens * share_of(x, op);
-    if (op.kind == OpKind::attention) {
-      attention_fwd = t.forward;
-      if (x.s.recompute == Recompute::selective && x.s.attention == Attention::standard) {
-        c.recompute = t.forward;  // selective: only the attention core is recomputed
-        c.recompute_flops = op.flops_per_token * x.tokens * share_of(x, op);
-      }
+    if (op.kind == OpKind::attention && x.s.recompute == Recompute::selective) {
+      // Selective: the attention core is recomputed before the backward (Megatron's
+      // core-attention checkpointing, with flash attention as with materialised scores).
+      c.recompute = attention_fwd;
+      c.recompute_flops = op.flops_per_token * x.tokens * share_of(x, op);
     }
   }
   // TP collectives where the graph's edges change a tensor's split (for GPT/Llama two each way);
@@ -170,8 +140,9 @@ LayerCost layer_cost(const Setting& x) {
     // shows. Backward passes K, V and their gradients (twice the bytes, twice the compute).
     const ModelSpec& m = x.graph.model();
     const Bytes kv = x.tokens * 2.0 * m.kv_heads * m.head_dim() / x.s.tp * x.act_bytes;
-    const Seconds send = collective_time(Collective::send_recv, 2, kv, x.cp_link);
-    const Seconds send2 = collective_time(Collective::send_recv, 2, 2 * kv, x.cp_link);
+    const Seconds call = x.cluster.collectives.call_overhead;
+    const Seconds send = collective_time(Collective::send_recv, 2, kv, x.cp_link) + call;
+    const Seconds send2 = collective_time(Collective::send_recv, 2, 2 * kv, x.cp_link) + call;
     const Seconds step_fwd = attention_fwd / x.s.cp;
     // Per attention core of the layer (bounds.attention; one in GPT/Llama).
     c.cp_forward = bounds.attention * ((x.s.cp - 1) * std::max(0.0, send - step_fwd));
@@ -189,12 +160,11 @@ struct EndCost {
   Seconds total() const { return forward + backward + tp_forward + tp_backward; }
 };
 
-EndCost end_cost(const Setting& x, std::span<const OpSpec> ops) {
+EndCost end_cost(const Setting& x, std::span<const OpSpec> ops, const EndOpCosts& t) {
   EndCost c;
+  c.forward = t.fwd.time(x.sw);
+  c.backward = t.bwd.time(x.sw);
   for (const auto& op : ops) {
-    OpTime t = op_time(x, op);
-    c.forward += t.forward;
-    c.backward += t.backward;
     // The vocabulary-parallel embedding and LM head split the vocabulary over TP ranks; norms and
     // learned position embeddings are replicated.
     const bool vocab_split = op.kind == OpKind::embedding || op.kind == OpKind::lm_head;
@@ -284,8 +254,8 @@ StepCosts step_costs(const Setting& x) {
   const LayerGraph& graph = x.graph;
   const Strategy& s = x.s;
   const LayerCost layer = layer_cost(x);
-  const EndCost pre = end_cost(x, graph.pre_ops());
-  EndCost post = end_cost(x, graph.post_ops());
+  const EndCost pre = end_cost(x, graph.pre_ops(), x.ops.pre);
+  EndCost post = end_cost(x, graph.post_ops(), x.ops.post);
   if (graph.model().tied_embeddings && s.pp > 1) post.params += graph.model().vocab * double(graph.model().hidden) / s.tp;
 
   const int nchunks = s.pp * s.vp;
@@ -322,18 +292,32 @@ StepCosts step_costs(const Setting& x) {
       c.tp_backward += e->tp_backward;
       c.params += e->params;
     }
+    // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
+    if (x.sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(x.cluster, x.sw, c.params).time(x.sw);
     c.grad_bytes = c.params * state.grad;
     if (v > 0 && c.params == out.chunks[v - 1].params) {  // same layers: same collectives
       c.zero3_gather = out.chunks[v - 1].zero3_gather;
       c.dp_reduce = out.chunks[v - 1].dp_reduce;
       continue;
     }
-    c.zero3_gather = s.zero == 3 ? collective_time(Collective::all_gather, x.dp_group, c.params * state.weight, x.dp_link) : 0;
-    // ZeRO 0 all-reduces the gradients once per step; ZeRO 1 reduce-scatters them (the matching
-    // all-gather of updated parameters follows the optimizer); ZeRO 2/3 reduce-scatter them every
-    // micro-batch (see predict()).
-    c.dp_reduce = s.zero >= 1 ? collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes, x.dp_link)
-                              : collective_time(Collective::all_reduce, x.dp_group, c.grad_bytes, x.dp_link);
+    if (x.dp_group == 1) continue;
+    // Collectives per call: ZeRO-3 gathers each layer's parameters and ZeRO-2/3 reduce-scatter each
+    // layer's gradients with their own call (ring latency and the cluster's per-call overhead per
+    // layer), the chunk's end ops in one more; ZeRO 0/1 reduce a chunk's gradients once per step
+    // (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter all-gather follows the optimizer).
+    const Seconds call = x.cluster.collectives.call_overhead;
+    const double calls = std::max(1.0, n) + (c.params > n * layer.params ? 1 : 0);
+    if (s.zero == 3) {
+      c.zero3_gather =
+          calls * (collective_time(Collective::all_gather, x.dp_group, c.params * state.weight / calls, x.dp_link) + call);
+    }
+    if (s.zero >= 2) {
+      c.dp_reduce =
+          calls * (collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes / calls, x.dp_link) + call);
+    } else {
+      c.dp_reduce = call + (s.zero == 1 ? collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes, x.dp_link)
+                                        : collective_time(Collective::all_reduce, x.dp_group, c.grad_bytes, x.dp_link));
+    }
   }
 
   if (s.pp > 1) {
@@ -341,7 +325,7 @@ StepCosts step_costs(const Setting& x) {
     // all-gathers over NVLink (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already
     // keeps them sharded.
     const Bytes msg = hidden_message(x) / s.tp;
-    out.p2p = collective_time(Collective::send_recv, 2, msg, x.pp_link);
+    out.p2p = collective_time(Collective::send_recv, 2, msg, x.pp_link) + x.cluster.collectives.call_overhead;
     if (s.tp > 1 && !s.sequence_parallel) out.p2p += collective_time(Collective::all_gather, s.tp, hidden_message(x), x.tp_link);
   }
   // Stage i holds chunks i, i + pp, i + 2 pp, ...
@@ -352,10 +336,17 @@ StepCosts step_costs(const Setting& x) {
     busiest_params = std::max(busiest_params, params);
   }
   const double opt_share = s.zero >= 1 ? 1.0 / x.dp_group : 1.0;
-  out.optimizer = busiest_params * opt_share * optimizer_traffic_per_param(s) / x.mem_bw;
-  if (s.zero == 1 || s.zero == 2) {
-    out.dp_param_gather = collective_time(Collective::all_gather, x.dp_group, busiest_params * state.weight, x.dp_link);
+  // The optimizer as the software runs it over the parameters this rank updates; weight casts and
+  // gradient-buffer upkeep once a step (where not every micro-batch).
+  out.optimizer = optimizer_cost(x.cluster, x.sw, busiest_params * opt_share).time(x.sw);
+  if (!x.sw.weight_cast_per_micro_batch) out.optimizer += weight_cast_cost(x.cluster, x.sw, busiest_params).time(x.sw);
+  if ((s.zero == 1 || s.zero == 2) && x.dp_group > 1) {
+    out.dp_param_gather = collective_time(Collective::all_gather, x.dp_group, busiest_params * state.weight, x.dp_link) +
+                          x.cluster.collectives.call_overhead;
   }
+  // How much of the DP/ZeRO traffic the stack hides behind compute (compose and simulate read it).
+  out.overlap = x.sw.overlap;
+  out.overlap_slowdown = x.cluster.collectives.overlap_slowdown;
   out.zero_reduce_per_micro_batch = s.zero >= 2;
   const double replica_tokens = static_cast<double>(s.micro_batch) * s.seq_len;
   const Flops model_fwd = graph.forward_flops_per_token() * replica_tokens;
@@ -363,13 +354,14 @@ StepCosts step_costs(const Setting& x) {
   // Recomputed forward FLOPs, whole replica: per-rank layer figure x layers x (tp * cp) ranks.
   out.hardware_flops_per_micro_batch_per_replica =
       3 * model_fwd + layer.recompute_flops * graph.model().layers * s.tp * s.cp;
+  out.memory = memory_model(graph, x.cluster, x.sw, s);
   return out;
 }
 
 }  // namespace
 
-StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
-  return step_costs(make_setting(graph, cluster, s));
+StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& s) {
+  return step_costs(make_setting(graph, cluster, software, s));
 }
 
 const char* reason_key(InfeasibleReason r) {
@@ -388,19 +380,13 @@ std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cl
     return Infeasible{.reason = InfeasibleReason::invalid_strategy,
                       .detail = fmt::format("sequence length {} differs from the layer graph's {}", s.seq_len, graph.seq_len())};
   }
-  if (cluster.gpu.peak(s.dtype) <= 0) return Infeasible{.reason = InfeasibleReason::unsupported_dtype, .detail = cluster.gpu.name};
+  if (cluster.gpu.peak(s.dtype) <= 0 || (s.dtype == Dtype::fp8 && cluster.ops.fp8_gemm_speedup <= 0)) {
+    return Infeasible{.reason = InfeasibleReason::unsupported_dtype, .detail = cluster.gpu.name};
+  }
   return std::nullopt;
 }
 
-Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
-  return predict(graph, cluster, Software{}, s);
-}
-
-Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
-  return compose(costs, graph, cluster, Software{}, s);
-}
-
-Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s) {
+Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& s) {
   if (auto why = cannot_cost(graph, cluster, s)) {
     Estimate e;
     e.strategy = s;
@@ -409,11 +395,22 @@ Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software
     e.infeasible.push_back(std::move(*why));
     return e;
   }
-  return compose(step_costs(graph, cluster, s), graph, cluster, sw, s);
+  return compose(step_costs(graph, cluster, software, s), graph, cluster, s);
 }
 
-Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Software& sw,
-                 const Strategy& s) {
+namespace {
+
+// The part of a collective of `comm` seconds left on the critical path when the stack hides a
+// share `overlap` of it behind `window` seconds of compute; the hidden part still slows that
+// compute by the cluster's contention share (StepCosts::overlap_slowdown).
+Seconds exposed(const StepCosts& costs, Seconds comm, Seconds window, double overlap) {
+  const Seconds hidden = overlap * std::min(comm, std::max(0.0, window));
+  return comm - hidden + costs.overlap_slowdown * hidden;
+}
+
+}  // namespace
+
+Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
   Estimate e;
   e.strategy = s;
   e.capacity = cluster.gpu.hbm;
@@ -464,9 +461,10 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
     // ZeRO-2 only the latter. Only what outlasts the compute it overlaps is exposed.
     if (s.zero == 3) {
       const Seconds gather = t.zero_mb / 3;  // approximately equal thirds: gather, gather, reduce
-      t.zero_mb_exposed = std::max(0.0, gather - t.fwd) + std::max(0.0, 2 * gather - t.bwd);
+      t.zero_mb_exposed = exposed(costs, gather, t.fwd, costs.overlap.zero3) +
+                          exposed(costs, 2 * gather, t.bwd, costs.overlap.zero3);
     } else if (s.zero == 2) {
-      t.zero_mb_exposed = std::max(0.0, t.zero_mb - t.bwd);
+      t.zero_mb_exposed = exposed(costs, t.zero_mb, t.bwd, costs.overlap.dp);
     }
   }
   const auto busiest = std::max_element(st.begin(), st.end(), [](const StageSum& a, const StageSum& b) {
@@ -490,17 +488,19 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
   // follows the optimizer step.
   Seconds step_exposed = 0, dp_total = 0;
   for (const auto& stage : st) {
-    step_exposed = std::max(step_exposed, std::max(0.0, stage.dp_step - stage.bwd));
+    step_exposed = std::max(step_exposed, exposed(costs, stage.dp_step, stage.bwd, costs.overlap.dp));
     dp_total = std::max(dp_total, stage.dp_step + m * stage.zero_mb);
   }
   t.dp_comm = dp_total + costs.dp_param_gather;
-  t.dp_comm_exposed = m * b.zero_mb_exposed + step_exposed + costs.dp_param_gather;
+  // The ZeRO-1/2 parameter all-gather overlaps the next step's first forward where the stack
+  // overlaps it (Megatron --overlap-param-gather).
+  t.dp_comm_exposed = m * b.zero_mb_exposed + step_exposed + exposed(costs, costs.dp_param_gather, b.fwd, costs.overlap.param_gather);
   t.optimizer = costs.optimizer;
   t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
 
   // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file, the
   // allocator's behaviour and the safety margin from the software profile.
-  const MemoryModel mm = memory_model(graph, cluster, sw, s);
+  const MemoryModel& mm = costs.memory;
   e.per_stage.resize(s.pp);
   e.stage_layers.resize(s.pp);
   for (int i = 0; i < s.pp; ++i) {
@@ -510,7 +510,7 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
   }
   // A plan must leave the profile's safety margin of the GPU's memory free: the model's error on
   // measured peaks (see software/*.json "allocator") must not turn a predicted fit into an OOM.
-  const double margin = sw.allocator.safety_margin;
+  const double margin = mm.safety_margin;
   if (e.peak_memory > e.capacity * (1 - margin)) {
     const auto worst = std::max_element(e.per_stage.begin(), e.per_stage.end(),
                                         [](const StageMemory& a, const StageMemory& b) { return a.total() < b.total(); });

@@ -1,7 +1,10 @@
 // predict: the analytical model of one training step. Pure: no I/O, no state, no exceptions for
 // infeasible plans (they come back as Estimate::feasible = false with Infeasible values).
 //
-//   predict(g, c, s) = cannot_cost(g, c, s) ? that reason : compose(step_costs(g, c, s), g, c, s)
+//   predict(g, c, sw, s) = cannot_cost(g, c, s) ? that reason : compose(step_costs(g, c, sw, s), g, c, s)
+//
+// The software profile (software.hpp) says what the training stack launches for each op; op
+// times come from the cluster's measured kernel tables (op_time.hpp).
 //
 // step_costs() is the single source of per-op costs: compose() sums them in closed form and the
 // step simulator (simulate.hpp) replays them over the Schedule, so both agree on what each piece of
@@ -43,16 +46,22 @@ struct ChunkCost {
 
 struct StepCosts {
   std::vector<ChunkCost> chunks;   // ordered by virtual stage: chunks[chunk * pp + stage]
+  // The memory model of the strategy under the software profile (memory_model.hpp): its tensor
+  // accounting, allocator and safety margin decide compose()'s memory and out-of-memory verdict.
+  MemoryModel memory;
   Seconds p2p = 0;                 // one activation (or gradient) send between adjacent stages
   Seconds optimizer = 0;           // optimizer step on the busiest stage
   Seconds dp_param_gather = 0;     // ZeRO 1/2 all-gather of updated parameters after the step
   bool zero_reduce_per_micro_batch = false;  // ZeRO 2/3 reduce-scatter gradients every micro-batch
+  Overlap overlap;                 // share of each DP/ZeRO collective the software hides behind compute
+  double overlap_slowdown = 0;     // compute slowdown per second of hidden communication (cluster)
   Flops hardware_flops_per_micro_batch_per_replica = 0;  // recomputation included
   Flops model_flops_per_micro_batch_per_replica = 0;
 };
 
 // Per-op costs of `strategy` (assumed valid for the graph's model; see validate()).
-StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                     const Strategy& strategy);
 
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with
 // the embedding on the first and the LM head on the last chunk.
@@ -67,15 +76,9 @@ std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cl
 // The analytical estimate from costs already computed by step_costs(graph, cluster, strategy)
 // (the strategy must pass cannot_cost()). Pure; adds cluster_too_small and out_of_memory reasons.
 Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
-// The same with a software profile: its MemoryProfile, allocator and safety margin decide memory
-// and the out-of-memory verdict (the overload above uses the default profile: Megatron-style
-// accounting, no allocator overhead, no margin).
-Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Software& software,
-                 const Strategy& strategy);
 
 // The analytical estimate: cannot_cost()'s reason as an infeasible estimate, or
 // compose(step_costs(...)).
-Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
 Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy);
 
 }  // namespace trainplan

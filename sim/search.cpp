@@ -1,4 +1,5 @@
 #include "sim/search.hpp"
+#include "sim/op_time.hpp"
 #include "sim/simulate.hpp"
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 
 #include "sim/check.hpp"
 #include "sim/memory_model.hpp"
+#include "sim/op_time.hpp"
 #include "sim/predict.hpp"
 
 namespace trainplan {
@@ -82,6 +84,7 @@ struct Setting {
 struct Problem {
   const LayerGraph& graph;
   const Cluster& cluster;
+  const Software& software;
   const SearchSpace& space;
   const SearchOptions& options;
   std::vector<int> micro_batches;   // divisors of global_batch within the limit, ascending
@@ -154,7 +157,7 @@ std::vector<int> divisors(int n) {
 
 int limit(int value, int fallback) { return value > 0 ? value : fallback; }
 
-Problem make_problem(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, const SearchOptions& o) {
+Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, const SearchSpace& sp, const SearchOptions& o) {
   const ModelSpec& m = g.model();
   if (sp.gpus < 1) throw InputError(fmt::format("--gpus {}: must be >= 1", sp.gpus));
   if (sp.global_batch < 1) throw InputError(fmt::format("--global-batch {}: must be >= 1", sp.global_batch));
@@ -172,7 +175,7 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const SearchSpace& s
   if (sp.zero_stages.empty() || sp.recompute.empty() || sp.schedules.empty() || sp.sequence_parallel.empty()) {
     throw InputError("search space: zero stages, recompute, schedules and sequence-parallel lists must not be empty");
   }
-  Problem p{g, c, sp, o, {}, {}, {}, 0, 0, 0, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
+  Problem p{g, c, sw, sp, o, {}, {}, {}, 0, 0, 0, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
   for (int mb : divisors(sp.global_batch)) {
     if (sp.max_micro_batch <= 0 || mb <= sp.max_micro_batch) p.micro_batches.push_back(mb);
   }
@@ -186,14 +189,12 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const SearchSpace& s
     }
   }
   // Bound constants. Every matmul op is split at least tp ways; predict times a matmul no faster
-  // than flops / (peak x the best point of the efficiency curve); attention_efficiency <= 1.
+  // than its graph FLOPs / matmul_rate_bound() (op_time.hpp).
   for (const auto& op : g.layer_ops()) if (op.matmul) p.layer_matmul_flops_per_token += op.flops_per_token;
   p.matmul_flops_per_token = m.layers * p.layer_matmul_flops_per_token;
   for (auto ops : {g.pre_ops(), g.post_ops()})
     for (const auto& op : ops) if (op.matmul) p.matmul_flops_per_token += op.flops_per_token;
-  double best_eff = 0;
-  for (const auto& pt : c.gpu.gemm_efficiency) best_eff = std::max(best_eff, pt.efficiency);
-  p.best_matmul_rate = c.gpu.peak(sp.dtype) * best_eff * std::max(1.0, c.gpu.attention_efficiency);
+  p.best_matmul_rate = matmul_rate_bound(c, sp.dtype);
   for (int tp : divisors(std::gcd(std::gcd(m.heads, m.kv_heads), m.ffn_hidden))) {
     if (tp <= limit(sp.max_tp, 1 << 30)) p.tps.push_back(tp);
   }
@@ -382,7 +383,7 @@ bool beaten(const Problem& p, const Shared& shared, Seconds step_floor, int gpus
 
 void evaluate(const Problem& p, const Strategy& s, Shared& shared, WorkerResult& w) {
   const SearchOptions& o = p.options;
-  Estimate e = o.evaluate ? o.evaluate(s) : predict(p.graph, p.cluster, s);
+  Estimate e = o.evaluate ? o.evaluate(s) : predict(p.graph, p.cluster, p.software, s);
   ++w.stats.evaluated;
   if (!e.feasible) {
     TRAINPLAN_CHECK(!e.infeasible.empty(), "an infeasible estimate must say why");
@@ -513,14 +514,16 @@ CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster
   space.attention = s.attention;
   space.fp32_grad_accum = s.fp32_grad_accum;
   const SearchOptions options;
-  const Problem p = make_problem(graph, cluster, space, options);
+  const Software none;  // the bounds hold for every software profile (see make_problem)
+  const Problem p = make_problem(graph, cluster, none, space, options);
   const Bounds b = bounds(p, s, stored_layer_activation_bytes(graph, s));
   return {b.step, b.memory};
 }
 
 std::vector<Strategy> enumerate_space(const LayerGraph& graph, const Cluster& cluster, const SearchSpace& space) {
   const SearchOptions options;
-  const Problem p = make_problem(graph, cluster, space, options);
+  const Software none;  // enumeration predicts nothing
+  const Problem p = make_problem(graph, cluster, none, space, options);
   std::vector<Strategy> out;
   for (const Layout& l : make_layouts(p)) {
     const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
@@ -534,10 +537,10 @@ std::vector<Strategy> enumerate_space(const LayerGraph& graph, const Cluster& cl
   return out;
 }
 
-SearchResult search(const LayerGraph& graph, const Cluster& cluster, const SearchSpace& space,
+SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Software& software, const SearchSpace& space,
                     const SearchOptions& options) {
   const auto start = Clock::now();
-  Problem p = make_problem(graph, cluster, space, options);
+  Problem p = make_problem(graph, cluster, software, space, options);
   if (options.prune) tabulate_activations(p);
   const std::vector<Layout> layouts = make_layouts(p);
 
@@ -607,10 +610,11 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Searc
   return out;
 }
 
-void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, Objective o) {
+void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                                Objective o) {
   std::vector<std::pair<double, Estimate>> refined;
   for (const Estimate& e : r.top) {
-    Estimate s = predict_with_simulation(graph, cluster, e.strategy);
+    Estimate s = predict_with_simulation(graph, cluster, software, e.strategy);
     refined.emplace_back(objective_value(o, s, cluster), std::move(s));
   }
   // Stable: equal simulated values keep the search's tie order.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "sim/cluster.hpp"
+#include "sim/software.hpp"
 #include "sim/estimate.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/strategy.hpp"
@@ -100,7 +101,8 @@ struct SearchResult {
 // Re-evaluates the top entries with the discrete-event step simulator (predict_with_simulation)
 // and re-ranks them by `o`. Pruning and the Pareto front stay on the analytic model, which the
 // bounds are proven against; only the short list is refined. Sets stats.refined.
-void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, Objective o);
+void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                                Objective o);
 
 // The figure ranked by `o`, lower is better: step time (s) for time, minus tokens/s for
 // throughput, USD per step (price per GPU-hour x GPUs x step time / 3600 s/h) for cost. The one
@@ -111,7 +113,7 @@ double objective_value(Objective o, const Estimate& e, const Cluster& c);
 
 // Searches `space` for `graph`'s model on `cluster`. Throws InputError if the space is empty of
 // valid layouts' prerequisites (seq_len differs from the graph's, gpus < 1, ...).
-SearchResult search(const LayerGraph& graph, const Cluster& cluster, const SearchSpace& space,
+SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Software& software, const SearchSpace& space,
                     const SearchOptions& options = {});
 
 // Every valid candidate of `space` in enumeration order (for tests and for counting).

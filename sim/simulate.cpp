@@ -401,9 +401,10 @@ Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs
   return refine_with_simulation(analytic, simulate(costs, schedule));
 }
 
-Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy) {
-  if (cannot_cost(graph, cluster, strategy)) return predict(graph, cluster, strategy);
-  const StepCosts costs = step_costs(graph, cluster, strategy);
+Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                                 const Strategy& strategy) {
+  if (cannot_cost(graph, cluster, strategy)) return predict(graph, cluster, software, strategy);
+  const StepCosts costs = step_costs(graph, cluster, software, strategy);
   const Estimate analytic = compose(costs, graph, cluster, strategy);
   if (!(analytic.time.step > 0) || !std::isfinite(analytic.time.step)) return analytic;
   return refine_with_simulation(analytic, costs, schedule_for(strategy));

@@ -133,6 +133,7 @@ Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeli
 // predict() with its time figures from the simulation, in one call (for search refinement), the
 // step costs computed once: costs = step_costs(g, c, s); refine_with_simulation(compose(costs, g,
 // c, s), costs, schedule_for(s)). Strategies that cannot be costed come back as predict() returns them.
-Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                                 const Strategy& strategy);
 
 }  // namespace trainplan

@@ -13,6 +13,7 @@
 #include "sim/layer_graph.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/search.hpp"
+#include "default_software.hpp"
 
 namespace {
 

@@ -5,6 +5,7 @@
 
 #include "sim/schedule.hpp"
 #include "sim/simulate.hpp"
+#include "default_software.hpp"
 
 namespace {
 

@@ -4,6 +4,7 @@
 #include "sim/capacity.hpp"
 #include "sim/check.hpp"
 #include "sim/predict.hpp"
+#include "default_software.hpp"
 
 namespace {
 
@@ -24,6 +25,7 @@ TEST(Capacity, FiguresFollowFromTheBestLayout) {
   // Llama-2-7B on 300B tokens, 8..64 GPUs of two cluster kinds.
   const LayerGraph g(load_model("llama2-7b", TRAINPLAN_SOURCE_DIR), 4096);
   CapacityRequest req;
+  req.software = trainplan::testing::default_software();
   req.clusters = {cluster("dgx-a100-80g"), cluster("dgx-h100")};
   req.gpus_lo = 8;
   req.gpus_hi = 64;
@@ -81,6 +83,7 @@ TEST(Capacity, InfeasibleSizesSayWhyAndImpossibleGoalsPickNothing) {
   // A100 precision, so every A100 option is infeasible with that reason.
   const LayerGraph g(load_model("llama3-70b", TRAINPLAN_SOURCE_DIR), 8192);
   CapacityRequest req;
+  req.software = trainplan::testing::default_software();
   req.clusters = {cluster("dgx-a100-80g")};
   req.gpus_lo = 8;
   req.gpus_hi = 8;

@@ -7,6 +7,7 @@
 #include "sim/layer_graph.hpp"
 #include "sim/predict.hpp"
 #include "test_helpers.hpp"
+#include "default_software.hpp"
 
 namespace trainplan {
 namespace {

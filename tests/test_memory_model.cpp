@@ -7,6 +7,7 @@
 #include "sim/search.hpp"
 #include "sim/software.hpp"
 #include "test_helpers.hpp"
+#include "default_software.hpp"
 
 namespace trainplan {
 namespace {
@@ -121,10 +122,10 @@ TEST(MemoryModel, PredictStagesAreTheMemoryModels) {
   Strategy s;
   s.dp = 2, s.tp = 2, s.pp = 2, s.zero = 3, s.micro_batch = 1, s.global_batch = 16, s.seq_len = 2048;
   s.sequence_parallel = true;
-  const Estimate e = predict(g, c, s);
+  const Estimate e = predict(g, c, Software{}, s);
   ASSERT_TRUE(e.feasible);
   const MemoryModel mm = memory_model(g, c, s);
-  const StepCosts costs = step_costs(g, c, s);
+  const StepCosts costs = step_costs(g, c, Software{}, s);
   for (int i = 0; i < s.pp; ++i) {
     double params = 0;
     for (const ChunkCost& ch : costs.chunks) if (ch.stage == i) params += ch.params;
@@ -224,7 +225,7 @@ TEST(MemoryModel, SearchMemoryBoundIsBuiltFromTheSameFunctions) {
                           m.layers * stored_layer_activation_bytes(g, s);
     const CandidateBounds b = candidate_bounds(g, c, s);
     EXPECT_NEAR(b.peak_memory, expect, 1e-8 * expect) << "ZeRO " << zero;
-    EXPECT_LE(b.peak_memory, predict(g, c, s).peak_memory);
+    EXPECT_LE(b.peak_memory, predict(g, c, Software{}, s).peak_memory);
   }
 }
 

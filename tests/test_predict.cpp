@@ -7,6 +7,7 @@
 #include "sim/predict.hpp"
 #include "sim/schedule.hpp"
 #include "test_helpers.hpp"
+#include "default_software.hpp"
 
 namespace trainplan {
 namespace {

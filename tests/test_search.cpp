@@ -11,6 +11,7 @@
 #include "sim/predict.hpp"
 #include "sim/search.hpp"
 #include "sim/simulate.hpp"
+#include "default_software.hpp"
 
 namespace {
 

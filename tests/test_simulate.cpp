@@ -12,6 +12,7 @@
 #include "sim/layer_graph.hpp"
 #include "sim/simulate.hpp"
 #include "test_helpers.hpp"
+#include "default_software.hpp"
 
 namespace {
 

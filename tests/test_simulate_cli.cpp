@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli_fixture.hpp"
+#include "default_software.hpp"
 
 namespace {
 

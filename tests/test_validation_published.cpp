@@ -11,6 +11,7 @@
 #include "sim/json_reader.hpp"
 #include "sim/predict.hpp"
 #include "test_helpers.hpp"
+#include "default_software.hpp"
 
 namespace trainplan {
 namespace {

