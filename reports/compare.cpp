@@ -99,9 +99,16 @@ PredictionFile prediction_from_json(const json& j, const std::string& file) {
     m.optimizer = s.number("optimizer", 0, kInf);
     m.activations = s.number("activations", 0, kInf);
     m.other = s.number("other", 0, kInf);
+    // Written since the allocator-aware memory model; absent (0) in older predictions.
+    auto optional = [&](const char* k) { return s.has(k) ? s.number(k, 0, kInf) : 0.0; };
+    m.weight_copies = optional("weight_copies");
+    m.temporaries = optional("temporaries");
+    m.allocator = optional("allocator");
+    m.runtime = optional("runtime");
     const double total = s.number("total", 0, kInf);
     if (std::fabs(total - m.total()) > 1e-9 * std::max(1.0, total)) {
-      throw s.error("total", "must equal weights + gradients + optimizer + activations + other");
+      throw s.error("total", "must equal weights + gradients + optimizer + activations + other + weight_copies + "
+                             "temporaries + allocator + runtime");
     }
     if (s.has("layers")) e.stage_layers.push_back(static_cast<int>(s.integer("layers", 0, 1 << 24)));
     e.per_stage.push_back(m);

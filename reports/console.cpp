@@ -33,14 +33,16 @@ void print_prediction(std::ostream& os, const Estimate& e, const std::string& ti
     if (e.per_stage.empty()) return;
   }
   os << fmt::format("\nmemory per GPU (peak {} of {}):\n", format_bytes(e.peak_memory), format_bytes(e.capacity));
-  os << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10}\n", "stage", "layers", "weights",
-                    "gradients", "optimizer", "activations", "other", "total");
+  os << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage",
+                    "layers", "weights", "gradients", "optimizer", "activations", "w.copies", "temporary",
+                    "other", "allocator", "runtime", "total");
   for (std::size_t i = 0; i < e.per_stage.size(); ++i) {
     const StageMemory& m = e.per_stage[i];
-    os << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10}\n", m.stage,
-                      i < e.stage_layers.size() ? e.stage_layers[i] : 0, format_bytes(m.weights),
+    os << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+                      m.stage, i < e.stage_layers.size() ? e.stage_layers[i] : 0, format_bytes(m.weights),
                       format_bytes(m.gradients), format_bytes(m.optimizer), format_bytes(m.activations),
-                      format_bytes(m.other), format_bytes(m.total()));
+                      format_bytes(m.weight_copies), format_bytes(m.temporaries), format_bytes(m.other),
+                      format_bytes(m.allocator), format_bytes(m.runtime), format_bytes(m.total()));
   }
   const TimeBreakdown& t = e.time;
   auto row = [&](const char* name, double v) {

@@ -42,6 +42,11 @@ std::string describe(const Infeasible& why, const Strategy& s) {
       append_gb(out, why.needed);
       out += ", the GPU has ";
       append_gb(out, why.available);
+      if (why.margin > 0) {
+        out += fmt::format(" less a {:g}% safety margin (", 100 * why.margin);
+        append_gb(out, why.available * (1 - why.margin));
+        out += ')';
+      }
       return out;
   }
   return out + why.detail;

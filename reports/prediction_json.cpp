@@ -17,6 +17,10 @@ json prediction_to_json(const Estimate& e, const json& extra) {
                       {"optimizer", m.optimizer},
                       {"activations", m.activations},
                       {"other", m.other},
+                      {"weight_copies", m.weight_copies},
+                      {"temporaries", m.temporaries},
+                      {"allocator", m.allocator},
+                      {"runtime", m.runtime},
                       {"total", m.total()}});
   }
   const TimeBreakdown& t = e.time;

@@ -8,10 +8,18 @@
 
 namespace trainplan {
 
+// A stage's memory at its peak moment (memory_model.hpp): the backward (activations held) or the
+// optimizer step (temporaries held, activations freed), whichever is larger.
 struct StageMemory {
   int stage = 0;
   Bytes weights = 0, gradients = 0, optimizer = 0, activations = 0, other = 0;
-  Bytes total() const { return weights + gradients + optimizer + activations + other; }
+  Bytes weight_copies = 0;  // 16-bit copies of the weights autocast keeps over the step
+  Bytes temporaries = 0;    // optimizer temporaries, when the optimizer step is the peak
+  Bytes allocator = 0;      // what the caching allocator reserves beyond the tensors (rounding, fragmentation)
+  Bytes runtime = 0;        // outside the allocator: the cluster's runtime reserve (CUDA context, NCCL)
+  // What the caching allocator holds (torch.cuda.max_memory_reserved's figure).
+  Bytes reserved() const { return weights + gradients + optimizer + activations + other + weight_copies + temporaries + allocator; }
+  Bytes total() const { return reserved() + runtime; }
 };
 
 struct TimeBreakdown {
@@ -56,6 +64,8 @@ struct Infeasible {
   std::string detail;
   int stage = -1;                     // out_of_memory: the fullest pipeline stage
   double needed = 0, available = 0;   // out_of_memory: bytes; cluster_too_small: GPUs
+  double margin = 0;                  // out_of_memory: share of `available` kept free (the software
+                                      // profile's safety margin); needed > available x (1 - margin)
 };
 
 struct Estimate {

@@ -34,52 +34,114 @@ namespace {
 
 double tokens_per_rank(const Strategy& s) { return static_cast<double>(s.micro_batch) * s.seq_len / s.cp; }
 double seq_share(const Strategy& s) { return s.sequence_parallel ? 1.0 / s.tp : 1.0; }
+// Residual-stream element width: the profile's (4 under autocast with fp32 parameters), never
+// narrower than the activations.
+double stream_bytes(const Software& sw, const Strategy& s) { return std::max(sw.stream_bytes, activation_bytes(s.dtype)); }
+
+// 16-bit copies of a GEMM's sequence-split input that the layer saves: autocast casts the fp32
+// stream once per GEMM call, so unfused Q, K, V keep three copies and unfused gate and up two.
+double gemm_input_copies(const Software& sw, const ModelSpec& m, OpKind kind) {
+  if (!sw.autocast_casts_inputs) return 1;
+  if (kind == OpKind::qkv) return sw.qkv_fused ? 1 : 3;
+  if (kind == OpKind::mlp_up) return sw.gate_up_fused || m.activation != Activation::swiglu ? 1 : 2;
+  return 1;
+}
 
 }  // namespace
 
+StateBytes state_bytes(const MemoryProfile& p, const Strategy& s) {
+  if (!p.fp32_parameters) return state_bytes(s);
+  // fp32 parameters and .grad (4 + 4 B), Adam's two fp32 moments (8 B), the profile's extras.
+  return {4, 4, 8 + p.optimizer_extra_bytes};
+}
+
 Bytes layer_activation_bytes(const LayerGraph& graph, const Strategy& s, bool keep_all) {
+  return layer_activation_bytes(graph, Software{}, s, keep_all);
+}
+
+Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, bool keep_all) {
+  const ModelSpec& m = graph.model();
+  const MemoryProfile& p = sw.memory;
   const double tokens = tokens_per_rank(s), share = seq_share(s), act = activation_bytes(s.dtype);
-  const double tensor = 1.0 / s.tp;
+  const double stream = stream_bytes(sw, s), tensor = 1.0 / s.tp;
+  const double h = m.hidden, kv = static_cast<double>(m.kv_heads) * m.head_dim(), f = m.ffn_hidden;
   const bool keep_scores = s.attention == Attention::standard && (keep_all || s.recompute == Recompute::none);
   Bytes total = 0;
   for (const auto& op : graph.layer_ops()) {
     // Tensor-split saved tensors divide by tp; sequence-split ones (and their 1-byte dropout
     // masks) by tp only with SP; standard attention's score matrix is split by heads (tp).
-    Bytes b = (op.saved_tensor_elems_per_token * tensor + op.saved_seq_elems_per_token * share) * act +
-              op.saved_mask_bytes_per_token * share;
-    if (keep_scores) b += (op.score_elems_per_token * act + op.score_mask_bytes_per_token) * tensor;
+    // A norm saves its input from the residual stream (composite RMSNorm also x * rsqrt(...));
+    // a GEMM saves its 16-bit input, once per cast.
+    double seq_bytes = op.saved_seq_elems_per_token * act;
+    if (op.kind == OpKind::norm) {
+      const int copies = m.norm == Norm::rmsnorm ? p.rms_norm_saved_stream_tensors : 1;
+      seq_bytes = op.saved_seq_elems_per_token * stream * copies;
+    } else if (op.matmul) {
+      seq_bytes *= gemm_input_copies(sw, m, op.kind);
+    }
+    double tensor_elems = op.saved_tensor_elems_per_token;
+    if (op.kind == OpKind::attention) {
+      if (p.kv_expanded_saved) tensor_elems += 2 * (h - kv);          // K, V repeated to h
+      if (m.position == Position::rope && p.rope_saved_copies) tensor_elems += h + kv;  // roped q, k
+      tensor_elems += p.attention_output_copies * h;
+    }
+    if (op.kind == OpKind::activation && p.activation_output_saved && m.activation == Activation::swiglu) {
+      tensor_elems += f;  // silu(gate)
+    }
+    Bytes b = tensor_elems * tensor * act + seq_bytes * share;
+    if (p.dropout_masks) b += op.saved_mask_bytes_per_token * share;
+    if (keep_scores) {
+      b += (op.score_elems_per_token * act + (p.dropout_masks ? op.score_mask_bytes_per_token : 0.0)) * tensor;
+    }
     total += b * tokens;
   }
   return total;
 }
 
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s) {
+  return stored_layer_activation_bytes(graph, Software{}, s);
+}
+
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s) {
   if (s.recompute == Recompute::full) {
-    return tokens_per_rank(s) * graph.model().hidden * activation_bytes(s.dtype) * seq_share(s);
+    return tokens_per_rank(s) * graph.model().hidden * stream_bytes(sw, s) * seq_share(s);
   }
-  return layer_activation_bytes(graph, s, false);
+  return layer_activation_bytes(graph, sw, s, false);
 }
 
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+  return memory_model(graph, cluster, Software{}, s);
+}
+
+MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s) {
   MemoryModel mm;
-  mm.per_param = state_bytes(s);
+  mm.per_param = state_bytes(sw.memory, s);
   mm.zero = s.zero;
   mm.shard = static_cast<double>(s.dp * s.cp);
   mm.pp = s.pp;
   mm.vp = s.vp;
   mm.micro_batches = s.micro_batches();
   mm.schedule = s.schedule;
-  mm.stored_layer = stored_layer_activation_bytes(graph, s);
-  mm.working_layer = s.recompute == Recompute::full ? layer_activation_bytes(graph, s, true) : 0;
+  mm.stored_layer = stored_layer_activation_bytes(graph, sw, s);
+  mm.working_layer = s.recompute == Recompute::full ? layer_activation_bytes(graph, sw, s, true) : 0;
   mm.tokens = tokens_per_rank(s);
   mm.hidden = graph.model().hidden;
   mm.vocab = graph.model().vocab;
   mm.tp = s.tp;
   mm.seq_share = seq_share(s);
   mm.act_bytes = activation_bytes(s.dtype);
+  mm.dropout_masks = sw.memory.dropout_masks;
+  mm.stream_bytes = stream_bytes(sw, s);
+  mm.logit_bytes = sw.memory.loss_bytes_per_logit;
+  mm.weight_copy = s.dtype == Dtype::fp32 ? 0.0 : sw.memory.weight_copy_bytes;
+  mm.optimizer_temp = sw.memory.optimizer_temp_bytes;
+  mm.reserved_over_allocated = sw.allocator.reserved_over_allocated;
+  mm.workspace = sw.allocator.workspace;
+  mm.safety_margin = sw.allocator.safety_margin;
   // ZeRO-3 also holds the gathered parameters of the current and the prefetched layer.
   const double max_layer_params = graph.params_per_layer() / s.tp;
-  mm.other = cluster.runtime_overhead + (s.zero == 3 ? 2 * max_layer_params * mm.per_param.weight : 0.0);
+  mm.runtime = cluster.runtime_overhead;
+  mm.other = (s.zero == 3 ? 2 * max_layer_params * mm.per_param.weight : 0.0);
   return mm;
 }
 
@@ -87,10 +149,14 @@ Bytes stage_activation_bytes(const MemoryModel& mm, int stage, int layers) {
   const int chunks_live = in_flight_chunks(mm.schedule, mm.pp, stage, mm.micro_batches, mm.vp);
   const double layers_per_chunk = static_cast<double>(layers) / mm.vp;
   Bytes act = chunks_live * layers_per_chunk * mm.stored_layer + mm.working_layer;
-  if (stage == 0) act += chunks_live * mm.tokens * mm.hidden * mm.seq_share * 1.0;  // embedding dropout mask
+  // Embedding dropout mask (1 byte per element) of each chunk in flight, where the stack saves masks.
+  if (stage == 0 && mm.dropout_masks) act += chunks_live * mm.tokens * mm.hidden * mm.seq_share * 1.0;
   if (stage == mm.pp - 1) {
-    // Logits of the micro-batch in the loss, fp32 (4 bytes), plus the head's input.
-    act += mm.tokens * mm.vocab / mm.tp * 4.0 + mm.tokens * mm.hidden * mm.seq_share * mm.act_bytes;
+    // The loss's logits of one micro-batch at their peak (logit_bytes per element: 4 for fp32
+    // logits, Korthikanti et al. 2022 Sec. 4.3 4sbv/t; more where the loss keeps fp32 copies and
+    // their gradients), plus the final norm's input (stream width) and the head's input.
+    act += mm.tokens * mm.vocab / mm.tp * mm.logit_bytes +
+           mm.tokens * mm.hidden * mm.seq_share * (mm.stream_bytes + mm.act_bytes);
   }
   return act;
 }
@@ -102,8 +168,22 @@ StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int la
   mem.weights = states.weights;
   mem.gradients = states.gradients;
   mem.optimizer = states.optimizer;
-  mem.activations = stage_activation_bytes(mm, stage, layers);
-  mem.other = mm.other;
+  mem.weight_copies = params * mm.weight_copy / (mm.zero == 3 ? mm.shard : 1.0);
+  mem.other = mm.other + mm.workspace;
+  mem.runtime = mm.runtime;
+  // The larger of the backward peak (activations) and the optimizer peak (its temporaries over
+  // the parameters this rank updates).
+  const Bytes activations = stage_activation_bytes(mm, stage, layers);
+  const Bytes temporaries = params * mm.optimizer_temp / (mm.zero >= 1 ? mm.shard : 1.0);
+  if (temporaries > activations) {
+    mem.temporaries = temporaries;
+  } else {
+    mem.activations = activations;
+  }
+  // The caching allocator reserves reserved_over_allocated x the tensor bytes (its workspace and
+  // the runtime reserve are not scaled).
+  const Bytes tensors = mem.weights + mem.gradients + mem.optimizer + mem.weight_copies + mem.activations + mem.temporaries;
+  mem.allocator = (mm.reserved_over_allocated - 1) * tensors;
   return mem;
 }
 

@@ -9,9 +9,19 @@
 //   activations   = micro-batch chunks in flight (in_flight_chunks) x layers per chunk x stored bytes
 //                   per layer (stored_layer_activation_bytes), plus the working layer of full
 //                   recomputation and the extras of the first and last stage (stage_activation_bytes);
-//   other         = the cluster's runtime reserve, plus ZeRO-3's gathered layer parameters.
+//   other         = ZeRO-3's gathered layer parameters and the allocator's workspace;
+//   runtime       = the cluster's runtime reserve (outside the caching allocator).
+//
+// Tensors by lifetime (the software profile's MemoryProfile says what the stack keeps): the peak
+// of a stage is the larger of two moments of the step,
+//   backward peak  = model states + 16-bit weight copies + activations in flight + the loss's logits
+//   optimizer peak = model states + 16-bit weight copies + the optimizer's temporaries
+// and what the caching allocator reserves for them is reserved_over_allocated x those tensor bytes
+// plus its workspaces (the profile's Allocator); the cluster's runtime reserve (CUDA context,
+// communication buffers) lies outside the allocator.
 #pragma once
 #include "sim/cluster.hpp"
+#include "sim/software.hpp"
 #include "sim/estimate.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/strategy.hpp"
@@ -48,9 +58,21 @@ int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, in
 // backward, with the TP/SP/CP split and recomputation applied (Korthikanti et al. 2022, Table 2,
 // generalised to GQA/SwiGLU by summing the saved tensors of the graph's ops). `keep_all` keeps what
 // the recomputation policy would drop (the working set of a layer being recomputed).
+// With a MemoryProfile other than the default, the tensors the stack really saves: norm inputs at
+// the residual stream's width, one 16-bit copy per GEMM that casts its input under autocast,
+// expanded K/V, RoPE and attention-output copies, silu's output, no dropout masks (see
+// MemoryProfile).
 Bytes layer_activation_bytes(const LayerGraph& graph, const Strategy& s, bool keep_all);
-// As stored: with full recomputation only the layer input (tokens x hidden, sequence-split with SP).
+Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, bool keep_all);
+// As stored: with full recomputation only the layer input (tokens x hidden at the stream's width,
+// sequence-split with SP).
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s);
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s);
+
+// Bytes per parameter of the model states as the stack holds them: state_bytes() of the strategy,
+// or with fp32 parameters (autocast over an fp32 module) 4 B weights, 4 B gradients and 8 B Adam
+// moments plus the profile's optimizer extras.
+StateBytes state_bytes(const MemoryProfile& p, const Strategy& s);
 
 // Everything the per-stage memory figures need that does not depend on the stage; built once per
 // strategy by memory_model().
@@ -66,9 +88,20 @@ struct MemoryModel {
   double hidden = 0, vocab = 0, tp = 1;
   double seq_share = 1;       // share of a sequence-split tensor a rank holds: 1/tp with SP
   double act_bytes = 2;       // bytes per activation element
-  Bytes other = 0;            // runtime reserve (+ ZeRO-3 gathered parameters), every stage
+  double stream_bytes = 2;    // bytes per element of the residual stream
+  bool dropout_masks = true;  // the stack saves 1-byte dropout masks
+  double logit_bytes = 4;     // bytes per logit of one micro-batch at the loss's peak
+  double weight_copy = 0;     // 16-bit weight copies, bytes per parameter
+  double optimizer_temp = 0;  // optimizer temporaries, bytes per updated parameter
+  double reserved_over_allocated = 1;
+  Bytes workspace = 0;        // inside the allocator, not scaled
+  double safety_margin = 0;   // share of capacity a plan must leave free (Allocator::safety_margin)
+  Bytes other = 0;            // ZeRO-3's gathered layer parameters, every stage
+  Bytes runtime = 0;          // the cluster's runtime reserve, outside the allocator
 };
+// The default MemoryProfile and Allocator (Megatron-style accounting, no allocator overhead).
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Strategy& s);
+MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s);
 
 // Activation bytes pipeline stage `stage` holds at its peak, with `layers` transformer layers over
 // its vp chunks: in flight x layers per chunk x stored bytes per layer, the working layer of full

@@ -358,6 +358,7 @@ StepCosts step_costs(const Setting& x) {
   // Recomputed forward FLOPs, whole replica: per-rank layer figure x layers x (tp * cp) ranks.
   out.hardware_flops_per_micro_batch_per_replica =
       3 * model_fwd + layer.recompute_flops * graph.model().layers * s.tp * s.cp;
+  out.memory = memory_model(graph, x.cluster, x.sw, s);
   return out;
 }
 
@@ -501,8 +502,9 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
   t.optimizer = costs.optimizer;
   t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
 
-  // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file.
-  const MemoryModel mm = memory_model(graph, cluster, s);
+  // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file, the
+  // allocator's behaviour and the safety margin from the software profile.
+  const MemoryModel& mm = costs.memory;
   e.per_stage.resize(s.pp);
   e.stage_layers.resize(s.pp);
   for (int i = 0; i < s.pp; ++i) {
@@ -510,7 +512,10 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
     e.per_stage[i] = stage_memory(mm, i, st[i].params, st[i].layers);
     e.peak_memory = std::max(e.peak_memory, e.per_stage[i].total());
   }
-  if (e.peak_memory > e.capacity) {
+  // A plan must leave the profile's safety margin of the GPU's memory free: the model's error on
+  // measured peaks (see software/*.json "allocator") must not turn a predicted fit into an OOM.
+  const double margin = mm.safety_margin;
+  if (e.peak_memory > e.capacity * (1 - margin)) {
     const auto worst = std::max_element(e.per_stage.begin(), e.per_stage.end(),
                                         [](const StageMemory& a, const StageMemory& b) { return a.total() < b.total(); });
     e.feasible = false;
@@ -518,7 +523,8 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
                             .detail = {},
                             .stage = worst->stage,
                             .needed = worst->total(),
-                            .available = e.capacity});
+                            .available = e.capacity,
+                            .margin = margin});
   }
 
   // Throughput.

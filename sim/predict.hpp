@@ -46,6 +46,9 @@ struct ChunkCost {
 
 struct StepCosts {
   std::vector<ChunkCost> chunks;   // ordered by virtual stage: chunks[chunk * pp + stage]
+  // The memory model of the strategy under the software profile (memory_model.hpp): its tensor
+  // accounting, allocator and safety margin decide compose()'s memory and out-of-memory verdict.
+  MemoryModel memory;
   Seconds p2p = 0;                 // one activation (or gradient) send between adjacent stages
   Seconds optimizer = 0;           // optimizer step on the busiest stage
   Seconds dp_param_gather = 0;     // ZeRO 1/2 all-gather of updated parameters after the step

@@ -95,9 +95,27 @@ Software parse_software(const json& j, const std::string& file) {
     v.finish();
   }
   {
+    JsonObject m = o.object("memory");
+    MemoryProfile& p = s.memory;
+    p.fp32_parameters = m.boolean("fp32_parameters");
+    p.optimizer_extra_bytes = m.number("optimizer_extra_bytes", 0, 64);
+    p.weight_copy_bytes = m.number("weight_copy_bytes", 0, 8);
+    p.optimizer_temp_bytes = m.number("optimizer_temp_bytes", 0, 64);
+    p.dropout_masks = m.boolean("dropout_masks");
+    p.rms_norm_saved_stream_tensors = static_cast<int>(m.integer("rms_norm_saved_stream_tensors", 0, 8));
+    p.attention_output_copies = static_cast<int>(m.integer("attention_output_copies", 0, 8));
+    p.kv_expanded_saved = m.boolean("kv_expanded_saved");
+    p.rope_saved_copies = m.boolean("rope_saved_copies");
+    p.activation_output_saved = m.boolean("activation_output_saved");
+    p.loss_bytes_per_logit = m.number("loss_bytes_per_logit", 0, 64);
+    (void)m.string("source");
+    m.finish();
+  }
+  {
     JsonObject a = o.object("allocator");
     s.allocator.reserved_over_allocated = a.number("reserved_over_allocated", 1, 10);
-    s.allocator.context = a.number("context_gb", 0, 1e3) * kGB;
+    s.allocator.workspace = a.number("workspace_gb", 0, 1e3) * kGB;
+    s.allocator.safety_margin = a.number("safety_margin", 0, 0.5);
     (void)a.string("source");
     a.finish();
   }

@@ -50,10 +50,31 @@ struct Overlap {
   double zero3 = 0;         // ZeRO-3 per-layer parameter gathers and gradient reduce-scatters
 };
 
-// Caching allocator behaviour (filled by the memory model; see issue 14 item 5).
+// What the stack keeps in memory, per parameter and per saved tensor (read by sim/memory_model,
+// the one place these bytes are turned into a per-stage figure). The defaults are Megatron-style
+// mixed precision as Korthikanti et al. 2022 count it: state_bytes() of the strategy, one saved
+// copy of each tensor, dropout masks, fp32 logits.
+struct MemoryProfile {
+  bool fp32_parameters = false;     // parameters and their .grad are fp32 tensors (autocast over an
+                                    // fp32 module): 4 + 4 B, Adam moments 8 B; else state_bytes()
+  double optimizer_extra_bytes = 0; // further persistent optimizer bytes per parameter (e.g. a mask)
+  double weight_copy_bytes = 0;     // 16-bit weight copies autocast keeps from forward to backward
+  double optimizer_temp_bytes = 0;  // transient bytes per updated parameter during the optimizer step
+  bool dropout_masks = true;        // 1-byte dropout masks are saved (the graph's mask bytes)
+  int rms_norm_saved_stream_tensors = 1;  // stream tensors each RMSNorm saves (2: written as mul(x, rsqrt))
+  int attention_output_copies = 0;    // extra tokens x hidden tensors saved around attention
+  bool kv_expanded_saved = false;     // K and V are saved repeated to every query head (GQA)
+  bool rope_saved_copies = false;     // RoPE'd q and k are saved as new tensors beside the projection
+  bool activation_output_saved = false;  // SwiGLU: silu(gate) is saved besides gate and up
+  double loss_bytes_per_logit = 4;    // bytes per logit of one micro-batch live at the loss's peak
+};
+
+// Caching allocator behaviour and fixed costs, fitted on measured peaks (see each profile's source).
 struct Allocator {
-  double reserved_over_allocated = 1;  // peak reserved / peak allocated
-  Bytes context = 0;                   // CUDA context, cuBLAS workspace, communication buffers
+  double reserved_over_allocated = 1;  // peak reserved / peak allocated, for the tensor bytes
+  Bytes workspace = 0;                 // cuBLAS workspaces and small buffers inside the allocator
+  double safety_margin = 0;            // share of capacity kept free: reserved + runtime must fit
+                                       // in capacity x (1 - margin)
 };
 
 struct Software {
@@ -72,6 +93,7 @@ struct Software {
   double fp8_quantize_passes = 0;  // fp8: add-kernel passes over each GEMM input to quantize it
   MemOps mem;
   Overlap overlap;
+  MemoryProfile memory;
   Allocator allocator;
 };
 

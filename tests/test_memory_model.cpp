@@ -5,6 +5,7 @@
 #include "sim/predict.hpp"
 #include "sim/schedule.hpp"
 #include "sim/search.hpp"
+#include "sim/software.hpp"
 #include "test_helpers.hpp"
 #include "default_software.hpp"
 
@@ -100,10 +101,18 @@ TEST(MemoryModel, StageActivationsAddTheEndStageExtras) {
   mm.act_bytes = 2;
   // Stage 0, 3 layers: 2 in flight x 3 x 100 = 600, + embedding dropout masks 2 x 10 x 4 x 1 B = 80.
   EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 0, 3), 680);
-  // Stage 1: 1 in flight x 3 x 100 = 300, + fp32 logits 10 x 50 x 4 = 2000, + head input 10 x 4 x 2 = 80.
-  EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 1, 3), 2380);
+  // Stage 1: 1 in flight x 3 x 100 = 300, + fp32 logits 10 x 50 x 4 = 2000, + final norm input
+  // 10 x 4 x 2 (stream) = 80, + head input 10 x 4 x 2 = 80.
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 1, 3), 2460);
   mm.working_layer = 7;
-  EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 1, 3), 2387);
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 1, 3), 2467);
+  // A stack without dropout masks, an fp32 stream and 12 B per logit at the loss's peak:
+  // stage 0 600 + 7; stage 1 300 + 7 + 10 x 50 x 12 = 6000 + 10 x 4 x (4 + 2) = 240.
+  mm.dropout_masks = false;
+  mm.stream_bytes = 4;
+  mm.logit_bytes = 12;
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 0, 3), 607);
+  EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 1, 3), 6547);
 }
 
 TEST(MemoryModel, PredictStagesAreTheMemoryModels) {
@@ -113,10 +122,10 @@ TEST(MemoryModel, PredictStagesAreTheMemoryModels) {
   Strategy s;
   s.dp = 2, s.tp = 2, s.pp = 2, s.zero = 3, s.micro_batch = 1, s.global_batch = 16, s.seq_len = 2048;
   s.sequence_parallel = true;
-  const Estimate e = predict(g, c, s);
+  const Estimate e = predict(g, c, Software{}, s);
   ASSERT_TRUE(e.feasible);
   const MemoryModel mm = memory_model(g, c, s);
-  const StepCosts costs = step_costs(g, c, s);
+  const StepCosts costs = step_costs(g, c, Software{}, s);
   for (int i = 0; i < s.pp; ++i) {
     double params = 0;
     for (const ChunkCost& ch : costs.chunks) if (ch.stage == i) params += ch.params;
@@ -125,8 +134,81 @@ TEST(MemoryModel, PredictStagesAreTheMemoryModels) {
     EXPECT_EQ(e.per_stage[i].activations, want.activations);
     EXPECT_EQ(e.per_stage[i].other, want.other);
   }
-  // ZeRO-3 holds two gathered layers: 2 x params per layer / tp x 2 bytes, on top of the runtime.
-  EXPECT_DOUBLE_EQ(mm.other, c.runtime_overhead + 2 * g.params_per_layer() / 2 * 2);
+  // ZeRO-3 holds two gathered layers: 2 x params per layer / tp x 2 bytes; the runtime apart.
+  EXPECT_DOUBLE_EQ(mm.other, 2 * g.params_per_layer() / 2 * 2);
+  EXPECT_DOUBLE_EQ(mm.runtime, c.runtime_overhead);
+  EXPECT_DOUBLE_EQ(e.per_stage[0].runtime, c.runtime_overhead);
+}
+
+// A stack profile (software/*.json "memory") as trainplan exec runs: autocast over fp32 parameters.
+Software exec_like() {
+  Software sw;
+  sw.stream_bytes = 4;
+  sw.autocast_casts_inputs = true;
+  sw.qkv_fused = false;
+  sw.gate_up_fused = false;
+  sw.memory = {.fp32_parameters = true, .optimizer_extra_bytes = 4, .weight_copy_bytes = 2, .optimizer_temp_bytes = 8,
+               .dropout_masks = false, .rms_norm_saved_stream_tensors = 2, .attention_output_copies = 1,
+               .kv_expanded_saved = true, .rope_saved_copies = false, .activation_output_saved = true,
+               .loss_bytes_per_logit = 12};
+  return sw;
+}
+
+TEST(MemoryModel, ProfileLayerActivationsCountWhatTheStackSaves) {
+  // GPT (LayerNorm, GeLU, f = 4h), flash, per token: two norm inputs in fp32 (2 x 4h), three bf16
+  // casts for separate Q, K, V (3 x 2h), one for the up projection (2h), Q K V (3 x 2h), the
+  // attention output and its copy (2 x 2h), GeLU input (2f) and output (2f): 42h bytes.
+  const double h = 256;
+  Strategy s;
+  s.micro_batch = 2;
+  s.global_batch = 2;
+  s.seq_len = 128;
+  const double tokens = 2 * 128;
+  const LayerGraph g(gpt(2, 256, 4), 128);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(g, exec_like(), s, false), 42 * h * tokens);
+  // Llama shape (RMSNorm written out, SwiGLU, f = 4h, kv = h/4): norms 2 x 2 x 4h, casts 3 x 2h and
+  // 2 x 2h, Q and K, V expanded to h (3 x 2h), output and copy (2 x 2h), gate, up, silu output and
+  // product (4 x 2f): 68h bytes.
+  ModelSpec l = gpt(2, 256, 4);
+  l.norm = Norm::rmsnorm;
+  l.activation = Activation::swiglu;
+  l.position = Position::rope;
+  l.kv_heads = 1;
+  const LayerGraph gl(l, 128);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(gl, exec_like(), s, false), 68 * h * tokens);
+  // Under full recomputation only the fp32 layer input stays.
+  s.recompute = Recompute::full;
+  EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(gl, exec_like(), s), 4 * h * tokens);
+}
+
+TEST(MemoryModel, PeakIsTheLargerOfBackwardAndOptimizerAndTheAllocatorScalesTensors) {
+  Software sw = exec_like();
+  sw.allocator.reserved_over_allocated = 1.25;
+  sw.allocator.workspace = 1000;
+  const LayerGraph g(gpt(2, 256, 4), 128);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s;
+  s.micro_batch = 1;
+  s.global_batch = 1;
+  s.seq_len = 128;
+  const MemoryModel mm = memory_model(g, c, sw, s);
+  EXPECT_EQ(mm.per_param.weight + mm.per_param.grad + mm.per_param.optimizer, 4 + 4 + 12);
+  const double params = 1e8;
+  // Few activations: the optimizer's 8 B/parameter of temporaries are the peak.
+  const StageMemory opt = stage_memory(mm, 0, params, 1);
+  const Bytes acts = stage_activation_bytes(mm, 0, 1);
+  ASSERT_LT(acts, 8 * params);
+  EXPECT_EQ(opt.activations, 0);
+  EXPECT_DOUBLE_EQ(opt.temporaries, 8 * params);
+  EXPECT_DOUBLE_EQ(opt.weight_copies, 2 * params);
+  const double tensors = 22 * params + 8 * params;
+  EXPECT_DOUBLE_EQ(opt.allocator, 0.25 * tensors);
+  EXPECT_DOUBLE_EQ(opt.reserved(), 1.25 * tensors + 1000);
+  EXPECT_DOUBLE_EQ(opt.total(), opt.reserved() + c.runtime_overhead);
+  // Few parameters: the backward (activations) is the peak.
+  const StageMemory bwd = stage_memory(mm, 0, 10, 1);
+  EXPECT_EQ(bwd.temporaries, 0);
+  EXPECT_DOUBLE_EQ(bwd.activations, acts);
 }
 
 TEST(MemoryModel, SearchMemoryBoundIsBuiltFromTheSameFunctions) {
@@ -143,7 +225,7 @@ TEST(MemoryModel, SearchMemoryBoundIsBuiltFromTheSameFunctions) {
                           m.layers * stored_layer_activation_bytes(g, s);
     const CandidateBounds b = candidate_bounds(g, c, s);
     EXPECT_NEAR(b.peak_memory, expect, 1e-8 * expect) << "ZeRO " << zero;
-    EXPECT_LE(b.peak_memory, predict(g, c, s).peak_memory);
+    EXPECT_LE(b.peak_memory, predict(g, c, Software{}, s).peak_memory);
   }
 }
 
