@@ -118,8 +118,13 @@ void check_steps(const std::vector<Row>& rows, double tolerance, std::size_t exp
       sum += std::abs(r.error());
       continue;
     }
-    ASSERT_TRUE(r.estimate.feasible) << r.what << ": "
-                                     << (r.estimate.infeasible.empty() ? "" : reason_key(r.estimate.infeasible[0].reason));
+    // Step time is checked whatever the memory verdict: a run that used nearly all of the GPU (eager
+    // llama-1b mb8 reserved 81.85 GB) is infeasible under the safety margin, which is the safe
+    // answer, and still has a predicted step. Any other reason is a failure.
+    for (const auto& why : r.estimate.infeasible) {
+      ASSERT_EQ(why.reason, InfeasibleReason::out_of_memory) << r.what << ": " << reason_key(why.reason);
+    }
+    ASSERT_GT(r.estimate.time.step, 0) << r.what;
     std::printf("%-22s predicted %8.4f s  measured %8.4f s  error %+6.1f%%\n", r.what.c_str(), r.estimate.time.step,
                 r.measured_step, 100 * r.error());
     EXPECT_LT(std::abs(r.error()), tolerance) << r.what;
