@@ -32,7 +32,6 @@ int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, in
 
 namespace {
 
-double tokens_per_rank(const Strategy& s) { return static_cast<double>(s.micro_batch) * s.seq_len / s.cp; }
 double seq_share(const Strategy& s) { return s.sequence_parallel ? 1.0 / s.tp : 1.0; }
 // Residual-stream element width: the profile's (4 under autocast with fp32 parameters), never
 // narrower than the activations.
@@ -62,7 +61,7 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Strategy& s, bool ke
 Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, bool keep_all) {
   const ModelSpec& m = graph.model();
   const MemoryProfile& p = sw.memory;
-  const double tokens = tokens_per_rank(s), share = seq_share(s), act = activation_bytes(s.dtype);
+  const double tokens = s.tokens_per_rank(), share = seq_share(s), act = activation_bytes(s.dtype);
   const double stream = stream_bytes(sw, s), tensor = 1.0 / s.tp;
   const double h = m.hidden, kv = static_cast<double>(m.kv_heads) * m.head_dim(), f = m.ffn_hidden;
   const bool keep_scores = s.attention == Attention::standard && (keep_all || s.recompute == Recompute::none);
@@ -104,7 +103,7 @@ Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s) 
 
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s) {
   if (s.recompute == Recompute::full) {
-    return tokens_per_rank(s) * graph.model().hidden * stream_bytes(sw, s) * seq_share(s);
+    return s.tokens_per_rank() * graph.model().hidden * stream_bytes(sw, s) * seq_share(s);
   }
   return layer_activation_bytes(graph, sw, s, false);
 }
@@ -124,7 +123,7 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   mm.schedule = s.schedule;
   mm.stored_layer = stored_layer_activation_bytes(graph, sw, s);
   mm.working_layer = s.recompute == Recompute::full ? layer_activation_bytes(graph, sw, s, true) : 0;
-  mm.tokens = tokens_per_rank(s);
+  mm.tokens = s.tokens_per_rank();
   mm.hidden = graph.model().hidden;
   mm.vocab = graph.model().vocab;
   mm.tp = s.tp;

@@ -56,7 +56,7 @@ struct Ctx {
 
 Ctx make_ctx(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
   Ctx x{g.model(), c, sw, s, 0, 0, 0, 0};
-  x.tokens = static_cast<double>(s.micro_batch) * s.seq_len / s.cp;
+  x.tokens = s.tokens_per_rank();
   x.seq_tokens = s.sequence_parallel ? x.tokens / s.tp : x.tokens;
   x.act = activation_bytes(s.dtype);
   x.stream = s.dtype == Dtype::fp32 ? 4.0 : sw.stream_bytes;

@@ -43,7 +43,7 @@ void set_tp_collectives(Setting& x);
 Setting make_setting(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
   RankLayout layout(s);
   Setting x{g, c, sw, s, 0, 0, 0, 0, {}, {}, {}, {}, s.dp * s.cp};
-  x.tokens = static_cast<double>(s.micro_batch) * s.seq_len / s.cp;
+  x.tokens = s.tokens_per_rank();
   x.act_bytes = activation_bytes(s.dtype);
   x.seq_share = s.sequence_parallel ? 1.0 / s.tp : 1.0;
   x.peak = c.gpu.peak(s.dtype);

@@ -37,6 +37,8 @@ struct Strategy {
   int gpus() const { return dp * tp * pp * cp; }
   // Micro-batches each replica runs per step (gradient-accumulation steps).
   int micro_batches() const { return global_batch / (dp * micro_batch); }
+  // Tokens one rank processes per micro-batch: micro_batch x seq_len split over the CP group.
+  double tokens_per_rank() const { return static_cast<double>(micro_batch) * seq_len / cp; }
   int size(Dim d) const;
 };
 
