@@ -350,6 +350,7 @@ StepCosts step_costs(const Setting& x) {
   }
   // How much of the DP/ZeRO traffic the stack hides behind compute (compose and simulate read it).
   out.overlap = x.sw.overlap;
+  out.pp_overlap = s.schedule == ScheduleKind::interleaved ? x.sw.overlap.pp_interleaved : x.sw.overlap.pp;
   out.overlap_slowdown = x.cluster.collectives.overlap_slowdown;
   out.zero_reduce_per_micro_batch = s.zero >= 2;
   const double replica_tokens = static_cast<double>(s.micro_batch) * s.seq_len;
@@ -407,9 +408,10 @@ namespace {
 // The part of a collective of `comm` seconds left on the critical path when the stack hides a
 // share `overlap` of it behind `window` seconds of compute; the hidden part still slows that
 // compute by the cluster's contention share (StepCosts::overlap_slowdown).
+// What outlasts the window is exposed in full; the overlapped part costs overlap_cost_rate().
 Seconds exposed(const StepCosts& costs, Seconds comm, Seconds window, double overlap) {
-  const Seconds hidden = overlap * std::min(comm, std::max(0.0, window));
-  return comm - hidden + costs.overlap_slowdown * hidden;
+  const Seconds overlapped = std::min(comm, std::max(0.0, window));
+  return comm - overlapped + costs.overlap_cost_rate(overlap) * overlapped;
 }
 
 }  // namespace
@@ -459,7 +461,14 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
     else t.dp_step += c.dp_reduce;
   }
   for (auto& t : st) {
-    if (s.pp > 1) t.pp = 2 * s.vp * costs.p2p;
+    // Without interleaving, the forward send to the next stage and the gradient sent back lie on
+    // the 1F1B/GPipe dependency chain: two transfers per micro-batch whatever the sender overlaps.
+    // Interleaving leaves other chunks' work to run meanwhile, so there the stack's p2p overlap
+    // share decides (software "overlap.pp_interleaved").
+    if (s.pp > 1) {
+      const double rate = s.schedule == ScheduleKind::interleaved ? costs.overlap_cost_rate(costs.pp_overlap) : 1.0;
+      t.pp = 2 * s.vp * costs.p2p * rate;
+    }
     // ZeRO-3 gathers parameters ahead of the forward and the backward (prefetched, so hidden
     // behind compute up to its length) and reduce-scatters gradients during the backward;
     // ZeRO-2 only the latter. Only what outlasts the compute it overlaps is exposed.

@@ -86,13 +86,14 @@ struct StageUsage {
   Seconds cp = 0;           // exposed CP exchange inside the slots
   Seconds optimizer = 0;
   Seconds wait_bubble = 0;  // compute idle until another stage's slot produced its input
-  Seconds wait_pp = 0;      // compute idle while that input was in flight (p2p)
+  Seconds wait_pp = 0;      // compute idle while its input was in flight, or held by its own p2p sends
   Seconds wait_dp = 0;      // compute idle for ZeRO-3 gathers and for reductions before the optimizer
-  Seconds after_optimizer = 0;  // parameter all-gather after the optimizer step (end - its end)
+  Seconds after_optimizer = 0;  // dp collectives still running after the optimizer step (end - its end)
+  Seconds dp_interference = 0;  // compute time lost to overlapping dp collectives (overlap_cost_rate)
   Seconds pp_busy = 0;      // pp_forward + pp_backward streams busy
   Seconds dp_busy = 0;      // dp stream busy
   Seconds end = 0;          // end of the stage's last event
-  Seconds busy() const { return compute + recompute + tp + cp + optimizer; }  // compute stream busy
+  Seconds busy() const { return compute + recompute + tp + cp + optimizer + dp_interference; }  // compute stream busy
 };
 
 struct Timeline {

@@ -91,6 +91,8 @@ Software parse_software(const json& j, const std::string& file) {
     s.overlap.dp = v.number("dp", 0, 1);
     s.overlap.param_gather = v.number("param_gather", 0, 1);
     s.overlap.zero3 = v.number("zero3", 0, 1);
+    s.overlap.pp = v.number("pp", 0, 1);
+    s.overlap.pp_interleaved = v.number("pp_interleaved", 0, 1);
     (void)v.string("source");
     v.finish();
   }

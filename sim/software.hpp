@@ -48,6 +48,8 @@ struct Overlap {
   double dp = 0;            // gradient reduction (all-reduce / reduce-scatter) during the backward
   double param_gather = 0;  // ZeRO-1/2 all-gather of updated parameters (next step's forward)
   double zero3 = 0;         // ZeRO-3 per-layer parameter gathers and gradient reduce-scatters
+  double pp = 0;            // pipeline send/recv of activations and gradients, GPipe and 1F1B
+  double pp_interleaved = 0;  // the same under the interleaved schedule
 };
 
 // What the stack keeps in memory, per parameter and per saved tensor (read by sim/memory_model,
