@@ -71,7 +71,9 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     // masks) by tp only with SP; standard attention's score matrix is split by heads (tp).
     // A norm saves its input from the residual stream (composite RMSNorm also x * rsqrt(...));
     // a GEMM saves its 16-bit input, once per cast.
-    double seq_bytes = op.saved_seq_elems_per_token * act;
+    // Under FP8 the stack may keep the quantized GEMM inputs (software precision section).
+    const double width = op.matmul && s.dtype == Dtype::fp8 ? sw.fp8_saved_gemm_input_bytes : act;
+    double seq_bytes = op.saved_seq_elems_per_token * width;
     if (op.kind == OpKind::norm) {
       const int copies = m.norm == Norm::rmsnorm ? p.rms_norm_saved_stream_tensors : 1;
       seq_bytes = op.saved_seq_elems_per_token * stream * copies;
@@ -87,7 +89,7 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     if (op.kind == OpKind::activation && p.activation_output_saved && m.activation == Activation::swiglu) {
       tensor_elems += f;  // silu(gate)
     }
-    Bytes b = tensor_elems * tensor * act + seq_bytes * share;
+    Bytes b = tensor_elems * tensor * width + seq_bytes * share;
     if (p.dropout_masks) b += op.saved_mask_bytes_per_token * share;
     if (keep_scores) {
       b += (op.score_elems_per_token * act + (p.dropout_masks ? op.score_mask_bytes_per_token : 0.0)) * tensor;
