@@ -43,7 +43,11 @@ const char* kOutputHelp = R"(output:
                             arrows from each send to the slot that waited for it
   --json FILE               write the trainplan/prediction/v1 JSON with the simulated time
                             ("engine": "des") and a "simulation" object: step_s and per stage
-                            its ranks, busy/idle seconds and share, waits and stream loads
+                            its ranks, busy/idle seconds and share, waits and stream loads,
+                            and "timeline": every event (stream, kind, micro-batch, start, end)
+                            per stage
+  --html FILE               write an HTML report with the timeline as a Gantt chart (see
+                            trainplan report)
 )";
 
 // "0-7", "0,2,4" or "8-15,24-31": ascending ranks as ranges.
@@ -83,6 +87,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   }
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
   auto json_out = open_json_output("json", f.get("json"));
+  auto html_out = open_text_output("html", f.get("html"));
   const auto trace_path = f.get("trace");
   if (trace_path) {
     check_output_path(*trace_path, fmt::format("--trace {}", *trace_path));
@@ -125,11 +130,13 @@ int cmd_simulate(const Args& args, const Context& ctx) {
     write_file_atomically(*trace_path, trace.str(), fmt::format("--trace {}", *trace_path));
     ctx.out << fmt::format("\ntrace: {} ({} ranks x {} streams)\n", *trace_path, s.pp * s.tp * s.cp, kStreams);
   }
-  if (json_out) {
-    json_out->write(prediction_to_json(e, {{"model", in.model.name},
-                                           {"cluster", in.cluster.name},
-                                           {"engine", "des"},
-                                           {"simulation", timeline_summary_json(timeline, ranks)}}));
+  if (json_out || html_out) {
+    nlohmann::json simulation = timeline_summary_json(timeline, ranks);
+    simulation["timeline"] = timeline_events_json(timeline, ranks);
+    const auto doc = prediction_to_json(
+        e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "des"}, {"simulation", simulation}});
+    if (json_out) json_out->write(doc);
+    if (html_out) write_html_report(*html_out, doc, title + " -- simulated step");
   }
   return e.feasible ? 0 : 3;
 }

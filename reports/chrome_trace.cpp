@@ -132,4 +132,31 @@ json timeline_summary_json(const Timeline& t, const std::vector<std::vector<int>
   return {{"step_s", t.step}, {"stages", std::move(stages)}, {"events", t.events.size()}};
 }
 
+json timeline_events_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
+  const auto ranks = ranks_or_stages(t, stage_ranks);
+  json stages = json::array();
+  for (std::size_t i = 0; i < t.stages.size(); ++i) {
+    json stream = json::array(), kind = json::array(), mb = json::array(), chunk = json::array(),
+         start = json::array(), end = json::array();
+    for (const Event& e : t.events) {
+      if (e.stage != t.stages[i].stage) continue;
+      stream.push_back(to_string(e.stream));
+      kind.push_back(to_string(e.kind));
+      mb.push_back(e.micro_batch);
+      chunk.push_back(e.chunk);
+      start.push_back(e.start);
+      end.push_back(e.end);
+    }
+    stages.push_back({{"stage", t.stages[i].stage},
+                      {"ranks", i < ranks.size() ? ranks[i] : std::vector<int>{}},
+                      {"stream", std::move(stream)},
+                      {"kind", std::move(kind)},
+                      {"micro_batch", std::move(mb)},
+                      {"chunk", std::move(chunk)},
+                      {"start_s", std::move(start)},
+                      {"end_s", std::move(end)}});
+  }
+  return {{"stages", std::move(stages)}};
+}
+
 }  // namespace trainplan

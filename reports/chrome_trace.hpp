@@ -29,4 +29,10 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
 //  "pp_busy_s", "dp_busy_s", "end_s"}], "events"} (events: count).
 nlohmann::json timeline_summary_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks);
 
+// Every event of the timeline, per pipeline stage, as columns (for trainplan report's Gantt chart):
+// {"stages": [{"stage", "ranks", "stream": [...], "kind": [...], "micro_batch": [...],
+//  "chunk": [...], "start_s": [...], "end_s": [...]}]}; stream and kind as to_string() spells
+// them, micro_batch and chunk -1 where the event has none. Every rank of "ranks" runs these events.
+nlohmann::json timeline_events_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks);
+
 }  // namespace trainplan

@@ -4,6 +4,7 @@
 
 #include "reports/infeasible.hpp"
 #include "reports/prediction_json.hpp"
+#include "reports/svg.hpp"
 
 namespace trainplan {
 
@@ -62,6 +63,19 @@ json stats_json(const SearchStats& st) {
 
 json extra(const std::string& model, const std::string& cluster, const char* engine = "analytic") {
   return {{"model", model}, {"cluster", cluster}, {"engine", engine}};
+}
+
+// The feasible candidates' (step, peak memory) for the report's scatter plot, thinned to at most
+// kMaxCandidatePoints (svg::thin_points: the front kept whole, dominated points one per grid cell).
+constexpr std::size_t kMaxCandidatePoints = 2000;
+json candidates_json(const std::vector<std::pair<Seconds, Bytes>>& points) {
+  const std::vector<std::size_t> kept = svg::thin_points(points, kMaxCandidatePoints);
+  json step = json::array(), bytes = json::array();
+  for (std::size_t i : kept) {
+    step.push_back(points[i].first);
+    bytes.push_back(points[i].second);
+  }
+  return {{"feasible", points.size()}, {"thinned", kept.size() < points.size()}, {"step_s", step}, {"peak_bytes", bytes}};
 }
 
 }  // namespace
@@ -127,7 +141,7 @@ json search_to_json(const SearchResult& r, const SearchContext& ctx) {
   for (Recompute x : sp.recompute) lists["recompute"].push_back(to_string(x));
   for (ScheduleKind x : sp.schedules) lists["schedules"].push_back(to_string(x));
   for (bool x : sp.sequence_parallel) lists["sequence_parallel"].push_back(x);
-  return {{"schema", kSearchSchema},
+  json j = {{"schema", kSearchSchema},
           {"model", ctx.model},
           {"cluster", ctx.cluster},
           {"objective", to_string(ctx.objective)},
@@ -151,6 +165,8 @@ json search_to_json(const SearchResult& r, const SearchContext& ctx) {
           {"top", top},
           {"pareto", pareto},
           {"infeasible", infeasible}};
+  if (!r.points.empty()) j["candidates"] = candidates_json(r.points);
+  return j;
 }
 
 namespace {
