@@ -46,9 +46,9 @@ int cmd_predict(const Args& args, const Context& ctx) {
   // The step costs are computed once and shared by the closed form and the simulator.
   Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.software, in.strategy)
                                : predict(graph, in.cluster, in.software, in.strategy);
-  const std::string title = fmt::format("{} on {} x {} ({}), {:.2f}B parameters, {} engine", in.model.name,
+  const std::string title = fmt::format("{} on {} x {} ({}), {} parameters, {} engine", in.model.name,
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
-                                           graph.total_params() / 1e9, engine);
+                                           format_count(graph.total_params()), engine);
   print_prediction(ctx.out, e, title);
   const auto doc = prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"software", in.software.name}, {"engine", engine}});
   if (json_out) json_out->write(doc);

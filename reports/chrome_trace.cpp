@@ -64,6 +64,7 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
   };
   for (std::size_t stage = 0; stage < ranks.size(); ++stage) {
     for (int rank : ranks[stage]) {
+      if (rank < 0) continue;  // left out of the trace
       put(metadata("process_name", rank, 0, {{"name", fmt::format("rank {} (stage {})", rank, stage)}}).dump());
       put(metadata("process_sort_index", rank, 0, {{"sort_index", rank}}).dump());
       for (int s = 0; s < kStreams; ++s) {
@@ -83,6 +84,7 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
     // a track never overlap after rounding. Event names and kinds need no JSON escaping.
     const double ts = microseconds(e.start), dur = microseconds(e.end) - ts;
     for (int rank : ranks[e.stage]) {
+      if (rank < 0) continue;
       put(fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{{}}}}})",
                       name, to_string(e.kind), rank, thread_id(e.stream), ts, dur, args));
     }
@@ -97,6 +99,7 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
     const auto& from = ranks[send.stage];
     const auto& to = ranks[e.stage];
     for (std::size_t j = 0; j < std::min(from.size(), to.size()); ++j) {
+      if (from[j] < 0 || to[j] < 0) continue;
       ++flow_id;
       put(fmt::format(R"({{"name":"p2p","cat":"p2p","ph":"s","id":{},"pid":{},"tid":{},"ts":{:.3f}}})", flow_id,
                       from[j], thread_id(send.stream), microseconds(send.start)));

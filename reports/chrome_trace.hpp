@@ -19,7 +19,9 @@ namespace trainplan {
 
 // Writes the trace to `os` as it goes (a step of a large job has millions of events, so no JSON
 // document is built in memory). `stage_ranks[i]`: the ranks that run pipeline stage i (see
-// replica_stage_ranks); empty means one process per stage with pid = stage. `title` goes into
+// replica_stage_ranks); empty means one process per stage with pid = stage. A rank of -1 is left
+// out of the trace (simulate --trace-ranks), keeping the others' positions (flow arrows pair the
+// j-th rank of one stage with the j-th of the next). `title` goes into
 // the trace's otherData, with the step time.
 void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<std::vector<int>>& stage_ranks,
                         const std::string& title = "trainplan simulate");

@@ -89,8 +89,10 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
                       r.stats.max_gpus_considered);
   }
   if (!r.top.empty()) {
+    // One engine per column: the refined top list shows simulated step times (labelled), the lists
+    // below analytic ones, so the same layout can show two figures.
     os << fmt::format("{:>4}  {:<52} {:>5} {:>13} {:>10} {:>11} {:>6}", "rank", "layout", "GPUs", "memory GB",
-                      "step s", "tokens/s", "MFU %");
+                      r.stats.refined > 0 ? "sim step s" : "step s", "tokens/s", "MFU %");
     if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", "USD/step");
     os << "\n";
     for (std::size_t i = 0; i < r.top.size(); ++i) {
@@ -108,14 +110,14 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
     os << "no feasible layout.\n";
   }
   if (!r.infeasible.empty()) {
-    os << "\nfastest infeasible candidates (among those predicted):\n";
+    os << "\nfastest infeasible candidates (among those predicted; analytic step time):\n";
     for (const Estimate& e : r.infeasible) {
       os << fmt::format("  {:<52} {:>10.3f} s  {}\n", describe(e.strategy), e.time.step,
                         e.infeasible.empty() ? "" : describe(e.infeasible.front(), e.strategy));
     }
   }
   if (r.pareto.size() > 1) {
-    os << fmt::format("\nPareto front, step time vs peak memory (exact within {:g}x the best step time):\n",
+    os << fmt::format("\nPareto front, analytic step time vs peak memory (exact within {:g}x the best step time):\n",
                       ctx.pareto_window);
     for (const Estimate& e : r.pareto) {
       os << fmt::format("  {:<52} {:>10.3f} s {:>8} GB\n", describe(e.strategy), e.time.step, gb(e.peak_memory));
@@ -216,7 +218,7 @@ void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityCon
       print_option_line(os, r.options[i]);
     }
   }
-  os << fmt::format("({} searches in {:.2f} s)\n", r.options.size(), r.elapsed_s);
+  os << fmt::format("({} search{} in {:.2f} s)\n", r.options.size(), r.options.size() == 1 ? "" : "es", r.elapsed_s);
 }
 
 json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {

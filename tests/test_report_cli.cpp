@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <string>
 
 namespace {
@@ -151,6 +152,56 @@ TEST_F(ReportCli, BadInputIsOneLineAndExit2) {
   expect_refused("report " + kCompare + "measurement_pp2.json --html " + kCompare + "measurement_pp2.json", "input file");
   expect_refused("search --model gpt2 --cluster dgx-h100 --gpus 8 --global-batch 8 --csv " + d + "no/dir/x.csv", "--csv");
   EXPECT_FALSE(fs::exists(dir_ / "x.html"));  // nothing written by a refused command
+}
+
+}  // namespace
+
+// Issue 10 item 5: console consistency.
+namespace {
+
+class ConsoleCli : public trainplan::testing::CliTest {};
+
+TEST_F(ConsoleCli, VersionFlag) {
+  const Result r = run("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.rfind("trainplan ", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.find("unknown"), std::string::npos) << r.out;
+}
+
+TEST_F(ConsoleCli, TraceRanksLimitsTheTrace) {
+  const fs::path trace = dir_ / "t.json";
+  // dp2 tp2 pp4: replica 0 runs stages on ranks 0-1, 4-5, 8-9, 12-13.
+  const std::string plan = "simulate --model gpt2 --cluster dgx-a100-80g --gpus 16 --pp 4 --tp 2 --global-batch 32 --trace " +
+                           trace.string();
+  Result r = run(plan + " --trace-ranks 0,4-5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("(3 ranks x 4 streams)"), std::string::npos) << r.out;
+  std::set<int> pids;
+  const nlohmann::json t = read(trace);
+  for (const auto& e : t["traceEvents"]) pids.insert(e["pid"].get<int>());
+  EXPECT_EQ(pids, (std::set<int>{0, 4, 5}));
+  r = run(plan + " --trace-ranks 2-3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("names no rank of data-parallel replica 0"), std::string::npos) << r.err;
+  r = run(plan + " --trace-ranks 16");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("rank 16 is not among the plan's 16 ranks"), std::string::npos) << r.err;
+}
+
+TEST_F(ConsoleCli, ZerosPluralsAndSmallModels) {
+  Result r = run("predict --model gpt2 --cluster dgx-a100-80g --gpus 1 --global-batch 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("124.4M parameters"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(1 GPU, 1 micro-batch of"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("0.0 us"), std::string::npos) << r.out;
+  r = run("compare " + kCompare + "prediction_pp2.json " + kCompare + "measurement_pp2.json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Recomputation is 0 on both sides: its error is n/a, not +0.0%.
+  const std::size_t at = r.out.find("  recompute");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find("n/a"), std::string::npos) << line;
+  EXPECT_EQ(line.find("%"), std::string::npos) << line;
 }
 
 }  // namespace
