@@ -11,13 +11,19 @@ namespace trainplan {
 std::string csv_field(std::string_view s) {
   if (s.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(s);
   std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  for (char c : s) {
+    if (c == '"') out += '"';  // a quote is doubled
+    out += c;
+  }
   return out + "\"";
 }
 
 std::string csv_row(const std::vector<std::string>& fields) {
   std::string out;
-  for (std::size_t i = 0; i < fields.size(); ++i) out += (i ? "," : "") + csv_field(fields[i]);
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i) out += ',';
+    out += csv_field(fields[i]);
+  }
   return out + "\r\n";
 }
 
@@ -90,7 +96,10 @@ std::string capacity_to_csv(const CapacityResult& r, const CapacityContext&) {
       f.insert(f.end(), blank.begin(), blank.end());
     }
     std::string pick;
-    auto add = [&](const char* what) { pick += (pick.empty() ? "" : "; ") + std::string(what); };
+    auto add = [&](const char* what) {
+      if (!pick.empty()) pick += "; ";
+      pick += what;
+    };
     if (r.cheapest_in_deadline == i) add("cheapest within deadline");
     if (r.fastest_in_budget == i) add("fastest within budget");
     if (std::find(r.pareto.begin(), r.pareto.end(), i) != r.pareto.end()) add("pareto");

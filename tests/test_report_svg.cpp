@@ -174,3 +174,18 @@ TEST(Svg, SerializesWellFormedElements) {
 }
 
 }  // namespace
+
+// reports/csv: RFC 4180 quoting (a field with a comma, quote or line break is quoted, quotes doubled).
+#include "reports/csv.hpp"
+
+namespace {
+
+TEST(Csv, QuotesOnlyWhatNeedsIt) {
+  EXPECT_EQ(trainplan::csv_field("dp8 tp1 pp1"), "dp8 tp1 pp1");
+  EXPECT_EQ(trainplan::csv_field("a,b"), "\"a,b\"");
+  EXPECT_EQ(trainplan::csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+  EXPECT_EQ(trainplan::csv_field("two\nlines"), "\"two\nlines\"");
+  EXPECT_EQ(trainplan::csv_row({"x", "1,5", ""}), "x,\"1,5\",\r\n");
+}
+
+}  // namespace
