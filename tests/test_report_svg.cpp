@@ -155,7 +155,9 @@ TEST(Svg, ThinningBoundsALargeScatter) {
       dominated = j != i && pts[j].first <= pts[i].first && pts[j].second < pts[i].second;
       dominated |= j != i && pts[j].first < pts[i].first && pts[j].second <= pts[i].second;
     }
-    if (!dominated) EXPECT_TRUE(in[i]) << i;
+    if (!dominated) {
+      EXPECT_TRUE(in[i]) << i;
+    }
     if (i > 2000) break;  // O(n^2): the first 2000 points are enough
   }
 }
