@@ -7,6 +7,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "reports/csv.hpp"
 #include "reports/search_report.hpp"
 #include "sim/capacity.hpp"
 #include "sim/check.hpp"
@@ -47,6 +48,10 @@ options:
 
 output:
   --json FILE               also write trainplan/capacity/v1 JSON with every printed figure
+  --html FILE               also write an HTML report (days vs cost chart, picks; see trainplan
+                            report)
+  --csv FILE                also write one row per (cluster, GPU count) option as CSV (units in
+                            the header row)
 
 Exit status: 0 when some option is feasible, 3 when none is, 2 on bad input.
 )";
@@ -140,6 +145,8 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
+  auto html_out = open_text_output("html", f.get("html"));
+  auto csv_out = open_text_output("csv", f.get("csv"));
   f.finish();
   bool any_count = false;
   for (const Cluster& c : req.clusters) any_count |= !capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi).empty();
@@ -152,7 +159,12 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   const CapacityResult r = plan_capacity(graph, req);
   const CapacityContext cc{model.name, tokens, req.global_batch, seq, req.deadline_days, req.budget_usd};
   print_capacity(ctx.out, r, cc);
-  if (json_out) json_out->write(capacity_to_json(r, cc));
+  if (json_out || html_out) {
+    const auto doc = capacity_to_json(r, cc);
+    if (json_out) json_out->write(doc);
+    if (html_out) write_html_report(*html_out, doc, fmt::format("trainplan capacity: {}", model.name));
+  }
+  if (csv_out) csv_out->write(capacity_to_csv(r, cc));
   return r.pareto.empty() ? 3 : 0;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "reports/csv.hpp"
 #include "reports/search_report.hpp"
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
@@ -63,7 +64,13 @@ search:
 
 output:
   --json FILE               also write trainplan/search/v1 JSON (top entries are
-                            trainplan/prediction/v1 objects; usable as trainplan predict --plan)
+                            trainplan/prediction/v1 objects; usable as trainplan predict --plan),
+                            with the feasible candidates' step time and peak memory (thinned
+                            to 2000 points, the Pareto front kept whole) for trainplan report
+  --html FILE               also write an HTML report (step time vs memory scatter, Pareto
+                            front, top layouts; see trainplan report)
+  --csv FILE                also write the top, Pareto and infeasible lists as CSV (units in
+                            the header row)
 
 Exit status: 0 with a feasible layout, 3 when none fits, 2 on bad input.
 )";
@@ -141,7 +148,10 @@ int cmd_search(const Args& args, const Context& ctx) {
   options.pareto_window = f.get_double("pareto-window", 1.25, 1.0, 1e6);
   const bool refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
+  auto html_out = open_text_output("html", f.get("html"));
+  auto csv_out = open_text_output("csv", f.get("csv"));
   f.finish();
+  options.keep_points = json_out || html_out;
   if (ctx.out_is_terminal) {
     options.progress = [&ctx](std::int64_t done, std::int64_t total) { draw_progress(ctx.err, done, total); };
   }
@@ -151,7 +161,12 @@ int cmd_search(const Args& args, const Context& ctx) {
   if (refine) refine_top_with_simulation(result, graph, cluster, software, options.objective, options.threads);
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
   print_search(ctx.out, result, sc);
-  if (json_out) json_out->write(search_to_json(result, sc));
+  if (json_out || html_out) {
+    const auto doc = search_to_json(result, sc);
+    if (json_out) json_out->write(doc);
+    if (html_out) write_html_report(*html_out, doc, fmt::format("trainplan search: {} on up to {} x {}", model.name, gpus, cluster.name));
+  }
+  if (csv_out) csv_out->write(search_to_csv(result, sc));
   return result.top.empty() ? 3 : 0;
 }
 

@@ -64,6 +64,7 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
   };
   for (std::size_t stage = 0; stage < ranks.size(); ++stage) {
     for (int rank : ranks[stage]) {
+      if (rank < 0) continue;  // left out of the trace
       put(metadata("process_name", rank, 0, {{"name", fmt::format("rank {} (stage {})", rank, stage)}}).dump());
       put(metadata("process_sort_index", rank, 0, {{"sort_index", rank}}).dump());
       for (int s = 0; s < kStreams; ++s) {
@@ -83,6 +84,7 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
     // a track never overlap after rounding. Event names and kinds need no JSON escaping.
     const double ts = microseconds(e.start), dur = microseconds(e.end) - ts;
     for (int rank : ranks[e.stage]) {
+      if (rank < 0) continue;
       put(fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{{}}}}})",
                       name, to_string(e.kind), rank, thread_id(e.stream), ts, dur, args));
     }
@@ -97,6 +99,7 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
     const auto& from = ranks[send.stage];
     const auto& to = ranks[e.stage];
     for (std::size_t j = 0; j < std::min(from.size(), to.size()); ++j) {
+      if (from[j] < 0 || to[j] < 0) continue;
       ++flow_id;
       put(fmt::format(R"({{"name":"p2p","cat":"p2p","ph":"s","id":{},"pid":{},"tid":{},"ts":{:.3f}}})", flow_id,
                       from[j], thread_id(send.stream), microseconds(send.start)));
@@ -130,6 +133,33 @@ json timeline_summary_json(const Timeline& t, const std::vector<std::vector<int>
                       {"end_s", u.end}});
   }
   return {{"step_s", t.step}, {"stages", std::move(stages)}, {"events", t.events.size()}};
+}
+
+json timeline_events_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
+  const auto ranks = ranks_or_stages(t, stage_ranks);
+  json stages = json::array();
+  for (std::size_t i = 0; i < t.stages.size(); ++i) {
+    json stream = json::array(), kind = json::array(), mb = json::array(), chunk = json::array(),
+         start = json::array(), end = json::array();
+    for (const Event& e : t.events) {
+      if (e.stage != t.stages[i].stage) continue;
+      stream.push_back(to_string(e.stream));
+      kind.push_back(to_string(e.kind));
+      mb.push_back(e.micro_batch);
+      chunk.push_back(e.chunk);
+      start.push_back(e.start);
+      end.push_back(e.end);
+    }
+    stages.push_back({{"stage", t.stages[i].stage},
+                      {"ranks", i < ranks.size() ? ranks[i] : std::vector<int>{}},
+                      {"stream", std::move(stream)},
+                      {"kind", std::move(kind)},
+                      {"micro_batch", std::move(mb)},
+                      {"chunk", std::move(chunk)},
+                      {"start_s", std::move(start)},
+                      {"end_s", std::move(end)}});
+  }
+  return {{"stages", std::move(stages)}};
 }
 
 }  // namespace trainplan

@@ -16,16 +16,25 @@ std::string format_bytes(double b) {
 }
 
 std::string format_seconds(double s) {
+  if (s == 0) return "0 s";  // as trainplan compare prints it, not "0.0 us"
   if (s >= 1) return fmt::format("{:.3f} s", s);
   if (s >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
   return fmt::format("{:.1f} us", s * 1e6);
 }
 
+std::string format_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.1f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
 void print_prediction(std::ostream& os, const Estimate& e, const std::string& title) {
   const Strategy& s = e.strategy;
   os << title << "\n";
-  os << fmt::format("layout: {}  ({} GPUs, {} micro-batches of {} x {} tokens per replica, {}, {} attention)\n",
-                    describe(s), s.gpus(), s.micro_batches(), s.micro_batch, s.seq_len, to_string(s.dtype),
+  os << fmt::format("layout: {}  ({} GPU{}, {} micro-batch{} of {} x {} tokens per replica, {}, {} attention)\n",
+                    describe(s), s.gpus(), s.gpus() == 1 ? "" : "s", s.micro_batches(),
+                    s.micro_batches() == 1 ? "" : "es", s.micro_batch, s.seq_len, to_string(s.dtype),
                     to_string(s.attention));
   if (!e.feasible) {
     os << "INFEASIBLE:\n";

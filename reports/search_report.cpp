@@ -4,6 +4,7 @@
 
 #include "reports/infeasible.hpp"
 #include "reports/prediction_json.hpp"
+#include "reports/svg.hpp"
 
 namespace trainplan {
 
@@ -64,6 +65,19 @@ json extra(const std::string& model, const std::string& cluster, const char* eng
   return {{"model", model}, {"cluster", cluster}, {"engine", engine}};
 }
 
+// The feasible candidates' (step, peak memory) for the report's scatter plot, thinned to at most
+// kMaxCandidatePoints (svg::thin_points: the front kept whole, dominated points one per grid cell).
+constexpr std::size_t kMaxCandidatePoints = 2000;
+json candidates_json(const std::vector<std::pair<Seconds, Bytes>>& points) {
+  const std::vector<std::size_t> kept = svg::thin_points(points, kMaxCandidatePoints);
+  json step = json::array(), bytes = json::array();
+  for (std::size_t i : kept) {
+    step.push_back(points[i].first);
+    bytes.push_back(points[i].second);
+  }
+  return {{"feasible", points.size()}, {"thinned", kept.size() < points.size()}, {"step_s", step}, {"peak_bytes", bytes}};
+}
+
 }  // namespace
 
 void print_search(std::ostream& os, const SearchResult& r, const SearchContext& ctx) {
@@ -75,8 +89,10 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
                       r.stats.max_gpus_considered);
   }
   if (!r.top.empty()) {
+    // One engine per column: the refined top list shows simulated step times (labelled), the lists
+    // below analytic ones, so the same layout can show two figures.
     os << fmt::format("{:>4}  {:<52} {:>5} {:>13} {:>10} {:>11} {:>6}", "rank", "layout", "GPUs", "memory GB",
-                      "step s", "tokens/s", "MFU %");
+                      r.stats.refined > 0 ? "sim step s" : "step s", "tokens/s", "MFU %");
     if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", "USD/step");
     os << "\n";
     for (std::size_t i = 0; i < r.top.size(); ++i) {
@@ -94,14 +110,14 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
     os << "no feasible layout.\n";
   }
   if (!r.infeasible.empty()) {
-    os << "\nfastest infeasible candidates (among those predicted):\n";
+    os << "\nfastest infeasible candidates (among those predicted; analytic step time):\n";
     for (const Estimate& e : r.infeasible) {
       os << fmt::format("  {:<52} {:>10.3f} s  {}\n", describe(e.strategy), e.time.step,
                         e.infeasible.empty() ? "" : describe(e.infeasible.front(), e.strategy));
     }
   }
   if (r.pareto.size() > 1) {
-    os << fmt::format("\nPareto front, step time vs peak memory (exact within {:g}x the best step time):\n",
+    os << fmt::format("\nPareto front, analytic step time vs peak memory (exact within {:g}x the best step time):\n",
                       ctx.pareto_window);
     for (const Estimate& e : r.pareto) {
       os << fmt::format("  {:<52} {:>10.3f} s {:>8} GB\n", describe(e.strategy), e.time.step, gb(e.peak_memory));
@@ -127,7 +143,7 @@ json search_to_json(const SearchResult& r, const SearchContext& ctx) {
   for (Recompute x : sp.recompute) lists["recompute"].push_back(to_string(x));
   for (ScheduleKind x : sp.schedules) lists["schedules"].push_back(to_string(x));
   for (bool x : sp.sequence_parallel) lists["sequence_parallel"].push_back(x);
-  return {{"schema", kSearchSchema},
+  json j = {{"schema", kSearchSchema},
           {"model", ctx.model},
           {"cluster", ctx.cluster},
           {"objective", to_string(ctx.objective)},
@@ -151,6 +167,8 @@ json search_to_json(const SearchResult& r, const SearchContext& ctx) {
           {"top", top},
           {"pareto", pareto},
           {"infeasible", infeasible}};
+  if (!r.points.empty()) j["candidates"] = candidates_json(r.points);
+  return j;
 }
 
 namespace {
@@ -200,7 +218,7 @@ void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityCon
       print_option_line(os, r.options[i]);
     }
   }
-  os << fmt::format("({} searches in {:.2f} s)\n", r.options.size(), r.elapsed_s);
+  os << fmt::format("({} search{} in {:.2f} s)\n", r.options.size(), r.options.size() == 1 ? "" : "es", r.elapsed_s);
 }
 
 json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {

@@ -360,6 +360,7 @@ struct WorkerResult {
   std::vector<Ranked> top;
   std::vector<Ranked> infeasible;  // ranked by step time
   std::vector<Estimate> front;
+  std::vector<std::pair<Seconds, Bytes>> points;  // with SearchOptions::keep_points
   SearchStats stats;
 };
 
@@ -389,6 +390,7 @@ void evaluate(const Problem& p, const Strategy& s, WorkerResult& w) {
     return;
   }
   ++w.stats.feasible;
+  if (o.keep_points) w.points.emplace_back(e.time.step, e.peak_memory);
   const double value = objective_value(o.objective, e, p.cluster);
   const double step = e.time.step;
   Thresholds& t = w.thresholds;
@@ -496,6 +498,7 @@ void merge(WorkerResult& into, WorkerResult&& w, const SearchOptions& o) {
   for (auto& r : w.top) keep_best(into.top, static_cast<std::size_t>(o.top_k), std::move(r));
   for (auto& r : w.infeasible) keep_best(into.infeasible, static_cast<std::size_t>(std::max(0, o.keep_infeasible)), std::move(r));
   for (const auto& e : w.front) add_to_front(into.front, e);
+  into.points.insert(into.points.end(), w.points.begin(), w.points.end());
   SearchStats& st = into.stats;
   st.candidates += w.stats.candidates;
   st.evaluated += w.stats.evaluated;
@@ -596,6 +599,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
     out.top.push_back(std::move(r.e));
   }
   for (auto& r : infeasible) out.infeasible.push_back(std::move(r.e));
+  out.points = std::move(all.points);
   const double best_step = all.thresholds.best_step;
   for (auto& e : front) {
     if (e.time.step <= options.pareto_window * best_step) out.pareto.push_back(std::move(e));
