@@ -25,6 +25,7 @@ Software read_software_flag(const Flags& flags, const std::filesystem::path& dat
 
 // Reads --model --cluster --software --gpus --tp --pp --dp --cp --vp --zero --micro-batch --global-batch --seq
 // --recompute --sequence-parallel --schedule --dtype --attention --fp32-grad-accum --rank-order,
+// --dp-algorithm --ps-servers --ps-placement --grad-compression,
 // or --plan FILE (a trainplan/prediction/v1 or trainplan/search/v1 object; explicit flags
 // override it). Validates the strategy against the model; throws InputError naming the flag.
 PlanInputs read_plan_flags(const Flags& flags, const std::filesystem::path& data_dir,
