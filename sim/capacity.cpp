@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "sim/check.hpp"
+#include "sim/param_server.hpp"
 
 namespace trainplan {
 
@@ -128,9 +129,11 @@ CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req
         // energy (kWh) = power per GPU (W) x GPUs x hours / 1000.
         o.hours = req.tokens / o.best.throughput.tokens_per_s / 3600.0;
         o.days = o.hours / 24.0;
-        o.gpu_hours = gpus * o.hours;
+        // Dedicated parameter-server nodes are paid for and powered too (param_server.hpp).
+        const int billed = billed_gpus(o.best.strategy, c);
+        o.gpu_hours = billed * o.hours;
         o.cost_usd = o.gpu_hours * c.price_per_gpu_hour;
-        o.energy_kwh = c.power_per_gpu * gpus * o.hours / 1000.0;
+        o.energy_kwh = c.power_per_gpu * billed * o.hours / 1000.0;
         if (req.reliability) add_failures(o, graph, req, c);
       }
       out.options.push_back(std::move(o));

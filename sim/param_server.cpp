@@ -70,6 +70,11 @@ double ps_params_per_server_gpu(double total_params, const PsNetwork& n) {
   return total_params / (static_cast<double>(n.servers) * n.server_nics);
 }
 
+int billed_gpus(const Strategy& s, const Cluster& c) {
+  const bool dedicated = s.uses_ps() && s.ps_placement == PsPlacement::dedicated;
+  return s.gpus() + (dedicated ? s.ps_servers * c.gpus_per_node : 0);
+}
+
 double ps_async_staleness(int workers) { return std::max(0, workers - 1); }
 
 void set_parameter_server_figures(Estimate& e) {

@@ -58,6 +58,10 @@ Seconds ps_transfer_time(const PsNetwork& n, Bytes push, Bytes pull);
 // Parameters each server GPU updates per step: total / (S x GPUs per server node).
 double ps_params_per_server_gpu(double total_params, const PsNetwork& n);
 
+// GPUs a plan occupies and pays for: its own plus, with dedicated parameter servers, the S server
+// nodes' (S x gpus_per_node; a server node is costed and powered as a node of the cluster).
+int billed_gpus(const Strategy& s, const Cluster& c);
+
 // Expected staleness of an asynchronous update, in updates: W - 1 for W workers (replicas).
 double ps_async_staleness(int workers);
 

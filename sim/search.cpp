@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "sim/check.hpp"
+#include "sim/param_server.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/op_time.hpp"
 #include "sim/predict.hpp"
@@ -61,7 +62,9 @@ double objective_value(Objective o, Seconds step, double tokens_per_s, int gpus,
 }
 
 double objective_value(Objective o, const Estimate& e, const Cluster& c) {
-  return objective_value(o, e.time.step, e.throughput.tokens_per_s, e.strategy.gpus(), c);
+  // Dedicated parameter-server nodes are paid for too (param_server.hpp); the pruning bounds use
+  // the layout's own GPUs, fewer, so they stay below.
+  return objective_value(o, e.time.step, e.throughput.tokens_per_s, billed_gpus(e.strategy, c), c);
 }
 
 namespace {

@@ -103,6 +103,18 @@ TEST(ParamServer, PredictChargesTheServerBottleneckAsTheDpTime) {
   EXPECT_NEAR(one.ps.updates_per_s, 1 / one.time.step, 1e-12);
 }
 
+TEST(ParamServer, DedicatedServerNodesArePaidFor) {
+  // 16 worker GPUs and 2 dedicated server nodes of 8 GPUs' worth each: 32 GPUs billed, so the
+  // cost objective is price x 32 x step / 3600. Colocated servers add nothing.
+  const Cluster c = two_tier();
+  const LayerGraph g(load_model("gpt2", TRAINPLAN_SOURCE_DIR), 1024);
+  const Strategy s = ps_strategy(16, 2, PsPlacement::dedicated);
+  EXPECT_EQ(billed_gpus(s, c), 32);
+  EXPECT_EQ(billed_gpus(ps_strategy(16, 2, PsPlacement::colocated), c), 16);
+  const Estimate e = predict(g, c, trainplan::testing::default_software(), s);
+  EXPECT_NEAR(objective_value(Objective::cost, e, c), c.price_per_gpu_hour * 32 * e.time.step / 3600, 1e-12);
+}
+
 TEST(ParamServer, AsyncWorkersRunTheSyncStepAndApplyStaleUpdates) {
   // Identical workers: no barrier to wait at, so the per-worker step equals the synchronous one;
   // every one of W = 16 workers applies its own update (16 updates per step time), each stale by
