@@ -59,9 +59,72 @@ struct StepCosts {
   Flops model_flops_per_micro_batch_per_replica = 0;
 };
 
+// Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.
+struct LayerCost {
+  Seconds forward = 0, backward = 0, recompute = 0, tp_forward = 0, tp_backward = 0, cp_forward = 0,
+          cp_backward = 0;
+  double params = 0;  // per rank
+  Flops flops = 0;    // forward FLOPs per rank
+  Flops recompute_flops = 0;
+  Seconds total() const { return forward + backward + recompute + tp_forward + tp_backward + cp_forward + cp_backward; }
+};
+
+// The ops before the first layer (embedding) or after the last (final norm, head, loss), one
+// micro-batch on one rank.
+struct EndCost {
+  Seconds forward = 0, backward = 0, tp_forward = 0, tp_backward = 0;
+  double params = 0;
+  Flops flops = 0;
+  Seconds total() const { return forward + backward + tp_forward + tp_backward; }
+};
+
+// The strategy fields one rank's per-micro-batch work depends on: the TP/CP/SP split, the
+// micro-batch, recomputation, sequence length, dtype, attention kernel, and where the TP and CP
+// groups sit (their rank strides). dp, pp, vp, ZeRO, the schedule and the global batch are not in it.
+struct LayerKey {
+  int tp = 1, cp = 1, micro_batch = 1, seq_len = 0;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  Dtype dtype = Dtype::bf16;
+  Attention attention = Attention::flash;
+  int tp_stride = 1, cp_stride = 1;
+  bool operator==(const LayerKey&) const = default;
+};
+LayerKey layer_key(const Strategy& s);
+
+// What one rank's work for one micro-batch costs, for every strategy with the same LayerKey: one
+// layer, the end ops, and the TP gather after a pipeline send. step_costs() composes a step from
+// it; search computes it once per key and predicts the many layouts that share it from it (the
+// result is the same as computing it anew: predict stays a function of its inputs).
+struct LayerCosts {
+  LayerKey key;
+  int layers = 0;              // transformer layers of the model
+  LayerCost layer;
+  EndCost pre, post;           // without the tied-embedding copy of the last stage (step_costs adds it)
+  Bytes hidden_message = 0;    // one tokens x hidden activation tensor of the micro-batch
+  Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a pipeline send (tp > 1 without SP)
+  // Work of one micro-batch summed over every chunk of a replica: layers x layer.total() +
+  // pre.total() + post.total() (the sum over stages of compose()'s per-stage work is at least this).
+  Seconds replica_work() const { return layers * layer.total() + pre.total() + post.total(); }
+};
+LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                       const Strategy& strategy);
+
 // Per-op costs of `strategy` (assumed valid for the graph's model; see validate()).
 StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software,
                      const Strategy& strategy);
+// The same from layer costs computed for the strategy's LayerKey (checked), written into `out`
+// (its storage is reused: no allocation once it has held a step of as many chunks).
+void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy,
+                const LayerCosts& layer, StepCosts& out);
+
+// A floor of compose()'s step time for any strategy with these layer costs, `pp` stages, `m`
+// micro-batches per replica and `vp` chunks per stage: with W_i each stage's work per micro-batch
+// (sum W_i >= replica_work), compose's step >= m max W_i + (sum W_i - max W_i) / vp
+// >= sum W_i / pp x (m + (pp - 1) / vp), as m >= 1 >= 1/vp and max W_i >= sum W_i / pp.
+Seconds step_time_floor(const LayerCosts& layer, int pp, int m, int vp);
+// The factor of that floor: (m + (pp - 1) / vp) / pp (search's coarser floors use it too).
+double pipeline_factor(int pp, int m, int vp);
 
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with
 // the embedding on the first and the LM head on the last chunk.
@@ -76,9 +139,16 @@ std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cl
 // The analytical estimate from costs already computed by step_costs(graph, cluster, strategy)
 // (the strategy must pass cannot_cost()). Pure; adds cluster_too_small and out_of_memory reasons.
 Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+// The same, written into `out` (its vectors' storage is reused).
+void compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy,
+             Estimate& out);
 
 // The analytical estimate: cannot_cost()'s reason as an infeasible estimate, or
 // compose(step_costs(...)).
 Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy);
+// The same from layer costs computed for the strategy's LayerKey, written into `out`, with
+// `scratch` holding the step costs: no allocation once both have held a step of this size (search).
+void predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy,
+             const LayerCosts& layer, StepCosts& scratch, Estimate& out);
 
 }  // namespace trainplan

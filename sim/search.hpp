@@ -126,6 +126,7 @@ struct CandidateBounds {
   Seconds step = 0;      // <= predict(...).time.step
   Bytes peak_memory = 0; // <= predict(...).peak_memory
 };
-CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster, const Strategy& s);
+CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                                 const Strategy& s);
 
 }  // namespace trainplan
