@@ -240,8 +240,9 @@ std::vector<int> partition_layers(int layers, int chunks, double layer_cost, dou
   return out;
 }
 
-LayerKey layer_key(const Strategy& s) {
-  const RankLayout layout(s);
+namespace {
+
+LayerKey layer_key(const Strategy& s, const RankLayout& layout) {
   LayerKey k;
   k.tp = s.tp;
   k.cp = s.cp;
@@ -255,6 +256,10 @@ LayerKey layer_key(const Strategy& s) {
   k.cp_stride = layout.stride(Dim::cp);
   return k;
 }
+
+}  // namespace
+
+LayerKey layer_key(const Strategy& s) { return layer_key(s, RankLayout(s)); }
 
 LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& s) {
   LayerCosts out;
@@ -275,19 +280,34 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
 
 double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<double>(pp - 1) / vp) / pp; }
 
-Seconds step_time_floor(const LayerCosts& layer, int pp, int m, int vp) {
-  return layer.replica_work() * pipeline_factor(pp, m, vp);
+Seconds p2p_time(const Cluster& cluster, const LayerCosts& lc, int pp, int pp_stride) {
+  if (pp == 1) return 0;
+  // Activations between stages; with TP each rank sends 1/tp of them (and the receiver gathers
+  // them over TP: LayerCosts::p2p_tp_gather).
+  const Link pp_link = group_link(cluster, 2, pp_stride);
+  const Bytes msg = lc.hidden_message / lc.key.tp;
+  Seconds t = collective_time(Collective::send_recv, 2, msg, pp_link) + cluster.collectives.call_overhead;
+  if (lc.key.tp > 1 && !lc.key.sequence_parallel) t += lc.p2p_tp_gather;
+  return t;
+}
+
+Seconds step_time_floor(const LayerCosts& lc, Seconds p2p, int pp, int m, int vp) {
+  const Seconds sends = pp > 1 ? 2 * vp * p2p : 0;  // per stage and micro-batch (compose's StageSum::pp)
+  const Seconds sum = lc.replica_work() + pp * sends;
+  const int most_layers = (lc.layers + pp - 1) / pp;
+  const Seconds max = std::max(sum / pp, most_layers * lc.layer.total() + sends);
+  return max * (m - 1.0 / vp) + sum / vp;
 }
 
 void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s,
                 const LayerCosts& lc, StepCosts& out) {
-  TRAINPLAN_CHECK(lc.key == layer_key(s), "layer costs computed for another strategy");
+  const RankLayout layout(s);
+  TRAINPLAN_CHECK(lc.key == layer_key(s, layout), "layer costs computed for another strategy");
   const LayerCost& layer = lc.layer;
   const EndCost& pre = lc.pre;
   EndCost post = lc.post;
   if (graph.model().tied_embeddings && s.pp > 1) post.params += graph.model().vocab * double(graph.model().hidden) / s.tp;
 
-  const RankLayout layout(s);
   const int dp_group = s.dp * s.cp;  // ranks that hold replicas of the same parameters
   const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
   const Link dp_link = group_link(cluster, dp_group, dp_stride);
@@ -361,14 +381,7 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
     }
   }
 
-  if (s.pp > 1) {
-    // Activations between stages; with TP each rank sends 1/tp of them (and the receiver gathers
-    // them over TP: LayerCosts::p2p_tp_gather).
-    const Link pp_link = group_link(cluster, 2, layout.stride(Dim::pp));
-    const Bytes msg = lc.hidden_message / s.tp;
-    out.p2p = collective_time(Collective::send_recv, 2, msg, pp_link) + cluster.collectives.call_overhead;
-    if (s.tp > 1 && !s.sequence_parallel) out.p2p += lc.p2p_tp_gather;
-  }
+  out.p2p = p2p_time(cluster, lc, s.pp, layout.stride(Dim::pp));
   // Stage i holds chunks i, i + pp, i + 2 pp, ...
   double busiest_params = 0;
   for (int i = 0; i < s.pp; ++i) {

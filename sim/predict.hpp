@@ -118,12 +118,19 @@ StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Soft
 void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy,
                 const LayerCosts& layer, StepCosts& out);
 
-// A floor of compose()'s step time for any strategy with these layer costs, `pp` stages, `m`
-// micro-batches per replica and `vp` chunks per stage: with W_i each stage's work per micro-batch
-// (sum W_i >= replica_work), compose's step >= m max W_i + (sum W_i - max W_i) / vp
-// >= sum W_i / pp x (m + (pp - 1) / vp), as m >= 1 >= 1/vp and max W_i >= sum W_i / pp.
-Seconds step_time_floor(const LayerCosts& layer, int pp, int m, int vp);
-// The factor of that floor: (m + (pp - 1) / vp) / pp (search's coarser floors use it too).
+// One activation (or gradient) send between adjacent pipeline stages, `pp_stride` ranks apart,
+// for a micro-batch with these layer costs (StepCosts::p2p; 0 with one stage).
+Seconds p2p_time(const Cluster& cluster, const LayerCosts& layer, int pp, int pp_stride);
+
+// A floor of compose()'s step time for any strategy with these layer costs, pipeline send time
+// `p2p`, `pp` stages, `m` micro-batches per replica and `vp` chunks per stage. With W_i stage i's
+// work per micro-batch in compose (its layers' costs, end ops, 2 vp p2p sends, exposed ZeRO
+// traffic), S = sum W_i >= replica_work + pp 2 vp p2p and M = max W_i >= max(S / pp,
+// ceil(layers / pp) x layer.total() + 2 vp p2p) (some stage holds ceil(layers / pp) layers), and
+// compose's step >= m M + (S - M) / vp = M (m - 1/vp) + S / vp, increasing in M as m >= 1 >= 1/vp.
+Seconds step_time_floor(const LayerCosts& layer, Seconds p2p, int pp, int m, int vp);
+// (m + (pp - 1) / vp) / pp: the floor above with M = S / pp, per second of S (search's coarser
+// floors use it).
 double pipeline_factor(int pp, int m, int vp);
 
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with

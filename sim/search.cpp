@@ -19,6 +19,7 @@
 #include "sim/memory_model.hpp"
 #include "sim/op_time.hpp"
 #include "sim/predict.hpp"
+#include "sim/rank_layout.hpp"
 
 namespace trainplan {
 
@@ -320,9 +321,9 @@ struct Bounds {
 // the runtime overhead); see the header for the argument.
 Bounds bounds(const Problem& p, const Strategy& s, Bytes per_layer_act, const LayerCosts& layer) {
   const int m = s.micro_batches();
-  const Seconds step = std::max(work_floor(p, s.tp, s.cp, s.micro_batch, s.recompute == Recompute::full),
-                                layer.replica_work()) *
-                       pipeline_factor(s.pp, m, s.vp);
+  const Seconds step =
+      std::max(work_floor(p, s.tp, s.cp, s.micro_batch, s.recompute == Recompute::full) * pipeline_factor(s.pp, m, s.vp),
+               step_time_floor(layer, p2p_time(p.cluster, layer, s.pp, RankLayout(s).stride(Dim::pp)), s.pp, m, s.vp));
   const Bytes memory = p.cluster.runtime_overhead +
                        (states_floor(p, s.dp, s.tp, s.cp, s.zero) +
                         activation_floor_layers(p, s.schedule, s.pp, m, s.vp) * per_layer_act) / s.pp;
@@ -490,6 +491,8 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
     }
   }
   const std::size_t tp_i = index_of(p.tps, l.tp), cp_i = index_of(p.cps, l.cp);
+  const int pp_stride = RankLayout(make_strategy(p, l, p.micro_batches.front(), ScheduleKind::one_f_one_b, 1, settings.front()))
+                            .stride(Dim::pp);
   for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
     const int mb = p.micro_batches[mi];
     if (gb % (l.dp * mb) != 0) continue;
@@ -498,14 +501,17 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
     const Seconds work_plain = work_floor(p, l.tp, l.cp, mb, false), work_full = work_floor(p, l.tp, l.cp, mb, true);
     Bytes min_act = std::numeric_limits<double>::infinity();
     for (const Setting& st : settings) min_act = std::min(min_act, act[static_cast<int>(st.recompute) * 2 + st.sp]);
-    // Work of one micro-batch over all stages from the layer costs, by (recompute, sp); looked up
-    // only once the cheaper floors have not settled a subtree.
-    double replica_work[6];
-    std::fill(std::begin(replica_work), std::end(replica_work), -1.0);
-    auto work_of = [&](const Setting& st) {
-      double& r = replica_work[static_cast<int>(st.recompute) * 2 + st.sp];
-      if (r < 0) r = worker.layer(p, l, mi, st.recompute, st.sp).replica_work();
-      return r;
+    // Layer costs and pipeline send time by (recompute, sp), looked up only once the cheaper
+    // floors have not settled a subtree: step_time_floor (predict.hpp) of a setting.
+    const LayerCosts* layer[6] = {};
+    Seconds p2p[6];
+    auto floor_of = [&](const Setting& st, int vp) {
+      const int i = static_cast<int>(st.recompute) * 2 + st.sp;
+      if (!layer[i]) {
+        layer[i] = &worker.layer(p, l, mi, st.recompute, st.sp);
+        p2p[i] = p2p_time(p.cluster, *layer[i], l.pp, pp_stride);
+      }
+      return step_time_floor(*layer[i], p2p[i], l.pp, m, vp);
     };
     for_each_schedule(p, l.pp, m, [&](ScheduleKind kind, int vp) {
       w.stats.candidates += per_schedule;
@@ -521,9 +527,9 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
         w.stats.pruned_by_bound += per_schedule;
         return;
       }
-      double min_work = std::numeric_limits<double>::infinity();
-      for (const Setting& st : settings) min_work = std::min(min_work, work_of(st));
-      if (beaten(p, t, min_work * pipe * kMargin, gpus)) {
+      double min_floor = std::numeric_limits<double>::infinity();
+      for (const Setting& st : settings) min_floor = std::min(min_floor, floor_of(st, vp));
+      if (beaten(p, t, min_floor * kMargin, gpus)) {
         w.stats.pruned_by_bound += per_schedule;
         return;
       }
@@ -533,7 +539,7 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
           ++w.stats.pruned_out_of_memory;
           continue;
         }
-        const Seconds step = std::max(st.recompute == Recompute::full ? work_full : work_plain, work_of(st)) * pipe;
+        const Seconds step = std::max((st.recompute == Recompute::full ? work_full : work_plain) * pipe, floor_of(st, vp));
         if (beaten(p, t, step * kMargin, gpus)) {
           ++w.stats.pruned_by_bound;
           continue;
