@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <functional>
 #include <chrono>
 #include <cmath>
@@ -515,16 +516,17 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
     };
     for_each_schedule(p, l.pp, m, [&](ScheduleKind kind, int vp) {
       w.stats.candidates += per_schedule;
-      const double floor_layers = activation_floor_layers(p, kind, l.pp, m, vp);
       const double pipe = pipeline_factor(l.pp, m, vp);
-      // Subtree level: every setting out of memory, or every setting beaten (by the matmul floor,
-      // then by the layer costs' floor, step_time_floor in predict.hpp).
-      if ((overhead + (min_states + floor_layers * min_act) / l.pp) * kMargin > capacity) {
-        w.stats.pruned_out_of_memory += per_schedule;
-        return;
-      }
+      // Subtree level: every setting beaten by the matmul floor (O(1), so tested first), every
+      // setting out of memory (O(pp)), or every setting beaten by the layer costs' floor
+      // (step_time_floor in predict.hpp).
       if (beaten(p, t, work_plain * pipe * kMargin, gpus)) {
         w.stats.pruned_by_bound += per_schedule;
+        return;
+      }
+      const double floor_layers = activation_floor_layers(p, kind, l.pp, m, vp);
+      if ((overhead + (min_states + floor_layers * min_act) / l.pp) * kMargin > capacity) {
+        w.stats.pruned_out_of_memory += per_schedule;
         return;
       }
       double min_floor = std::numeric_limits<double>::infinity();
@@ -620,21 +622,36 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   const auto total = static_cast<std::int64_t>(layouts.size());
   bool reported = false;
   auto next_report = start + std::chrono::milliseconds(200);
-  for (std::size_t begin = 0; begin < layouts.size(); begin += kLayoutsPerRound) {
-    const std::size_t end = std::min(layouts.size(), begin + kLayoutsPerRound);
-    std::vector<WorkerResult> round(end - begin);
-    for (auto& w : round) w.thresholds = all.thresholds;
-    std::atomic<std::size_t> next{begin};
-    auto work = [&](Worker& worker) {
-      for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) {
-        run_layout(p, layouts[i], round[i - begin], worker);
+  // The helper threads live for the whole search; two barrier phases a round: the round is set up
+  // (or the search is over) / every layout of the round is done.
+  std::size_t begin = 0, end = 0;
+  std::vector<WorkerResult> round;
+  std::atomic<std::size_t> next{0};
+  auto work = [&](Worker& worker) {
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) {
+      run_layout(p, layouts[i], round[i - begin], worker);
+    }
+  };
+  std::barrier<> sync(threads);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (;;) {
+        sync.arrive_and_wait();
+        if (begin >= layouts.size()) return;
+        work(workers[t]);
+        sync.arrive_and_wait();
       }
-    };
-    const int helpers = std::min(threads, static_cast<int>(end - begin)) - 1;
-    std::vector<std::thread> pool;
-    for (int t = 0; t < helpers; ++t) pool.emplace_back(work, std::ref(workers[t + 1]));
+    });
+  }
+  for (; begin < layouts.size(); begin += kLayoutsPerRound) {
+    end = std::min(layouts.size(), begin + kLayoutsPerRound);
+    round.assign(end - begin, WorkerResult{});
+    for (auto& w : round) w.thresholds = all.thresholds;
+    next.store(begin, std::memory_order_relaxed);
+    sync.arrive_and_wait();  // the round starts
     work(workers[0]);
-    for (auto& th : pool) th.join();
+    sync.arrive_and_wait();  // the round is done
     for (auto& w : round) merge(all, std::move(w), options);
     // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
     if (options.progress && Clock::now() >= next_report) {
@@ -643,6 +660,8 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
       next_report = Clock::now() + std::chrono::milliseconds(100);
     }
   }
+  sync.arrive_and_wait();  // begin >= layouts.size(): the helpers return
+  for (auto& th : pool) th.join();
   if (reported && options.progress) options.progress(total, total);
 
   SearchResult out;
