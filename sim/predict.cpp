@@ -275,6 +275,9 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
   if (s.tp > 1 && !s.sequence_parallel) {
     out.p2p_tp_gather = collective_time(Collective::all_gather, s.tp, out.hidden_message, x.tp_link);
   }
+  out.stored_layer = stored_layer_activation_bytes(graph, software, s);
+  out.working_layer = s.recompute == Recompute::full ? layer_activation_bytes(graph, software, s, true) : 0;
+  out.model_forward_flops_per_token = graph.forward_flops_per_token();
   return out;
 }
 
@@ -403,12 +406,12 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   out.overlap_slowdown = cluster.collectives.overlap_slowdown;
   out.zero_reduce_per_micro_batch = s.zero >= 2;
   const double replica_tokens = static_cast<double>(s.micro_batch) * s.seq_len;
-  const Flops model_fwd = graph.forward_flops_per_token() * replica_tokens;
+  const Flops model_fwd = lc.model_forward_flops_per_token * replica_tokens;
   out.model_flops_per_micro_batch_per_replica = 3 * model_fwd;
   // Recomputed forward FLOPs, whole replica: per-rank layer figure x layers x (tp * cp) ranks.
   out.hardware_flops_per_micro_batch_per_replica =
       3 * model_fwd + layer.recompute_flops * graph.model().layers * s.tp * s.cp;
-  out.memory = memory_model(graph, cluster, sw, s);
+  out.memory = memory_model(graph, cluster, sw, s, lc.stored_layer, lc.working_layer);
 }
 
 StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& s) {

@@ -103,6 +103,10 @@ struct LayerCosts {
   EndCost pre, post;           // without the tied-embedding copy of the last stage (step_costs adds it)
   Bytes hidden_message = 0;    // one tokens x hidden activation tensor of the micro-batch
   Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a pipeline send (tp > 1 without SP)
+  // Activation bytes of one layer for memory_model(): as stored between forward and backward, and
+  // the working set of a layer being recomputed (full recomputation; else 0).
+  Bytes stored_layer = 0, working_layer = 0;
+  Flops model_forward_flops_per_token = 0;  // LayerGraph::forward_flops_per_token()
   // Work of one micro-batch summed over every chunk of a replica: layers x layer.total() +
   // pre.total() + post.total() (the sum over stages of compose()'s per-stage work is at least this).
   Seconds replica_work() const { return layers * layer.total() + pre.total() + post.total(); }
