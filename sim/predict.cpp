@@ -281,8 +281,6 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
   return out;
 }
 
-double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<double>(pp - 1) / vp) / pp; }
-
 Seconds p2p_time(const Cluster& cluster, const LayerCosts& lc, int pp, int pp_stride) {
   if (pp == 1) return 0;
   // Activations between stages; with TP each rank sends 1/tp of them (and the receiver gathers

@@ -135,7 +135,7 @@ Seconds p2p_time(const Cluster& cluster, const LayerCosts& layer, int pp, int pp
 Seconds step_time_floor(const LayerCosts& layer, Seconds p2p, int pp, int m, int vp);
 // (m + (pp - 1) / vp) / pp: the floor above with M = S / pp, per second of S (search's coarser
 // floors use it).
-double pipeline_factor(int pp, int m, int vp);
+inline double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<double>(pp - 1) / vp) / pp; }
 
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with
 // the embedding on the first and the LM head on the last chunk.

@@ -9,6 +9,7 @@
 #include <barrier>
 #include <functional>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -132,27 +133,27 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
 // into, so that predicting a layout allocates nothing.
 class Worker {
  public:
-  explicit Worker(const Problem& p)
-      : keys_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6), ready_(keys_.size(), 0) {}
+  explicit Worker(const Problem& p) : slot_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, -1) {}
 
-  // Layer costs of (tp, cp, micro-batch index, recompute, sp) of layout `l`.
+  // Layer costs of (tp, cp, micro-batch index, recompute, sp) of layout `l`. The reference stays
+  // valid for the worker's life (a deque does not move its elements as it grows).
   const LayerCosts& layer(const Problem& p, const Layout& l, std::size_t mi, Recompute r, bool sp) {
     const std::size_t i = ((static_cast<std::size_t>(index_of(p.tps, l.tp)) * p.cps.size() + index_of(p.cps, l.cp)) *
                                p.micro_batches.size() + mi) * 6 + static_cast<std::size_t>(r) * 2 + sp;
-    if (!ready_[i]) {
+    if (slot_[i] < 0) {
       const Strategy s = make_strategy(p, l, p.micro_batches[mi], ScheduleKind::one_f_one_b, 1, {0, r, sp});
-      keys_[i] = layer_costs(p.graph, p.cluster, p.software, s);
-      ready_[i] = 1;
+      slot_[i] = static_cast<int>(keys_.size());
+      keys_.push_back(layer_costs(p.graph, p.cluster, p.software, s));
     }
-    return keys_[i];
+    return keys_[static_cast<std::size_t>(slot_[i])];
   }
 
   StepCosts costs;    // predict's scratch
   Estimate estimate;  // the last prediction
 
  private:
-  std::vector<LayerCosts> keys_;
-  std::vector<unsigned char> ready_;
+  std::vector<int> slot_;        // index into keys_ by (tp, cp, micro-batch, recompute, sp); -1: not yet
+  std::deque<LayerCosts> keys_;  // the layer costs met so far
 };
 
 bool has(const std::vector<ScheduleKind>& v, ScheduleKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }
@@ -617,7 +618,8 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   // timing; a round only delays when one layout's finds start pruning another's. Layouts come most
   // promising first, so the first round sets tight thresholds.
   constexpr std::size_t kLayoutsPerRound = 16;
-  std::vector<Worker> workers(threads, Worker(p));  // each thread's layer costs and scratch, kept over the rounds
+  std::vector<Worker> workers;  // each thread's layer costs and scratch, kept over the rounds
+  for (int t = 0; t < threads; ++t) workers.emplace_back(p);
   WorkerResult all;
   const auto total = static_cast<std::int64_t>(layouts.size());
   bool reported = false;
