@@ -117,6 +117,12 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
 }
 
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s) {
+  return memory_model(graph, cluster, sw, s, stored_layer_activation_bytes(graph, sw, s),
+                      s.recompute == Recompute::full ? layer_activation_bytes(graph, sw, s, true) : 0);
+}
+
+MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s,
+                         Bytes stored_layer, Bytes working_layer) {
   MemoryModel mm;
   mm.per_param = state_bytes(sw.memory, s);
   mm.zero = s.zero;
@@ -125,8 +131,8 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   mm.vp = s.vp;
   mm.micro_batches = s.micro_batches();
   mm.schedule = s.schedule;
-  mm.stored_layer = stored_layer_activation_bytes(graph, sw, s);
-  mm.working_layer = s.recompute == Recompute::full ? layer_activation_bytes(graph, sw, s, true) : 0;
+  mm.stored_layer = stored_layer;
+  mm.working_layer = working_layer;
   mm.tokens = s.tokens_per_rank();
   mm.hidden = graph.model().hidden;
   mm.vocab = graph.model().vocab;

@@ -105,6 +105,11 @@ struct MemoryModel {
 // The default MemoryProfile and Allocator (Megatron-style accounting, no allocator overhead).
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Strategy& s);
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s);
+// The same with the per-layer activation bytes already computed: stored_layer_activation_bytes()
+// and, under full recomputation, layer_activation_bytes(keep_all) (else 0). Both depend only on the
+// strategy's per-rank layer split (predict.hpp's LayerKey), so search computes them once per key.
+MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s,
+                         Bytes stored_layer, Bytes working_layer);
 
 // Activation bytes pipeline stage `stage` holds at its peak, with `layers` transformer layers over
 // its vp chunks: in flight x layers per chunk x stored bytes per layer, the working layer of full

@@ -22,7 +22,8 @@ namespace trainplan {
 
 namespace {
 
-// Everything that depends only on the strategy, computed once per prediction.
+// Everything one rank's per-micro-batch work depends on (the strategy's LayerKey fields), computed
+// once per layer_costs().
 struct Setting {
   const LayerGraph& graph;
   const Cluster& cluster;
@@ -31,9 +32,7 @@ struct Setting {
   double tokens;          // tokens per rank per micro-batch: b * seq / cp
   double act_bytes;       // bytes per activation element
   double seq_share;       // share of a sequence-split tensor a rank holds: 1/tp with SP
-  FlopsPerSecond peak;
-  Link tp_link, cp_link, pp_link, dp_link;
-  int dp_group;           // ranks that hold replicas of the same parameters: dp * cp
+  Link tp_link, cp_link;
   // TP collectives of one activation tensor (tokens x hidden) of the micro-batch; 0 without TP.
   Seconds tp_all_reduce = 0, tp_reduce_scatter = 0, tp_all_gather = 0;
   Seconds tp_point = 0;   // one TP all-reduce point (see tp_point_time())
@@ -42,18 +41,13 @@ struct Setting {
 
 void set_tp_collectives(Setting& x);
 
-Setting make_setting(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
-  RankLayout layout(s);
-  Setting x{g, c, sw, s, 0, 0, 0, 0, {}, {}, {}, {}, s.dp * s.cp};
+Setting make_setting(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s, const LayerKey& key) {
+  Setting x{g, c, sw, s, 0, 0, 0, {}, {}, 0, 0, 0, 0, {}};
   x.tokens = s.tokens_per_rank();
   x.act_bytes = activation_bytes(s.dtype);
   x.seq_share = s.sequence_parallel ? 1.0 / s.tp : 1.0;
-  x.peak = c.gpu.peak(s.dtype);
-  x.tp_link = group_link(c, s.tp, layout.stride(Dim::tp));
-  x.cp_link = group_link(c, s.cp, layout.stride(Dim::cp));
-  x.pp_link = group_link(c, 2, layout.stride(Dim::pp));
-  const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
-  x.dp_link = group_link(c, x.dp_group, dp_stride);
+  x.tp_link = group_link(c, s.tp, key.tp_stride);
+  x.cp_link = group_link(c, s.cp, key.cp_stride);
   set_tp_collectives(x);
   x.ops = op_costs(g, c, sw, s);
   return x;
@@ -97,16 +91,6 @@ TpTime layer_tp_time(const Setting& x, const LayerBoundaries& b) {
   }
   return {b.exit * x.tp_all_reduce, b.enter * x.tp_all_reduce};
 }
-
-// Costs of one transformer layer (all layers are identical) for one micro-batch.
-struct LayerCost {
-  Seconds forward = 0, backward = 0, recompute = 0, tp_forward = 0, tp_backward = 0, cp_forward = 0,
-          cp_backward = 0;
-  double params = 0;  // per rank
-  Flops flops = 0;    // forward FLOPs per rank
-  Flops recompute_flops = 0;
-  Seconds total() const { return forward + backward + recompute + tp_forward + tp_backward + cp_forward + cp_backward; }
-};
 
 LayerCost layer_cost(const Setting& x) {
   LayerCost c;
@@ -158,14 +142,6 @@ LayerCost layer_cost(const Setting& x) {
   return c;
 }
 
-// The ops before the first layer (embedding) or after the last (final norm, head, loss).
-struct EndCost {
-  Seconds forward = 0, backward = 0, tp_forward = 0, tp_backward = 0;
-  double params = 0;
-  Flops flops = 0;
-  Seconds total() const { return forward + backward + tp_forward + tp_backward; }
-};
-
 EndCost end_cost(const Setting& x, std::span<const OpSpec> ops, const EndOpCosts& t) {
   EndCost c;
   c.forward = t.fwd.time(x.sw);
@@ -187,15 +163,21 @@ EndCost end_cost(const Setting& x, std::span<const OpSpec> ops, const EndOpCosts
 
 }  // namespace
 
-std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
-                                  double last_extra) {
+namespace {
+
+// partition_layers() into `out` (one entry per chunk), without allocating.
+void partition_layers_into(int layers, std::span<int> out, double layer_cost, double first_extra, double last_extra) {
+  const int chunks = static_cast<int>(out.size());
   TRAINPLAN_CHECK(chunks >= 1 && layers >= chunks, "need at least one layer per chunk");
-  if (chunks == 1) return {layers};
+  if (chunks == 1) {
+    out[0] = layers;
+    return;
+  }
   if (!(std::isfinite(layer_cost) && std::isfinite(first_extra) && std::isfinite(last_extra)) || !(layer_cost > 0)) {
     // No usable costs (e.g. a dtype the GPU lacks): split evenly, later chunks take the remainder.
-    std::vector<int> even(chunks, layers / chunks);
-    for (int i = chunks - layers % chunks; i < chunks; ++i) ++even[i];
-    return even;
+    std::fill(out.begin(), out.end(), layers / chunks);
+    for (int i = chunks - layers % chunks; i < chunks; ++i) ++out[i];
+    return;
   }
   // Largest layer count a chunk may hold under a time budget T, at least 1.
   auto cap = [&](double T, double extra) {
@@ -238,46 +220,122 @@ std::vector<int> partition_layers(int layers, int chunks, double layer_cost, dou
     }
   }
   const int q = static_cast<int>(lo_q);
-  std::vector<int> caps(chunks, cap_mid);
-  caps.front() = cap_first;
-  caps.back() = cap_last;
-  std::vector<int> out(chunks);
+  auto caps = [&](int i) { return i == 0 ? cap_first : i == chunks - 1 ? cap_last : cap_mid; };
   int rest = layers;
-  for (int i = 0; i < chunks; ++i) rest -= (out[i] = std::min(caps[i], q));
+  for (int i = 0; i < chunks; ++i) rest -= (out[i] = std::min(caps(i), q));
   for (int i = chunks - 1; i >= 0 && rest > 0; --i) {
-    if (out[i] < caps[i]) {
+    if (out[i] < caps(i)) {
       ++out[i];
       --rest;
     }
   }
   TRAINPLAN_CHECK(rest == 0, "layer partition lost layers");
+}
+
+}  // namespace
+
+std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
+                                  double last_extra) {
+  TRAINPLAN_CHECK(chunks >= 1, "need at least one layer per chunk");
+  std::vector<int> out(chunks);
+  partition_layers_into(layers, out, layer_cost, first_extra, last_extra);
   return out;
 }
 
 namespace {
 
-StepCosts step_costs(const Setting& x) {
-  const LayerGraph& graph = x.graph;
-  const Strategy& s = x.s;
-  const LayerCost layer = layer_cost(x);
-  const EndCost pre = end_cost(x, graph.pre_ops(), x.ops.pre);
-  EndCost post = end_cost(x, graph.post_ops(), x.ops.post);
+LayerKey layer_key(const Strategy& s, const RankLayout& layout) {
+  LayerKey k;
+  k.tp = s.tp;
+  k.cp = s.cp;
+  k.micro_batch = s.micro_batch;
+  k.seq_len = s.seq_len;
+  k.sequence_parallel = s.sequence_parallel;
+  k.recompute = s.recompute;
+  k.dtype = s.dtype;
+  k.attention = s.attention;
+  k.tp_stride = layout.stride(Dim::tp);
+  k.cp_stride = layout.stride(Dim::cp);
+  return k;
+}
+
+}  // namespace
+
+LayerKey layer_key(const Strategy& s) { return layer_key(s, RankLayout(s)); }
+
+LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& s) {
+  LayerCosts out;
+  out.key = layer_key(s);
+  const Setting x = make_setting(graph, cluster, software, s, out.key);
+  out.layers = graph.model().layers;
+  out.layer = layer_cost(x);
+  out.pre = end_cost(x, graph.pre_ops(), x.ops.pre);
+  out.post = end_cost(x, graph.post_ops(), x.ops.post);
+  out.hidden_message = hidden_message(x);
+  // With TP the receiver of a pipeline send all-gathers the activations over the TP group
+  // (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already keeps them sharded.
+  if (s.tp > 1 && !s.sequence_parallel) {
+    out.p2p_tp_gather = collective_time(Collective::all_gather, s.tp, out.hidden_message, x.tp_link);
+  }
+  out.stored_layer = stored_layer_activation_bytes(graph, software, s);
+  out.working_layer = s.recompute == Recompute::full ? layer_activation_bytes(graph, software, s, true) : 0;
+  out.model_forward_flops_per_token = graph.forward_flops_per_token();
+  return out;
+}
+
+Seconds p2p_time(const Cluster& cluster, const LayerCosts& lc, int pp, int pp_stride) {
+  if (pp == 1) return 0;
+  // Activations between stages; with TP each rank sends 1/tp of them (and the receiver gathers
+  // them over TP: LayerCosts::p2p_tp_gather).
+  const Link pp_link = group_link(cluster, 2, pp_stride);
+  const Bytes msg = lc.hidden_message / lc.key.tp;
+  Seconds t = collective_time(Collective::send_recv, 2, msg, pp_link) + cluster.collectives.call_overhead;
+  if (lc.key.tp > 1 && !lc.key.sequence_parallel) t += lc.p2p_tp_gather;
+  return t;
+}
+
+Seconds step_time_floor(const LayerCosts& lc, Seconds p2p, int pp, int m, int vp) {
+  const Seconds sends = pp > 1 ? 2 * vp * p2p : 0;  // per stage and micro-batch (compose's StageSum::pp)
+  const Seconds sum = lc.replica_work() + pp * sends;
+  const int most_layers = (lc.layers + pp - 1) / pp;
+  const Seconds max = std::max(sum / pp, most_layers * lc.layer.total() + sends);
+  return max * (m - 1.0 / vp) + sum / vp;
+}
+
+void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s,
+                const LayerCosts& lc, StepCosts& out) {
+  const RankLayout layout(s);
+  TRAINPLAN_CHECK(lc.key == layer_key(s, layout), "layer costs computed for another strategy");
+  const LayerCost& layer = lc.layer;
+  const EndCost& pre = lc.pre;
+  EndCost post = lc.post;
   if (graph.model().tied_embeddings && s.pp > 1) post.params += graph.model().vocab * double(graph.model().hidden) / s.tp;
 
+  const int dp_group = s.dp * s.cp;  // ranks that hold replicas of the same parameters
+  const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
+  const Link dp_link = group_link(cluster, dp_group, dp_stride);
+
   const int nchunks = s.pp * s.vp;
-  const std::vector<int> split = partition_layers(graph.model().layers, nchunks, layer.total(), pre.total(), post.total());
+  // Layers per chunk; on the stack for the usual depths (search predicts millions of layouts).
+  constexpr int kInline = 256;
+  int inline_split[kInline];
+  std::vector<int> heap_split(nchunks > kInline ? nchunks : 0);
+  const std::span<int> split = nchunks > kInline ? std::span<int>(heap_split) : std::span<int>(inline_split, nchunks);
+  partition_layers_into(graph.model().layers, split, layer.total(), pre.total(), post.total());
   const StateBytes state = state_bytes(s);
   // Gradient compression (compression.hpp): bytes on the wire and extra compute of one layer and
   // of the end ops; parameter servers (param_server.hpp) replace the DP collective.
-  const CompressionCost layer_cc = compression_cost(layer_gradients(graph, s), x.cluster, s, state.grad);
-  const CompressionCost pre_cc = compression_cost(pre_gradients(graph, s), x.cluster, s, state.grad);
-  const CompressionCost post_cc = compression_cost(post_gradients(graph, s), x.cluster, s, state.grad);
-  const bool reduces = x.dp_group > 1 || s.uses_ps();  // gradients leave the GPU at all
-  const PsNetwork ps = ps_network(x.cluster, s);
+  const CompressionCost layer_cc = compression_cost(layer_gradients(graph, s), cluster, s, state.grad);
+  const CompressionCost pre_cc = compression_cost(pre_gradients(graph, s), cluster, s, state.grad);
+  const CompressionCost post_cc = compression_cost(post_gradients(graph, s), cluster, s, state.grad);
+  const bool reduces = dp_group > 1 || s.uses_ps();  // gradients leave the GPU at all
+  const PsNetwork ps = ps_network(cluster, s);
   std::vector<Seconds> compress(nchunks, 0.0);
 
-  StepCosts out;
-  out.chunks.resize(nchunks);
+  std::vector<ChunkCost> chunks = std::move(out.chunks);  // keeps its storage
+  out = StepCosts{};
+  out.chunks = std::move(chunks);
+  out.chunks.assign(nchunks, ChunkCost{});
   int first_layer = 0;
   for (int v = 0; v < nchunks; ++v) {
     ChunkCost& c = out.chunks[v];
@@ -307,7 +365,7 @@ StepCosts step_costs(const Setting& x) {
       c.params += e->params;
     }
     // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
-    if (x.sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(x.cluster, x.sw, c.params).time(x.sw);
+    if (sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
     c.grad_bytes = c.params * state.grad;
     CompressionCost cc = n * layer_cc;
     if (c.has_embedding) cc += pre_cc;
@@ -321,41 +379,34 @@ StepCosts step_costs(const Setting& x) {
     if (s.uses_ps()) {
       // Push the (compressed) gradients, pull the 16-bit parameters: per round one call and a
       // message each way (param_server.hpp).
-      c.dp_reduce = cc.rounds * (x.cluster.collectives.call_overhead + 2 * ps.latency) +
+      c.dp_reduce = cc.rounds * (cluster.collectives.call_overhead + 2 * ps.latency) +
                     ps_transfer_time(ps, cc.wire, c.params * state.weight);
       continue;
     }
-    if (x.dp_group == 1) continue;
+    if (dp_group == 1) continue;
     // Collectives per call: ZeRO-3 gathers each layer's parameters and ZeRO-2/3 reduce-scatter each
     // layer's gradients with their own call (ring latency and the cluster's per-call overhead per
     // layer), the chunk's end ops in one more; ZeRO 0/1 reduce a chunk's gradients once per step
     // (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter all-gather follows the optimizer).
     // Compression changes the message (cc.wire instead of c.grad_bytes) and, for PowerSGD, makes
     // two rounds of each call (P, then Q).
-    const Seconds call = x.cluster.collectives.call_overhead;
+    const Seconds call = cluster.collectives.call_overhead;
     const double calls = std::max(1.0, n) + (c.params > n * layer.params ? 1 : 0);
     const double rounds = cc.rounds;
     if (s.zero == 3) {
       c.zero3_gather =
-          calls * (collective_time(Collective::all_gather, x.dp_group, c.params * state.weight / calls, x.dp_link) + call);
+          calls * (collective_time(Collective::all_gather, dp_group, c.params * state.weight / calls, dp_link) + call);
     }
     if (s.zero >= 2) {
       c.dp_reduce =
-          calls * (collective_time(Collective::reduce_scatter, x.dp_group, cc.wire / calls, x.dp_link) + call);
+          calls * (collective_time(Collective::reduce_scatter, dp_group, cc.wire / calls, dp_link) + call);
     } else {
-      c.dp_reduce = rounds * (call + (s.zero == 1 ? collective_time(Collective::reduce_scatter, x.dp_group, cc.wire / rounds, x.dp_link)
-                                                  : collective_time(Collective::all_reduce, x.dp_group, cc.wire / rounds, x.dp_link)));
+      c.dp_reduce = rounds * (call + (s.zero == 1 ? collective_time(Collective::reduce_scatter, dp_group, cc.wire / rounds, dp_link)
+                                                  : collective_time(Collective::all_reduce, dp_group, cc.wire / rounds, dp_link)));
     }
   }
 
-  if (s.pp > 1) {
-    // Activations between stages; with TP each rank sends 1/tp of them and the receiver
-    // all-gathers over NVLink (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already
-    // keeps them sharded.
-    const Bytes msg = hidden_message(x) / s.tp;
-    out.p2p = collective_time(Collective::send_recv, 2, msg, x.pp_link) + x.cluster.collectives.call_overhead;
-    if (s.tp > 1 && !s.sequence_parallel) out.p2p += collective_time(Collective::all_gather, s.tp, hidden_message(x), x.tp_link);
-  }
+  out.p2p = p2p_time(cluster, lc, s.pp, layout.stride(Dim::pp));
   // Stage i holds chunks i, i + pp, i + 2 pp, ...
   double busiest_params = 0;
   for (int i = 0; i < s.pp; ++i) {
@@ -363,7 +414,7 @@ StepCosts step_costs(const Setting& x) {
     for (int v = i; v < nchunks; v += s.pp) params += out.chunks[v].params;
     busiest_params = std::max(busiest_params, params);
   }
-  const double opt_share = s.zero >= 1 ? 1.0 / x.dp_group : 1.0;
+  const double opt_share = s.zero >= 1 ? 1.0 / dp_group : 1.0;
   // The optimizer as the software runs it over the parameters this rank updates; weight casts and
   // gradient-buffer upkeep once a step (where not every micro-batch). With parameter servers the
   // servers update their shards instead (each server GPU total / (S x GPUs per node) parameters,
@@ -371,10 +422,10 @@ StepCosts step_costs(const Setting& x) {
   if (s.uses_ps()) {
     double total_params = 0;
     for (const auto& c : out.chunks) total_params += c.params * s.tp;
-    out.optimizer = optimizer_cost(x.cluster, x.sw, ps_params_per_server_gpu(total_params, ps)).time(x.sw);
+    out.optimizer = optimizer_cost(cluster, sw, ps_params_per_server_gpu(total_params, ps)).time(sw);
     out.ps_servers = s.ps_servers;
   } else {
-    out.optimizer = optimizer_cost(x.cluster, x.sw, busiest_params * opt_share).time(x.sw);
+    out.optimizer = optimizer_cost(cluster, sw, busiest_params * opt_share).time(sw);
   }
   // Compression kernels run on the compute stream once a step (the last micro-batch's backward):
   // charged with the optimizer step, on the stage with the most of them.
@@ -386,30 +437,29 @@ StepCosts step_costs(const Setting& x) {
   }
   out.optimizer += busiest_compress;
   out.compression = busiest_compress;
-  if (!x.sw.weight_cast_per_micro_batch) out.optimizer += weight_cast_cost(x.cluster, x.sw, busiest_params).time(x.sw);
-  if ((s.zero == 1 || s.zero == 2) && x.dp_group > 1) {
-    out.dp_param_gather = collective_time(Collective::all_gather, x.dp_group, busiest_params * state.weight, x.dp_link) +
-                          x.cluster.collectives.call_overhead;
+  if (!sw.weight_cast_per_micro_batch) out.optimizer += weight_cast_cost(cluster, sw, busiest_params).time(sw);
+  if ((s.zero == 1 || s.zero == 2) && dp_group > 1) {
+    out.dp_param_gather = collective_time(Collective::all_gather, dp_group, busiest_params * state.weight, dp_link) +
+                          cluster.collectives.call_overhead;
   }
   // How much of the DP/ZeRO traffic the stack hides behind compute (compose and simulate read it).
-  out.overlap = x.sw.overlap;
-  out.pp_overlap = s.schedule == ScheduleKind::interleaved ? x.sw.overlap.pp_interleaved : x.sw.overlap.pp;
-  out.overlap_slowdown = x.cluster.collectives.overlap_slowdown;
+  out.overlap = sw.overlap;
+  out.pp_overlap = s.schedule == ScheduleKind::interleaved ? sw.overlap.pp_interleaved : sw.overlap.pp;
+  out.overlap_slowdown = cluster.collectives.overlap_slowdown;
   out.zero_reduce_per_micro_batch = s.zero >= 2;
   const double replica_tokens = static_cast<double>(s.micro_batch) * s.seq_len;
-  const Flops model_fwd = graph.forward_flops_per_token() * replica_tokens;
+  const Flops model_fwd = lc.model_forward_flops_per_token * replica_tokens;
   out.model_flops_per_micro_batch_per_replica = 3 * model_fwd;
   // Recomputed forward FLOPs, whole replica: per-rank layer figure x layers x (tp * cp) ranks.
   out.hardware_flops_per_micro_batch_per_replica =
       3 * model_fwd + layer.recompute_flops * graph.model().layers * s.tp * s.cp;
-  out.memory = memory_model(graph, x.cluster, x.sw, s);
-  return out;
+  out.memory = memory_model(graph, cluster, sw, s, lc.stored_layer, lc.working_layer);
 }
 
-}  // namespace
-
 StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& s) {
-  return step_costs(make_setting(graph, cluster, software, s));
+  StepCosts out;
+  step_costs(graph, cluster, software, s, layer_costs(graph, cluster, software, s), out);
+  return out;
 }
 
 const char* reason_key(InfeasibleReason r) {
@@ -447,6 +497,20 @@ Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software
   return compose(step_costs(graph, cluster, software, s), graph, cluster, s);
 }
 
+void predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& s,
+             const LayerCosts& layer, StepCosts& scratch, Estimate& out) {
+  if (auto why = cannot_cost(graph, cluster, s)) {
+    out = Estimate{};
+    out.strategy = s;
+    out.capacity = cluster.gpu.hbm;
+    out.feasible = false;
+    out.infeasible.push_back(std::move(*why));
+    return;
+  }
+  step_costs(graph, cluster, software, s, layer, scratch);
+  compose(scratch, graph, cluster, s, out);
+}
+
 namespace {
 
 // The part of a collective of `comm` seconds left on the critical path when the stack hides a
@@ -462,6 +526,24 @@ Seconds exposed(const StepCosts& costs, Seconds comm, Seconds window, double ove
 
 Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
   Estimate e;
+  compose(costs, graph, cluster, s, e);
+  return e;
+}
+
+void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, const Cluster& cluster, const Strategy& s,
+             Estimate& e) {
+  {  // start from a fresh estimate, keeping the vectors' storage
+    std::vector<Infeasible> infeasible = std::move(e.infeasible);
+    std::vector<StageMemory> per_stage = std::move(e.per_stage);
+    std::vector<int> stage_layers = std::move(e.stage_layers);
+    infeasible.clear();
+    per_stage.clear();
+    stage_layers.clear();
+    e = Estimate{};
+    e.infeasible = std::move(infeasible);
+    e.per_stage = std::move(per_stage);
+    e.stage_layers = std::move(stage_layers);
+  }
   e.strategy = s;
   e.capacity = cluster.gpu.hbm;
   if (s.gpus() > cluster.max_gpus()) {

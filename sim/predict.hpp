@@ -11,6 +11,7 @@
 // work costs; callers that need both (predict --engine des, search refinement, exec's layer split)
 // compute the costs once and hand them to each. Memory figures come from memory_model.hpp.
 #pragma once
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -44,6 +45,16 @@ struct ChunkCost {
   Seconds dp_reduce = 0;       // reduction of the chunk's gradients over the DP group (once per step)
 };
 
+// Compute time lost per second of a collective that overlaps compute, for a stack that hides
+// `share` of it on a cluster whose hidden communication slows compute by `slowdown`.
+inline double overlap_cost_rate(double share, double slowdown) { return 1 - share + slowdown * share; }
+
+// The least compose() charges per second of a pipeline send: 1 on the 1F1B/GPipe chain, the
+// stack's interleaved overlap rate under interleaving (step_time_floor's bound uses it).
+inline double min_send_rate(const Software& sw, const Cluster& c) {
+  return std::min(1.0, overlap_cost_rate(sw.overlap.pp_interleaved, c.collectives.overlap_slowdown));
+}
+
 struct StepCosts {
   std::vector<ChunkCost> chunks;   // ordered by virtual stage: chunks[chunk * pp + stage]
   // The memory model of the strategy under the software profile (memory_model.hpp): its tensor
@@ -63,14 +74,88 @@ struct StepCosts {
   // Compute time lost per second of a collective that runs while compute could run: the share the
   // stack cannot hide (1 - share) blocks compute, the hidden rest slows it by the contention share.
   // compose() (analytic) and simulate() (per event) both charge overlapped communication at this rate.
-  double overlap_cost_rate(double share) const { return 1 - share + overlap_slowdown * share; }
+  double overlap_cost_rate(double share) const { return trainplan::overlap_cost_rate(share, overlap_slowdown); }
   Flops hardware_flops_per_micro_batch_per_replica = 0;  // recomputation included
   Flops model_flops_per_micro_batch_per_replica = 0;
 };
 
+// Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.
+struct LayerCost {
+  Seconds forward = 0, backward = 0, recompute = 0, tp_forward = 0, tp_backward = 0, cp_forward = 0,
+          cp_backward = 0;
+  double params = 0;  // per rank
+  Flops flops = 0;    // forward FLOPs per rank
+  Flops recompute_flops = 0;
+  Seconds total() const { return forward + backward + recompute + tp_forward + tp_backward + cp_forward + cp_backward; }
+};
+
+// The ops before the first layer (embedding) or after the last (final norm, head, loss), one
+// micro-batch on one rank.
+struct EndCost {
+  Seconds forward = 0, backward = 0, tp_forward = 0, tp_backward = 0;
+  double params = 0;
+  Flops flops = 0;
+  Seconds total() const { return forward + backward + tp_forward + tp_backward; }
+};
+
+// The strategy fields one rank's per-micro-batch work depends on: the TP/CP/SP split, the
+// micro-batch, recomputation, sequence length, dtype, attention kernel, and where the TP and CP
+// groups sit (their rank strides). dp, pp, vp, ZeRO, the schedule and the global batch are not in it.
+struct LayerKey {
+  int tp = 1, cp = 1, micro_batch = 1, seq_len = 0;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  Dtype dtype = Dtype::bf16;
+  Attention attention = Attention::flash;
+  int tp_stride = 1, cp_stride = 1;
+  bool operator==(const LayerKey&) const = default;
+};
+LayerKey layer_key(const Strategy& s);
+
+// What one rank's work for one micro-batch costs, for every strategy with the same LayerKey: one
+// layer, the end ops, and the TP gather after a pipeline send. step_costs() composes a step from
+// it; search computes it once per key and predicts the many layouts that share it from it (the
+// result is the same as computing it anew: predict stays a function of its inputs).
+struct LayerCosts {
+  LayerKey key;
+  int layers = 0;              // transformer layers of the model
+  LayerCost layer;
+  EndCost pre, post;           // without the tied-embedding copy of the last stage (step_costs adds it)
+  Bytes hidden_message = 0;    // one tokens x hidden activation tensor of the micro-batch
+  Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a pipeline send (tp > 1 without SP)
+  // Activation bytes of one layer for memory_model(): as stored between forward and backward, and
+  // the working set of a layer being recomputed (full recomputation; else 0).
+  Bytes stored_layer = 0, working_layer = 0;
+  Flops model_forward_flops_per_token = 0;  // LayerGraph::forward_flops_per_token()
+  // Work of one micro-batch summed over every chunk of a replica: layers x layer.total() +
+  // pre.total() + post.total() (the sum over stages of compose()'s per-stage work is at least this).
+  Seconds replica_work() const { return layers * layer.total() + pre.total() + post.total(); }
+};
+LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                       const Strategy& strategy);
+
 // Per-op costs of `strategy` (assumed valid for the graph's model; see validate()).
 StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software,
                      const Strategy& strategy);
+// The same from layer costs computed for the strategy's LayerKey (checked), written into `out`
+// (its storage is reused: no allocation once it has held a step of as many chunks).
+void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy,
+                const LayerCosts& layer, StepCosts& out);
+
+// One activation (or gradient) send between adjacent pipeline stages, `pp_stride` ranks apart,
+// for a micro-batch with these layer costs (StepCosts::p2p; 0 with one stage).
+Seconds p2p_time(const Cluster& cluster, const LayerCosts& layer, int pp, int pp_stride);
+
+// A floor of compose()'s step time for any strategy with these layer costs, pipeline send time
+// `p2p`, `pp` stages, `m` micro-batches per replica and `vp` chunks per stage. With W_i stage i's
+// work per micro-batch in compose (its layers' costs, end ops, 2 vp p2p sends, exposed ZeRO
+// traffic), S = sum W_i >= replica_work + pp 2 vp p2p and M = max W_i >= max(S / pp,
+// ceil(layers / pp) x layer.total() + 2 vp p2p) (some stage holds ceil(layers / pp) layers), and
+// compose's step >= m M + (S - M) / vp = M (m - 1/vp) + S / vp, increasing in M as m >= 1 >= 1/vp.
+Seconds step_time_floor(const LayerCosts& layer, Seconds p2p, int pp, int m, int vp);
+// (m + (pp - 1) / vp) / pp: the floor above with M = S / pp, per second of S (search's coarser
+// floors use it).
+inline double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<double>(pp - 1) / vp) / pp; }
 
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with
 // the embedding on the first and the LM head on the last chunk.
@@ -85,9 +170,16 @@ std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cl
 // The analytical estimate from costs already computed by step_costs(graph, cluster, strategy)
 // (the strategy must pass cannot_cost()). Pure; adds cluster_too_small and out_of_memory reasons.
 Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
+// The same, written into `out` (its vectors' storage is reused).
+void compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy,
+             Estimate& out);
 
 // The analytical estimate: cannot_cost()'s reason as an infeasible estimate, or
 // compose(step_costs(...)).
 Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy);
+// The same from layer costs computed for the strategy's LayerKey, written into `out`, with
+// `scratch` holding the step costs: no allocation once both have held a step of this size (search).
+void predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy,
+             const LayerCosts& layer, StepCosts& scratch, Estimate& out);
 
 }  // namespace trainplan

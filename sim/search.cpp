@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
+#include <functional>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -19,6 +22,7 @@
 #include "sim/memory_model.hpp"
 #include "sim/op_time.hpp"
 #include "sim/predict.hpp"
+#include "sim/rank_layout.hpp"
 
 namespace trainplan {
 
@@ -102,6 +106,7 @@ struct Problem {
   // transformer layers alone; the fastest a matmul can run; bytes per parameter of model states.
   Flops matmul_flops_per_token = 0, layer_matmul_flops_per_token = 0;
   FlopsPerSecond best_matmul_rate = 0;
+  double send_rate = 1;  // min_send_rate (predict.hpp): the least compose() charges per send second
   StateBytes state;  // bytes per parameter of the model states (memory_model.hpp)
   // stored_layer_activation_bytes, tabulated: [tp index][cp index][mb index][recompute][sp].
   std::vector<int> tps, cps;
@@ -137,6 +142,35 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
   }
   return s;
 }
+
+// What one worker thread keeps between the layouts it searches: the layer costs of every LayerKey
+// it has met (predict.hpp; computed the first time a layout needs them, and the same whichever
+// thread computes them, so no result depends on which did) and the scratch storage predict writes
+// into, so that predicting a layout allocates nothing.
+class Worker {
+ public:
+  explicit Worker(const Problem& p) : slot_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, -1) {}
+
+  // Layer costs of (tp, cp, micro-batch index, recompute, sp) of layout `l`. The reference stays
+  // valid for the worker's life (a deque does not move its elements as it grows).
+  const LayerCosts& layer(const Problem& p, const Layout& l, std::size_t mi, Recompute r, bool sp) {
+    const std::size_t i = ((static_cast<std::size_t>(index_of(p.tps, l.tp)) * p.cps.size() + index_of(p.cps, l.cp)) *
+                               p.micro_batches.size() + mi) * 6 + static_cast<std::size_t>(r) * 2 + sp;
+    if (slot_[i] < 0) {
+      const Strategy s = make_strategy(p, l, p.micro_batches[mi], ScheduleKind::one_f_one_b, 1, {0, r, sp});
+      slot_[i] = static_cast<int>(keys_.size());
+      keys_.push_back(layer_costs(p.graph, p.cluster, p.software, s));
+    }
+    return keys_[static_cast<std::size_t>(slot_[i])];
+  }
+
+  StepCosts costs;    // predict's scratch
+  Estimate estimate;  // the last prediction
+
+ private:
+  std::vector<int> slot_;        // index into keys_ by (tp, cp, micro-batch, recompute, sp); -1: not yet
+  std::deque<LayerCosts> keys_;  // the layer costs met so far
+};
 
 bool has(const std::vector<ScheduleKind>& v, ScheduleKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }
 
@@ -219,6 +253,7 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
   for (auto ops : {g.pre_ops(), g.post_ops()})
     for (const auto& op : ops) if (op.matmul) p.matmul_flops_per_token += op.flops_per_token;
   p.best_matmul_rate = matmul_rate_bound(c, sp.dtype);
+  p.send_rate = min_send_rate(p.software, c);
   for (int tp : divisors(std::gcd(std::gcd(m.heads, m.kv_heads), m.ffn_hidden))) {
     if (tp <= limit(sp.max_tp, 1 << 30)) p.tps.push_back(tp);
   }
@@ -296,9 +331,6 @@ Seconds work_floor(const Problem& p, int tp, int cp, int mb, bool full_recompute
   return flops * tokens / tp / p.best_matmul_rate;
 }
 
-// step >= m * max_stage + (sum - max_stage) / vp >= sum / pp * (m + (pp - 1) / vp).
-double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<double>(pp - 1) / vp) / pp; }
-
 // Model-state bytes summed over stages: every parameter is held by some stage, split at least tp
 // ways, sharded by ZeRO over dp x cp (memory_model's model_state_bytes, as predict uses it).
 // Index 4 (parameter servers): weights and gradients only.
@@ -318,10 +350,12 @@ struct Bounds {
 
 // The floors of step time and peak memory (peak >= mean over stages of states + activations +
 // the runtime overhead); see the header for the argument.
-Bounds bounds(const Problem& p, const Strategy& s, Bytes per_layer_act) {
+Bounds bounds(const Problem& p, const Strategy& s, Bytes per_layer_act, const LayerCosts& layer) {
   const int m = s.micro_batches();
-  const Seconds step = work_floor(p, s.tp, s.cp, s.micro_batch, s.recompute == Recompute::full) *
-                       pipeline_factor(s.pp, m, s.vp);
+  const Seconds step =
+      std::max(work_floor(p, s.tp, s.cp, s.micro_batch, s.recompute == Recompute::full) * pipeline_factor(s.pp, m, s.vp),
+               step_time_floor(layer, p.send_rate * p2p_time(p.cluster, layer, s.pp, RankLayout(s).stride(Dim::pp)), s.pp,
+                               m, s.vp));
   const Bytes memory = p.cluster.runtime_overhead +
                        (states_floor(p, s.dp, s.tp, s.cp, s.uses_ps() ? 4 : s.zero) +
                         activation_floor_layers(p, s.schedule, s.pp, m, s.vp) * per_layer_act) / s.pp;
@@ -339,10 +373,16 @@ auto layout_key(const Strategy& s) {
   return std::make_tuple(s.tp * s.pp * s.cp, s.cp, s.pp, s.tp, s.vp, s.zero, s.micro_batch,
                          static_cast<int>(s.recompute), s.sequence_parallel, static_cast<int>(s.schedule), s.dp);
 }
-auto rank_key(const Ranked& r) {
-  return std::make_tuple(r.value, r.e.strategy.gpus(), r.e.peak_memory, layout_key(r.e.strategy));
+auto rank_key(double value, const Estimate& e) {
+  return std::make_tuple(value, e.strategy.gpus(), e.peak_memory, layout_key(e.strategy));
 }
+auto rank_key(const Ranked& r) { return rank_key(r.value, r.e); }
 bool better(const Ranked& a, const Ranked& b) { return rank_key(a) < rank_key(b); }
+
+// True when keep_best would keep (value, e) in `list` (so that it is copied only then).
+bool would_keep(const std::vector<Ranked>& list, std::size_t k, double value, const Estimate& e) {
+  return list.size() < k || rank_key(value, e) < rank_key(list.back());
+}
 
 // Keeps the k best by `better`.
 void keep_best(std::vector<Ranked>& list, std::size_t k, Ranked r) {
@@ -403,17 +443,19 @@ bool beaten(const Problem& p, const Thresholds& t, Seconds step_floor, int gpus)
   return step_floor > p.options.pareto_window * t.best_step && value_floor(p, step_floor, gpus) > t.kth;
 }
 
-void evaluate(const Problem& p, const Strategy& s, WorkerResult& w) {
+// Predicts `s` (from its layer costs `lc`, or with the caller's evaluator) and files the estimate;
+// it is copied only where it is kept.
+void evaluate(const Problem& p, const Strategy& s, const LayerCosts& lc, WorkerResult& w, Worker& worker) {
   const SearchOptions& o = p.options;
-  Estimate e = o.evaluate ? o.evaluate(s) : predict(p.graph, p.cluster, p.software, s);
+  Estimate& e = worker.estimate;
+  if (o.evaluate) e = o.evaluate(s);
+  else predict(p.graph, p.cluster, p.software, s, lc, worker.costs, e);
   ++w.stats.evaluated;
   if (!e.feasible) {
     TRAINPLAN_CHECK(!e.infeasible.empty(), "an infeasible estimate must say why");
     ++w.reasons[e.infeasible.front().reason];
-    if (o.keep_infeasible > 0 && e.time.step > 0) {
-      const double step = e.time.step;
-      keep_best(w.infeasible, static_cast<std::size_t>(o.keep_infeasible), {step, std::move(e)});
-    }
+    const std::size_t k = static_cast<std::size_t>(std::max(0, o.keep_infeasible));
+    if (k > 0 && e.time.step > 0 && would_keep(w.infeasible, k, e.time.step, e)) keep_best(w.infeasible, k, {e.time.step, e});
     return;
   }
   ++w.stats.feasible;
@@ -424,15 +466,15 @@ void evaluate(const Problem& p, const Strategy& s, WorkerResult& w) {
   t.best_step = std::min(t.best_step, step);
   if (step <= o.pareto_window * t.best_step) add_to_front(w.front, e);
   const std::size_t k = static_cast<std::size_t>(o.top_k);
-  if (w.top.size() < k || value <= w.top.back().value) {
-    keep_best(w.top, k, {value, std::move(e)});
+  if (would_keep(w.top, k, value, e)) {
+    keep_best(w.top, k, {value, e});
     if (w.top.size() == k) t.kth = std::min(t.kth, w.top.back().value);
   }
 }
 
 // All candidates of one (dp, tp, pp, cp) layout. The bounds are hoisted to the level of the
 // odometer they depend on, so whole subtrees are skipped with one test.
-void run_layout(const Problem& p, const Layout& l, WorkerResult& w) {
+void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& worker) {
   const Thresholds& t = w.thresholds;  // tightened by this layout's own finds as it goes
   const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
   const std::int64_t per_schedule = static_cast<std::int64_t>(settings.size());
@@ -444,12 +486,13 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w) {
     return n;
   };
   if (!p.options.prune) {
-    for (int mb : p.micro_batches) {
+    for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
+      const int mb = p.micro_batches[mi];
       if (gb % (l.dp * mb) != 0) continue;
       for_each_schedule(p, l.pp, gb / (l.dp * mb), [&](ScheduleKind kind, int vp) {
         for (const Setting& st : settings) {
           ++w.stats.candidates;
-          evaluate(p, make_strategy(p, l, mb, kind, vp, st), w);
+          evaluate(p, make_strategy(p, l, mb, kind, vp, st), worker.layer(p, l, mi, st.recompute, st.sp), w, worker);
         }
       });
     }
@@ -482,6 +525,8 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w) {
     }
   }
   const std::size_t tp_i = index_of(p.tps, l.tp), cp_i = index_of(p.cps, l.cp);
+  const int pp_stride = RankLayout(make_strategy(p, l, p.micro_batches.front(), ScheduleKind::one_f_one_b, 1, settings.front()))
+                            .stride(Dim::pp);
   for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
     const int mb = p.micro_batches[mi];
     if (gb % (l.dp * mb) != 0) continue;
@@ -490,16 +535,36 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w) {
     const Seconds work_plain = work_floor(p, l.tp, l.cp, mb, false), work_full = work_floor(p, l.tp, l.cp, mb, true);
     Bytes min_act = std::numeric_limits<double>::infinity();
     for (const Setting& st : settings) min_act = std::min(min_act, act[static_cast<int>(st.recompute) * 2 + st.sp]);
+    // Layer costs and pipeline send time by (recompute, sp), looked up only once the cheaper
+    // floors have not settled a subtree: step_time_floor (predict.hpp) of a setting.
+    const LayerCosts* layer[6] = {};
+    Seconds p2p[6];
+    auto floor_of = [&](const Setting& st, int vp) {
+      const int i = static_cast<int>(st.recompute) * 2 + st.sp;
+      if (!layer[i]) {
+        layer[i] = &worker.layer(p, l, mi, st.recompute, st.sp);
+        p2p[i] = p.send_rate * p2p_time(p.cluster, *layer[i], l.pp, pp_stride);
+      }
+      return step_time_floor(*layer[i], p2p[i], l.pp, m, vp);
+    };
     for_each_schedule(p, l.pp, m, [&](ScheduleKind kind, int vp) {
       w.stats.candidates += per_schedule;
-      const double floor_layers = activation_floor_layers(p, kind, l.pp, m, vp);
       const double pipe = pipeline_factor(l.pp, m, vp);
-      // Subtree level: every setting out of memory, or every setting beaten.
+      // Subtree level: every setting beaten by the matmul floor (O(1), so tested first), every
+      // setting out of memory (O(pp)), or every setting beaten by the layer costs' floor
+      // (step_time_floor in predict.hpp).
+      if (beaten(p, t, work_plain * pipe * kMargin, gpus)) {
+        w.stats.pruned_by_bound += per_schedule;
+        return;
+      }
+      const double floor_layers = activation_floor_layers(p, kind, l.pp, m, vp);
       if ((overhead + (min_states + floor_layers * min_act) / l.pp) * kMargin > capacity) {
         w.stats.pruned_out_of_memory += per_schedule;
         return;
       }
-      if (beaten(p, t, work_plain * pipe * kMargin, gpus)) {
+      double min_floor = std::numeric_limits<double>::infinity();
+      for (const Setting& st : settings) min_floor = std::min(min_floor, floor_of(st, vp));
+      if (beaten(p, t, min_floor * kMargin, gpus)) {
         w.stats.pruned_by_bound += per_schedule;
         return;
       }
@@ -509,12 +574,12 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w) {
           ++w.stats.pruned_out_of_memory;
           continue;
         }
-        const Seconds step = (st.recompute == Recompute::full ? work_full : work_plain) * pipe;
+        const Seconds step = std::max((st.recompute == Recompute::full ? work_full : work_plain) * pipe, floor_of(st, vp));
         if (beaten(p, t, step * kMargin, gpus)) {
           ++w.stats.pruned_by_bound;
           continue;
         }
-        evaluate(p, make_strategy(p, l, mb, kind, vp, st), w);
+        evaluate(p, make_strategy(p, l, mb, kind, vp, st), worker.layer(p, l, mi, st.recompute, st.sp), w, worker);
       }
     });
   }
@@ -540,7 +605,7 @@ void merge(WorkerResult& into, WorkerResult&& w, const SearchOptions& o) {
 
 }  // namespace
 
-CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
+CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& s) {
   SearchSpace space;
   space.seq_len = s.seq_len;
   space.global_batch = s.global_batch;
@@ -548,9 +613,8 @@ CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster
   space.attention = s.attention;
   space.fp32_grad_accum = s.fp32_grad_accum;
   const SearchOptions options;
-  const Software none;  // the bounds hold for every software profile (see make_problem)
-  const Problem p = make_problem(graph, cluster, none, space, options);
-  const Bounds b = bounds(p, s, stored_layer_activation_bytes(graph, s));
+  const Problem p = make_problem(graph, cluster, software, space, options);
+  const Bounds b = bounds(p, s, stored_layer_activation_bytes(graph, s), layer_costs(graph, cluster, software, s));
   return {b.step, b.memory};
 }
 
@@ -587,23 +651,42 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   // timing; a round only delays when one layout's finds start pruning another's. Layouts come most
   // promising first, so the first round sets tight thresholds.
   constexpr std::size_t kLayoutsPerRound = 16;
+  std::vector<Worker> workers;  // each thread's layer costs and scratch, kept over the rounds
+  for (int t = 0; t < threads; ++t) workers.emplace_back(p);
   WorkerResult all;
   const auto total = static_cast<std::int64_t>(layouts.size());
   bool reported = false;
   auto next_report = start + std::chrono::milliseconds(200);
-  for (std::size_t begin = 0; begin < layouts.size(); begin += kLayoutsPerRound) {
-    const std::size_t end = std::min(layouts.size(), begin + kLayoutsPerRound);
-    std::vector<WorkerResult> round(end - begin);
+  // The helper threads live for the whole search; two barrier phases a round: the round is set up
+  // (or the search is over) / every layout of the round is done.
+  std::size_t begin = 0, end = 0;
+  std::vector<WorkerResult> round;
+  std::atomic<std::size_t> next{0};
+  auto work = [&](Worker& worker) {
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) {
+      run_layout(p, layouts[i], round[i - begin], worker);
+    }
+  };
+  std::barrier<> sync(threads);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (;;) {
+        sync.arrive_and_wait();
+        if (begin >= layouts.size()) return;
+        work(workers[t]);
+        sync.arrive_and_wait();
+      }
+    });
+  }
+  for (; begin < layouts.size(); begin += kLayoutsPerRound) {
+    end = std::min(layouts.size(), begin + kLayoutsPerRound);
+    round.assign(end - begin, WorkerResult{});
     for (auto& w : round) w.thresholds = all.thresholds;
-    std::atomic<std::size_t> next{begin};
-    auto work = [&] {
-      for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) run_layout(p, layouts[i], round[i - begin]);
-    };
-    const int helpers = std::min(threads, static_cast<int>(end - begin)) - 1;
-    std::vector<std::thread> pool;
-    for (int t = 0; t < helpers; ++t) pool.emplace_back(work);
-    work();
-    for (auto& th : pool) th.join();
+    next.store(begin, std::memory_order_relaxed);
+    sync.arrive_and_wait();  // the round starts
+    work(workers[0]);
+    sync.arrive_and_wait();  // the round is done
     for (auto& w : round) merge(all, std::move(w), options);
     // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
     if (options.progress && Clock::now() >= next_report) {
@@ -612,6 +695,8 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
       next_report = Clock::now() + std::chrono::milliseconds(100);
     }
   }
+  sync.arrive_and_wait();  // begin >= layouts.size(): the helpers return
+  for (auto& th : pool) th.join();
   if (reported && options.progress) options.progress(total, total);
 
   SearchResult out;

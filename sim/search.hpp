@@ -10,10 +10,14 @@
 // Pruning never changes the result. A candidate is skipped without predicting it only when
 //  - a lower bound of its peak memory (model states + a floor of its activations) exceeds the GPU
 //    memory: it is provably out of memory (counted as pruned_out_of_memory), or
-//  - a lower bound of its objective (step time from matmul FLOPs at the GPU's best efficiency,
-//    times the pipeline factor m + (pp-1)/vp) is worse than the K-th best found so far, and its
-//    step-time bound exceeds the Pareto window (pareto_window x best step time): it can enter
-//    neither the top K nor the reported Pareto front (counted as pruned_by_bound).
+//  - a lower bound of its objective is worse than the K-th best found so far, and its step-time
+//    bound exceeds the Pareto window (pareto_window x best step time): it can enter neither the
+//    top K nor the reported Pareto front (counted as pruned_by_bound). The step-time bound is the
+//    larger of matmul FLOPs at the GPU's best rate times the pipeline factor (cheap, tested first)
+//    and step_time_floor() of the candidate's layer costs (predict.hpp: its layers, end ops and
+//    pipeline sends as predict costs them, without DP/ZeRO traffic and the optimizer).
+// Layer costs are computed once per LayerKey by each worker thread (predict.hpp), so predicting a
+// layout costs only its composition; results are the same as predict()'s.
 // tests/test_search.cpp checks pruned == brute force and bound <= predict on small spaces.
 #pragma once
 #include <cstdint>
@@ -141,6 +145,7 @@ struct CandidateBounds {
   Seconds step = 0;      // <= predict(...).time.step
   Bytes peak_memory = 0; // <= predict(...).peak_memory
 };
-CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster, const Strategy& s);
+CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster, const Software& software,
+                                 const Strategy& s);
 
 }  // namespace trainplan

@@ -1,8 +1,9 @@
 // Speed of search().
-//   predicts_per_s     full predict() calls per second
+//   predicts_per_s     full predict() calls per second (also items_per_second)
 //   candidates_per_s   candidates settled per second, predicted or proven out by a bound
 // The Llama-3-70B cases run on one thread and rate by CPU time: these are per-core figures
-// (BM_SearchBruteForceLlama70B's predicts_per_s is "strategy evaluations per second per core").
+// (BM_SearchBruteForceLlama70B's predicts_per_s is "strategy evaluations per second per core",
+// the figure issue 14 asks to keep >= 1M/s).
 // BM_Search530B rates by wall time over all its threads; elapsed_s is the search's own wall time
 // (search.elapsed_s in trainplan/search/v1).
 #include <benchmark/benchmark.h>
@@ -24,6 +25,7 @@ void report(benchmark::State& state, const SearchStats& total) {
   state.counters["predicted"] = static_cast<double>(total.evaluated) / state.iterations();
   state.counters["predicts_per_s"] = benchmark::Counter(static_cast<double>(total.evaluated), benchmark::Counter::kIsRate);
   state.counters["candidates_per_s"] = benchmark::Counter(static_cast<double>(total.candidates), benchmark::Counter::kIsRate);
+  state.SetItemsProcessed(total.evaluated);
 }
 
 void accumulate(SearchStats& total, const SearchStats& s) {

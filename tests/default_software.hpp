@@ -27,6 +27,9 @@ inline Estimate predict_with_simulation(const LayerGraph& g, const Cluster& c, c
 inline SearchResult search(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, const SearchOptions& o = {}) {
   return search(g, c, testing::default_software(), sp, o);
 }
+inline CandidateBounds candidate_bounds(const LayerGraph& g, const Cluster& c, const Strategy& s) {
+  return candidate_bounds(g, c, testing::default_software(), s);
+}
 inline void refine_top_with_simulation(SearchResult& r, const LayerGraph& g, const Cluster& c, Objective o) {
   refine_top_with_simulation(r, g, c, testing::default_software(), o);
 }

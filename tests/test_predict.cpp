@@ -265,3 +265,89 @@ TEST(Predict, ContextParallelSplitsActivations) {
 
 }  // namespace
 }  // namespace trainplan
+
+namespace trainplan {
+namespace {
+
+// Every figure of two estimates, compared exactly: the layer-cost path must be the same
+// arithmetic, not an approximation.
+void expect_same(const Estimate& a, const Estimate& b, const std::string& what) {
+  EXPECT_EQ(a.feasible, b.feasible) << what;
+  ASSERT_EQ(a.infeasible.size(), b.infeasible.size()) << what;
+  for (std::size_t i = 0; i < a.infeasible.size(); ++i) {
+    EXPECT_EQ(a.infeasible[i].reason, b.infeasible[i].reason) << what;
+    EXPECT_EQ(a.infeasible[i].needed, b.infeasible[i].needed) << what;
+  }
+  EXPECT_EQ(a.time.step, b.time.step) << what;
+  EXPECT_EQ(a.time.compute, b.time.compute) << what;
+  EXPECT_EQ(a.time.bubble, b.time.bubble) << what;
+  EXPECT_EQ(a.time.tp_comm, b.time.tp_comm) << what;
+  EXPECT_EQ(a.time.cp_comm, b.time.cp_comm) << what;
+  EXPECT_EQ(a.time.pp_comm, b.time.pp_comm) << what;
+  EXPECT_EQ(a.time.dp_comm_exposed, b.time.dp_comm_exposed) << what;
+  EXPECT_EQ(a.time.optimizer, b.time.optimizer) << what;
+  EXPECT_EQ(a.peak_memory, b.peak_memory) << what;
+  EXPECT_EQ(a.stage_layers, b.stage_layers) << what;
+  ASSERT_EQ(a.per_stage.size(), b.per_stage.size()) << what;
+  for (std::size_t i = 0; i < a.per_stage.size(); ++i) EXPECT_EQ(a.per_stage[i].total(), b.per_stage[i].total()) << what;
+  EXPECT_EQ(a.throughput.hfu, b.throughput.hfu) << what;
+}
+
+TEST(Predict, FromSharedLayerCostsIsTheSamePrediction) {
+  // Search predicts many layouts from the layer costs of their LayerKey, writing into reused
+  // scratch. Layouts that share a key (different dp, pp, vp, ZeRO, schedule), in an order where
+  // the scratch shrinks and grows, must get exactly predict()'s figures.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const Software& sw = testing::default_software();
+  const LayerGraph g(gpt(24, 2048, 16), 2048);
+  StepCosts scratch;
+  Estimate out;
+  for (int tp : {1, 2}) {
+    for (bool sp : {false, true}) {
+      if (sp && tp == 1) continue;
+      for (Recompute r : {Recompute::none, Recompute::full}) {
+        Strategy key = layout(1, tp, 1, 1, 64);
+        key.sequence_parallel = sp;
+        key.recompute = r;
+        const LayerCosts lc = layer_costs(g, c, sw, key);
+        for (int pp : {4, 1, 8, 2}) {
+          for (int zero : {0, 3, 1, 2}) {
+            for (int vp : {1, 3}) {
+              Strategy s = key;
+              s.pp = pp;
+              s.dp = 8 / pp;
+              s.zero = zero;
+              s.vp = pp > 1 ? vp : 1;
+              s.schedule = s.vp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+              if (validate(s, g.model())) continue;
+              predict(g, c, sw, s, lc, scratch, out);
+              expect_same(predict(g, c, sw, s), out, describe(s));
+              // The floor search prunes with is below the prediction.
+              EXPECT_LE(step_time_floor(lc, min_send_rate(sw, c) * scratch.p2p, s.pp, s.micro_batches(), s.vp), out.time.step) << describe(s);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Predict, LayerCostsOfAnotherKeyAreRejected) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const Software& sw = testing::default_software();
+  const LayerGraph g(gpt(8, 2048, 16), 2048);
+  Strategy a = layout(4, 2, 1, 1, 64), b = a;
+  b.micro_batch = 2;
+  const LayerCosts lc = layer_costs(g, c, sw, a);
+  StepCosts costs;
+  EXPECT_THROW(step_costs(g, c, sw, b, lc, costs), std::logic_error);
+  b = a;
+  b.dp = 2;  // dp is not part of the key, but it moves the TP group's ranks only with another order
+  b.order = {Dim::dp, Dim::tp, Dim::cp, Dim::pp};
+  EXPECT_THROW(step_costs(g, c, sw, b, lc, costs), std::logic_error);
+  b.order = a.order;
+  EXPECT_NO_THROW(step_costs(g, c, sw, b, lc, costs));
+}
+
+}  // namespace
+}  // namespace trainplan
