@@ -676,7 +676,6 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   tp.mfu = tp.model_tflops_per_gpu * kTera / peak;
   tp.hfu = tp.hardware_tflops_per_gpu * kTera / peak;
   set_parameter_server_figures(e);
-  return e;
 }
 
 }  // namespace trainplan

@@ -226,7 +226,7 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
     throw InputError(
         "search space: zero stages, recompute, schedules, sequence-parallel, dp-algorithm and compression lists must not be empty");
   }
-  Problem p{g, c, sw, sp, o, {}, {}, {}, 0, 0, 0, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
+  Problem p{g, c, sw, sp, o, {}, {}, {}, 0, 0, 0, 1, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
   for (int mb : divisors(sp.global_batch)) {
     if (sp.max_micro_batch <= 0 || mb <= sp.max_micro_batch) p.micro_batches.push_back(mb);
   }
