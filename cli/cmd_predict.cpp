@@ -8,6 +8,7 @@
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
 #include "cli/plan_flags.hpp"
+#include "sim/layer_detail.hpp"
 #include "sim/predict.hpp"
 #include "sim/simulate.hpp"
 
@@ -33,12 +34,18 @@ int cmd_predict(const Args& args, const Context& ctx) {
             << "engine and output:\n"
                "  --engine analytic|des     time figures from the closed-form model (default) or from the\n"
                "                            discrete-event step simulator over the pipeline schedule\n"
+               "  --detail layers           also print memory and time per layer on each pipeline stage: the\n"
+               "                            embedding, each chunk's transformer layers and the LM head, with\n"
+               "                            their forward/backward/recompute and TP/CP times per micro-batch\n"
+               "                            and their weights/gradients/optimizer/activation bytes per GPU\n"
+               "                            (also under \"layers\" in the --json output)\n"
                "  --json FILE               also write the trainplan/prediction/v1 JSON to FILE\n"
                "  --html FILE               also write an HTML report (memory per stage, step time; see trainplan report)\n";
     return 0;
   }
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
   const std::string engine = f.get_choice("engine", "analytic", {"analytic", "des"});
+  const bool layers = f.get_choice("detail", "none", {"none", "layers"}) == "layers";
   auto json_out = open_json_output("json", f.get("json"));
   auto html_out = open_text_output("html", f.get("html"));
   f.finish();
@@ -50,7 +57,14 @@ int cmd_predict(const Args& args, const Context& ctx) {
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
                                            format_count(graph.total_params()), engine);
   print_prediction(ctx.out, e, title);
-  const auto doc = prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"software", in.software.name}, {"engine", engine}});
+  print_cost(ctx.out, e, in.cluster);
+  auto doc = prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"software", in.software.name},
+                                    {"engine", engine}, {"cost", cost_to_json(e, in.cluster)}});
+  if (layers && !cannot_cost(graph, in.cluster, in.strategy)) {
+    const auto detail = layer_detail(step_costs(graph, in.cluster, in.software, in.strategy));
+    print_layer_detail(ctx.out, detail);
+    doc["layers"] = layer_detail_to_json(detail);
+  }
   if (json_out) json_out->write(doc);
   if (html_out) write_html_report(*html_out, doc, title);
   return e.feasible ? 0 : 3;

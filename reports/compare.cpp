@@ -1,4 +1,5 @@
 #include "reports/compare.hpp"
+#include "reports/console.hpp"
 
 #include <fmt/format.h>
 
@@ -17,21 +18,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::string seconds_text(double s) {
-  const double a = std::fabs(s);
-  if (a == 0) return "0 s";
-  if (a >= 1) return fmt::format("{:.3f} s", s);
-  if (a >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
-  return fmt::format("{:.1f} us", s * 1e6);
-}
-
-std::string bytes_text(double b) {
-  const double a = std::fabs(b);
-  if (a >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
-  if (a >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
-  if (a >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
-  return fmt::format("{:.0f} B", b);
-}
+// The consoles' one rule for times and bytes (console.hpp).
+std::string seconds_text(double s) { return format_seconds(s); }
+std::string bytes_text(double b) { return format_bytes(b); }
 
 std::string value_text(const std::optional<double>& v, const std::string& unit) {
   if (!v) return "-";

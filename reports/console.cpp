@@ -1,6 +1,7 @@
 #include "reports/console.hpp"
 
 #include "reports/infeasible.hpp"
+#include "sim/search.hpp"
 
 #include <fmt/format.h>
 
@@ -9,16 +10,18 @@
 namespace trainplan {
 
 std::string format_bytes(double b) {
-  if (b >= 1e9) return fmt::format("{:.1f} GB", b / 1e9);
-  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
-  if (b >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
+  const double a = std::fabs(b);  // differences (compare) may be negative
+  if (a >= 1e9) return fmt::format("{:.1f} GB", b / 1e9);
+  if (a >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  if (a >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
   return fmt::format("{:.0f} B", b);
 }
 
 std::string format_seconds(double s) {
-  if (s == 0) return "0 s";  // as trainplan compare prints it, not "0.0 us"
-  if (s >= 1) return fmt::format("{:.3f} s", s);
-  if (s >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
+  const double a = std::fabs(s);
+  if (a == 0) return "0 s";  // as trainplan compare prints it, not "0.0 us"
+  if (a >= 1) return fmt::format("{:.3f} s", s);
+  if (a >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
   return fmt::format("{:.1f} us", s * 1e6);
 }
 
@@ -27,6 +30,60 @@ std::string format_count(double n) {
   if (n >= 1e6) return fmt::format("{:.1f}M", n / 1e6);
   if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
   return fmt::format("{:.0f}", n);
+}
+
+std::string format_usd(double usd) {
+  if (usd >= 100) return fmt::format("${:.0f}", usd);
+  if (usd >= 1) return fmt::format("${:.2f}", usd);
+  return fmt::format("${:.3g}", usd);
+}
+
+void print_cost(std::ostream& os, const Estimate& e, const Cluster& cluster) {
+  if (!(e.time.step > 0)) return;
+  if (cluster.price_per_gpu_hour <= 0) {
+    os << fmt::format("cost: unknown (cluster {} gives no price_per_gpu_hour_usd)\n", cluster.name);
+    return;
+  }
+  os << fmt::format("cost: {} per step ({} GPUs x ${:.2f} per GPU-hour x {}; price_per_gpu_hour_usd of cluster file {})\n",
+                    format_usd(objective_value(Objective::cost, e, cluster)), e.strategy.gpus(),
+                    cluster.price_per_gpu_hour, format_seconds(e.time.step), cluster.name);
+}
+
+std::string layer_row_name(const LayerRow& r) {
+  switch (r.kind) {
+    case LayerRow::Kind::embedding: return "embedding";
+    case LayerRow::Kind::head: return "LM head";
+    case LayerRow::Kind::layers: break;
+  }
+  if (r.count == 1) return fmt::format("layer {}", r.first_layer);
+  return fmt::format("layers {}-{}", r.first_layer, r.first_layer + r.count - 1);
+}
+
+void print_layer_detail(std::ostream& os, const std::vector<StageDetail>& stages) {
+  os << "\nper layer (times per micro-batch on one rank; a layer range gives the figures of EACH of its layers;\n"
+        "activations are what the layer holds at the stage's peak):\n";
+  const auto head = fmt::format("  {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11}\n",
+                                "", "forward", "backward", "recompute", "TP comm", "CP comm", "params", "weights",
+                                "gradients", "optimizer", "w.copies", "activations");
+  for (const StageDetail& d : stages) {
+    os << fmt::format("\nstage {} ({} micro-batch chunk{} in flight at its peak):\n", d.stage, d.chunks_in_flight,
+                      d.chunks_in_flight == 1 ? "" : "s");
+    os << head;
+    for (const LayerRow& r : d.rows) {
+      os << fmt::format("  {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11}\n",
+                        layer_row_name(r), format_seconds(r.forward), format_seconds(r.backward),
+                        format_seconds(r.recompute), format_seconds(r.tp_comm), format_seconds(r.cp_comm),
+                        format_count(r.params), format_bytes(r.weights), format_bytes(r.gradients),
+                        format_bytes(r.optimizer), format_bytes(r.weight_copies), format_bytes(r.activations));
+    }
+    os << fmt::format("  {:<16} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage total", format_seconds(d.forward),
+                      format_seconds(d.backward), format_seconds(d.recompute), format_seconds(d.tp_comm),
+                      format_seconds(d.cp_comm));
+    if (d.working_layer > 0) {
+      os << fmt::format("  (full recomputation rebuilds one layer at a time: {} more activations at the peak)\n",
+                        format_bytes(d.working_layer));
+    }
+  }
 }
 
 void print_prediction(std::ostream& os, const Estimate& e, const std::string& title) {

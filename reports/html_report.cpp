@@ -285,6 +285,13 @@ std::string prediction_body(const JsonObject& root, const json& j, const std::st
       {"MFU / HFU", pct(e.throughput.mfu) + " / " + pct(e.throughput.hfu)},
       {"model TFLOP/s per GPU", fmt::format("{:.1f}", e.throughput.model_tflops_per_gpu)},
       {"peak memory", format_bytes(e.peak_memory) + " of " + format_bytes(e.capacity)}};
+  if (root.has("cost") && root.raw("cost").is_object()) {
+    const JsonObject cost = root.object("cost");
+    kv.emplace_back("cost per step", fmt::format("{} ({} GPUs x ${:.2f} per GPU-hour; {})",
+                                                 format_usd(cost.number("usd_per_step", 0, kInf)), e.strategy.gpus(),
+                                                 cost.number("price_per_gpu_hour_usd", 0, kInf),
+                                                 cost.string("price_source")));
+  }
   std::string body = facts(kv);
   if (!p.infeasible_reasons.empty()) {
     body += "<ul class=\"warnings\">";
@@ -643,8 +650,9 @@ h2 { font-size: 1.25em; margin: 1.2em 0 0.2em; border-bottom: 1px solid #ccd; }
 h3 { font-size: 1.05em; margin: 1em 0 0.3em; }
 .meta, .source, figcaption { color: #555; font-size: 0.9em; }
 section { margin-bottom: 24px; }
-figure { margin: 8px 0 16px; }
-svg { display: block; width: 100%; height: auto; max-width: 100%; }
+figure { margin: 8px 0 16px; overflow-x: auto; }
+svg { display: block; width: 100%; height: auto; }
+figure > svg { min-width: 600px; }  /* a phone scrolls a chart sideways rather than shrink its text below ~9 px */
 svg text { font: 12px system-ui, sans-serif; fill: #222; }
 svg .axis-label { font-size: 13px; }
 svg .point-label { font-size: 11px; font-weight: 600; }

@@ -1,6 +1,7 @@
 #include "reports/prediction_json.hpp"
 
 #include "reports/infeasible.hpp"
+#include "sim/search.hpp"
 
 namespace trainplan {
 
@@ -58,6 +59,53 @@ json prediction_to_json(const Estimate& e, const json& extra) {
   }
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
   return j;
+}
+
+json cost_to_json(const Estimate& e, const Cluster& cluster) {
+  if (cluster.price_per_gpu_hour <= 0 || !(e.time.step > 0)) return nullptr;
+  return {{"usd_per_step", objective_value(Objective::cost, e, cluster)},
+          {"price_per_gpu_hour_usd", cluster.price_per_gpu_hour},
+          {"gpus", e.strategy.gpus()},
+          {"price_source", "price_per_gpu_hour_usd of cluster file " + cluster.name}};
+}
+
+json layer_detail_to_json(const std::vector<StageDetail>& stages) {
+  json out = json::array();
+  for (const StageDetail& d : stages) {
+    json rows = json::array();
+    for (const LayerRow& r : d.rows) {
+      const char* part = r.kind == LayerRow::Kind::embedding ? "embedding" : r.kind == LayerRow::Kind::head ? "head" : "layers";
+      json row = {{"part", part},
+                      {"chunk", r.chunk},
+                      {"count", r.count},
+                      {"forward_s", r.forward},
+                      {"backward_s", r.backward},
+                      {"recompute_s", r.recompute},
+                      {"tp_comm_s", r.tp_comm},
+                      {"cp_comm_s", r.cp_comm},
+                      {"params", r.params},
+                      {"weights", r.weights},
+                      {"gradients", r.gradients},
+                      {"optimizer", r.optimizer},
+                      {"weight_copies", r.weight_copies},
+                      {"activations", r.activations}};
+      if (r.kind == LayerRow::Kind::layers) row["first_layer"] = r.first_layer;
+      rows.push_back(std::move(row));
+    }
+    out.push_back({{"stage", d.stage},
+                   {"chunks_in_flight", d.chunks_in_flight},
+                   {"recompute_working_bytes", d.working_layer},
+                   {"rows", rows},
+                   {"total",
+                    {{"forward_s", d.forward},
+                     {"backward_s", d.backward},
+                     {"recompute_s", d.recompute},
+                     {"tp_comm_s", d.tp_comm},
+                     {"cp_comm_s", d.cp_comm}}}});
+  }
+  return {{"note", "times per micro-batch on one rank; a 'layers' row gives the figures of each of its count "
+                   "layers; bytes per rank, activations as held at the stage's peak"},
+          {"stages", out}};
 }
 
 }  // namespace trainplan

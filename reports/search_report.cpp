@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "reports/console.hpp"
 #include "reports/infeasible.hpp"
 #include "reports/prediction_json.hpp"
 #include "reports/svg.hpp"
@@ -12,7 +13,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string gb(double bytes) { return fmt::format("{:.1f}", bytes / kGB); }
 
 const char* value_unit(Objective o) {
   switch (o) {
@@ -27,8 +27,8 @@ const char* value_unit(Objective o) {
 double shown_value(Objective o, double v) { return o == Objective::throughput ? -v : v; }
 
 void print_counts(std::ostream& os, const SearchStats& st) {
-  os << fmt::format("searched {} candidate layouts ({} dp x tp x pp x cp factorizations, up to {} GPUs) in {:.3f} s on {} threads:\n",
-                    st.candidates, st.layouts, st.max_gpus_considered, st.elapsed_s, st.threads);
+  os << fmt::format("searched {} candidate layouts ({} dp x tp x pp x cp factorizations, up to {} GPUs) in {} on {} threads:\n",
+                    st.candidates, st.layouts, st.max_gpus_considered, format_seconds(st.elapsed_s), st.threads);
   os << fmt::format("  {} predicted ({} feasible), {} proven out of memory by the model-state bound, "
                     "{} proven by the step-time bound to miss both the top list and the Pareto window\n",
                     st.evaluated, st.feasible, st.pruned_out_of_memory, st.pruned_by_bound);
@@ -91,16 +91,16 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
   if (!r.top.empty()) {
     // One engine per column: the refined top list shows simulated step times (labelled), the lists
     // below analytic ones, so the same layout can show two figures.
-    os << fmt::format("{:>4}  {:<52} {:>5} {:>13} {:>10} {:>11} {:>6}", "rank", "layout", "GPUs", "memory GB",
-                      r.stats.refined > 0 ? "sim step s" : "step s", "tokens/s", "MFU %");
+    os << fmt::format("{:>4}  {:<52} {:>5} {:>19} {:>10} {:>11} {:>6}", "rank", "layout", "GPUs", "peak memory",
+                      r.stats.refined > 0 ? "sim step" : "step", "tokens/s", "MFU %");
     if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", "USD/step");
     os << "\n";
     for (std::size_t i = 0; i < r.top.size(); ++i) {
       const Estimate& e = r.top[i];
-      os << fmt::format("{:>4}  {:<52} {:>5} {:>13} {:>10.3f} {:>11.0f} {:>6.1f}", i + 1, describe(e.strategy),
-                        e.strategy.gpus(), gb(e.peak_memory) + " / " + gb(e.capacity), e.time.step,
-                        e.throughput.tokens_per_s, 100 * e.throughput.mfu);
-      if (ctx.objective == Objective::cost) os << fmt::format(" {:>10.2f}", r.top_value[i]);
+      os << fmt::format("{:>4}  {:<52} {:>5} {:>19} {:>10} {:>11.0f} {:>6.1f}", i + 1, describe(e.strategy),
+                        e.strategy.gpus(), format_bytes(e.peak_memory) + " / " + format_bytes(e.capacity),
+                        format_seconds(e.time.step), e.throughput.tokens_per_s, 100 * e.throughput.mfu);
+      if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", format_usd(r.top_value[i]));
       os << "\n";
     }
   } else if (r.stats.candidates == 0) {
@@ -112,7 +112,7 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
   if (!r.infeasible.empty()) {
     os << "\nfastest infeasible candidates (among those predicted; analytic step time):\n";
     for (const Estimate& e : r.infeasible) {
-      os << fmt::format("  {:<52} {:>10.3f} s  {}\n", describe(e.strategy), e.time.step,
+      os << fmt::format("  {:<52} {:>10}  {}\n", describe(e.strategy), format_seconds(e.time.step),
                         e.infeasible.empty() ? "" : describe(e.infeasible.front(), e.strategy));
     }
   }
@@ -120,7 +120,8 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
     os << fmt::format("\nPareto front, analytic step time vs peak memory (exact within {:g}x the best step time):\n",
                       ctx.pareto_window);
     for (const Estimate& e : r.pareto) {
-      os << fmt::format("  {:<52} {:>10.3f} s {:>8} GB\n", describe(e.strategy), e.time.step, gb(e.peak_memory));
+      os << fmt::format("  {:<52} {:>10} {:>10}\n", describe(e.strategy), format_seconds(e.time.step),
+                        format_bytes(e.peak_memory));
     }
   }
   os << "\n";
@@ -277,7 +278,7 @@ void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityCon
     }
   }
   if (r.reliability) print_failures(os, r);
-  os << fmt::format("({} search{} in {:.2f} s)\n", r.options.size(), r.options.size() == 1 ? "" : "es", r.elapsed_s);
+  os << fmt::format("({} search{} in {})\n", r.options.size(), r.options.size() == 1 ? "" : "es", format_seconds(r.elapsed_s));
 }
 
 json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {

@@ -164,20 +164,26 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   return mm;
 }
 
-Bytes stage_activation_bytes(const MemoryModel& mm, int stage, int layers) {
-  const int chunks_live = in_flight_chunks(mm.schedule, mm.pp, stage, mm.micro_batches, mm.vp);
+StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int layers) {
+  StageActivations a;
+  a.chunks_in_flight = in_flight_chunks(mm.schedule, mm.pp, stage, mm.micro_batches, mm.vp);
   const double layers_per_chunk = static_cast<double>(layers) / mm.vp;
-  Bytes act = chunks_live * layers_per_chunk * mm.stored_layer + mm.working_layer;
+  a.layers = a.chunks_in_flight * layers_per_chunk * mm.stored_layer;
+  a.working_layer = mm.working_layer;
   // Embedding dropout mask (1 byte per element) of each chunk in flight, where the stack saves masks.
-  if (stage == 0 && mm.dropout_masks) act += chunks_live * mm.tokens * mm.hidden * mm.seq_share * 1.0;
+  if (stage == 0 && mm.dropout_masks) a.embedding = a.chunks_in_flight * mm.tokens * mm.hidden * mm.seq_share * 1.0;
   if (stage == mm.pp - 1) {
     // The loss's logits of one micro-batch at their peak (logit_bytes per element: 4 for fp32
     // logits, Korthikanti et al. 2022 Sec. 4.3 4sbv/t; more where the loss keeps fp32 copies and
     // their gradients), plus the final norm's input (stream width) and the head's input.
-    act += mm.tokens * mm.vocab / mm.tp * mm.logit_bytes +
-           mm.tokens * mm.hidden * mm.seq_share * (mm.stream_bytes + mm.act_bytes);
+    a.head = mm.tokens * mm.vocab / mm.tp * mm.logit_bytes +
+             mm.tokens * mm.hidden * mm.seq_share * (mm.stream_bytes + mm.act_bytes);
   }
-  return act;
+  return a;
+}
+
+Bytes stage_activation_bytes(const MemoryModel& mm, int stage, int layers) {
+  return stage_activation_parts(mm, stage, layers).total();
 }
 
 StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int layers) {

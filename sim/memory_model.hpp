@@ -116,6 +116,14 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
 // recomputation, on the first stage the embedding dropout mask of each chunk in flight (1 byte per
 // element), on the last the fp32 logits of one micro-batch in the loss and the head's input.
 Bytes stage_activation_bytes(const MemoryModel& mm, int stage, int layers);
+// The same figure in its parts: the stored layers, the working layer of full recomputation, the
+// first stage's embedding masks and the last stage's logits and head input.
+struct StageActivations {
+  Bytes layers = 0, working_layer = 0, embedding = 0, head = 0;
+  int chunks_in_flight = 0;  // in_flight_chunks() of the stage
+  Bytes total() const { return layers + working_layer + embedding + head; }
+};
+StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int layers);
 
 // The memory of pipeline stage `stage` holding `params` parameters per rank and `layers` layers.
 StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int layers);

@@ -454,6 +454,15 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   out.hardware_flops_per_micro_batch_per_replica =
       3 * model_fwd + layer.recompute_flops * graph.model().layers * s.tp * s.cp;
   out.memory = memory_model(graph, cluster, sw, s, lc.stored_layer, lc.working_layer);
+  out.layer = {.layers = 1, .forward = layer.forward, .backward = layer.backward, .recompute = layer.recompute,
+               .tp_forward = layer.tp_forward, .tp_backward = layer.tp_backward, .cp_forward = layer.cp_forward,
+               .cp_backward = layer.cp_backward, .params = layer.params};
+  auto end_piece = [](const EndCost& end) {
+    return ChunkCost{.forward = end.forward, .backward = end.backward, .tp_forward = end.tp_forward,
+                     .tp_backward = end.tp_backward, .params = end.params};
+  };
+  out.embedding = end_piece(pre);
+  out.head = end_piece(post);
 }
 
 StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& s) {

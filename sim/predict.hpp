@@ -77,6 +77,10 @@ struct StepCosts {
   double overlap_cost_rate(double share) const { return trainplan::overlap_cost_rate(share, overlap_slowdown); }
   Flops hardware_flops_per_micro_batch_per_replica = 0;  // recomputation included
   Flops model_flops_per_micro_batch_per_replica = 0;
+  // The pieces the chunks are summed from, per micro-batch on one rank: one transformer layer (all
+  // are identical), the ops before the first layer (embedding) and after the last (final norm,
+  // LM head, loss). Only the time and params fields are set. For per-layer reports (layer_detail.hpp).
+  ChunkCost layer, embedding, head;
 };
 
 // Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.

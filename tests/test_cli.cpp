@@ -57,6 +57,54 @@ TEST(Cli, PredictJsonFollowsTheContract) {
   EXPECT_EQ(j2["time"], j["time"]);
 }
 
+TEST(Cli, PredictShowsTheCostPerStepAndItsPrice) {
+  const std::string path = ::testing::TempDir() + "/cost.json";
+  auto r = run_merged(kPlan + " --json " + path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  ASSERT_TRUE(j["cost"].is_object()) << j.dump();
+  // USD per step = price per GPU-hour x GPUs x step / 3600 (dgx-h100's file says $3.00).
+  const double step = j["time"]["step_s"].get<double>();
+  EXPECT_DOUBLE_EQ(j["cost"]["price_per_gpu_hour_usd"].get<double>(), 3.0);
+  EXPECT_NEAR(j["cost"]["usd_per_step"].get<double>(), 3.0 * 16 * step / 3600, 1e-12);
+  EXPECT_NE(j["cost"]["price_source"].get<std::string>().find("dgx-h100"), std::string::npos);
+  EXPECT_NE(r.output.find("cost: $"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("per step (16 GPUs x $3.00 per GPU-hour"), std::string::npos) << r.output;
+}
+
+TEST(Cli, PredictDetailLayersShowsEachStagesLayers) {
+  const std::string path = ::testing::TempDir() + "/layers.json";
+  auto r = run_merged(kPlan + " --detail layers --json " + path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* part : {"per layer", "stage 0 (", "stage 1 (", "embedding", "LM head", "stage total", "recompute",
+                           "activations"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  ASSERT_TRUE(j.contains("layers"));
+  const auto& stages = j["layers"]["stages"];
+  ASSERT_EQ(stages.size(), 2u);
+  int layers = 0;
+  for (const auto& st : stages) {
+    for (const auto& row : st["rows"]) {
+      if (row["part"] == "layers") layers += row["count"].get<int>();
+      EXPECT_GT(row["forward_s"].get<double>(), 0) << row.dump();
+      EXPECT_GT(row["weights"].get<double>(), 0) << row.dump();
+    }
+  }
+  EXPECT_EQ(layers, 32) << "llama3-8b has 32 layers";
+  // Without the flag, no per-layer table or key.
+  const std::string plain = ::testing::TempDir() + "/plain.json";
+  auto r2 = run_merged(kPlan + " --json " + plain);
+  EXPECT_EQ(r2.output.find("per layer"), std::string::npos);
+  std::ifstream in2(plain);
+  EXPECT_FALSE(nlohmann::json::parse(in2).contains("layers"));
+  auto bad = run_merged(kPlan + " --detail ops");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--detail"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, SimulatorEngineGivesItsOwnStepTime) {
   const std::string path = ::testing::TempDir() + "/des.json";
   const std::string plan =
@@ -163,7 +211,8 @@ TEST(Cli, HelpExplainsEveryFlag) {
   auto r = run_merged("predict --help");
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--model", "--cluster", "--gpus", "--tp", "--pp", "--dp", "--cp", "--vp", "--zero", "--micro-batch",
-                           "--global-batch", "--seq", "--recompute", "--sequence-parallel", "--schedule", "--dtype", "--json", "--plan"})
+                           "--global-batch", "--seq", "--recompute", "--sequence-parallel", "--schedule", "--dtype", "--json", "--plan",
+                           "--detail"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
 }
 

@@ -57,6 +57,11 @@ TEST_F(ReportCli, PredictWritesMemoryAndTimeCharts) {
   EXPECT_NE(s.find("time per step ("), std::string::npos);
   EXPECT_NE(s.find(">stage 1</text>"), std::string::npos);  // a bar per pipeline stage
   EXPECT_NE(s.find("class=\"reference\""), std::string::npos);  // the GPU's capacity line
+  // The plan section's cost per step, with the price's source.
+  EXPECT_NE(s.find("<dt>cost per step</dt><dd>$"), std::string::npos);
+  EXPECT_NE(s.find("per GPU-hour; price_per_gpu_hour_usd of cluster file dgx-h100"), std::string::npos);
+  // A phone scrolls a chart sideways instead of shrinking its text.
+  EXPECT_NE(s.find("figure > svg { min-width: 600px; }"), std::string::npos);
 }
 
 TEST_F(ReportCli, EveryKindFromRealOutput) {
@@ -202,6 +207,34 @@ TEST_F(ConsoleCli, ZerosPluralsAndSmallModels) {
   const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
   EXPECT_NE(line.find("n/a"), std::string::npos) << line;
   EXPECT_EQ(line.find("%"), std::string::npos) << line;
+}
+
+// Every console prints times and bytes by one rule (reports/console.hpp): GB/MB/kB with one decimal,
+// seconds with three, ms with two, us with one; no MiB.
+TEST_F(ConsoleCli, OnePrecisionForTimesAndBytesEverywhere) {
+  const std::vector<std::string> commands = {
+      "predict --model gpt2 --cluster dgx-a100-80g --gpus 8 --pp 2 --global-batch 32",
+      "simulate --model gpt2 --cluster dgx-a100-80g --gpus 8 --pp 2 --global-batch 32",
+      "search --model gpt2 --cluster dgx-a100-80g --gpus 8 --global-batch 32",
+      "capacity --model gpt2 --tokens 1B --clusters dgx-a100-80g --gpus-range 8..16",
+      "compare " + kCompare + "prediction_pp2.json " + kCompare + "measurement_pp2.json"};
+  const std::regex bytes(R"((\d+(\.\d+)?) (GB|MB|kB)\b)"), secs(R"((\d+(\.\d+)?) (s|ms|us)\b)");
+  for (const std::string& c : commands) {
+    const Result r = run(c);
+    ASSERT_EQ(r.code, 0) << c << "\n" << r.err;
+    EXPECT_EQ(r.out.find("MiB"), std::string::npos) << c;
+    int seen = 0;
+    for (std::sregex_iterator it(r.out.begin(), r.out.end(), bytes), end; it != end; ++it, ++seen) {
+      EXPECT_EQ((*it)[2].str().size(), 2u) << c << ": " << (*it)[0] << " (one decimal)";
+    }
+    for (std::sregex_iterator it(r.out.begin(), r.out.end(), secs), end; it != end; ++it) {
+      const std::string unit = (*it)[3], num = (*it)[1];
+      if (num == "0") continue;  // "0 s"
+      const std::size_t decimals = (*it)[2].str().empty() ? 0 : (*it)[2].str().size() - 1;
+      EXPECT_EQ(decimals, unit == "s" ? 3u : unit == "ms" ? 2u : 1u) << c << ": " << (*it)[0];
+    }
+    if (c.rfind("capacity", 0) != 0) EXPECT_GT(seen, 0) << c << " prints no bytes:\n" << r.out;
+  }
 }
 
 }  // namespace

@@ -221,6 +221,9 @@ def blank_reason(png):
     return None
 
 
+MIN_CHART_PX = 560
+
+
 def open_page(browser, path, width, full_page, scale=1.0):
     """Opens `path` at `width` px; returns (problems, png bytes of the screenshot at `scale`)."""
     target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -235,9 +238,11 @@ def open_page(browser, path, width, full_page, scale=1.0):
     browser.wait_for("Page.loadEventFired", session)
     metrics = browser.send("Runtime.evaluate", {
         "expression": "JSON.stringify([document.documentElement.scrollWidth, window.innerWidth, "
-                      "document.documentElement.scrollHeight, document.querySelectorAll('svg').length])",
+                      "document.documentElement.scrollHeight, document.querySelectorAll('svg').length, "
+                      "Math.min(...Array.from(document.querySelectorAll('figure > svg'), "
+                      "s => s.getBoundingClientRect().width))])",
         "returnByValue": True}, session=session)["result"]["value"]
-    scroll_w, inner_w, height, svgs = json.loads(metrics)
+    scroll_w, inner_w, height, svgs, narrowest = json.loads(metrics)
     time.sleep(0.2)  # let late console messages arrive
     browser.send("Runtime.evaluate", {"expression": "1"}, session=session)
     problems = problems_in([e for e in browser.events if e.get("sessionId") == session], url)
@@ -245,6 +250,9 @@ def open_page(browser, path, width, full_page, scale=1.0):
         problems.append(f"page is {scroll_w} px wide in a {inner_w} px window")
     if svgs == 0:
         problems.append("no chart (svg) on the page")
+    # A chart drawn narrower than this shrinks its 12 px labels below legibility; a phone scrolls it.
+    if narrowest is not None and narrowest < MIN_CHART_PX:
+        problems.append(f"a chart is drawn {narrowest:.0f} px wide (text unreadable below {MIN_CHART_PX} px)")
     clip_h = min(height, 12000) if full_page else 900
     shot = browser.send("Page.captureScreenshot", {
         "format": "png", "captureBeyondViewport": full_page,

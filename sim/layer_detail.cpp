@@ -1,0 +1,64 @@
+#include "sim/layer_detail.hpp"
+
+#include "sim/memory_model.hpp"
+
+namespace trainplan {
+
+namespace {
+
+LayerRow make_row(LayerRow::Kind kind, const ChunkCost& piece, const MemoryModel& mm, int stage, Bytes activations) {
+  LayerRow r;
+  r.kind = kind;
+  r.forward = piece.forward;
+  r.backward = piece.backward;
+  r.recompute = piece.recompute;
+  r.tp_comm = piece.tp_forward + piece.tp_backward;
+  r.cp_comm = piece.cp_forward + piece.cp_backward;
+  r.params = piece.params;
+  // The model states as stage_memory() accounts them, for this piece's parameters alone.
+  const StageMemory states = stage_memory(mm, stage, piece.params, 0);
+  r.weights = states.weights;
+  r.gradients = states.gradients;
+  r.optimizer = states.optimizer;
+  r.weight_copies = states.weight_copies;
+  r.activations = activations;
+  return r;
+}
+
+}  // namespace
+
+std::vector<StageDetail> layer_detail(const StepCosts& costs) {
+  const MemoryModel& mm = costs.memory;
+  std::vector<StageDetail> out(static_cast<std::size_t>(mm.pp));
+  for (int i = 0; i < mm.pp; ++i) {
+    StageDetail& d = out[static_cast<std::size_t>(i)];
+    d.stage = i;
+    // One layer's share of the stage's stored activations, and the ends' extras.
+    const StageActivations one = stage_activation_parts(mm, i, 1);
+    d.chunks_in_flight = one.chunks_in_flight;
+    d.working_layer = one.working_layer;
+    for (const ChunkCost& c : costs.chunks) {
+      if (c.stage != i) continue;
+      d.forward += c.forward;
+      d.backward += c.backward;
+      d.recompute += c.recompute;
+      d.tp_comm += c.tp_forward + c.tp_backward;
+      d.cp_comm += c.cp_forward + c.cp_backward;
+      if (c.has_embedding) d.rows.push_back(make_row(LayerRow::Kind::embedding, costs.embedding, mm, i, one.embedding));
+      if (c.layers > 0) {
+        LayerRow r = make_row(LayerRow::Kind::layers, costs.layer, mm, i, one.layers);
+        r.chunk = c.chunk;
+        r.first_layer = c.first_layer;
+        r.count = c.layers;
+        d.rows.push_back(r);
+      }
+      if (c.has_head) {
+        d.rows.push_back(make_row(LayerRow::Kind::head, costs.head, mm, i, one.head));
+        d.rows.back().chunk = c.chunk;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace trainplan
