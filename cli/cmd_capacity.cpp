@@ -140,6 +140,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
+  check_outputs_apart(f, {"json"});
   f.finish();
   bool any_count = false;
   for (const Cluster& c : req.clusters) any_count |= !capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi).empty();

@@ -39,6 +39,7 @@ int cmd_predict(const Args& args, const Context& ctx) {
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
   const std::string engine = f.get_choice("engine", "analytic", {"analytic", "des"});
   auto json_out = open_json_output("json", f.get("json"));
+  check_outputs_apart(f, {"json"});
   f.finish();
   const LayerGraph graph(in.model, in.strategy.seq_len);
   // The step costs are computed once and shared by the closed form and the simulator.

@@ -141,6 +141,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   options.pareto_window = f.get_double("pareto-window", 1.25, 1.0, 1e6);
   const bool refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
+  check_outputs_apart(f, {"json"});
   f.finish();
   if (ctx.out_is_terminal) {
     options.progress = [&ctx](std::int64_t done, std::int64_t total) { draw_progress(ctx.err, done, total); };

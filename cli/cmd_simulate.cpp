@@ -84,15 +84,10 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
   auto json_out = open_json_output("json", f.get("json"));
   const auto trace_path = f.get("trace");
-  if (trace_path) {
-    check_output_path(*trace_path, fmt::format("--trace {}", *trace_path));
-    const auto json_path = f.get("json");
-    std::error_code ec;
-    if (json_path && (*json_path == *trace_path || std::filesystem::equivalent(*json_path, *trace_path, ec))) {
-      throw InputError(fmt::format("--trace {}: the same file as --json; give them different names", *trace_path));
-    }
-  }
+  if (trace_path) check_output_path(*trace_path, fmt::format("--trace {}", *trace_path));
+  check_outputs_apart(f, {"json", "trace"});
   f.finish();
+  if (auto too_large = simulation_size_error(in.strategy)) throw InputError(*too_large);
 
   const Strategy& s = in.strategy;
   const LayerGraph graph(in.model, s.seq_len);

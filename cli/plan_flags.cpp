@@ -102,7 +102,7 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   }
 
   // DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
-  const int model_parallel = s.tp * s.pp * s.cp;
+  const long long model_parallel = static_cast<long long>(s.tp) * s.pp * s.cp;  // each <= 2^16: no overflow
   auto gpus = f.get_optional_int("gpus", 1, 1 << 24);
   auto dp = f.get_optional_int("dp", 1, 1 << 24);
   if (dp) s.dp = static_cast<int>(*dp);

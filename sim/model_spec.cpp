@@ -1,5 +1,7 @@
 #include "sim/model_spec.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "sim/check.hpp"
@@ -104,7 +106,9 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   } else {
     m.name = p.filename() == "config.json" ? p.parent_path().filename().string() : p.stem().string();
   }
-  if (m.name.empty()) m.name = type;
+  // A file name may hold any byte but a slash; a name that would be printed must be printable.
+  const bool printable = std::all_of(m.name.begin(), m.name.end(), [](unsigned char ch) { return ch >= 0x20 && ch != 0x7f; });
+  if (m.name.empty() || !printable) m.name = type;
   const bool gpt2 = type == "gpt2";
   check_shape(m, o, gpt2 ? "n_head" : "num_attention_heads", "num_key_value_heads");
   return m;
@@ -120,7 +124,7 @@ ModelSpec load_model(const std::string& name_or_path, const std::filesystem::pat
     const std::filesystem::path builtin = data_dir / "models" / (name_or_path + ".json");
     if (std::filesystem::exists(builtin, ec)) {
       path = builtin;
-    } else if (!std::filesystem::is_regular_file(path, ec)) {
+    } else if (!std::filesystem::exists(path, ec)) {  // a directory or FIFO: read_input_file names it
       throw InputError(fmt::format("--model {}: not a built-in model (see {}) and not a file", name_or_path,
                                    (data_dir / "models").string()));
     }
