@@ -87,6 +87,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   if (trace_path) check_output_path(*trace_path, fmt::format("--trace {}", *trace_path));
   check_outputs_apart(f, {"json", "trace"});
   f.finish();
+  if (!in.seq_note.empty()) ctx.err << "trainplan simulate: note: " << in.seq_note << "\n";
   if (auto too_large = simulation_size_error(in.strategy)) throw InputError(*too_large);
 
   const Strategy& s = in.strategy;

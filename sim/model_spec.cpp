@@ -98,6 +98,18 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   } else {
     throw o.error("model_type", "must be one of llama|mistral|qwen2|gpt2|gpt_neox");
   }
+  // head_dim (Mistral-NeMo, Gemma): attention width heads x head_dim differs from hidden. The layer
+  // graph and the op costs size attention as hidden wide (h = a x d), so such a model would be
+  // costed wrongly (Mistral-NeMo: 12.77B parameters instead of 12.25B); it is refused instead.
+  if (o.has("head_dim") && !o.raw("head_dim").is_null()) {
+    const int d = int_of("head_dim");
+    if (static_cast<long long>(d) * m.heads != m.hidden) {
+      throw o.error("head_dim", fmt::format("must equal hidden_size / num_attention_heads ({} / {}): attention wider "
+                                            "or narrower than the hidden size is not modelled yet",
+                                            m.hidden, m.heads));
+    }
+  }
+  m.seq_len_key = type == "gpt2" ? "n_positions" : "max_position_embeddings";
   // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
   // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
   const std::filesystem::path p(file);
@@ -131,6 +143,17 @@ ModelSpec load_model(const std::string& name_or_path, const std::filesystem::pat
   }
   json j = read_json_file(path);
   if (j.is_object() && j.contains("model_type")) return parse_hf_config(j, path.string());
+  // A Hugging Face config without model_type would otherwise be reported as a trainplan model
+  // file missing "name".
+  if (j.is_object() && !j.contains("name")) {
+    for (const char* hf_key : {"architectures", "hidden_size", "num_hidden_layers", "n_layer", "n_embd"}) {
+      if (j.contains(hf_key)) {
+        throw InputError(fmt::format("{}: model_type is missing (required in a Hugging Face config: one of "
+                                     "llama|mistral|qwen2|gpt2|gpt_neox)",
+                                     path.string()));
+      }
+    }
+  }
   return parse_model(j, path.string());
 }
 

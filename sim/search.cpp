@@ -161,6 +161,11 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
   const ModelSpec& m = g.model();
   if (sp.gpus < 1) throw InputError(fmt::format("--gpus {}: must be >= 1", sp.gpus));
   if (sp.global_batch < 1) throw InputError(fmt::format("--global-batch {}: must be >= 1", sp.global_batch));
+  if (static_cast<long long>(sp.global_batch) * sp.seq_len > kMaxTokensPerStep) {
+    throw InputError(fmt::format("--global-batch {}: global batch x sequence length ({} x {}) must be at most 2^40 tokens "
+                                 "per step",
+                                 sp.global_batch, sp.global_batch, sp.seq_len));
+  }
   if (sp.seq_len != g.seq_len()) {
     throw InputError(fmt::format("--seq {}: differs from the layer graph's sequence length {}", sp.seq_len, g.seq_len()));
   }
