@@ -259,7 +259,11 @@ int cmd_exec(const Args& given, const Context& ctx) {
     if (!o.dump_grads.empty()) check_output_path(o.dump_grads + ".rank0", fmt::format("--dump-grads {}", o.dump_grads));
     check_outputs_apart(f, {"json", "dump-params", "dump-grads"});
     const LayerGraph graph(in.model, s.seq_len);
-    const Estimate e = predict(graph, in.cluster, in.software, s);
+    // On CPU the ranks compute in fp32 whatever --dtype says (the measurement's compute_dtype), and
+    // a CPU cluster has no 16-bit peak to cost a bf16 plan with: its memory is predicted in fp32.
+    Strategy as_run = s;
+    if (o.device == "cpu") as_run.dtype = Dtype::fp32;
+    const Estimate e = predict(graph, in.cluster, in.software, as_run);
     // Ranks on this machine: all of them under the local launcher, else the launcher's count.
     const int local_ranks = local_launch ? static_cast<int>(*nproc)
                                          : std::max(1, env_int(torchrun ? "LOCAL_WORLD_SIZE" : "SLURM_NTASKS_PER_NODE", 1));
@@ -322,7 +326,8 @@ int cmd_exec(const Args& given, const Context& ctx) {
     }
     return 0;
   } catch (const exec::RankFailure& e) {
-    ctx.err << "trainplan exec: " << e.what() << "\n";
+    // Under the local launcher the launcher prints the job's one line; elsewhere each rank says why.
+    if (env.status_fd < 0) ctx.err << "trainplan exec: " << e.what() << "\n";
     ctx.err.flush();
     ctx.out.flush();
     // Under the local launcher it writes the job's failure (it knows which rank failed first);
