@@ -27,6 +27,7 @@ describe different strategies, models or clusters.
 
 output:
   --json FILE   also write the trainplan/comparison/v1 JSON (every printed figure) to FILE
+  --html FILE   also write an HTML report (paired predicted/measured bars with the % error)
 )";
 
 }  // namespace
@@ -38,6 +39,7 @@ int cmd_compare(const Args& args, const Context& ctx) {
     return 0;
   }
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
+  auto html_out = open_text_output("html", f.get("html"));
   const std::vector<std::string>& files = f.take_positionals();
   f.finish();
   if (files.size() != 2) {
@@ -46,7 +48,7 @@ int cmd_compare(const Args& args, const Context& ctx) {
   }
   const std::string& prediction_path = files[0];
   const std::string& measurement_path = files[1];
-  check_outputs_apart(f, {"json"});
+  check_outputs_apart(f, {"json", "html"});
   const PredictionFile predicted = prediction_from_json(read_json_file(prediction_path), prediction_path);
   // A relative error against a predicted step of 0 s (an infeasible or unsimulated plan) would read
   // as -100%: nothing to compare.
@@ -67,7 +69,11 @@ int cmd_compare(const Args& args, const Context& ctx) {
   }
   for (const std::string& w : c.warnings) ctx.err << "trainplan compare: warning: " << w << "\n";
   print_comparison(ctx.out, c, prediction_path, measurement_path);
-  if (json_out) json_out->write(comparison_to_json(c, prediction_path, measurement_path));
+  if (json_out || html_out) {
+    const auto doc = comparison_to_json(c, prediction_path, measurement_path);
+    if (json_out) json_out->write(doc);
+    if (html_out) write_html_report(*html_out, doc, "trainplan compare: predicted vs measured");
+  }
   return 0;
 }
 

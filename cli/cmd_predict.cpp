@@ -33,25 +33,28 @@ int cmd_predict(const Args& args, const Context& ctx) {
             << "engine and output:\n"
                "  --engine analytic|des     time figures from the closed-form model (default) or from the\n"
                "                            discrete-event step simulator over the pipeline schedule\n"
-               "  --json FILE               also write the trainplan/prediction/v1 JSON to FILE\n";
+               "  --json FILE               also write the trainplan/prediction/v1 JSON to FILE\n"
+               "  --html FILE               also write an HTML report (memory per stage, step time; see trainplan report)\n";
     return 0;
   }
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
   const std::string engine = f.get_choice("engine", "analytic", {"analytic", "des"});
   auto json_out = open_json_output("json", f.get("json"));
-  check_outputs_apart(f, {"json"});
+  auto html_out = open_text_output("html", f.get("html"));
+  check_outputs_apart(f, {"json", "html"});
   f.finish();
   if (!in.seq_note.empty()) ctx.err << "trainplan predict: note: " << in.seq_note << "\n";
   const LayerGraph graph(in.model, in.strategy.seq_len);
   // The step costs are computed once and shared by the closed form and the simulator.
   Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.software, in.strategy)
                                : predict(graph, in.cluster, in.software, in.strategy);
-  print_prediction(ctx.out, e, fmt::format("{} on {} x {} ({}), {:.2f}B parameters, {} engine", in.model.name,
+  const std::string title = fmt::format("{} on {} x {} ({}), {} parameters, {} engine", in.model.name,
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
-                                           graph.total_params() / 1e9, engine));
-  if (json_out) {
-    json_out->write(prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"software", in.software.name}, {"engine", engine}}));
-  }
+                                           format_count(graph.total_params()), engine);
+  print_prediction(ctx.out, e, title);
+  const auto doc = prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"software", in.software.name}, {"engine", engine}});
+  if (json_out) json_out->write(doc);
+  if (html_out) write_html_report(*html_out, doc, title);
   return e.feasible ? 0 : 3;
 }
 

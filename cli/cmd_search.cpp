@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "reports/csv.hpp"
 #include "reports/search_report.hpp"
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
@@ -61,9 +62,16 @@ search:
                             step time (default 1.25; larger prunes less)
   --threads N               worker threads (default: all hardware threads)
 
+%DP%
 output:
   --json FILE               also write trainplan/search/v1 JSON (top entries are
-                            trainplan/prediction/v1 objects; usable as trainplan predict --plan)
+                            trainplan/prediction/v1 objects; usable as trainplan predict --plan),
+                            with the feasible candidates' step time and peak memory (thinned
+                            to 2000 points, the Pareto front kept whole) for trainplan report
+  --html FILE               also write an HTML report (step time vs memory scatter, Pareto
+                            front, top layouts; see trainplan report)
+  --csv FILE                also write the top, Pareto and infeasible lists as CSV (units in
+                            the header row)
 
 Exit status: 0 with a feasible layout, 3 when none fits, 2 on bad input.
 )";
@@ -104,7 +112,9 @@ void draw_progress(std::ostream& err, std::int64_t done, std::int64_t total) {
 int cmd_search(const Args& args, const Context& ctx) {
   Flags f(args, "search", {"exact-gpus"});
   if (f.help()) {
-    ctx.out << kHelp;
+    std::string help = kHelp;
+    help.replace(help.find("%DP%\n"), 5, dp_space_flags_help() + "\n");
+    ctx.out << help;
     return 0;
   }
   const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
@@ -127,6 +137,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   space.zero_stages = parse_list<int>(f, "zero", "0,1,2,3", parse_zero, space.zero_stages);
   space.recompute = parse_list<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
   space.schedules = parse_list<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);
+  read_dp_space_flags(f, space);
   space.max_tp = static_cast<int>(f.get_int("max-tp", space.max_tp, 1, 1 << 16));
   space.max_pp = static_cast<int>(f.get_int("max-pp", model.layers, 1, 1 << 16));
   space.max_cp = static_cast<int>(f.get_int("max-cp", space.max_cp, 1, 1 << 16));
@@ -141,8 +152,11 @@ int cmd_search(const Args& args, const Context& ctx) {
   options.pareto_window = f.get_double("pareto-window", 1.25, 1.0, 1e6);
   const bool refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
-  check_outputs_apart(f, {"json"});
+  auto html_out = open_text_output("html", f.get("html"));
+  auto csv_out = open_text_output("csv", f.get("csv"));
+  check_outputs_apart(f, {"json", "html", "csv"});
   f.finish();
+  options.keep_points = json_out || html_out;
   if (ctx.out_is_terminal) {
     options.progress = [&ctx](std::int64_t done, std::int64_t total) { draw_progress(ctx.err, done, total); };
   }
@@ -152,7 +166,12 @@ int cmd_search(const Args& args, const Context& ctx) {
   if (refine) refine_top_with_simulation(result, graph, cluster, software, options.objective, options.threads);
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
   print_search(ctx.out, result, sc);
-  if (json_out) json_out->write(search_to_json(result, sc));
+  if (json_out || html_out) {
+    const auto doc = search_to_json(result, sc);
+    if (json_out) json_out->write(doc);
+    if (html_out) write_html_report(*html_out, doc, fmt::format("trainplan search: {} on up to {} x {}", model.name, gpus, cluster.name));
+  }
+  if (csv_out) csv_out->write(search_to_csv(result, sc));
   return result.top.empty() ? 3 : 0;
 }
 

@@ -1,6 +1,7 @@
 // trainplan simulate: one training step simulated event by event (sim/simulate.hpp).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 #include <optional>
@@ -41,9 +42,16 @@ const char* kOutputHelp = R"(output:
                             one thread per stream (compute, pp send activations, pp send
                             gradients, dp collectives), times in microseconds, and flow
                             arrows from each send to the slot that waited for it
+  --trace-ranks LIST        only these ranks in the trace, e.g. 0-7,64 (a trace of every
+                            rank of a large job runs to hundreds of MB); the trace shows
+                            data-parallel replica 0, so LIST must name some of its ranks
   --json FILE               write the trainplan/prediction/v1 JSON with the simulated time
                             ("engine": "des") and a "simulation" object: step_s and per stage
-                            its ranks, busy/idle seconds and share, waits and stream loads
+                            its ranks, busy/idle seconds and share, waits and stream loads,
+                            and "timeline": every event (stream, kind, micro-batch, start, end)
+                            per stage
+  --html FILE               write an HTML report with the timeline as a Gantt chart (see
+                            trainplan report)
 )";
 
 // "0-7", "0,2,4" or "8-15,24-31": ascending ranks as ranges.
@@ -73,6 +81,52 @@ void print_usage_table(std::ostream& os, const Timeline& t, const std::vector<st
   }
 }
 
+// --trace-ranks "0-7,64": `stage_ranks` with every rank not listed replaced by -1. InputError for a
+// malformed list, a rank outside 0..gpus-1, or a list naming none of `stage_ranks`.
+std::vector<std::vector<int>> select_ranks(const std::string& list, int gpus,
+                                           std::vector<std::vector<int>> stage_ranks) {
+  std::vector<bool> keep(static_cast<std::size_t>(gpus), false);
+  std::stringstream ss(list);
+  std::string item;
+  auto bad = [&](const std::string& why) { return InputError(fmt::format("--trace-ranks {}: {}", list, why)); };
+  auto rank = [&](const std::string& t) {
+    std::size_t n = 0;
+    long v = -1;
+    try {
+      v = std::stol(t, &n);
+    } catch (const std::logic_error&) {
+      n = 0;
+    }
+    if (t.empty() || n != t.size() || v < 0) throw bad(fmt::format("'{}' is not a rank (a whole number)", t));
+    if (v >= gpus) throw bad(fmt::format("rank {} is not among the plan's {} ranks (0..{})", v, gpus, gpus - 1));
+    return static_cast<int>(v);
+  };
+  bool any = false;
+  while (std::getline(ss, item, ',')) {
+    const auto dash = item.find('-', 1);
+    const int lo = rank(item.substr(0, dash));
+    const int hi = dash == std::string::npos ? lo : rank(item.substr(dash + 1));
+    if (hi < lo) throw bad(fmt::format("range {} must be lo-hi with lo <= hi", item));
+    for (int r = lo; r <= hi; ++r) keep[static_cast<std::size_t>(r)] = true;
+    any = true;
+  }
+  if (!any) throw bad("must list ranks, e.g. 0-7,64");
+  std::vector<int> all;
+  for (const auto& stage : stage_ranks) all.insert(all.end(), stage.begin(), stage.end());
+  std::sort(all.begin(), all.end());
+  bool shown = false;
+  for (auto& stage : stage_ranks) {
+    for (int& r : stage) {
+      if (!keep[static_cast<std::size_t>(r)]) r = -1;
+      shown |= r >= 0;
+    }
+  }
+  if (!shown) {
+    throw bad(fmt::format("names no rank of data-parallel replica 0, which the trace shows ({})", rank_ranges(all)));
+  }
+  return stage_ranks;
+}
+
 }  // namespace
 
 int cmd_simulate(const Args& args, const Context& ctx) {
@@ -83,21 +137,27 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   }
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
   auto json_out = open_json_output("json", f.get("json"));
+  auto html_out = open_text_output("html", f.get("html"));
   const auto trace_path = f.get("trace");
   if (trace_path) check_output_path(*trace_path, fmt::format("--trace {}", *trace_path));
-  check_outputs_apart(f, {"json", "trace"});
+  const auto trace_ranks = f.get("trace-ranks");
+  if (trace_ranks && !trace_path) throw InputError(fmt::format("--trace-ranks {}: needs --trace FILE", *trace_ranks));
+  check_outputs_apart(f, {"json", "trace", "html"});
   f.finish();
   if (!in.seq_note.empty()) ctx.err << "trainplan simulate: note: " << in.seq_note << "\n";
   if (auto too_large = simulation_size_error(in.strategy)) throw InputError(*too_large);
 
   const Strategy& s = in.strategy;
+  // The trace's ranks per stage; with --trace-ranks, the others are -1 (left out).
+  std::vector<std::vector<int>> traced;
+  if (trace_ranks) traced = select_ranks(*trace_ranks, s.gpus(), replica_stage_ranks(s));
   const LayerGraph graph(in.model, s.seq_len);
   // Step costs computed once: the closed form and the simulator both read them.
   std::optional<StepCosts> costs;
   if (!cannot_cost(graph, in.cluster, s)) costs = step_costs(graph, in.cluster, in.software, s);
   const Estimate analytic = costs ? compose(*costs, graph, in.cluster, s) : predict(graph, in.cluster, in.software, s);
-  const std::string title = fmt::format("{} on {} x {} ({}), {:.2f}B parameters", in.model.name, s.gpus(),
-                                        in.cluster.gpu.name, in.cluster.name, graph.total_params() / 1e9);
+  const std::string title = fmt::format("{} on {} x {} ({}), {} parameters", in.model.name, s.gpus(),
+                                        in.cluster.gpu.name, in.cluster.name, format_count(graph.total_params()));
   if (!(analytic.time.step > 0)) {  // invalid plan: nothing to simulate
     print_prediction(ctx.out, analytic, title);
     return 3;
@@ -117,15 +177,19 @@ int cmd_simulate(const Args& args, const Context& ctx) {
 
   if (trace_path) {
     std::ostringstream trace;
-    write_chrome_trace(trace, timeline, ranks, title);
+    write_chrome_trace(trace, timeline, trace_ranks ? traced : ranks, title);
     write_file_atomically(*trace_path, trace.str(), fmt::format("--trace {}", *trace_path));
-    ctx.out << fmt::format("\ntrace: {} ({} ranks x {} streams)\n", *trace_path, s.pp * s.tp * s.cp, kStreams);
+    int shown = 0;
+    for (const auto& stage : trace_ranks ? traced : ranks) shown += static_cast<int>(std::count_if(stage.begin(), stage.end(), [](int r) { return r >= 0; }));
+    ctx.out << fmt::format("\ntrace: {} ({} rank{} x {} streams)\n", *trace_path, shown, shown == 1 ? "" : "s", kStreams);
   }
-  if (json_out) {
-    json_out->write(prediction_to_json(e, {{"model", in.model.name},
-                                           {"cluster", in.cluster.name},
-                                           {"engine", "des"},
-                                           {"simulation", timeline_summary_json(timeline, ranks)}}));
+  if (json_out || html_out) {
+    nlohmann::json simulation = timeline_summary_json(timeline, ranks);
+    simulation["timeline"] = timeline_events_json(timeline, ranks);
+    const auto doc = prediction_to_json(
+        e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "des"}, {"simulation", simulation}});
+    if (json_out) json_out->write(doc);
+    if (html_out) write_html_report(*html_out, doc, title + " -- simulated step");
   }
   return e.feasible ? 0 : 3;
 }

@@ -25,6 +25,7 @@ int cmd_simulate(const Args& args, const Context& ctx);  // issue 4
 int cmd_compare(const Args& args, const Context& ctx);  // issue 5
 int cmd_search(const Args& args, const Context& ctx);    // issue 3
 int cmd_capacity(const Args& args, const Context& ctx);  // issue 3
+int cmd_report(const Args& args, const Context& ctx);    // issue 10
 // In trainplan-exec only (they need LibTorch):
 int cmd_exec(const Args& args, const Context& ctx);
 int cmd_calibrate(const Args& args, const Context& ctx);
@@ -56,4 +57,20 @@ void check_outputs_apart(const Flags& f, const std::vector<std::string>& output_
 
 // Opens `path` for --<flag> when given; nothing otherwise.
 std::optional<JsonOutput> open_json_output(const std::string& flag, const std::optional<std::string>& path);
+
+// A text output file (HTML report, CSV), checked before work and written atomically like JsonOutput.
+class TextOutput {
+ public:
+  TextOutput(const std::string& flag, const std::string& path);
+  void write(const std::string& content) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string flag_, path_;
+};
+std::optional<TextOutput> open_text_output(const std::string& flag, const std::optional<std::string>& path);
+
+// --html FILE of predict/simulate/search/capacity/compare: the trainplan report page of `doc`
+// (the command's JSON document, built in memory) titled `title`.
+void write_html_report(const TextOutput& out, const nlohmann::json& doc, const std::string& title);
 }  // namespace trainplan::cli

@@ -8,6 +8,11 @@
 
 #include "sim/check.hpp"
 
+// The release, from cli/CMakeLists.txt.
+#ifndef TRAINPLAN_VERSION
+#define TRAINPLAN_VERSION "unknown"
+#endif
+
 namespace trainplan::cli {
 
 namespace {
@@ -15,6 +20,7 @@ namespace {
 void usage(std::ostream& os, const CommandTable& commands, const char* title) {
   os << title << "\n\nusage: trainplan <command> [flags]     (trainplan <command> --help for its flags)\n\ncommands:\n";
   for (const auto& [name, c] : commands) os << fmt::format("  {:<10} {}\n", name, c.summary);
+  os << "\n  --version  print trainplan's version\n";
   os << "\nenvironment: TRAINPLAN_DATA_DIR overrides where built-in models/ and topologies/ are read.\n";
 }
 
@@ -39,6 +45,10 @@ int dispatch(int argc, char** argv, const CommandTable& commands, const char* ti
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     usage(args.empty() ? std::cerr : std::cout, commands, title);
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    std::cout << "trainplan " << TRAINPLAN_VERSION << "\n";
+    return 0;
   }
   auto it = commands.find(args[0]);
   if (it == commands.end()) {

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
       {"compare", {cmd_compare, "predicted vs measured figures of one run, with % error"}},
       {"search", {cmd_search, "rank every valid layout of a model on a cluster (best first)"}},
       {"capacity", {cmd_capacity, "time, GPU-hours, cost and energy to train T tokens per cluster kind and size"}},
+      {"report", {cmd_report, "one self-contained HTML page (charts) from trainplan JSON files"}},
       {"exec", {[](const Args& a, const Context& c) { return run_exec_binary("exec", a, c); },
                 "run a plan for real with LibTorch (NCCL/Gloo) and measure it"}},
       {"calibrate", {[](const Args& a, const Context& c) { return run_exec_binary("calibrate", a, c); },

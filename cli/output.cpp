@@ -6,6 +6,7 @@
 #include "cli/commands.hpp"
 #include "cli/flags.hpp"
 #include "sim/check.hpp"
+#include "reports/html_report.hpp"
 #include "sim/atomic_file.hpp"
 
 namespace trainplan::cli {
@@ -66,6 +67,23 @@ void check_outputs_apart(const Flags& f, const std::vector<std::string>& output_
 std::optional<JsonOutput> open_json_output(const std::string& flag, const std::optional<std::string>& path) {
   if (!path) return std::nullopt;
   return std::optional<JsonOutput>(std::in_place, flag, *path);
+}
+
+TextOutput::TextOutput(const std::string& flag, const std::string& path) : flag_(flag), path_(path) {
+  check_output_path(path_, fmt::format("--{} {}", flag_, path_));
+}
+
+void TextOutput::write(const std::string& content) const {
+  write_file_atomically(path_, content, fmt::format("--{} {}", flag_, path_));
+}
+
+std::optional<TextOutput> open_text_output(const std::string& flag, const std::optional<std::string>& path) {
+  if (!path) return std::nullopt;
+  return std::optional<TextOutput>(std::in_place, flag, *path);
+}
+
+void write_html_report(const TextOutput& out, const nlohmann::json& doc, const std::string& title) {
+  out.write(html_report({ReportDocument{"", doc}}, title));
 }
 
 }  // namespace trainplan::cli

@@ -7,6 +7,7 @@
 #include "cli/flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/model_spec.hpp"
+#include "sim/search.hpp"
 #include "sim/software.hpp"
 #include "sim/strategy.hpp"
 
@@ -32,6 +33,7 @@ Software read_software_flag(const Flags& flags, const std::filesystem::path& dat
 
 // Reads --model --cluster --software --gpus --tp --pp --dp --cp --vp --zero --micro-batch --global-batch --seq
 // --recompute --sequence-parallel --schedule --dtype --attention --fp32-grad-accum --rank-order,
+// --dp-algorithm --ps-servers --ps-placement --grad-compression,
 // or --plan FILE (a trainplan/prediction/v1 or trainplan/search/v1 object; explicit flags
 // override it). Validates the strategy against the model; throws InputError naming the flag.
 PlanInputs read_plan_flags(const Flags& flags, const std::filesystem::path& data_dir,
@@ -39,5 +41,12 @@ PlanInputs read_plan_flags(const Flags& flags, const std::filesystem::path& data
 
 // Help text for those flags, one per line, for a command's --help.
 std::string plan_flags_help();
+
+// The data-parallel algorithm part of a search space (search and capacity): --dp-algorithms LIST
+// (from allreduce,ps,ps-async; default allreduce), --grad-compressions LIST (from none, bf16,
+// powersgd:R; default none), --ps-servers S, --ps-placement dedicated|colocated and
+// --fp32-grad-accum on|off. Throws InputError naming the flag.
+void read_dp_space_flags(const Flags& flags, SearchSpace& space);
+std::string dp_space_flags_help();
 
 }  // namespace trainplan::cli

@@ -16,6 +16,20 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Headless Chromium for the browser test of the HTML reports (issue 10, tests/browser/), and PIL for
+# its screenshot check (the test has its own PNG decoder when PIL is missing). Optional: when they
+# cannot be installed (no network, no apt), the browser test says "skipped" and the rest is tested.
+# TRAINPLAN_SKIP_BROWSER=1 skips this.
+if [ "${TRAINPLAN_SKIP_BROWSER:-0}" != 1 ] && ! command -v chromium >/dev/null 2>&1 \
+   && ! command -v chromium-browser >/dev/null 2>&1 && ! command -v google-chrome >/dev/null 2>&1; then
+  echo "install-deps: installing chromium (headless browser for tests/browser; ~300 MB)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+         --no-install-recommends chromium python3-pil >/dev/null; }; then
+    echo "install-deps: warning: could not install chromium; the browser test will be skipped" >&2
+  fi
+fi
+
 # LibTorch for exec/ (issue 5): the torch 2.11.0 wheel from PyPI, without its several GB of
 # nvidia-* CUDA wheels. A CPU machine needs only libtorch_cpu.so and libc10.so from the wheel
 # (cmake/FindTorchFromPython.cmake links just those), plus libcudart/libcupti, which

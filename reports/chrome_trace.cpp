@@ -31,8 +31,10 @@ std::string event_name(const Event& e) {
     case EventKind::send_activation: return fmt::format("send F{}.{}", e.micro_batch, e.chunk);
     case EventKind::send_gradient: return fmt::format("send B{}.{}", e.micro_batch, e.chunk);
     case EventKind::grad_reduce:
+    case EventKind::ps_push_pull:
     case EventKind::zero3_gather: return fmt::format("{} {}.{}", to_string(e.kind), e.micro_batch, e.chunk);
     case EventKind::optimizer:
+    case EventKind::ps_update:
     case EventKind::param_gather: return to_string(e.kind);
   }
   return to_string(e.kind);
@@ -41,6 +43,13 @@ std::string event_name(const Event& e) {
 json metadata(const char* name, int pid, int tid, const json& args) {
   return {{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", args}};
 }
+
+// Parameter servers are processes of their own after the ranks: server s is pid kServerPid + s, with
+// an "update" thread (their optimizer step) and one "push/pull from stage i" thread per stage (the
+// traffic of that stage's ranks, which every server receives a share of).
+constexpr int kServerPid = 1 << 20;
+constexpr int kServerUpdateTid = 1;
+int server_traffic_tid(int stage) { return 2 + stage; }
 
 // Ranks of each stage: the given ones, or the stage number itself.
 std::vector<std::vector<int>> ranks_or_stages(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
@@ -64,6 +73,7 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
   };
   for (std::size_t stage = 0; stage < ranks.size(); ++stage) {
     for (int rank : ranks[stage]) {
+      if (rank < 0) continue;  // left out of the trace
       put(metadata("process_name", rank, 0, {{"name", fmt::format("rank {} (stage {})", rank, stage)}}).dump());
       put(metadata("process_sort_index", rank, 0, {{"sort_index", rank}}).dump());
       for (int s = 0; s < kStreams; ++s) {
@@ -73,8 +83,27 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
       }
     }
   }
+  for (int s = 0; s < t.ps_servers; ++s) {
+    const int pid = kServerPid + s;
+    put(metadata("process_name", pid, 0, {{"name", fmt::format("parameter server {}", s)}}).dump());
+    put(metadata("process_sort_index", pid, 0, {{"sort_index", pid}}).dump());
+    put(metadata("thread_name", pid, kServerUpdateTid, {{"name", "update"}}).dump());
+    for (std::size_t stage = 0; stage < ranks.size(); ++stage) {
+      put(metadata("thread_name", pid, server_traffic_tid(static_cast<int>(stage)),
+                   {{"name", fmt::format("push/pull from stage {}", stage)}}).dump());
+    }
+  }
   for (const Event& e : t.events) {
     if (e.stage < 0 || static_cast<std::size_t>(e.stage) >= ranks.size()) continue;
+    if (e.stream == Stream::ps_server || e.kind == EventKind::ps_push_pull) {
+      const double ts = microseconds(e.start), dur = microseconds(e.end) - ts;
+      const int tid = e.stream == Stream::ps_server ? kServerUpdateTid : server_traffic_tid(e.stage);
+      for (int s = 0; s < t.ps_servers; ++s) {
+        put(fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{"stage":{}}}}})",
+                        event_name(e), to_string(e.kind), kServerPid + s, tid, ts, dur, e.stage));
+      }
+      if (e.stream == Stream::ps_server) continue;  // the servers' own work; workers show push/pull
+    }
     std::string args = fmt::format("\"stage\":{}", e.stage);
     if (e.micro_batch >= 0) args += fmt::format(",\"micro_batch\":{}", e.micro_batch);
     if (e.chunk >= 0) args += fmt::format(",\"chunk\":{}", e.chunk);
@@ -83,6 +112,7 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
     // a track never overlap after rounding. Event names and kinds need no JSON escaping.
     const double ts = microseconds(e.start), dur = microseconds(e.end) - ts;
     for (int rank : ranks[e.stage]) {
+      if (rank < 0) continue;
       put(fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{{}}}}})",
                       name, to_string(e.kind), rank, thread_id(e.stream), ts, dur, args));
     }
@@ -97,6 +127,7 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
     const auto& from = ranks[send.stage];
     const auto& to = ranks[e.stage];
     for (std::size_t j = 0; j < std::min(from.size(), to.size()); ++j) {
+      if (from[j] < 0 || to[j] < 0) continue;
       ++flow_id;
       put(fmt::format(R"({{"name":"p2p","cat":"p2p","ph":"s","id":{},"pid":{},"tid":{},"ts":{:.3f}}})", flow_id,
                       from[j], thread_id(send.stream), microseconds(send.start)));
@@ -130,6 +161,33 @@ json timeline_summary_json(const Timeline& t, const std::vector<std::vector<int>
                       {"end_s", u.end}});
   }
   return {{"step_s", t.step}, {"stages", std::move(stages)}, {"events", t.events.size()}};
+}
+
+json timeline_events_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
+  const auto ranks = ranks_or_stages(t, stage_ranks);
+  json stages = json::array();
+  for (std::size_t i = 0; i < t.stages.size(); ++i) {
+    json stream = json::array(), kind = json::array(), mb = json::array(), chunk = json::array(),
+         start = json::array(), end = json::array();
+    for (const Event& e : t.events) {
+      if (e.stage != t.stages[i].stage) continue;
+      stream.push_back(to_string(e.stream));
+      kind.push_back(to_string(e.kind));
+      mb.push_back(e.micro_batch);
+      chunk.push_back(e.chunk);
+      start.push_back(e.start);
+      end.push_back(e.end);
+    }
+    stages.push_back({{"stage", t.stages[i].stage},
+                      {"ranks", i < ranks.size() ? ranks[i] : std::vector<int>{}},
+                      {"stream", std::move(stream)},
+                      {"kind", std::move(kind)},
+                      {"micro_batch", std::move(mb)},
+                      {"chunk", std::move(chunk)},
+                      {"start_s", std::move(start)},
+                      {"end_s", std::move(end)}});
+  }
+  return {{"stages", std::move(stages)}};
 }
 
 }  // namespace trainplan

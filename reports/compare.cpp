@@ -41,13 +41,17 @@ std::string value_text(const std::optional<double>& v, const std::string& unit) 
   return fmt::format("{:.1f}", *v);
 }
 
-std::string error_text(const std::optional<double>& e) { return e ? fmt::format("{:+.1f}%", *e) : "n/a"; }
+// n/a where a side is missing, and where both are 0 (nothing to be wrong about; compare() gives 0 then).
+std::string error_text(const ComparedFigure& f) {
+  if (f.predicted == 0.0 && f.measured == 0.0) return "n/a";
+  return f.error_pct ? fmt::format("{:+.1f}%", *f.error_pct) : "n/a";
+}
 
 void print_section(std::ostream& os, const std::string& title, const std::vector<ComparedFigure>& rows) {
   os << fmt::format("\n{:<28} {:>14} {:>14} {:>9}\n", title, "predicted", "measured", "error");
   for (const ComparedFigure& f : rows) {
     os << fmt::format("  {:<26} {:>14} {:>14} {:>9}\n", f.label, value_text(f.predicted, f.unit),
-                      value_text(f.measured, f.unit), error_text(f.error_pct));
+                      value_text(f.measured, f.unit), error_text(f));
   }
 }
 

@@ -16,16 +16,25 @@ std::string format_bytes(double b) {
 }
 
 std::string format_seconds(double s) {
+  if (s == 0) return "0 s";  // as trainplan compare prints it, not "0.0 us"
   if (s >= 1) return fmt::format("{:.3f} s", s);
   if (s >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
   return fmt::format("{:.1f} us", s * 1e6);
 }
 
+std::string format_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.1f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
 void print_prediction(std::ostream& os, const Estimate& e, const std::string& title) {
   const Strategy& s = e.strategy;
   os << title << "\n";
-  os << fmt::format("layout: {}  ({} GPUs, {} micro-batches of {} x {} tokens per replica, {}, {} attention)\n",
-                    describe(s), s.gpus(), s.micro_batches(), s.micro_batch, s.seq_len, to_string(s.dtype),
+  os << fmt::format("layout: {}  ({} GPU{}, {} micro-batch{} of {} x {} tokens per replica, {}, {} attention)\n",
+                    describe(s), s.gpus(), s.gpus() == 1 ? "" : "s", s.micro_batches(),
+                    s.micro_batches() == 1 ? "" : "es", s.micro_batch, s.seq_len, to_string(s.dtype),
                     to_string(s.attention));
   if (!e.feasible) {
     os << "INFEASIBLE:\n";
@@ -62,6 +71,15 @@ void print_prediction(std::ostream& os, const Estimate& e, const std::string& ti
   os << fmt::format("\nthroughput: {:.0f} tokens/s ({:.1f} tokens/s/GPU)\n", p.tokens_per_s, p.tokens_per_s_per_gpu);
   os << fmt::format("per GPU: {:.1f} model TFLOP/s, {:.1f} hardware TFLOP/s; MFU {:.1f}%, HFU {:.1f}%\n",
                     p.model_tflops_per_gpu, p.hardware_tflops_per_gpu, 100 * p.mfu, 100 * p.hfu);
+  if (s.uses_ps()) {
+    os << fmt::format("parameter servers: {} {} ({}), {} workers; {:.2f} updates/s, expected staleness {:g} updates\n",
+                      s.ps_servers, s.ps_placement == PsPlacement::dedicated ? "dedicated" : "colocated",
+                      s.dp_algorithm == DpAlgorithm::ps_async ? "asynchronous" : "synchronous", e.ps.workers,
+                      e.ps.updates_per_s, e.ps.staleness);
+  }
+  if (s.grad_compression.kind != CompressionKind::none) {
+    os << fmt::format("gradient compression: {} (its kernels are in the optimizer row)\n", to_string(s.grad_compression));
+  }
 }
 
 }  // namespace trainplan

@@ -13,7 +13,9 @@ void print_prediction(std::ostream& os, const Estimate& e, const std::string& ti
 
 // "12.3 GB", "512 MB" (decimal units, as GPU datasheets use).
 std::string format_bytes(double bytes);
-// "1.23 s", "45.6 ms", "789 us".
+// "1.23 s", "45.6 ms", "789 us"; "0 s" for zero.
 std::string format_seconds(double seconds);
+// A parameter count: "175.22B", "124.4M", "52.3K", "830" (a tiny model is not "0.00B").
+std::string format_count(double n);
 
 }  // namespace trainplan

@@ -27,7 +27,10 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
 
 // {"schema", "model", "cluster", "objective", "space": {...}, "search": {"evaluated", "feasible",
 //  "infeasible_by_reason", "elapsed_s", "threads", ...}, "top": [prediction/v1 + "rank",
-//  "objective_value"], "pareto": [prediction/v1], "infeasible": [prediction/v1]}
+//  "objective_value"], "pareto": [prediction/v1], "infeasible": [prediction/v1]}, and with
+// SearchResult::points "candidates": {"feasible" (count), "thinned", "step_s": [...],
+// "peak_bytes": [...]} -- at most 2000 of the feasible candidates predicted, the step-time/memory
+// front kept whole (svg::thin_points)
 nlohmann::json search_to_json(const SearchResult& r, const SearchContext& ctx);
 
 struct CapacityContext {

@@ -1,5 +1,7 @@
 #include "sim/memory_model.hpp"
 
+#include "sim/compression.hpp"
+
 #include <algorithm>
 
 namespace trainplan {
@@ -71,7 +73,9 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     // masks) by tp only with SP; standard attention's score matrix is split by heads (tp).
     // A norm saves its input from the residual stream (composite RMSNorm also x * rsqrt(...));
     // a GEMM saves its 16-bit input, once per cast.
-    double seq_bytes = op.saved_seq_elems_per_token * act;
+    // Under FP8 the stack may keep the quantized GEMM inputs (software precision section).
+    const double width = op.matmul && s.dtype == Dtype::fp8 ? sw.fp8_saved_gemm_input_bytes : act;
+    double seq_bytes = op.saved_seq_elems_per_token * width;
     if (op.kind == OpKind::norm) {
       const int copies = m.norm == Norm::rmsnorm ? p.rms_norm_saved_stream_tensors : 1;
       seq_bytes = op.saved_seq_elems_per_token * stream * copies;
@@ -87,7 +91,7 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     if (op.kind == OpKind::activation && p.activation_output_saved && m.activation == Activation::swiglu) {
       tensor_elems += f;  // silu(gate)
     }
-    Bytes b = tensor_elems * tensor * act + seq_bytes * share;
+    Bytes b = tensor_elems * tensor * width + seq_bytes * share;
     if (p.dropout_masks) b += op.saved_mask_bytes_per_token * share;
     if (keep_scores) {
       b += (op.score_elems_per_token * act + (p.dropout_masks ? op.score_mask_bytes_per_token : 0.0)) * tensor;
@@ -141,6 +145,16 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   const double max_layer_params = graph.params_per_layer() / s.tp;
   mm.runtime = cluster.runtime_overhead;
   mm.other = (s.zero == 3 ? 2 * max_layer_params * mm.per_param.weight : 0.0);
+  // Parameter servers hold the optimizer states and run the optimizer (param_server.hpp): the
+  // workers keep weights and gradients only.
+  if (s.uses_ps()) {
+    mm.per_param.optimizer = 0;
+    mm.optimizer_temp = 0;
+  }
+  // Gradient compression's error feedback: one fp32 copy per parameter (compression.hpp). Counted
+  // over every parameter, the few uncompressed ones (norms, biases) included, when gradients are
+  // reduced at all.
+  if (s.dp * s.cp > 1 || s.uses_ps()) mm.error_feedback = error_feedback_bytes_per_param(s.grad_compression);
   return mm;
 }
 
@@ -168,7 +182,8 @@ StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int la
   mem.gradients = states.gradients;
   mem.optimizer = states.optimizer;
   mem.weight_copies = params * mm.weight_copy / (mm.zero == 3 ? mm.shard : 1.0);
-  mem.other = mm.other + mm.workspace;
+  const Bytes error_feedback = params * mm.error_feedback;
+  mem.other = mm.other + mm.workspace + error_feedback;
   mem.runtime = mm.runtime;
   // The larger of the backward peak (activations) and the optimizer peak (its temporaries over
   // the parameters this rank updates).
@@ -181,7 +196,8 @@ StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int la
   }
   // The caching allocator reserves reserved_over_allocated x the tensor bytes (its workspace and
   // the runtime reserve are not scaled).
-  const Bytes tensors = mem.weights + mem.gradients + mem.optimizer + mem.weight_copies + mem.activations + mem.temporaries;
+  const Bytes tensors =
+      mem.weights + mem.gradients + mem.optimizer + mem.weight_copies + mem.activations + mem.temporaries + error_feedback;
   mem.allocator = (mm.reserved_over_allocated - 1) * tensors;
   return mem;
 }

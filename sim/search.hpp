@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/cluster.hpp"
@@ -52,6 +53,14 @@ struct SearchSpace {
   Dtype dtype = Dtype::bf16;
   Attention attention = Attention::flash;
   bool fp32_grad_accum = false;
+  // How replicas combine gradients (strategy.hpp). The default space keeps the all-reduce and no
+  // compression; callers opt in to parameter servers (with ps_servers/ps_placement for all of
+  // them) and compressions. Combinations validate() refuses (PS or PowerSGD with ZeRO > 0, bf16
+  // with 16-bit gradients) are not enumerated.
+  std::vector<DpAlgorithm> dp_algorithms{DpAlgorithm::allreduce};
+  std::vector<GradCompression> grad_compressions{GradCompression{}};
+  int ps_servers = 1;
+  PsPlacement ps_placement = PsPlacement::dedicated;
 };
 
 // Default limits for a cluster: tp and cp within one node, cp only while each rank keeps at least
@@ -76,6 +85,9 @@ struct SearchOptions {
   // Called from the calling thread 10 times a second once a search has run 0.2 s, and once at
   // the end if it was called before: (layouts done, layouts in all).
   std::function<void(std::int64_t, std::int64_t)> progress;
+  // Keep (step time, peak memory) of every feasible candidate predicted in SearchResult::points
+  // (for the report's scatter plot; 16 bytes per candidate).
+  bool keep_points = false;
 };
 
 struct SearchStats {
@@ -97,6 +109,9 @@ struct SearchResult {
   std::vector<double> top_value;    // objective value of each (see objective_value)
   std::vector<Estimate> pareto;     // feasible, non-dominated in (step time, peak memory), by step time
   std::vector<Estimate> infeasible; // best infeasible by step time, with their reasons
+  // With SearchOptions::keep_points: every feasible candidate predicted (pruned ones are not),
+  // as (step time, peak memory), in layout order (the same for any thread count).
+  std::vector<std::pair<Seconds, Bytes>> points;
   SearchStats stats;
 };
 

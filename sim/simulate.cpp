@@ -16,6 +16,7 @@ const char* to_string(Stream s) {
     case Stream::pp_forward: return "pp send activations";
     case Stream::pp_backward: return "pp send gradients";
     case Stream::dp: return "dp collectives";
+    case Stream::ps_server: return "parameter server";
   }
   return "?";
 }
@@ -32,6 +33,8 @@ const char* to_string(EventKind k) {
     case EventKind::grad_reduce: return "gradient reduce";
     case EventKind::zero3_gather: return "zero3 gather";
     case EventKind::param_gather: return "parameter all-gather";
+    case EventKind::ps_push_pull: return "ps push/pull";
+    case EventKind::ps_update: return "ps update";
   }
   return "?";
 }
@@ -60,12 +63,22 @@ struct InputLink {
   std::ptrdiff_t send_event;
 };
 
+// A collective on the dp stream and the compute time it costs per second it overlaps compute
+// (StepCosts::overlap_cost_rate of the stack's overlap share for its kind).
+struct DpSpan {
+  Seconds start, end;
+  double rate;
+};
+
 // One pipeline stage's progress through its slots.
 struct StageState {
   std::size_t cursor = 0;  // next slot of schedule.per_stage[stage]
   bool finished = false;
   Seconds compute_free = 0, fwd_send_free = 0, bwd_send_free = 0, dp_free = 0;
   Seconds gather_done = 0;      // ZeRO-3: the gather of the slot at `cursor` ends
+  Seconds params_ready = 0;     // ZeRO-1/2: the previous step's parameter all-gather ends
+  std::vector<DpSpan> dp_spans; // dp-stream collectives in issue (= time) order
+  std::size_t dp_scan = 0;      // first span that may still overlap the next compute slot
   std::vector<int> backwards;   // backwards run so far, per chunk
   std::ptrdiff_t last_dp_event = -1;
   std::vector<Event> events;
@@ -79,6 +92,8 @@ struct Run {
   const StepCosts& costs;
   const Schedule& schedule;
   bool zero3 = false;
+  double reduce_rate = 1, zero3_rate = 1, param_gather_rate = 1;  // overlap_cost_rate per dp kind
+  double send_rate = 1;  // compute time a p2p send takes from its sender, per second of transfer
   std::vector<StageState> stages;
   std::vector<Handoff> activations;  // forward output of virtual stage k, at stage k+1
   std::vector<Handoff> gradients;    // input gradient of virtual stage k, at stage k-1
@@ -90,15 +105,18 @@ void emit(StageState& st, Event e) {
 
 // Queues `duration` of work on the stage's dp stream at `issue`; returns when it ends. Gradient
 // buckets of the same (micro-batch, chunk) that follow each other without a gap become one event.
-Seconds dp_issue(StageState& st, int stage, Seconds issue, Seconds duration, EventKind kind, int mb, int chunk) {
+Seconds dp_issue(StageState& st, int stage, Seconds issue, Seconds duration, double rate, EventKind kind, int mb,
+                 int chunk) {
   const Seconds start = std::max(issue, st.dp_free);
   const Seconds end = start + duration;
   st.dp_free = end;
   st.usage.dp_busy += duration;
   if (duration <= 0) return end;
+  st.dp_spans.push_back({start, end, rate});
   if (st.last_dp_event >= 0) {
     Event& last = st.events[static_cast<std::size_t>(st.last_dp_event)];
-    if (last.kind == kind && kind == EventKind::grad_reduce && last.micro_batch == mb && last.chunk == chunk &&
+    if (last.kind == kind && (kind == EventKind::grad_reduce || kind == EventKind::ps_push_pull) &&
+        last.micro_batch == mb && last.chunk == chunk &&
         last.end == start) {
       last.end = end;
       return end;
@@ -159,7 +177,8 @@ void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, S
   const int buckets = std::max(1, c.layers);
   for (int j = 0; j < buckets; ++j) {
     const Seconds ready = start + (end - start) * (j + 1) / buckets;
-    dp_issue(st, stage, ready, c.dp_reduce / buckets, EventKind::grad_reduce, slot.micro_batch, slot.chunk);
+    dp_issue(st, stage, ready, c.dp_reduce / buckets, r.reduce_rate,
+             r.costs.ps_servers > 0 ? EventKind::ps_push_pull : EventKind::grad_reduce, slot.micro_batch, slot.chunk);
   }
 }
 
@@ -172,21 +191,39 @@ void prefetch_gather(Run& r, int stage, std::size_t index, Seconds issue) {
   const ChunkCost& c = r.costs.chunks[r.schedule.virtual_stage(stage, next.chunk)];
   // A weight gradient needs the layer inputs and output gradients, not the parameters.
   const Seconds gather = next.phase == Phase::backward_weight ? 0.0 : c.zero3_gather;
-  st.gather_done = dp_issue(st, stage, issue, gather, EventKind::zero3_gather, next.micro_batch, next.chunk);
+  st.gather_done = dp_issue(st, stage, issue, gather, r.zero3_rate, EventKind::zero3_gather, next.micro_batch, next.chunk);
 }
 
-// After the last slot: wait for the reductions, optimizer step, then the parameter all-gather.
+// After the last slot: wait for the reductions, then the optimizer step. (The ZeRO-1/2 all-gather
+// of the updated parameters runs at the start of the next step: see simulate().)
 void finish_stage(Run& r, int stage) {
   StageState& st = r.stages[stage];
   const Seconds opt_start = std::max(st.compute_free, st.dp_free);
   st.usage.wait_dp += opt_start - st.compute_free;
   st.compute_free = opt_start + r.costs.optimizer;
   st.usage.optimizer += r.costs.optimizer;
-  emit(st, {stage, Stream::compute, EventKind::optimizer, -1, -1, opt_start, st.compute_free});
-  const Seconds end = dp_issue(st, stage, st.compute_free, r.costs.dp_param_gather, EventKind::param_gather, -1, -1);
-  st.usage.end = std::max(end, st.compute_free);
+  if (r.costs.ps_servers > 0) {
+    const Seconds update_start = opt_start + r.costs.compression;
+    emit(st, {stage, Stream::compute, EventKind::optimizer, -1, -1, opt_start, update_start});
+    emit(st, {stage, Stream::ps_server, EventKind::ps_update, -1, -1, update_start, st.compute_free});
+  } else {
+    emit(st, {stage, Stream::compute, EventKind::optimizer, -1, -1, opt_start, st.compute_free});
+  }
+  st.usage.end = std::max(st.dp_free, st.compute_free);
   st.usage.after_optimizer = st.usage.end - st.compute_free;
   st.finished = true;
+}
+
+// Compute time the dp-stream collectives overlapping [start, end) take from the compute stream.
+Seconds dp_interference(StageState& st, Seconds start, Seconds end) {
+  while (st.dp_scan < st.dp_spans.size() && st.dp_spans[st.dp_scan].end <= start) ++st.dp_scan;
+  Seconds lost = 0;
+  for (std::size_t k = st.dp_scan; k < st.dp_spans.size(); ++k) {
+    const DpSpan& d = st.dp_spans[k];
+    if (d.start >= end) break;
+    lost += d.rate * (std::min(end, d.end) - std::max(start, d.start));
+  }
+  return lost;
 }
 
 // Puts the slot's work on the compute stream from `start`; returns its end.
@@ -259,7 +296,22 @@ Advance advance(Run& r, int stage) {
   prefetch_gather(r, stage, st.cursor + 1, start);
 
   const std::size_t first_event = st.events.size();
-  const Seconds end = run_slot(r, stage, slot, c, start);
+  const Seconds kernels_end = run_slot(r, stage, slot, c, start);
+  // Collectives overlapping the slot slow it (the share the stack cannot hide, plus contention);
+  // a forward cannot finish before the parameters it uses are gathered.
+  const Seconds lost = dp_interference(st, start, kernels_end);
+  const Seconds slowed = kernels_end + lost;
+  const Seconds end = slot.phase == Phase::forward ? std::max(slowed, st.params_ready) : slowed;
+  st.usage.dp_interference += lost;
+  st.usage.wait_dp += end - slowed;
+  if (end > kernels_end) {
+    for (std::size_t k = st.events.size(); k-- > first_event;) {
+      if (st.events[k].stream == Stream::compute) {
+        st.events[k].end = end;
+        break;
+      }
+    }
+  }
   st.compute_free = end;
   if (in && in->send_event >= 0) {
     // The slot's first compute event (a gather may have been queued before it; skip dp events).
@@ -271,7 +323,14 @@ Advance advance(Run& r, int stage) {
     }
   }
   ++st.cursor;
-  return {true, send_output(r, stage, slot, vstage, end)};
+  const int target = send_output(r, stage, slot, vstage, end);
+  if (target >= 0 && target != stage) {
+    // The share of the send the stack does not overlap holds the sender's compute stream.
+    const Seconds held = r.send_rate * r.costs.p2p;
+    st.compute_free += held;
+    st.usage.wait_pp += held;
+  }
+  return {true, target};
 }
 
 void check_inputs(const StepCosts& costs, const Schedule& schedule) {
@@ -298,13 +357,21 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule) {
   check_inputs(costs, schedule);
   const int p = schedule.stages;
   const std::size_t handoffs = static_cast<std::size_t>(schedule.virtual_stages()) * schedule.micro_batches;
-  Run r{costs, schedule, false, std::vector<StageState>(p), std::vector<Handoff>(handoffs),
+  Run r{costs, schedule, false, 1, 1, 1, 1, std::vector<StageState>(p), std::vector<Handoff>(handoffs),
         std::vector<Handoff>(handoffs)};
   r.zero3 = std::any_of(costs.chunks.begin(), costs.chunks.end(), [](const ChunkCost& c) { return c.zero3_gather > 0; });
+  r.zero3_rate = costs.overlap_cost_rate(costs.overlap.zero3);
+  r.reduce_rate = r.zero3 ? r.zero3_rate : costs.overlap_cost_rate(costs.overlap.dp);
+  r.param_gather_rate = costs.overlap_cost_rate(costs.overlap.param_gather);
+  r.send_rate = costs.overlap_cost_rate(costs.pp_overlap);
   for (int i = 0; i < p; ++i) {
-    r.stages[i].backwards.assign(schedule.chunks, 0);
-    r.stages[i].usage.stage = i;
-    r.stages[i].events.reserve(schedule.per_stage[i].size() * 3 + 8);
+    StageState& st = r.stages[i];
+    st.backwards.assign(schedule.chunks, 0);
+    st.usage.stage = i;
+    st.events.reserve(schedule.per_stage[i].size() * 3 + 8);
+    // Steady state: the previous step's ZeRO-1/2 all-gather of the updated parameters runs under
+    // this step's first forward (Megatron --overlap-param-gather), at the stack's overlap share.
+    st.params_ready = dp_issue(st, i, 0.0, costs.dp_param_gather, r.param_gather_rate, EventKind::param_gather, -1, -1);
     prefetch_gather(r, i, 0, 0.0);
   }
 
@@ -327,6 +394,7 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule) {
   }
 
   Timeline t;
+  t.ps_servers = costs.ps_servers;
   std::size_t total = 0;
   for (const auto& st : r.stages) total += st.events.size();
   t.events.reserve(total);
@@ -371,7 +439,7 @@ TimeBreakdown simulated_breakdown(const Timeline& t) {
   b.cp_comm = u.cp;
   b.pp_comm = u.wait_pp;
   b.optimizer = u.optimizer;
-  b.dp_comm_exposed = u.wait_dp + u.after_optimizer;
+  b.dp_comm_exposed = u.wait_dp + u.after_optimizer + u.dp_interference;
   for (const auto& s : t.stages) b.dp_comm = std::max(b.dp_comm, s.dp_busy);
   b.bubble = t.step - (b.compute + b.recompute + b.tp_comm + b.cp_comm + b.pp_comm + b.optimizer + b.dp_comm_exposed);
   // The busiest stage can finish last with no wait at all; then the difference above is rounding.
@@ -394,6 +462,7 @@ Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeli
     tp.hardware_tflops_per_gpu *= f;
     tp.mfu *= f;
     tp.hfu *= f;
+    e.ps.updates_per_s *= f;
   }
   return e;
 }

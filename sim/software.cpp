@@ -48,6 +48,7 @@ Software parse_software(const json& j, const std::string& file) {
     s.stream_bytes = p.number("residual_stream_bytes", 1, 8);
     s.autocast_casts_inputs = p.boolean("autocast_casts_gemm_inputs");
     s.weight_cast_per_micro_batch = p.boolean("weight_cast_per_micro_batch");
+    s.fp8_saved_gemm_input_bytes = p.number("fp8_saved_gemm_input_bytes", 1, 4);
     p.finish();
   }
   {
@@ -91,6 +92,8 @@ Software parse_software(const json& j, const std::string& file) {
     s.overlap.dp = v.number("dp", 0, 1);
     s.overlap.param_gather = v.number("param_gather", 0, 1);
     s.overlap.zero3 = v.number("zero3", 0, 1);
+    s.overlap.pp = v.number("pp", 0, 1);
+    s.overlap.pp_interleaved = v.number("pp_interleaved", 0, 1);
     (void)v.string("source");
     v.finish();
   }

@@ -48,6 +48,8 @@ struct Overlap {
   double dp = 0;            // gradient reduction (all-reduce / reduce-scatter) during the backward
   double param_gather = 0;  // ZeRO-1/2 all-gather of updated parameters (next step's forward)
   double zero3 = 0;         // ZeRO-3 per-layer parameter gathers and gradient reduce-scatters
+  double pp = 0;            // pipeline send/recv of activations and gradients, GPipe and 1F1B
+  double pp_interleaved = 0;  // the same under the interleaved schedule
 };
 
 // What the stack keeps in memory, per parameter and per saved tensor (read by sim/memory_model,
@@ -87,6 +89,7 @@ struct Software {
   double stream_bytes = 2;      // bytes per element of the residual stream (4: fp32 under autocast)
   bool autocast_casts_inputs = false;  // each GEMM reading the fp32 stream casts it to 16 bits first
   bool weight_cast_per_micro_batch = false;  // weight casts every micro-batch (else once a step)
+  double fp8_saved_gemm_input_bytes = 2;  // --dtype fp8: bytes per element of each saved GEMM input
   bool wgrad_accumulate_fused = true;  // weight gradients accumulate in the GEMM (no extra pass)
   int gemm_kernels = 1;         // kernels per GEMM call (bias epilogue, casts)
   int attention_kernels_fwd = 1, attention_kernels_bwd = 1;

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include "sim/check.hpp"
+#include "sim/cluster.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/model_spec.hpp"
 
@@ -45,6 +48,48 @@ const char* to_string(Dim d) {
     case Dim::pp: return "pp";
   }
   return "?";
+}
+
+const char* to_string(DpAlgorithm a) {
+  switch (a) {
+    case DpAlgorithm::allreduce: return "allreduce";
+    case DpAlgorithm::ps: return "ps";
+    case DpAlgorithm::ps_async: return "ps-async";
+  }
+  return "?";
+}
+const char* to_string(PsPlacement p) { return p == PsPlacement::dedicated ? "dedicated" : "colocated"; }
+std::string to_string(const GradCompression& g) {
+  switch (g.kind) {
+    case CompressionKind::none: return "none";
+    case CompressionKind::bf16: return "bf16";
+    case CompressionKind::powersgd: return fmt::format("powersgd:{}", g.rank);
+  }
+  return "?";
+}
+
+std::optional<DpAlgorithm> parse_dp_algorithm(const std::string& s) {
+  if (s == "allreduce") return DpAlgorithm::allreduce;
+  if (s == "ps") return DpAlgorithm::ps;
+  if (s == "ps-async") return DpAlgorithm::ps_async;
+  return std::nullopt;
+}
+std::optional<PsPlacement> parse_ps_placement(const std::string& s) {
+  if (s == "dedicated") return PsPlacement::dedicated;
+  if (s == "colocated") return PsPlacement::colocated;
+  return std::nullopt;
+}
+std::optional<GradCompression> parse_grad_compression(const std::string& s) {
+  if (s == "none") return GradCompression{};
+  if (s == "bf16") return GradCompression{CompressionKind::bf16, 0};
+  const std::string prefix = "powersgd:";
+  if (s.size() <= prefix.size() || s.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  int r = 0;
+  const char* first = s.data() + prefix.size();
+  const char* last = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(first, last, r);
+  if (ec != std::errc() || ptr != last || r < 1 || r > (1 << 16)) return std::nullopt;
+  return GradCompression{CompressionKind::powersgd, r};
 }
 
 std::optional<Recompute> parse_recompute(const std::string& s) {
@@ -129,13 +174,50 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   if (m.layers < static_cast<long long>(s.pp) * s.vp) {
     return bad("--pp", s.pp, fmt::format("pp x vp ({}) must not exceed the model's layers ({})", s.pp * s.vp, m.layers));
   }
+  if (s.ps_servers < 1) return bad("--ps-servers", s.ps_servers, "must be >= 1");
+  if (!s.uses_ps()) {
+    if (s.ps_servers != 1) return bad("--ps-servers", s.ps_servers, "needs --dp-algorithm ps or ps-async");
+    if (s.ps_placement != PsPlacement::dedicated)
+      return bad("--ps-placement", to_string(s.ps_placement), "needs --dp-algorithm ps or ps-async");
+  } else if (s.zero != 0) {
+    return bad("--dp-algorithm", to_string(s.dp_algorithm), "needs --zero 0 (the servers hold the optimizer states)");
+  }
+  const GradCompression& g = s.grad_compression;
+  if (g.kind == CompressionKind::powersgd) {
+    if (g.rank < 1) return bad("--grad-compression", to_string(g), "PowerSGD rank must be >= 1");
+    if (s.zero >= 1)
+      return bad("--grad-compression", to_string(g),
+                 "needs --zero 0 (PowerSGD compresses an all-reduce, not ZeRO's reduce-scatter)");
+  } else if (g.rank != 0) {
+    return bad("--grad-compression", to_string(g), "a rank is only given with powersgd");
+  }
+  if (g.kind == CompressionKind::bf16 && s.dtype != Dtype::fp32 && !s.fp32_grad_accum)
+    return bad("--grad-compression", "bf16", "gradients are already 16-bit; needs --fp32-grad-accum on or --dtype fp32");
+  return std::nullopt;
+}
+
+int job_nodes(const Strategy& s, const Cluster& c) {
+  return (s.gpus() + c.gpus_per_node - 1) / c.gpus_per_node;
+}
+
+std::optional<std::string> validate_on(const Strategy& s, const Cluster& c) {
+  if (!s.uses_ps()) return std::nullopt;
+  const int nodes = job_nodes(s, c);
+  if (s.ps_placement == PsPlacement::colocated && s.ps_servers > nodes) {
+    return fmt::format("--ps-servers {}: colocated servers must not exceed the job's nodes ({})", s.ps_servers, nodes);
+  }
+  const int cluster_nodes = c.max_gpus() / c.gpus_per_node;
+  if (s.ps_placement == PsPlacement::dedicated && nodes + s.ps_servers > cluster_nodes) {
+    return fmt::format("--ps-servers {}: dedicated servers need nodes beyond the job's {}; {} has {} nodes",
+                       s.ps_servers, nodes, c.name, cluster_nodes);
+  }
   return std::nullopt;
 }
 
 json to_json(const Strategy& s) {
   json order = json::array();
   for (Dim d : s.order) order.push_back(to_string(d));
-  return json{{"dp", s.dp},
+  json j{{"dp", s.dp},
               {"tp", s.tp},
               {"pp", s.pp},
               {"cp", s.cp},
@@ -152,6 +234,13 @@ json to_json(const Strategy& s) {
               {"attention", to_string(s.attention)},
               {"fp32_grad_accum", s.fp32_grad_accum},
               {"rank_order", order}};
+  if (s.uses_ps()) {
+    j["dp_algorithm"] = to_string(s.dp_algorithm);
+    j["ps_servers"] = s.ps_servers;
+    j["ps_placement"] = to_string(s.ps_placement);
+  }
+  if (s.grad_compression.kind != CompressionKind::none) j["grad_compression"] = to_string(s.grad_compression);
+  return j;
 }
 
 Strategy strategy_from_json(const json& j, const std::string& file) {
@@ -183,6 +272,14 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
     used[static_cast<int>(*d)] = true;
     s.order[k] = *d;
   }
+  if (o.has("dp_algorithm")) s.dp_algorithm = *parse_dp_algorithm(o.choice("dp_algorithm", {"allreduce", "ps", "ps-async"}));
+  if (o.has("ps_servers")) s.ps_servers = static_cast<int>(o.integer("ps_servers", 1, 1 << 20));
+  if (o.has("ps_placement")) s.ps_placement = *parse_ps_placement(o.choice("ps_placement", {"dedicated", "colocated"}));
+  if (auto g = o.optional_string("grad_compression")) {
+    auto parsed = parse_grad_compression(*g);
+    if (!parsed) throw o.error("grad_compression", "must be none, bf16 or powersgd:R with R >= 1");
+    s.grad_compression = *parsed;
+  }
   o.finish();
   return s;
 }
@@ -193,6 +290,10 @@ std::string describe(const Strategy& s) {
   if (s.cp > 1) out += fmt::format(" cp{}", s.cp);
   out += fmt::format(" zero{} mb{} {} {}", s.zero, s.micro_batch, to_string(s.recompute), to_string(s.schedule));
   if (s.sequence_parallel) out += " sp";
+  if (s.uses_ps())
+    out += fmt::format(" {}{}{}", to_string(s.dp_algorithm), s.ps_servers,
+                       s.ps_placement == PsPlacement::colocated ? "c" : "");
+  if (s.grad_compression.kind != CompressionKind::none) out += " " + to_string(s.grad_compression);
   return out;
 }
 

@@ -10,6 +10,7 @@
 namespace trainplan {
 
 struct ModelSpec;
+struct Cluster;
 
 enum class Recompute { none, selective, full };
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
@@ -17,6 +18,22 @@ enum class ScheduleKind { gpipe, one_f_one_b, interleaved };
 // standard: scores materialised, softmax and dropout as separate kernels (Megatron 2021).
 enum class Attention { flash, standard };
 enum class Dim { tp, cp, dp, pp };
+// How the data-parallel replicas combine gradients: a collective over the DP group (ring/tree
+// all-reduce, or ZeRO's reduce-scatter), or parameter servers (Li et al. OSDI 2014): workers push
+// gradients to S server shards and pull parameters back, with a barrier per step (ps) or without
+// one (ps_async, updates applied as they arrive; param_server.hpp).
+enum class DpAlgorithm { allreduce, ps, ps_async };
+// Where parameter servers run: on S extra nodes of the cluster (dedicated), or on S of the job's
+// own nodes, whose links then carry both worker and server traffic (colocated).
+enum class PsPlacement { dedicated, colocated };
+// Gradient compression on the wire (compression.hpp): none; bf16 (fp32 gradients cast to 16 bits
+// for the reduction); PowerSGD of rank r (Vogels et al. 2019) with error feedback.
+enum class CompressionKind { none, bf16, powersgd };
+struct GradCompression {
+  CompressionKind kind = CompressionKind::none;
+  int rank = 0;  // PowerSGD rank r (>= 1); 0 otherwise
+  bool operator==(const GradCompression&) const = default;
+};
 
 struct Strategy {
   int dp = 1, tp = 1, pp = 1, cp = 1;
@@ -33,6 +50,10 @@ struct Strategy {
   bool fp32_grad_accum = false;  // keep a 4-byte gradient buffer instead of a 16-bit one
   // Rank order, fastest-varying dimension first (Megatron's default: tp, cp, dp, pp).
   std::array<Dim, 4> order{Dim::tp, Dim::cp, Dim::dp, Dim::pp};
+  DpAlgorithm dp_algorithm = DpAlgorithm::allreduce;
+  int ps_servers = 1;         // parameter-server shards (nodes), with dp_algorithm ps / ps_async
+  PsPlacement ps_placement = PsPlacement::dedicated;
+  GradCompression grad_compression;
 
   // Meaningful once validate() passed (it bounds the products, see kMaxGpus).
   int gpus() const { return dp * tp * pp * cp; }
@@ -41,6 +62,7 @@ struct Strategy {
   // Tokens one rank processes per micro-batch: micro_batch x seq_len split over the CP group.
   double tokens_per_rank() const { return static_cast<double>(micro_batch) * seq_len / cp; }
   int size(Dim d) const;
+  bool uses_ps() const { return dp_algorithm != DpAlgorithm::allreduce; }
 };
 
 // Largest job validate() accepts: dp x tp x pp x cp GPUs (2^24, ~100x the largest runs published),
@@ -53,18 +75,35 @@ inline constexpr long long kMaxTokensPerStep = 1LL << 40;
 // The first rule `s` breaks for model `m`, as "<flag> <value>: <rule>", or nothing if valid.
 std::optional<std::string> validate(const Strategy& s, const ModelSpec& m);
 
+// The rules that need the cluster: parameter-server nodes must fit. Colocated servers live on the
+// job's own nodes (ps_servers <= nodes the job spans); dedicated servers need nodes beyond the job's
+// (job nodes + ps_servers <= the cluster's max_gpus / gpus_per_node). Same message format.
+std::optional<std::string> validate_on(const Strategy& s, const Cluster& c);
+// Nodes the job's GPUs occupy: ceil(gpus / gpus_per_node).
+int job_nodes(const Strategy& s, const Cluster& c);
+
 const char* to_string(Recompute r);
 const char* to_string(ScheduleKind k);
 const char* to_string(Attention a);
 const char* to_string(Dim d);
+const char* to_string(DpAlgorithm a);   // allreduce | ps | ps-async
+const char* to_string(PsPlacement p);   // dedicated | colocated
+std::string to_string(const GradCompression& g);  // none | bf16 | powersgd:R
 // Parse the CLI/JSON spelling; std::nullopt when unknown.
 std::optional<Recompute> parse_recompute(const std::string& s);
 std::optional<ScheduleKind> parse_schedule(const std::string& s);
 std::optional<Attention> parse_attention(const std::string& s);
 std::optional<Dtype> parse_dtype(const std::string& s);
 std::optional<Dim> parse_dim(const std::string& s);
+std::optional<DpAlgorithm> parse_dp_algorithm(const std::string& s);
+std::optional<PsPlacement> parse_ps_placement(const std::string& s);
+// "none", "bf16" or "powersgd:R" with R a decimal integer >= 1 (at most 1 << 16).
+std::optional<GradCompression> parse_grad_compression(const std::string& s);
 
-// Serialises in the "strategy" object of trainplan/prediction/v1.
+// Serialises in the "strategy" object of trainplan/prediction/v1. The data-parallel algorithm keys
+// (dp_algorithm, ps_servers, ps_placement, grad_compression) are written only when they differ from
+// the defaults (allreduce, no compression), so files written before them keep their bytes; reading
+// treats each as optional with that default.
 nlohmann::json to_json(const Strategy& s);
 // Reads that object back (used by --plan). Throws InputError naming `file` and the field.
 Strategy strategy_from_json(const nlohmann::json& j, const std::string& file);

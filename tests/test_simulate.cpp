@@ -19,9 +19,13 @@ namespace {
 using namespace trainplan;
 
 // p*v chunks, each with forward f/v and backward b/v (a stage's total work per micro-batch is
-// f + b whatever v is), one layer per chunk, no communication.
+// f + b whatever v is), one layer per chunk, no communication. The stack hides every collective
+// and send it can overlap (share 1) on a cluster without contention (slowdown 0), so communication
+// costs compute time only where compute has to wait for it; tests of partial overlap set less.
 StepCosts uniform_costs(int p, int v, Seconds f, Seconds b) {
   StepCosts c;
+  c.overlap = Overlap{.tp = 0, .dp = 1, .param_gather = 1, .zero3 = 1, .pp = 1, .pp_interleaved = 1};
+  c.pp_overlap = 1;
   for (int k = 0; k < p * v; ++k) {
     ChunkCost x;
     x.stage = k % p;
@@ -223,8 +227,9 @@ TEST(Simulate, P2PLatencyByHand) {
 
 TEST(Simulate, OneFOneBLatencyCostsTwoTransfersPerMicroBatch) {
   // Uniform 1F1B with p2p d: in steady state a stage waits for its next backward, which needs a
-  // forward send to the next stage and a gradient send back, so every cycle lasts f + b + 2d;
-  // predict() charges 2 d per micro-batch on every stage (t.pp = 2 v p2p), the same figure.
+  // forward send to the next stage and a gradient send back, so every cycle lasts f + b + 2d
+  // even when the sends themselves are hidden (this test's share 1); predict() charges 2 d per
+  // micro-batch on every stage of a non-interleaved pipeline whatever the share, the same figure.
   const int p = 4, m = 16;
   StepCosts c = uniform_costs(p, 1, 1.0, 2.0);
   c.p2p = 0.1;
@@ -292,16 +297,18 @@ StepCosts single_stage(Seconds f, Seconds b, int layers) {
 TEST(Simulate, GradientBucketsOverlapTheLastBackward) {
   // p = 1, m = 4, f = 1, b = 2, 4 layers: the last backward runs [10,12]; its 4 buckets are ready
   // at 10.5, 11, 11.5, 12. Reduction 4 s (1 s per bucket): [10.5, 14.5]; exposed 2.5 s. Then the
-  // optimizer 0.5 s and the ZeRO-1 parameter all-gather 0.25 s.
+  // optimizer 0.5 s. The ZeRO-1 parameter all-gather (0.25 s) of the previous step's update runs
+  // under this step's first forward [0, 1], hidden.
   StepCosts c = single_stage(1, 2, 4);
   c.chunks[0].dp_reduce = 4.0;
   c.optimizer = 0.5;
   c.dp_param_gather = 0.25;
   const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 4));
-  EXPECT_DOUBLE_EQ(t.step, 14.5 + 0.5 + 0.25);
+  EXPECT_DOUBLE_EQ(t.step, 14.5 + 0.5);
   EXPECT_DOUBLE_EQ(sum_of(t, EventKind::grad_reduce), 4.0);
+  EXPECT_DOUBLE_EQ(sum_of(t, EventKind::param_gather), 0.25);
   const TimeBreakdown br = simulated_breakdown(t);
-  EXPECT_DOUBLE_EQ(br.dp_comm_exposed, 2.5 + 0.25);
+  EXPECT_DOUBLE_EQ(br.dp_comm_exposed, 2.5);
   EXPECT_DOUBLE_EQ(br.dp_comm, 4.25);
   EXPECT_DOUBLE_EQ(br.optimizer, 0.5);
   EXPECT_DOUBLE_EQ(br.compute, 12.0);
@@ -339,6 +346,62 @@ TEST(Simulate, ZeroThreeGathersArePrefetchedOneSlotAhead) {
   EXPECT_DOUBLE_EQ(sum_of(t, EventKind::zero3_gather), 8.0);
   EXPECT_DOUBLE_EQ(simulated_breakdown(t).dp_comm_exposed, 4.0);
   expect_streams_serial(t);
+}
+
+TEST(Simulate, PartlyHiddenCollectivesSlowTheComputeTheyOverlap) {
+  // The stack hides half of each ZeRO-3 gather (share 0.5) and hidden communication slows compute
+  // by 0.2 of its length: every second of gather under compute costs 0.5 + 0.5 * 0.2 = 0.6 s
+  // (StepCosts::overlap_cost_rate, the rate compose() charges too). p = 1, m = 2, f = 1, b = 2,
+  // gather 0.5 s per slot, 1F1B order F0 B0 F1 B1:
+  //   g0 [0, 0.5] nothing to hide behind: F0 starts at 0.5 (0.5 s waited);
+  //   F0 kernels [0.5, 1.5] under g(B0) [0.5, 1.0]: +0.3 -> ends 1.8;
+  //   B0 [1.8, 3.8] under g(F1) [1.8, 2.3]: +0.3 -> 4.1;  F1 [4.1, 5.1] under g(B1): +0.3 -> 5.4;
+  //   B1 [5.4, 7.4], nothing left to prefetch. Step 7.4 s, exposed dp 0.5 + 3 x 0.3 = 1.4 s.
+  StepCosts c = single_stage(1, 2, 1);
+  c.chunks[0].zero3_gather = 0.5;
+  c.overlap.zero3 = 0.5;
+  c.overlap_slowdown = 0.2;
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 2));
+  EXPECT_DOUBLE_EQ(t.step, 7.4);
+  EXPECT_DOUBLE_EQ(t.stages[0].wait_dp, 0.5);
+  EXPECT_NEAR(t.stages[0].dp_interference, 0.9, 1e-12);
+  EXPECT_NEAR(simulated_breakdown(t).dp_comm_exposed, 1.4, 1e-12);
+  expect_streams_serial(t);
+  // A stack that overlaps nothing (share 0) pays every overlapped second in full: the step is the
+  // serial sum, 6 s of compute and 4 x 0.5 s of gathers.
+  c.overlap.zero3 = 0;
+  EXPECT_DOUBLE_EQ(simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 2)).step, 8.0);
+}
+
+TEST(Simulate, ParameterGatherRunsUnderTheFirstForward) {
+  // ZeRO-1/2: the all-gather of the previous step's updated parameters (1.5 s) starts the step on
+  // the dp stream. The first forward [0, 1] overlaps 1 s of it; with share 0 that second is lost
+  // in full (F0 kernels end at 2), and a forward cannot end before the gather (1.5 s) anyway.
+  // p = 1, m = 1, f = 1, b = 2: F0 [0, 2], B0 [2, 4]; dp exposed 1 s.
+  StepCosts c = single_stage(1, 2, 1);
+  c.dp_param_gather = 1.5;
+  c.overlap.param_gather = 0;
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 1));
+  EXPECT_DOUBLE_EQ(t.step, 4.0);
+  EXPECT_DOUBLE_EQ(simulated_breakdown(t).dp_comm_exposed, 1.0);
+  // Fully hidden (share 1, no contention): the forward still waits for the gather's end at 1.5.
+  c.overlap.param_gather = 1;
+  const Timeline h = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 1));
+  EXPECT_DOUBLE_EQ(h.step, 3.5);
+  EXPECT_DOUBLE_EQ(h.stages[0].wait_dp, 0.5);
+}
+
+TEST(Simulate, BlockingSendsHoldTheSender) {
+  // A stack that waits for each send (pp share 0): p = 2, m = 1, f = 1, b = 2, p2p = 0.5.
+  // F0 [0,1] on stage 0, send [1,1.5] holds stage 0 until 1.5; stage 1 F [1.5,2.5] B [2.5,4.5],
+  // send [4.5,5] holds stage 1 until 5; stage 0 B [5,7]. The step is the same 7 s as with hidden
+  // sends (P2PLatencyByHand): here every send sits on the critical path anyway.
+  StepCosts c = uniform_costs(2, 1, 1, 2);
+  c.p2p = 0.5;
+  c.pp_overlap = 0;
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 2, 1));
+  EXPECT_DOUBLE_EQ(t.step, 7.0);
+  EXPECT_DOUBLE_EQ(t.stages[1].wait_pp, 0.5 + 0.5);  // waited for its input, then held by its send
 }
 
 TEST(Simulate, TensorParallelAndRecomputeSitInsideTheSlot) {

@@ -1,0 +1,64 @@
+// trainplan report: one self-contained HTML page of charts from trainplan's JSON files
+// (reports/html_report.hpp).
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "cli/commands.hpp"
+#include "cli/flags.hpp"
+#include "reports/html_report.hpp"
+#include "sim/check.hpp"
+#include "sim/json_reader.hpp"
+
+namespace trainplan::cli {
+
+namespace {
+
+const char* kHelp = R"(usage: trainplan report FILE.json... --html OUT.html [--title T]
+
+Writes one self-contained HTML page (inline CSS and SVG charts; no script, no network request;
+readable when printed) from the JSON files trainplan writes, one section per file:
+  predict --json      the plan, memory per pipeline stage against the GPU's capacity, the
+                      step-time breakdown
+  simulate --json     the same with the simulated pipeline timeline (Gantt chart)
+  search --json       the top layouts, step time vs peak memory of the feasible candidates
+                      with the Pareto front, infeasible counts by reason
+  capacity --json     days to train vs cost per cluster kind and size, deadline/budget picks
+  exec --json         the measured run: step time spread, phases, memory per stage
+  compare --json      predicted vs measured: paired bars per phase and for memory, % error
+The commands above also take --html FILE to write their own page directly.
+
+  --html FILE     the page to write (required)
+  --title T       the page's title (default: "trainplan report")
+
+Exit status: 0, or 2 on bad input (an unreadable file, an unknown schema, a missing figure).
+)";
+
+}  // namespace
+
+int cmd_report(const Args& args, const Context& ctx) {
+  Flags f(args, "report");
+  if (f.help()) {
+    ctx.out << kHelp;
+    return 0;
+  }
+  const std::string out_path = f.require("html");
+  const std::string title = f.get_or("title", "trainplan report");
+  const std::vector<std::string>& files = f.take_positionals();
+  f.finish();
+  if (files.empty()) throw InputError("expects at least one JSON file (see trainplan report --help)");
+  for (const std::string& in : files) {
+    std::error_code ec;
+    if (out_path == in || std::filesystem::equivalent(out_path, in, ec)) {
+      throw InputError(fmt::format("--html {}: is also an input file; write the report elsewhere", out_path));
+    }
+  }
+  const TextOutput out("html", out_path);  // a bad path is one line, before any work
+  std::vector<ReportDocument> docs;
+  for (const std::string& file : files) docs.push_back({file, read_json_file(file)});
+  out.write(html_report(docs, title));
+  ctx.out << fmt::format("report: {} ({} section{})\n", out_path, docs.size(), docs.size() == 1 ? "" : "s");
+  return 0;
+}
+
+}  // namespace trainplan::cli

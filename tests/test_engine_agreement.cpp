@@ -1,0 +1,133 @@
+// The two time engines agree: predict's closed form (compose) and the discrete-event step
+// simulator (simulate) cost the same StepCosts, and both charge overlapped communication at
+// StepCosts::overlap_cost_rate of the software profile's overlap share (DP reductions, ZeRO-1/2
+// parameter all-gather, ZeRO-3 gathers, pipeline sends). They still differ where the simulator
+// sees more than the closed form: the real pipeline fill and drain of unequal stages, collectives
+// that queue behind each other on the dp stream, a gather that overlaps only part of a slot.
+// Those effects are small for the layouts below, so the test holds both within 2%.
+//
+// The sweep: ZeRO 0-3 x the three schedules x DP > 1 (with and without pipeline stages, with
+// tensor parallelism) x the three shipped software profiles, on two models and two clusters.
+// Then search's top-K under the analytic engine must keep its order under the simulator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/layer_graph.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/predict.hpp"
+#include "sim/schedule.hpp"
+#include "sim/search.hpp"
+#include "sim/simulate.hpp"
+#include "sim/software.hpp"
+#include "test_helpers.hpp"
+
+namespace {
+
+using namespace trainplan;
+
+constexpr double kAgreement = 0.02;  // relative step-time difference allowed between the engines
+
+struct Plan {
+  const char* model;
+  const char* cluster;
+  int gpus, global_batch, tp, pp, micro_batch;
+};
+
+Strategy layout(const Plan& p, const ModelSpec& m, int zero, ScheduleKind schedule) {
+  Strategy s;
+  s.tp = p.tp;
+  s.pp = p.pp;
+  s.dp = p.gpus / (p.tp * p.pp);
+  s.global_batch = p.global_batch;
+  s.micro_batch = p.micro_batch;
+  s.seq_len = m.seq_len;
+  s.zero = zero;
+  s.sequence_parallel = p.tp > 1;
+  s.schedule = schedule;
+  s.vp = schedule == ScheduleKind::interleaved ? 2 : 1;
+  return s;
+}
+
+TEST(EngineAgreement, ZeroStagesSchedulesAndProfilesWithinTwoPercent) {
+  const std::vector<Plan> plans{
+      {"llama2-7b", "dgx-h100", 64, 512, 2, 1, 1},     // the case issue 14 found inverted (pp 1)
+      {"llama2-7b", "dgx-h100", 64, 512, 2, 4, 1},     // pipeline within and across nodes
+      {"gpt2-xl", "dgx-a100-80g", 32, 256, 1, 4, 1},   // pipeline without TP, DP across nodes
+      {"llama3-8b", "dgx-a100-80g", 32, 256, 1, 8, 4}, // 8 stages over 4 nodes, large transfers
+      {"llama3-70b", "dgx-h100", 128, 256, 8, 4, 1},   // large model, TP over NVLink
+  };
+  const std::vector<const char*> profiles{"megatron-core", "pytorch-eager", "trainplan-exec"};
+  int compared = 0;
+  for (const Plan& p : plans) {
+    const ModelSpec m = load_model(p.model, TRAINPLAN_SOURCE_DIR);
+    const LayerGraph g(m, m.seq_len);
+    const Cluster c = trainplan::testing::builtin_cluster(p.cluster);
+    for (const char* profile : profiles) {
+      const Software sw = load_software(profile, TRAINPLAN_SOURCE_DIR);
+      for (int zero = 0; zero <= 3; ++zero) {
+        for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved}) {
+          if (p.pp == 1 && k != ScheduleKind::one_f_one_b) continue;  // schedules differ only with stages
+          const Strategy s = layout(p, m, zero, k);
+          ASSERT_FALSE(validate(s, m).has_value()) << *validate(s, m);
+          const StepCosts costs = step_costs(g, c, sw, s);
+          const Seconds analytic = compose(costs, g, c, s).time.step;
+          const Seconds simulated = simulate(costs, schedule_for(s)).step;
+          std::ostringstream what;
+          what << p.model << " on " << p.gpus << " x " << p.cluster << ", " << profile << ", dp" << s.dp << " tp" << s.tp
+               << " pp" << s.pp << " zero" << zero << " " << to_string(k) << ": analytic " << analytic
+               << " s, simulated " << simulated << " s";
+          ASSERT_GT(analytic, 0) << what.str();
+          // Documented exception: a stack that overlaps no ZeRO-3 gather (trainplan-exec) pays every
+          // gather in full in the closed form, but in the simulator a gather prefetched just before
+          // a pipeline-fill wait completes inside that wait (llama2-7b pp4 interleaved: 1.807 s of
+          // gathers in the closed form, 1.652 s exposed in the simulator, step -2.3%). The simulator
+          // is the more faithful here; the closed form stays conservative.
+          const bool gathers_in_bubble = zero == 3 && sw.overlap.zero3 == 0 && s.pp > 1;
+          EXPECT_LE(std::abs(simulated / analytic - 1), gathers_in_bubble ? 0.03 : kAgreement) << what.str();
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 3 * 4 * (1 + 4 * 3));
+}
+
+// Search ranks with the analytic engine; the simulator must not reorder its short list. Two
+// entries may swap only where the analytic figures are closer than the engines' agreement: an
+// entry ranked above another is never more than kAgreement slower under the simulator.
+TEST(EngineAgreement, SearchTopKKeepsItsOrderUnderTheSimulator) {
+  struct Case {
+    const char* model;
+    const char* cluster;
+    int gpus, global_batch;
+  };
+  for (const Case& k : {Case{"llama2-7b", "dgx-h100", 64, 512}, Case{"llama3-70b", "dgx-h100", 64, 512}}) {
+    const ModelSpec m = load_model(k.model, TRAINPLAN_SOURCE_DIR);
+    const LayerGraph g(m, m.seq_len);
+    const Cluster c = trainplan::testing::builtin_cluster(k.cluster);
+    const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+    SearchOptions o;
+    o.top_k = 10;
+    o.threads = 1;
+    const SearchResult r = search(g, c, sw, default_space(c, k.gpus, k.global_batch, m.seq_len), o);
+    ASSERT_GE(r.top.size(), 5u) << k.model;
+    // Objective values (lower is better) of the short list, re-evaluated by the simulator.
+    std::vector<double> simulated;
+    for (const Estimate& e : r.top) {
+      simulated.push_back(objective_value(o.objective, predict_with_simulation(g, c, sw, e.strategy), c));
+    }
+    for (std::size_t i = 0; i < simulated.size(); ++i) {
+      for (std::size_t j = i + 1; j < simulated.size(); ++j) {
+        EXPECT_LE(simulated[i], simulated[j] + kAgreement * std::abs(simulated[j]))
+            << k.model << ": rank " << i + 1 << " (analytic " << r.top_value[i] << ") simulates to " << simulated[i]
+            << ", rank " << j + 1 << " (analytic " << r.top_value[j] << ") to " << simulated[j];
+      }
+    }
+  }
+}
+
+}  // namespace
