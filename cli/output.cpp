@@ -30,7 +30,10 @@ namespace {
 bool same_file(const std::string& a, const std::string& b) {
   if (a == b) return true;
   std::error_code ec1, ec2, ec3;
-  const auto ca = std::filesystem::weakly_canonical(a, ec1), cb = std::filesystem::weakly_canonical(b, ec2);
+  // absolute() first: weakly_canonical leaves a relative path whose file does not exist yet
+  // relative ("x.json"), but resolves "./x.json" through the existing "." (an absolute path).
+  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a, ec1), ec1),
+             cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b, ec2), ec2);
   if (!ec1 && !ec2 && ca == cb) return true;
   return std::filesystem::equivalent(a, b, ec3) && !ec3;
 }
