@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -140,18 +141,30 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   const bool cuda = o.device == "cuda";
   TopologyInputs in;
   in.device = o.device;
+  double device_memory = 0;  // bytes of memory the measurements may use (half of it, below)
   if (const auto base = f.get("base")) {
-    const Cluster c = load_cluster(*base, ctx.data_dir);  // validates it
+    Cluster c;
+    try {
+      c = load_cluster(*base, ctx.data_dir);  // validates it
+    } catch (const InputError& e) {
+      // load_cluster names the flag --cluster; here it is --base.
+      std::string what = e.what();
+      if (what.rfind("--cluster ", 0) == 0) what = "--base " + what.substr(10);
+      throw InputError(what);
+    }
     const bool is_path = base->find('/') != std::string::npos || base->ends_with(".json");
     in.base = read_json_file(is_path ? std::filesystem::path(*base)
                                      : ctx.data_dir / "topologies" / (*base + ".json"));
     in.base_name = c.name;
+    if (cuda) device_memory = c.gpu.hbm;
   } else if (cuda) {
     throw InputError("--base is required with --device cuda (the GPU's datasheet peak, memory and links come from it)");
   }
   in.name = f.get_or("name", cuda ? in.base_name + "-calibrated" : "cpu-local");
   const auto out_path = f.get("out");
-  if (f.has("peak-tflops")) in.peak_tflops = f.get_double("peak-tflops", 0, 1e-6, 1e6);
+  // From a slow CPU core (~0.01 TFLOP/s fp32) to ~10x the fp8 peak of today's largest GPUs: a
+  // value outside is a unit mistake and would make every calibrated efficiency absurd.
+  if (f.has("peak-tflops")) in.peak_tflops = f.get_double("peak-tflops", 0, 0.01, 50000);
   o.threads = static_cast<int>(f.get_int("threads", 1, 1, 1024));
   in.ranks_per_node = static_cast<int>(f.get_int("ranks-per-node", 4, 1, 1024));
   if (f.has("price-usd")) in.price_usd = f.get_double("price-usd", 0, 0, 1e6);
@@ -162,6 +175,7 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   o.link_ranks = cuda ? (gpus >= 2 ? gpus : 0) : static_cast<int>(f.get_int("link-ranks", 2, 0, 64));
   o.link_backend = cuda ? "nccl" : "gloo";
   for (double s : number_list(f, "sizes", 1, 65536)) {
+    if (s != std::floor(s)) throw InputError(fmt::format("--sizes {}: each entry must be a whole number in [1, 65536]", *f.get("sizes")));
     const int n = static_cast<int>(s);
     o.gemm_shapes.push_back({n, n, n});
   }
@@ -169,9 +183,45 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   o.copy_bytes = f.get_double("copy-mb", 0, 0.001, 1 << 20) * 1024 * 1024;
   o.link_bytes = number_list(f, "link-bytes", 4, 1e10);
   for (double& b : o.link_bytes) b = std::max(4.0, std::floor(b / 4) * 4);  // whole fp32 elements
+  o.link_bytes.erase(std::unique(o.link_bytes.begin(), o.link_bytes.end()), o.link_bytes.end());
+  if (o.link_bytes.size() == 1) {
+    // The link fit has two unknowns (latency and bandwidth): one size cannot separate them.
+    throw InputError(fmt::format("--link-bytes {}: needs at least 2 different sizes (a multiple of 4 bytes each) to fit "
+                                 "latency and bandwidth",
+                                 *f.get("link-bytes")));
+  }
   o.warmup = static_cast<int>(f.get_int("warmup", 3, 0, 1000));
   o.repeats = static_cast<int>(f.get_int("repeats", 10, 1, 10000));
+  const std::optional<JsonOutput> out = open_json_output("out", out_path);  // before measuring
+  check_outputs_apart(f, {"out"});
   f.finish();
+
+  // Memory bound, before any LibTorch call: each measurement must fit in half of the device's
+  // memory (CPU: this machine's MemTotal; CUDA: the base's HBM). Needs: a matmul holds A, B and C
+  // (M*K + K*N + M*N elements: fp32 on CPU, bf16 on CUDA); the copy a source and a destination;
+  // the CPU link test one buffer per rank and a reduction copy of the largest message.
+  if (device_memory <= 0) device_memory = mem_total_bytes();
+  if (device_memory > 0) {
+    const double limit = device_memory / 2, elem = cuda ? 2 : 4;
+    const std::string where = cuda ? fmt::format("the --base GPU's {:.1f} GB", device_memory / 1e9)
+                                   : fmt::format("this machine's {:.1f} GB", device_memory / 1e9);
+    for (const auto& sh : o.gemm_shapes) {
+      const double need = (double(sh.m) * sh.k + double(sh.k) * sh.n + double(sh.m) * sh.n) * elem;
+      if (need > limit) {
+        throw InputError(fmt::format("--shapes/--sizes {}x{}x{}: a matmul of that shape needs {:.1f} GB, more than half of "
+                                     "{}",
+                                     sh.m, sh.n, sh.k, need / 1e9, where));
+      }
+    }
+    if (2 * o.copy_bytes > limit) {
+      throw InputError(fmt::format("--copy-mb {}: the copy needs {:.1f} GB (source and destination), more than half of {}",
+                                   *f.get("copy-mb"), 2 * o.copy_bytes / 1e9, where));
+    }
+    if (!cuda && !o.link_bytes.empty() && 2.0 * o.link_ranks * o.link_bytes.back() > limit) {
+      throw InputError(fmt::format("--link-bytes {}: {} ranks x 2 buffers of {:.0f} bytes need more than half of {}",
+                                   *f.get("link-bytes"), o.link_ranks, o.link_bytes.back(), where));
+    }
+  }
   in.command = "trainplan calibrate";
   in.date = utc_date();
   in.host_memory = mem_total_bytes();
@@ -188,8 +238,8 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
     throw InputError(fmt::format("the calibrated topology would not load (check --base and --ranks-per-node): {}",
                                  e.what()));
   }
-  if (out_path) {
-    write_json_file("out", *out_path, topology);
+  if (out) {
+    out->write(topology);
     ctx.err << "wrote " << *out_path << "\n";
   } else {
     ctx.out << topology.dump(2) << "\n";

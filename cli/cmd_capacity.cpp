@@ -158,6 +158,11 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   // Default batch: about 4M tokens per step, rounded to a power of two of sequences.
   const int default_batch = std::max(1, static_cast<int>(std::exp2(std::round(std::log2(4194304.0 / seq)))));
   req.global_batch = static_cast<int>(f.get_int("global-batch", default_batch, 1, 1 << 30));
+  if (static_cast<long long>(req.global_batch) * seq > kMaxTokensPerStep) {
+    throw InputError(fmt::format("--global-batch {}: global batch x sequence length ({} x {}) must be at most 2^40 tokens "
+                                 "per step",
+                                 req.global_batch, req.global_batch, seq));
+  }
   if (f.has("deadline-days")) req.deadline_days = f.get_double("deadline-days", 0, 1e-6, 1e6);
   if (f.has("budget-usd")) req.budget_usd = f.get_double("budget-usd", 0, 1e-6, 1e15);
   req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
@@ -178,7 +183,9 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
   auto html_out = open_text_output("html", f.get("html"));
   auto csv_out = open_text_output("csv", f.get("csv"));
+  check_outputs_apart(f, {"json", "html", "csv"});
   f.finish();
+  if (!f.has("seq") && !sequence_note(model).empty()) ctx.err << "trainplan capacity: note: " << sequence_note(model) << "\n";
   bool any_count = false;
   for (const Cluster& c : req.clusters) any_count |= !capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi).empty();
   if (!any_count) {

@@ -48,17 +48,15 @@ int cmd_compare(const Args& args, const Context& ctx) {
   }
   const std::string& prediction_path = files[0];
   const std::string& measurement_path = files[1];
-  for (const char* flag : {"json", "html"}) {
-    const auto out = f.get(flag);
-    if (!out) continue;
-    for (const std::string& in : files) {
-      std::error_code ec;
-      if (*out == in || std::filesystem::equivalent(*out, in, ec)) {
-        throw InputError(fmt::format("--{} {}: is also an input file; write the comparison elsewhere", flag, *out));
-      }
-    }
-  }
+  check_outputs_apart(f, {"json", "html"});
   const PredictionFile predicted = prediction_from_json(read_json_file(prediction_path), prediction_path);
+  // A relative error against a predicted step of 0 s (an infeasible or unsimulated plan) would read
+  // as -100%: nothing to compare.
+  if (!(predicted.estimate.time.step > 0)) {
+    throw InputError(fmt::format("{}: time.step_s = {}, must be > 0 (a prediction without a step time cannot be "
+                                 "compared with a measured step)",
+                                 prediction_path, predicted.estimate.time.step));
+  }
   const Measurement measured = measurement_from_json(read_json_file(measurement_path), measurement_path);
 
   Comparison c = compare(predicted.estimate, predicted.model, predicted.cluster, measured);

@@ -1,7 +1,19 @@
 // trainplan exec: run a plan for real with LibTorch and measure it (issue 5).
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <vector>
 
 #include "exec/exec.hpp"
 #include "reports/measurement_console.hpp"
@@ -10,6 +22,7 @@
 #include "cli/commands.hpp"
 #include "cli/plan_flags.hpp"
 #include "sim/layer_graph.hpp"
+#include "sim/atomic_file.hpp"
 #include "sim/predict.hpp"
 
 namespace trainplan::cli {
@@ -57,6 +70,78 @@ int env_int(const char* name, int fallback) {
   const long x = std::strtol(v, &end, 10);
   if (*end != '\0' || x < 0 || x > (1 << 30)) throw InputError(fmt::format("environment {}={}: must be a non-negative integer", name, v));
   return static_cast<int>(x);
+}
+
+// MASTER_PORT as a TCP port: [1, 65535], or 0 ("any free port") where the local launcher serves
+// the rendezvous itself. A larger value would silently wrap to another port.
+int env_port(int fallback, bool zero_ok) {
+  const char* v = std::getenv("MASTER_PORT");
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || errno != 0 || x < (zero_ok ? 0 : 1) || x > 65535) {
+    throw InputError(fmt::format("environment MASTER_PORT={}: must be a TCP port in [{}, 65535]", v, zero_ok ? 0 : 1));
+  }
+  return static_cast<int>(x);
+}
+
+// MASTER_ADDR must name a host this machine can resolve (a typo otherwise ends as a rendezvous
+// timeout blamed on the port).
+void check_master_addr(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(addr.c_str(), nullptr, &hints, &res);
+  if (rc != 0) {
+    throw InputError(fmt::format("environment MASTER_ADDR={}: cannot resolve it ({})", addr, ::gai_strerror(rc)));
+  }
+  ::freeaddrinfo(res);
+}
+
+// --data: a regular file of little-endian uint16 tokens, a whole number of them, at least one
+// sequence plus its shifted target plus one (seq + 2, exec/tokens.cpp), every token below the
+// model's vocabulary. Read once in 1 MiB pieces before any rank starts.
+void check_data_file(const std::string& path, int vocab, int seq) {
+  const std::string what = fmt::format("--data {}", path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw InputError(fmt::format("{}: cannot open ({})", what, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) {
+    throw InputError(fmt::format("{}: not a regular file ({})", what, S_ISDIR(st.st_mode) ? "a directory" : "a FIFO, device or socket"));
+  }
+  const auto bytes = static_cast<std::uintmax_t>(st.st_size);
+  if (bytes % 2 != 0) {
+    throw InputError(fmt::format("{}: {} bytes, must be a whole number of 2-byte (uint16) tokens", what, bytes));
+  }
+  if (bytes / 2 < static_cast<std::uintmax_t>(seq) + 2) {
+    throw InputError(fmt::format("{}: holds {} tokens, needs at least --seq + 2 = {}", what, bytes / 2, seq + 2));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open", what));
+  std::vector<unsigned char> buf(1 << 20);
+  std::uintmax_t index = 0;
+  while (in) {
+    in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<std::size_t>(in.gcount());
+    for (std::size_t i = 0; i + 1 < n; i += 2, ++index) {
+      const unsigned token = buf[i] | (static_cast<unsigned>(buf[i + 1]) << 8);  // little-endian
+      if (token >= static_cast<unsigned>(vocab)) {
+        throw InputError(fmt::format("{}: token {} at position {} is not below the model's vocab ({})", what, token,
+                                     index, vocab));
+      }
+    }
+  }
+}
+
+// The physical memory of this machine (/proc/meminfo MemTotal), bytes; 0 when unknown.
+double host_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemTotal:") return kb * 1024.0;
+  return 0;
 }
 
 std::string env_str(const char* name, const std::string& fallback) {
@@ -129,6 +214,8 @@ int cmd_exec(const Args& given, const Context& ctx) {
   const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
   const auto json_path = f.get("json");
   f.finish();
+  const bool is_spawned_rank = std::getenv("TRAINPLAN_EXEC_SPAWNED") != nullptr;
+  if (!in.seq_note.empty() && !is_spawned_rank) ctx.err << "trainplan exec: note: " << in.seq_note << "\n";
 
   const Strategy& s = in.strategy;
   if (o.device == "cuda" && !cuda) throw InputError("--device cuda: this build has no CUDA or no GPU is visible");
@@ -162,14 +249,50 @@ int cmd_exec(const Args& given, const Context& ctx) {
   const bool spawned = std::getenv("TRAINPLAN_EXEC_SPAWNED") != nullptr;
   const bool torchrun = std::getenv("RANK") != nullptr;
   const bool slurm = !torchrun && std::getenv("SLURM_PROCID") != nullptr;
-  if (nproc && !spawned && !torchrun && !slurm) {
+  const bool local_launch = nproc && !spawned && !torchrun && !slurm;
+
+  // Checked once, before any rank starts (a spawned rank's launcher has checked them already):
+  // the data file, the dump folders, and the predicted memory against this machine's.
+  if (!spawned) {
+    if (!o.data_file.empty()) check_data_file(o.data_file, in.model.vocab, s.seq_len);
+    if (!o.dump_params.empty()) check_output_path(o.dump_params + ".rank0", fmt::format("--dump-params {}", o.dump_params));
+    if (!o.dump_grads.empty()) check_output_path(o.dump_grads + ".rank0", fmt::format("--dump-grads {}", o.dump_grads));
+    check_outputs_apart(f, {"json", "dump-params", "dump-grads"});
+    const LayerGraph graph(in.model, s.seq_len);
+    // On CPU the ranks compute in fp32 whatever --dtype says (the measurement's compute_dtype), and
+    // a CPU cluster has no 16-bit peak to cost a bf16 plan with: its memory is predicted in fp32.
+    Strategy as_run = s;
+    if (o.device == "cpu") as_run.dtype = Dtype::fp32;
+    const Estimate e = predict(graph, in.cluster, in.software, as_run);
+    // Ranks on this machine: all of them under the local launcher, else the launcher's count.
+    const int local_ranks = local_launch ? static_cast<int>(*nproc)
+                                         : std::max(1, env_int(torchrun ? "LOCAL_WORLD_SIZE" : "SLURM_NTASKS_PER_NODE", 1));
+    if (o.device == "cpu") {
+      // Every CPU rank allocates from the same host memory.
+      const double host = host_memory_bytes();
+      const double need = e.peak_memory * local_ranks;
+      if (host > 0 && need > host) {
+        throw InputError(fmt::format("--model {}: the plan needs a predicted {:.1f} GB per rank x {} rank(s) = {:.1f} GB, "
+                                     "more than this machine's memory ({:.1f} GB, /proc/meminfo); choose a smaller "
+                                     "model or more parallelism",
+                                     in.model.name, e.peak_memory / 1e9, local_ranks, need / 1e9, host / 1e9));
+      }
+    } else if (e.peak_memory > in.cluster.gpu.hbm) {
+      throw InputError(fmt::format("--model {}: the plan needs a predicted {:.1f} GB per GPU, more than the {:.1f} GB of "
+                                   "{} ({}); choose a layout that fits (trainplan search)",
+                                   in.model.name, e.peak_memory / 1e9, in.cluster.gpu.hbm / 1e9, in.cluster.gpu.name,
+                                   in.cluster.name));
+    }
+  }
+
+  if (local_launch) {
     if (*nproc != s.gpus())
       throw InputError(fmt::format("--nproc {}: the plan has dp*tp*pp*cp = {} ranks", *nproc, s.gpus()));
     const std::optional<JsonOutput> out = open_json_output("json", json_path);  // an unwritable path: now
     std::vector<std::string> argv{"trainplan", "exec"};
     argv.insert(argv.end(), given.begin(), given.end());
     const Measurement run = run_description(plan, o, o.backend == "nccl", *nproc);
-    return exec::launch_local(*nproc, argv, env_int("MASTER_PORT", 0), ctx.err, [&](const RunFailure& fail) {
+    return exec::launch_local(*nproc, argv, env_port(0, true), ctx.err, [&](const RunFailure& fail) {
       if (out) out->write(failed_measurement_to_json(run, fail));
     });
   }
@@ -182,7 +305,8 @@ int cmd_exec(const Args& given, const Context& ctx) {
     env.local_rank = env_int(torchrun ? "LOCAL_RANK" : "SLURM_LOCALID", torchrun ? env.rank : 0);
     env.master_addr = env_str("MASTER_ADDR", torchrun ? "127.0.0.1" : "");
     if (env.master_addr.empty()) throw InputError("environment MASTER_ADDR: required under Slurm (the first node's address)");
-    env.master_port = env_int("MASTER_PORT", 29500);
+    if (!spawned) check_master_addr(env.master_addr);
+    env.master_port = env_port(29500, false);
     env.store_server_external = spawned;
     env.status_fd = spawned ? env_int("TRAINPLAN_STATUS_FD", -1) : -1;
     if (env.world != s.gpus())
@@ -202,7 +326,8 @@ int cmd_exec(const Args& given, const Context& ctx) {
     }
     return 0;
   } catch (const exec::RankFailure& e) {
-    ctx.err << "trainplan exec: " << e.what() << "\n";
+    // Under the local launcher the launcher prints the job's one line; elsewhere each rank says why.
+    if (env.status_fd < 0) ctx.err << "trainplan exec: " << e.what() << "\n";
     ctx.err.flush();
     ctx.out.flush();
     // Under the local launcher it writes the job's failure (it knows which rank failed first);

@@ -48,7 +48,9 @@ int cmd_predict(const Args& args, const Context& ctx) {
   const bool layers = f.get_choice("detail", "none", {"none", "layers"}) == "layers";
   auto json_out = open_json_output("json", f.get("json"));
   auto html_out = open_text_output("html", f.get("html"));
+  check_outputs_apart(f, {"json", "html"});
   f.finish();
+  if (!in.seq_note.empty()) ctx.err << "trainplan predict: note: " << in.seq_note << "\n";
   const LayerGraph graph(in.model, in.strategy.seq_len);
   // The step costs are computed once and shared by the closed form and the simulator.
   Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.software, in.strategy)

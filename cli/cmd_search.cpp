@@ -154,6 +154,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
   auto html_out = open_text_output("html", f.get("html"));
   auto csv_out = open_text_output("csv", f.get("csv"));
+  check_outputs_apart(f, {"json", "html", "csv"});
   f.finish();
   options.keep_points = json_out || html_out;
   if (ctx.out_is_terminal) {

@@ -139,17 +139,13 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   auto json_out = open_json_output("json", f.get("json"));
   auto html_out = open_text_output("html", f.get("html"));
   const auto trace_path = f.get("trace");
-  if (trace_path) {
-    check_output_path(*trace_path, fmt::format("--trace {}", *trace_path));
-    const auto json_path = f.get("json");
-    std::error_code ec;
-    if (json_path && (*json_path == *trace_path || std::filesystem::equivalent(*json_path, *trace_path, ec))) {
-      throw InputError(fmt::format("--trace {}: the same file as --json; give them different names", *trace_path));
-    }
-  }
+  if (trace_path) check_output_path(*trace_path, fmt::format("--trace {}", *trace_path));
   const auto trace_ranks = f.get("trace-ranks");
   if (trace_ranks && !trace_path) throw InputError(fmt::format("--trace-ranks {}: needs --trace FILE", *trace_ranks));
+  check_outputs_apart(f, {"json", "trace", "html"});
   f.finish();
+  if (!in.seq_note.empty()) ctx.err << "trainplan simulate: note: " << in.seq_note << "\n";
+  if (auto too_large = simulation_size_error(in.strategy)) throw InputError(*too_large);
 
   const Strategy& s = in.strategy;
   // The trace's ranks per stage; with --trace-ranks, the others are -1 (left out).

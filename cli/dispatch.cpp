@@ -24,6 +24,20 @@ void usage(std::ostream& os, const CommandTable& commands, const char* title) {
   os << "\nenvironment: TRAINPLAN_DATA_DIR overrides where built-in models/ and topologies/ are read.\n";
 }
 
+// The message as one printable line: a control character (a newline or terminal escape in a flag
+// value or file name) is shown as \xNN, so the error is exactly one line and cannot drive the terminal.
+std::string one_line(const std::string& message) {
+  std::string out;
+  for (unsigned char ch : message) {
+    if (ch < 0x20 || ch == 0x7f) {
+      out += fmt::format("\\x{:02x}", ch);
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int dispatch(int argc, char** argv, const CommandTable& commands, const char* title) {
@@ -38,7 +52,7 @@ int dispatch(int argc, char** argv, const CommandTable& commands, const char* ti
   }
   auto it = commands.find(args[0]);
   if (it == commands.end()) {
-    std::cerr << fmt::format("trainplan: '{}' is not a command (see trainplan --help)\n", args[0]);
+    std::cerr << fmt::format("trainplan: '{}' is not a command (see trainplan --help)\n", one_line(args[0]));
     return 2;
   }
   const char* env_dir = std::getenv("TRAINPLAN_DATA_DIR");
@@ -46,10 +60,10 @@ int dispatch(int argc, char** argv, const CommandTable& commands, const char* ti
   try {
     return it->second.run(Args(args.begin() + 1, args.end()), ctx);
   } catch (const InputError& e) {
-    std::cerr << "trainplan " << args[0] << ": " << e.what() << "\n";
+    std::cerr << "trainplan " << args[0] << ": " << one_line(e.what()) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "trainplan " << args[0] << ": internal error: " << e.what() << "\n";
+    std::cerr << "trainplan " << args[0] << ": internal error: " << one_line(e.what()) << "\n";
     return 1;
   }
 }

@@ -72,6 +72,12 @@ std::optional<std::string> Flags::get(const std::string& name) const {
   return it->second;
 }
 
+std::optional<std::string> Flags::peek(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
 std::string Flags::get_or(const std::string& name, const std::string& fallback) const {
   return get(name).value_or(fallback);
 }

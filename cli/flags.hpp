@@ -19,6 +19,9 @@ class Flags {
   std::optional<std::string> get(const std::string& name) const;
   std::string get_or(const std::string& name, const std::string& fallback) const;
   std::string require(const std::string& name) const;
+  // The value given for --name, without marking it read (for cross-checks such as outputs vs
+  // inputs); nothing when absent or given without a value.
+  std::optional<std::string> peek(const std::string& name) const;
   // Integer / real in [lo, hi]; `fallback` when absent.
   long long get_int(const std::string& name, long long fallback, long long lo, long long hi) const;
   std::optional<long long> get_optional_int(const std::string& name, long long lo, long long hi) const;

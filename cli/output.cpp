@@ -1,7 +1,11 @@
 // JSON output files of the CLI commands (see commands.hpp).
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "cli/commands.hpp"
+#include "cli/flags.hpp"
+#include "sim/check.hpp"
 #include "reports/html_report.hpp"
 #include "sim/atomic_file.hpp"
 
@@ -17,6 +21,50 @@ void JsonOutput::write(const nlohmann::json& j) const {
 
 void write_json_file(const std::string& flag, const std::string& path, const nlohmann::json& j) {
   JsonOutput(flag, path).write(j);
+}
+
+namespace {
+
+// Same file: equal text, the same place once resolved (the file need not exist yet), or the
+// same inode (hard links, ./x vs x).
+bool same_file(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  std::error_code ec1, ec2, ec3;
+  // absolute() first: weakly_canonical leaves a relative path whose file does not exist yet
+  // relative ("x.json"), but resolves "./x.json" through the existing "." (an absolute path).
+  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a, ec1), ec1),
+             cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b, ec2), ec2);
+  if (!ec1 && !ec2 && ca == cb) return true;
+  return std::filesystem::equivalent(a, b, ec3) && !ec3;
+}
+
+}  // namespace
+
+void check_outputs_apart(const Flags& f, const std::vector<std::string>& output_flags) {
+  std::vector<std::pair<std::string, std::string>> outputs;  // (flag, path)
+  for (const auto& flag : output_flags)
+    if (auto v = f.peek(flag)) outputs.emplace_back(flag, *v);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (same_file(outputs[i].second, outputs[j].second)) {
+        throw InputError(fmt::format("--{} {}: the same file as --{}; give them different names", outputs[i].first,
+                                     outputs[i].second, outputs[j].first));
+      }
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> inputs;  // only existing files can be destroyed
+  for (const char* flag : {"model", "cluster", "software", "plan", "data", "base"})
+    if (auto v = f.peek(flag)) inputs.emplace_back(std::string("--") + flag, *v);
+  for (const auto& p : f.positionals()) inputs.emplace_back("an input", p);
+  for (const auto& [oflag, out] : outputs) {
+    for (const auto& [iflag, in] : inputs) {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(in, ec) && same_file(out, in)) {
+        throw InputError(fmt::format("--{} {}: is also {} file; write it elsewhere", oflag, out,
+                                     iflag == "an input" ? iflag : "the " + iflag));
+      }
+    }
+  }
 }
 
 std::optional<JsonOutput> open_json_output(const std::string& flag, const std::optional<std::string>& path) {

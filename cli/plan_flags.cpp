@@ -43,6 +43,13 @@ Software read_software_flag(const Flags& f, const std::filesystem::path& data_di
   return load_software(f.get_or("software", fallback), data_dir);
 }
 
+std::string sequence_note(const ModelSpec& model) {
+  if (model.seq_len_key == "seq_len") return "";
+  return fmt::format("sequence length {} from the config's {} (the model's limit, not necessarily its training "
+                     "length; --seq sets it)",
+                     model.seq_len, model.seq_len_key);
+}
+
 PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster) {
   std::optional<Strategy> from_plan;
   std::string plan_model, plan_cluster, plan_software;
@@ -78,6 +85,7 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   } else if (!have_plan) {
     throw InputError(fmt::format("--global-batch: required for 'trainplan {}' (sequences per optimizer step)", f.command()));
   }
+  if (!f.has("seq") && !have_plan) in.seq_note = sequence_note(in.model);
   s.seq_len = int_flag("seq", have_plan ? s.seq_len : in.model.seq_len, 1, 1 << 24);
   s.recompute = *parse_recompute(f.get_choice("recompute", to_string(s.recompute), {"none", "selective", "full"}));
   s.sequence_parallel = on_off(f, "sequence-parallel", s.sequence_parallel);
@@ -111,7 +119,7 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   }
 
   // DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
-  const int model_parallel = s.tp * s.pp * s.cp;
+  const long long model_parallel = static_cast<long long>(s.tp) * s.pp * s.cp;  // each <= 2^16: no overflow
   auto gpus = f.get_optional_int("gpus", 1, 1 << 24);
   auto dp = f.get_optional_int("dp", 1, 1 << 24);
   if (dp) s.dp = static_cast<int>(*dp);
@@ -197,7 +205,8 @@ std::string plan_flags_help() {
   --zero 0|1|2|3            ZeRO stage over the data-parallel group (default 0)
   --micro-batch b           sequences per micro-batch (default 1)
   --global-batch B          sequences per optimizer step (required; divisible by dp x b)
-  --seq S                   tokens per sequence (default: the model's seq_len)
+  --seq S                   tokens per sequence (default: the model's seq_len; for a Hugging
+                            Face config its max_position_embeddings, with a note on stderr)
   --recompute none|selective|full   activation recomputation (default none)
   --sequence-parallel on|off        Megatron sequence parallelism, needs tp > 1 (default off)
   --schedule gpipe|1f1b|interleaved pipeline schedule (default 1f1b; interleaved if --vp > 1)

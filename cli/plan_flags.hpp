@@ -18,7 +18,14 @@ struct PlanInputs {
   Cluster cluster;
   Software software;
   Strategy strategy;
+  // Where the sequence length came from when it was neither --seq nor the plan file's nor a
+  // trainplan model's seq_len, e.g. "sequence length 131072 from config.json max_position_embeddings
+  // (the model's limit; --seq sets the trained length)"; empty otherwise. Commands print it.
+  std::string seq_note;
 };
+
+// The note above for `model` when --seq is not given (empty when the model's seq_len is its own).
+std::string sequence_note(const ModelSpec& model);
 
 // --software NAME|FILE (default: the plan file's "software", else kDefaultSoftware).
 Software read_software_flag(const Flags& flags, const std::filesystem::path& data_dir,

@@ -227,11 +227,6 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (ok || failed) continue;
       failed = true;
-      const std::string where =
-          last_step[rank] < 0 ? "before its first step" : fmt::format("in step {}", last_step[rank]);
-      err << fmt::format("trainplan exec: rank {} {} {}; stopping the other {} rank(s)\n", rank, describe_exit(status),
-                         where, alive.size());
-      err.flush();
       // A rank that died by a signal is the cause: stop the rest now. A rank that exited with an
       // error usually gave up on a peer (timeout, lost connection): the other ranks get a few
       // seconds to fail the same way, and whoever is still running then is named as not responding.
@@ -253,7 +248,6 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
       for (auto& [p, r] : alive) {
         const std::string msg = fmt::format("rank {} is not responding (last seen {})", r,
                                             last_step[r] < 0 ? "before its first step" : fmt::format("in step {}", last_step[r]));
-        err << "trainplan exec: " << msg << "; stopping it\n";
         if (!cause) {
           RunFailure h;
           h.rank = r;
@@ -265,7 +259,6 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
         }
         kill(p, SIGTERM);
       }
-      err.flush();
       term_at = Clock::time_point::max();
       kill_at = Clock::now() + std::chrono::seconds(5);
     }
@@ -276,13 +269,23 @@ int launch_local(int nproc, const std::vector<std::string>& argv, int port, std:
   }
   drain();
   close(fds[0]);
-  if (failed && on_failure) {
+  // One line for the whole job: the cause (the rank killed by a signal, else the first failure a
+  // rank reported, else the rank that stopped responding), not one line per rank that saw it.
+  if (failed) {
     if (!cause && !reported.empty()) cause = reported.front();
     if (!cause) {
       cause = RunFailure{};
       cause->error = "a rank exited with an error before reporting it";
     }
-    on_failure(*cause);
+    const std::string where = cause->step < 0 ? fmt::format("while {}", cause->phase.empty() ? "starting" : cause->phase)
+                                              : fmt::format("in step {}", cause->step);
+    // Launcher-made causes already start with "rank N ..."; a rank's own error is its message.
+    const std::string line = cause->error.rfind("rank ", 0) == 0
+                                 ? fmt::format("{} ({}); the job was stopped", cause->error, where)
+                                 : fmt::format("rank {} failed {}: {}; the job was stopped", cause->rank, where, cause->error);
+    err << "trainplan exec: " << line << "\n";
+    err.flush();
+    if (on_failure) on_failure(*cause);
   }
   return failed ? 1 : 0;
 }

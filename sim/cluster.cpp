@@ -141,7 +141,7 @@ Cluster load_cluster(const std::string& name_or_path, const std::filesystem::pat
     const std::filesystem::path builtin = data_dir / "topologies" / (name_or_path + ".json");
     if (std::filesystem::exists(builtin, ec)) {
       path = builtin;
-    } else if (!std::filesystem::is_regular_file(path, ec)) {
+    } else if (!std::filesystem::exists(path, ec)) {  // a directory or FIFO: read_input_file names it
       throw InputError(fmt::format("--cluster {}: not a built-in cluster (one of: {}) and not a file",
                                    name_or_path, fmt::join(builtin_clusters(data_dir), ", ")));
     }

@@ -1,5 +1,7 @@
 #include "sim/model_spec.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "sim/check.hpp"
@@ -96,6 +98,18 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   } else {
     throw o.error("model_type", "must be one of llama|mistral|qwen2|gpt2|gpt_neox");
   }
+  // head_dim (Mistral-NeMo, Gemma): attention width heads x head_dim differs from hidden. The layer
+  // graph and the op costs size attention as hidden wide (h = a x d), so such a model would be
+  // costed wrongly (Mistral-NeMo: 12.77B parameters instead of 12.25B); it is refused instead.
+  if (o.has("head_dim") && !o.raw("head_dim").is_null()) {
+    const int d = int_of("head_dim");
+    if (static_cast<long long>(d) * m.heads != m.hidden) {
+      throw o.error("head_dim", fmt::format("must equal hidden_size / num_attention_heads ({} / {}): attention wider "
+                                            "or narrower than the hidden size is not modelled yet",
+                                            m.hidden, m.heads));
+    }
+  }
+  m.seq_len_key = type == "gpt2" ? "n_positions" : "max_position_embeddings";
   // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
   // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
   const std::filesystem::path p(file);
@@ -104,7 +118,9 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   } else {
     m.name = p.filename() == "config.json" ? p.parent_path().filename().string() : p.stem().string();
   }
-  if (m.name.empty()) m.name = type;
+  // A file name may hold any byte but a slash; a name that would be printed must be printable.
+  const bool printable = std::all_of(m.name.begin(), m.name.end(), [](unsigned char ch) { return ch >= 0x20 && ch != 0x7f; });
+  if (m.name.empty() || !printable) m.name = type;
   const bool gpt2 = type == "gpt2";
   check_shape(m, o, gpt2 ? "n_head" : "num_attention_heads", "num_key_value_heads");
   return m;
@@ -120,13 +136,24 @@ ModelSpec load_model(const std::string& name_or_path, const std::filesystem::pat
     const std::filesystem::path builtin = data_dir / "models" / (name_or_path + ".json");
     if (std::filesystem::exists(builtin, ec)) {
       path = builtin;
-    } else if (!std::filesystem::is_regular_file(path, ec)) {
+    } else if (!std::filesystem::exists(path, ec)) {  // a directory or FIFO: read_input_file names it
       throw InputError(fmt::format("--model {}: not a built-in model (see {}) and not a file", name_or_path,
                                    (data_dir / "models").string()));
     }
   }
   json j = read_json_file(path);
   if (j.is_object() && j.contains("model_type")) return parse_hf_config(j, path.string());
+  // A Hugging Face config without model_type would otherwise be reported as a trainplan model
+  // file missing "name".
+  if (j.is_object() && !j.contains("name")) {
+    for (const char* hf_key : {"architectures", "hidden_size", "num_hidden_layers", "n_layer", "n_embd"}) {
+      if (j.contains(hf_key)) {
+        throw InputError(fmt::format("{}: model_type is missing (required in a Hugging Face config: one of "
+                                     "llama|mistral|qwen2|gpt2|gpt_neox)",
+                                     path.string()));
+      }
+    }
+  }
   return parse_model(j, path.string());
 }
 

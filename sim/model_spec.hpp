@@ -19,6 +19,10 @@ struct ModelSpec {
   int ffn_hidden = 0;    // MLP inner size (per projection for SwiGLU)
   int vocab = 0;
   int seq_len = 0;       // default training sequence length
+  // The file's key seq_len came from: "seq_len" (trainplan model files) or a Hugging Face config's
+  // position limit ("max_position_embeddings", "n_positions"), which is the longest sequence the
+  // model supports, not necessarily the one it is trained on (commands say which they used).
+  std::string seq_len_key = "seq_len";
   Activation activation = Activation::gelu;
   Norm norm = Norm::layernorm;
   bool tied_embeddings = false;

@@ -210,6 +210,11 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
   const ModelSpec& m = g.model();
   if (sp.gpus < 1) throw InputError(fmt::format("--gpus {}: must be >= 1", sp.gpus));
   if (sp.global_batch < 1) throw InputError(fmt::format("--global-batch {}: must be >= 1", sp.global_batch));
+  if (static_cast<long long>(sp.global_batch) * sp.seq_len > kMaxTokensPerStep) {
+    throw InputError(fmt::format("--global-batch {}: global batch x sequence length ({} x {}) must be at most 2^40 tokens "
+                                 "per step",
+                                 sp.global_batch, sp.global_batch, sp.seq_len));
+  }
   if (sp.seq_len != g.seq_len()) {
     throw InputError(fmt::format("--seq {}: differs from the layer graph's sequence length {}", sp.seq_len, g.seq_len()));
   }
@@ -482,14 +487,14 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
   auto count_all = [&] {
     std::int64_t n = 0;
     for (int mb : p.micro_batches)
-      if (gb % (l.dp * mb) == 0) for_each_schedule(p, l.pp, gb / (l.dp * mb), [&](ScheduleKind, int) { n += per_schedule; });
+      if (gb % (static_cast<long long>(l.dp) * mb) == 0) for_each_schedule(p, l.pp, gb / (static_cast<long long>(l.dp) * mb), [&](ScheduleKind, int) { n += per_schedule; });
     return n;
   };
   if (!p.options.prune) {
     for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
       const int mb = p.micro_batches[mi];
-      if (gb % (l.dp * mb) != 0) continue;
-      for_each_schedule(p, l.pp, gb / (l.dp * mb), [&](ScheduleKind kind, int vp) {
+      if (gb % (static_cast<long long>(l.dp) * mb) != 0) continue;
+      for_each_schedule(p, l.pp, static_cast<int>(gb / (static_cast<long long>(l.dp) * mb)), [&](ScheduleKind kind, int vp) {
         for (const Setting& st : settings) {
           ++w.stats.candidates;
           evaluate(p, make_strategy(p, l, mb, kind, vp, st), worker.layer(p, l, mi, st.recompute, st.sp), w, worker);
@@ -516,7 +521,7 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
   }
   {
     const int mb0 = p.micro_batches.front();
-    const Seconds floor = work_floor(p, l.tp, l.cp, mb0, false) * (gb / static_cast<double>(l.dp * mb0)) / l.pp * kMargin;
+    const Seconds floor = work_floor(p, l.tp, l.cp, mb0, false) * (gb / (static_cast<double>(l.dp) * mb0)) / l.pp * kMargin;
     if (beaten(p, t, floor, gpus)) {
       const std::int64_t n = count_all();
       w.stats.candidates += n;
@@ -529,8 +534,8 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
                             .stride(Dim::pp);
   for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
     const int mb = p.micro_batches[mi];
-    if (gb % (l.dp * mb) != 0) continue;
-    const int m = gb / (l.dp * mb);
+    if (gb % (static_cast<long long>(l.dp) * mb) != 0) continue;
+    const int m = static_cast<int>(gb / (static_cast<long long>(l.dp) * mb));
     const Bytes* act = &p.layer_act[((tp_i * p.cps.size() + cp_i) * p.micro_batches.size() + mi) * 6];
     const Seconds work_plain = work_floor(p, l.tp, l.cp, mb, false), work_full = work_floor(p, l.tp, l.cp, mb, true);
     Bytes min_act = std::numeric_limits<double>::infinity();
@@ -626,8 +631,8 @@ std::vector<Strategy> enumerate_space(const LayerGraph& graph, const Cluster& cl
   for (const Layout& l : make_layouts(p)) {
     const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
     for (int mb : p.micro_batches) {
-      if (space.global_batch % (l.dp * mb) != 0) continue;
-      for_each_schedule(p, l.pp, space.global_batch / (l.dp * mb), [&](ScheduleKind kind, int vp) {
+      if (space.global_batch % (static_cast<long long>(l.dp) * mb) != 0) continue;
+      for_each_schedule(p, l.pp, space.global_batch / (static_cast<long long>(l.dp) * mb), [&](ScheduleKind kind, int vp) {
         for (const Setting& st : settings) out.push_back(make_strategy(p, l, mb, kind, vp, st));
       });
     }
@@ -729,10 +734,17 @@ void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const 
   // threads; the result does not depend on how.
   std::vector<std::pair<double, Estimate>> refined(r.top.size());
   std::atomic<std::size_t> next{0};
+  // An entry the simulator refuses (simulation_size_error) fails the whole refinement; the first
+  // error is rethrown on this thread (an exception must not escape a worker thread).
+  std::vector<std::exception_ptr> errors(r.top.size());
   auto work = [&] {
     for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < r.top.size();) {
-      Estimate s = predict_with_simulation(graph, cluster, software, r.top[i].strategy);
-      refined[i] = {objective_value(o, s, cluster), std::move(s)};
+      try {
+        Estimate s = predict_with_simulation(graph, cluster, software, r.top[i].strategy);
+        refined[i] = {objective_value(o, s, cluster), std::move(s)};
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
     }
   };
   if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -741,6 +753,8 @@ void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const 
   for (int t = 0; t < helpers; ++t) pool.emplace_back(work);
   work();
   for (auto& th : pool) th.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
   // Stable: equal simulated values keep the search's tie order.
   std::stable_sort(refined.begin(), refined.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   r.top.clear();

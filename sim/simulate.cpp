@@ -1,5 +1,7 @@
 #include "sim/simulate.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -470,8 +472,25 @@ Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs
   return refine_with_simulation(analytic, simulate(costs, schedule));
 }
 
+long long simulated_slots(const Strategy& s) {
+  // slots = 2 x pp x vp x micro-batches, in 64 bits (each factor fits an int, the product may not).
+  if (s.dp < 1 || s.micro_batch < 1) return 0;  // an invalid strategy; validate() names it
+  return 2LL * s.pp * s.vp * (s.global_batch / (static_cast<long long>(s.dp) * s.micro_batch));
+}
+
+std::optional<std::string> simulation_size_error(const Strategy& s) {
+  const long long slots = simulated_slots(s);
+  if (slots <= kMaxSimulatedSlots) return std::nullopt;
+  return fmt::format(
+      "--global-batch {}: the step simulator would run {} schedule slots (2 x pp x vp x micro-batches = 2 x {} x {} x "
+      "{}), more than its bound of {}; lower --global-batch or raise --micro-batch / --dp, or use --engine analytic",
+      s.global_batch, slots, s.pp, s.vp, s.global_batch / (static_cast<long long>(s.dp) * s.micro_batch),
+      kMaxSimulatedSlots);
+}
+
 Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Software& software,
                                  const Strategy& strategy) {
+  if (auto too_large = simulation_size_error(strategy)) throw InputError(*too_large);
   if (cannot_cost(graph, cluster, strategy)) return predict(graph, cluster, software, strategy);
   const StepCosts costs = step_costs(graph, cluster, software, strategy);
   const Estimate analytic = compose(costs, graph, cluster, strategy);

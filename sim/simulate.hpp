@@ -38,6 +38,7 @@
 // m*W + (p-1)*W/v of Narayanan et al. 2021 Sec. 2.2 (W = per-stage forward+backward of one
 // micro-batch); with uneven stages or p2p latency it is longer (tests/test_simulate.cpp).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -140,9 +141,22 @@ Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs
 // The same from a timeline already simulated.
 Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeline);
 
+// Bound on the simulator's work: it keeps every slot's events (about 3 per slot), so memory grows
+// with the 2 x pp x vp x micro-batches slots of a step. Measured on the dev machine (Release,
+// llama3-8b, pp 2): 2^20 slots took 0.75 GB peak and 16 s with --trace (a 336 MB trace), i.e.
+// ~0.7 KB per slot. The bound, 2^18 slots (~0.2 GB), is 4x the largest step of Narayanan 2021
+// Table 1 (tests/data/narayanan2021_table1.json: 1T model, p = 64, m = 512: 65,536 slots).
+inline constexpr long long kMaxSimulatedSlots = 1LL << 18;
+// The schedule slots of one step of `s`: forward and backward of each micro-batch per chunk per
+// stage (the weight-gradient slots of zero-bubble schedules are counted as part of the backward).
+long long simulated_slots(const Strategy& s);
+// "--global-batch B: ..." naming the flags when simulated_slots(s) > kMaxSimulatedSlots, else nothing.
+std::optional<std::string> simulation_size_error(const Strategy& s);
+
 // predict() with its time figures from the simulation, in one call (for search refinement), the
 // step costs computed once: costs = step_costs(g, c, s); refine_with_simulation(compose(costs, g,
 // c, s), costs, schedule_for(s)). Strategies that cannot be costed come back as predict() returns them.
+// Throws InputError (simulation_size_error) for a step too large to simulate.
 Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster, const Software& software,
                                  const Strategy& strategy);
 

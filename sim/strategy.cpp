@@ -137,12 +137,23 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   if (s.micro_batch < 1) return bad("--micro-batch", s.micro_batch, "must be >= 1");
   if (s.global_batch < 1) return bad("--global-batch", s.global_batch, "must be >= 1");
   if (s.seq_len < 1) return bad("--seq", s.seq_len, "must be >= 1");
+  // Products in 64 bits before anything divides by them (dp x micro-batch wrapping to 0 was an FPE).
+  const long long gpus = static_cast<long long>(s.dp) * s.tp * s.pp * s.cp;
+  if (gpus > kMaxGpus) {
+    return bad("--gpus", gpus, fmt::format("dp x tp x pp x cp ({} x {} x {} x {}) must be at most {}", s.dp, s.tp, s.pp,
+                                           s.cp, kMaxGpus));
+  }
+  if (static_cast<long long>(s.global_batch) * s.seq_len > kMaxTokensPerStep) {
+    return bad("--global-batch", s.global_batch,
+               fmt::format("global batch x sequence length ({} x {}) must be at most 2^40 tokens per step",
+                           s.global_batch, s.seq_len));
+  }
   if (m.heads % s.tp != 0) return bad("--tp", s.tp, fmt::format("must divide the model's heads ({})", m.heads));
   if (m.kv_heads % s.tp != 0)
     return bad("--tp", s.tp, fmt::format("must divide the model's kv_heads ({})", m.kv_heads));
   if (m.ffn_hidden % s.tp != 0)
     return bad("--tp", s.tp, fmt::format("must divide the model's ffn_hidden ({})", m.ffn_hidden));
-  if (s.global_batch % (s.dp * s.micro_batch) != 0) {
+  if (s.global_batch % (static_cast<long long>(s.dp) * s.micro_batch) != 0) {
     return bad("--global-batch", s.global_batch,
                fmt::format("must be divisible by dp x micro-batch ({} x {})", s.dp, s.micro_batch));
   }
@@ -160,7 +171,7 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   } else if (s.vp != 1) {
     return bad("--vp", s.vp, "must be 1 unless --schedule interleaved");
   }
-  if (m.layers < s.pp * s.vp) {
+  if (m.layers < static_cast<long long>(s.pp) * s.vp) {
     return bad("--pp", s.pp, fmt::format("pp x vp ({}) must not exceed the model's layers ({})", s.pp * s.vp, m.layers));
   }
   if (s.ps_servers < 1) return bad("--ps-servers", s.ps_servers, "must be >= 1");

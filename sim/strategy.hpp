@@ -55,14 +55,22 @@ struct Strategy {
   PsPlacement ps_placement = PsPlacement::dedicated;
   GradCompression grad_compression;
 
+  // Meaningful once validate() passed (it bounds the products, see kMaxGpus).
   int gpus() const { return dp * tp * pp * cp; }
   // Micro-batches each replica runs per step (gradient-accumulation steps).
-  int micro_batches() const { return global_batch / (dp * micro_batch); }
+  int micro_batches() const { return static_cast<int>(global_batch / (static_cast<long long>(dp) * micro_batch)); }
   // Tokens one rank processes per micro-batch: micro_batch x seq_len split over the CP group.
   double tokens_per_rank() const { return static_cast<double>(micro_batch) * seq_len / cp; }
   int size(Dim d) const;
   bool uses_ps() const { return dp_algorithm != DpAlgorithm::allreduce; }
 };
+
+// Largest job validate() accepts: dp x tp x pp x cp GPUs (2^24, ~100x the largest runs published),
+// so that products of the sizes never overflow an int.
+inline constexpr long long kMaxGpus = 1LL << 24;
+// Largest global_batch x seq_len validate() accepts (2^40 tokens per step; published runs use
+// about 2^24), so that token counts stay exact integers in a double and in int64 products.
+inline constexpr long long kMaxTokensPerStep = 1LL << 40;
 
 // The first rule `s` breaks for model `m`, as "<flag> <value>: <rule>", or nothing if valid.
 std::optional<std::string> validate(const Strategy& s, const ModelSpec& m);

@@ -30,11 +30,24 @@ namespace fs = std::filesystem;
 
 using trainplan::testing::run_merged;
 
+fs::path work_dir_path() { return fs::temp_directory_path() / ("trainplan_exec_test_" + std::to_string(getpid())); }
+
 fs::path work_dir() {
-  fs::path d = fs::temp_directory_path() / ("trainplan_exec_test_" + std::to_string(getpid()));
+  fs::path d = work_dir_path();
   fs::create_directories(d);
   return d;
 }
+
+// The scratch folder of this process goes when its tests end (ctest runs each test in its own
+// process, so every run starts with an empty folder and leaves none behind).
+class RemoveWorkDir : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(work_dir_path(), ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveWorkDir = ::testing::AddGlobalTestEnvironment(new RemoveWorkDir);
 
 std::string model_path(const std::string& name) {
   return std::string(TRAINPLAN_TEST_DATA_DIR) + "/exec/" + name + ".json";

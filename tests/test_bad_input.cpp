@@ -1,0 +1,231 @@
+// Table-driven bad-input test of the whole CLI (issue 13): every row of
+// tests/data/bad_input/cases.tsv is one `trainplan` command line that must be refused as bad input:
+//   - exit status 2, exactly one line on stderr naming the flag, file or field (the row's expected
+//     substring), nothing that looks like a crash (internal error, terminate, sanitizer report);
+//   - in bounded time and memory: the process runs under RLIMIT_AS (2 GiB, not under ASan, which
+//     reserves terabytes of address space) and RLIMIT_CPU, and is killed after 60 s of wall time;
+//   - nothing is created in its scratch folder and a pre-existing output file ({OUT}) is untouched.
+// Rows:  name <TAB> expected substring of the stderr line <TAB> arguments (split on spaces).
+// Placeholders in the arguments: {DATA} tests/data, {TMP} this row's fresh scratch folder, {OUT} a
+// pre-existing file there, {FIFO} a named pipe, {DIR} a folder, {EMPTY} an empty file, {ODD} 3
+// bytes, {SHORT} 2 tokens, {OOV} tokens 65535 (out of any test vocabulary), {NOEXT} a model file
+// without .json whose "layers" is 0, {PLAN} a copy of a valid prediction, {NL} a newline, {ESC} an
+// escape character. Every file of the scratch folder must be unchanged after the row.
+// A row whose name starts with "exec-" runs trainplan-exec; in a build without LibTorch the command
+// is still refused with one line (exit 2), but the expected substring is not checked.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  std::string name, expect, args;
+  int line = 0;
+};
+
+std::vector<Case> load_cases() {
+  std::ifstream in(std::string(TRAINPLAN_TEST_DATA_DIR) + "/bad_input/cases.tsv");
+  std::vector<Case> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty() || line[0] == '#') continue;
+    const auto t1 = line.find('\t'), t2 = line.find('\t', t1 == std::string::npos ? 0 : t1 + 1);
+    if (t1 == std::string::npos || t2 == std::string::npos) {
+      out.push_back({"malformed_row_" + std::to_string(n), "", "", n});
+      continue;
+    }
+    out.push_back({line.substr(0, t1), line.substr(t1 + 1, t2 - t1 - 1), line.substr(t2 + 1), n});
+  }
+  return out;
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (std::size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+}
+
+void write_file(const fs::path& p, const std::string& bytes) {
+  std::ofstream o(p, std::ios::binary);
+  o << bytes;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Outcome {
+  int code = -1;        // exit status, or 128 + signal
+  bool timed_out = false;
+  std::string err;
+};
+
+// Runs the binary with `args` in `cwd`, stdin from /dev/null, stdout discarded, stderr captured;
+// memory and CPU limited in the child, wall time in the parent.
+Outcome run_limited(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& err_file) {
+  std::vector<std::string> owned{TRAINPLAN_BINARY};
+  owned.insert(owned.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : owned) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::chdir(cwd.c_str()) != 0) ::_exit(126);
+    const int in = ::open("/dev/null", O_RDONLY), out = ::open("/dev/null", O_WRONLY);
+    const int err = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0 || err < 0) ::_exit(126);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+#if !defined(__SANITIZE_ADDRESS__)
+    const rlimit as{2ull << 30, 2ull << 30};  // 2 GiB of address space
+    ::setrlimit(RLIMIT_AS, &as);
+#endif
+    const rlimit cpu{60, 60};
+    ::setrlimit(RLIMIT_CPU, &cpu);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  Outcome o;
+  if (pid < 0) return o;
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  for (;;) {
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) {
+      o.timed_out = true;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  o.err = slurp(err_file);
+  return o;
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> out;
+  std::string w;
+  for (char c : s) {
+    if (c == ' ') {
+      if (!w.empty()) out.push_back(w);
+      w.clear();
+    } else {
+      w += c;
+    }
+  }
+  if (!w.empty()) out.push_back(w);
+  return out;
+}
+
+// Every entry of the folder, with the content of its regular files.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    out[e.path().lexically_relative(dir).string()] = e.is_regular_file() ? slurp(e.path()) : std::string("<not a file>");
+  }
+  return out;
+}
+
+// Rows print as their name and arguments in gtest messages.
+void PrintTo(const Case& c, std::ostream* os) { *os << "cases.tsv line " << c.line << " (" << c.name << "): " << c.args; }
+
+class BadInput : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BadInput, ExitTwoWithOneLineAndNothingWritten) {
+  const Case& c = GetParam();
+  ASSERT_FALSE(c.args.empty()) << "cases.tsv line " << c.line << ": needs name, expected text and arguments";
+  // A fresh scratch folder per row: nothing left over from another row or an earlier run.
+  const fs::path tmp = fs::temp_directory_path() /
+                       ("trainplan_bad_input_" + std::to_string(::getpid()) + "_" + std::to_string(c.line));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp / "dir");
+  const std::string precious = "precious: must survive a refused command\n";
+  write_file(tmp / "out.json", precious);
+  write_file(tmp / "empty.bin", "");
+  write_file(tmp / "odd.bin", std::string("\x01\x00\x02", 3));
+  write_file(tmp / "short.bin", std::string("\x01\x00\x02\x00", 4));
+  write_file(tmp / "oov.bin", std::string(4096, '\xff'));
+  write_file(tmp / "model_noext",
+             R"({"name": "noext", "layers": 0, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn_hidden": 256,
+                 "vocab": 1000, "seq_len": 128, "activation": "gelu", "norm": "layernorm",
+                 "tied_embeddings": true, "position": "learned"})");
+  fs::copy_file(fs::path(TRAINPLAN_TEST_DATA_DIR) / "compare" / "prediction_pp2.json", tmp / "plan.json");
+  ASSERT_EQ(::mkfifo((tmp / "fifo").c_str(), 0644), 0);
+  const fs::path err_file = fs::temp_directory_path() / ("trainplan_bad_input_err_" + std::to_string(::getpid()));
+
+  std::string args = c.args;
+  replace_all(args, "{DATA}", TRAINPLAN_TEST_DATA_DIR);
+  replace_all(args, "{OUT}", (tmp / "out.json").string());
+  replace_all(args, "{FIFO}", (tmp / "fifo").string());
+  replace_all(args, "{DIR}", (tmp / "dir").string());
+  replace_all(args, "{EMPTY}", (tmp / "empty.bin").string());
+  replace_all(args, "{ODD}", (tmp / "odd.bin").string());
+  replace_all(args, "{SHORT}", (tmp / "short.bin").string());
+  replace_all(args, "{OOV}", (tmp / "oov.bin").string());
+  replace_all(args, "{NOEXT}", (tmp / "model_noext").string());
+  replace_all(args, "{PLAN}", (tmp / "plan.json").string());
+  replace_all(args, "{TMP}", tmp.string());
+  std::vector<std::string> words = split_words(args);
+  for (auto& w : words) {
+    replace_all(w, "{NL}", "\n");
+    replace_all(w, "{ESC}", "\x1b");
+  }
+  const auto before = snapshot(tmp);
+
+  const Outcome o = run_limited(words, tmp, err_file);
+  SCOPED_TRACE("cases.tsv line " + std::to_string(c.line) + ": trainplan " + args + "\nstderr: " + o.err);
+  EXPECT_FALSE(o.timed_out) << "still running after 60 s";
+  EXPECT_EQ(o.code, 2);
+  // Exactly one line, ending in a newline, no crash report.
+  ASSERT_FALSE(o.err.empty());
+  EXPECT_EQ(o.err.back(), '\n');
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1);
+  for (const char* crash : {"internal error", "terminate called", "Sanitizer", "runtime error:", "Aborted", "what():",
+                            "Exception raised from", "frame #"}) {
+    EXPECT_EQ(o.err.find(crash), std::string::npos) << crash;
+  }
+  for (unsigned char ch : o.err.substr(0, o.err.size() - 1)) EXPECT_TRUE(ch >= 0x20 && ch != 0x7f) << "control character";
+  const bool have_exec = fs::exists(fs::path(TRAINPLAN_BINARY).parent_path() / "trainplan-exec");
+  if (c.name.rfind("exec-", 0) != 0 || have_exec) EXPECT_NE(o.err.find(c.expect), std::string::npos) << c.expect;
+  // Nothing created, nothing changed.
+  EXPECT_EQ(slurp(tmp / "out.json"), precious);
+  EXPECT_EQ(snapshot(tmp), before);
+  fs::remove_all(tmp);
+  fs::remove(err_file);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadInput, ::testing::ValuesIn(load_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string n = info.param.name + "_L" + std::to_string(info.param.line);
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+}  // namespace
