@@ -54,6 +54,8 @@ const char* kExecFlags = R"(execution:
   --loss-scale X            --dtype fp16: initial dynamic loss scale (default 65536)
   --loss-scale-window N     --dtype fp16: good steps before the scale doubles (default 2000); a step with
                             inf/NaN gradients is skipped and halves it
+  --bucket-mb X             data-parallel gradient bucket in MiB of fp32 gradients (default 16); ZeRO-2/3
+                            hold at most two buckets of gradients beyond their shard
   --data FILE               train on a little-endian uint16 token file instead of synthetic tokens
   --timeout SECONDS         collective/rendezvous timeout; a dead or hung rank stops the job (default 30)
   --json FILE               write the trainplan/measurement/v1 JSON to FILE ("status": "ok"; a failed
@@ -203,6 +205,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
   o.timeout_s = f.get_double("timeout", 30, 1, 86400);
   o.device = f.get_choice("device", cuda ? "cuda" : "cpu", {"cpu", "cuda"});
   o.backend = f.get_choice("backend", o.device == "cuda" ? "nccl" : "gloo", {"nccl", "gloo"});
+  o.bucket_bytes = f.get_double("bucket-mb", 16, 1.0 / 1024, 65536) * (1 << 20);
   o.data_file = f.get_or("data", "");
   o.dump_params = f.get_or("dump-params", "");
   o.dump_grads = f.get_or("dump-grads", "");
@@ -211,6 +214,10 @@ int cmd_exec(const Args& given, const Context& ctx) {
   o.faults.nan_rank = static_cast<int>(f.get_int("fault-nan-rank", -1, -1, 1 << 24));
   o.faults.alloc_rank = static_cast<int>(f.get_int("fault-alloc-rank", -1, -1, 1 << 24));
   o.faults.step = static_cast<int>(f.get_int("fault-step", -1, -1, 1 << 30));
+  const std::string bug = f.get_choice("fault-grad-bug", "none", {"none", "sum-dp", "sum-micro-batches"});
+  o.faults.grad_bug = bug == "sum-dp"              ? exec::FaultOptions::GradBug::sum_dp
+                      : bug == "sum-micro-batches" ? exec::FaultOptions::GradBug::sum_micro_batches
+                                                   : exec::FaultOptions::GradBug::none;
   const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
   const auto json_path = f.get("json");
   f.finish();

@@ -141,7 +141,7 @@ void ModelChunk::materialize() {
   total = std::max<int64_t>(1, (total + s_.pad_to - 1) / s_.pad_to) * s_.pad_to;
   auto opts = at::TensorOptions().dtype(at::kFloat).device(s_.device);
   flat_ = at::zeros({total}, opts);
-  flat_grad_ = at::zeros({total}, opts);
+  if (s_.grad_buffer) flat_grad_ = at::zeros({total}, opts);
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     ParamInfo& p = params_[i];
@@ -169,7 +169,7 @@ void ModelChunk::materialize() {
     at::Tensor view = flat_.narrow(0, p.offset, p.numel).view(shape);
     view.copy_(full);
     p.param = view.detach().requires_grad_(true);
-    p.param.mutable_grad() = flat_grad_.narrow(0, p.offset, p.numel).view(shape);
+    if (s_.grad_buffer) p.param.mutable_grad() = flat_grad_.narrow(0, p.offset, p.numel).view(shape);
   }
 }
 

@@ -50,6 +50,10 @@ struct ModelSettings {
   Recompute recompute = Recompute::none;
   long long seed = 0;
   int64_t pad_to = 1;  // flat buffers are padded to a multiple of this (the DP size, for ZeRO)
+  // A flat gradient buffer that the parameters' .grad are views of (autograd accumulates into it).
+  // false (ZeRO-2/3 over several replicas): no buffer; each backward's gradients are fresh tensors
+  // that the DpReducer reduces into its shard bucket by bucket and then releases.
+  bool grad_buffer = true;
   at::Device device = at::kCPU;
   // The loss computes logits for at most this many bytes (fp32) at a time (chunked cross-entropy).
   int64_t loss_chunk_bytes = int64_t(256) << 20;
@@ -74,7 +78,7 @@ class ModelChunk {
 
   std::vector<ParamInfo>& params() { return params_; }
   at::Tensor& flat() { return flat_; }            // all parameters (padded)
-  at::Tensor& flat_grad() { return flat_grad_; }  // their gradients (padded)
+  at::Tensor& flat_grad() { return flat_grad_; }  // their gradients (padded); undefined without grad_buffer
   const ChunkPlacement& placement() const { return place_; }
   // Gradients of parameters replicated across TP ranks; with sequence parallelism each TP rank
   // holds only its sequence slice's contribution, so these must be summed over the TP group.

@@ -187,6 +187,15 @@ c10::intrusive_ptr<c10d::Work> Comm::reduce_scatter_flat_async(at::Tensor& shard
   return staged_work(pg_->_reduce_scatter_base(host_shard, host_full), host_shard, shard);
 }
 
+c10::intrusive_ptr<c10d::Work> Comm::reduce_async(at::Tensor& t, int root) {
+  if (size() == 1) return {};
+  c10d::ReduceOptions o;
+  o.rootRank = root;
+  std::vector<at::Tensor> v{staged(t) ? t.cpu() : t};
+  auto w = pg_->reduce(v, o);
+  return staged(t) ? staged_work(w, v[0], index_ == root ? t : at::Tensor()) : w;
+}
+
 c10::intrusive_ptr<c10d::Work> Comm::send(at::Tensor& t, int dst_index, int tag) {
   PhaseScope s(*clock_, phase_);
   std::vector<at::Tensor> v{staged(t) ? t.cpu() : t};

@@ -5,7 +5,9 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace trainplan::exec {
 
@@ -14,8 +16,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Elements per gradient bucket: 16 MiB in fp32.
-constexpr int64_t kBucket = int64_t(1) << 22;
+// ZeRO-2/3: bucket buffers that may be in flight at once; launching one more first completes the
+// oldest, so the reduction never holds more than this many buckets of gradients.
+constexpr int kMaxBucketsInFlight = 2;
 
 // Runs `fn` after autograd has accumulated a parameter's gradient into .grad.
 struct AfterAccumulate : torch::autograd::PostAccumulateGradHook {
@@ -29,8 +32,8 @@ struct AfterAccumulate : torch::autograd::PostAccumulateGradHook {
 // A contiguous range of a chunk's flat gradient, all-reduced over DP as one message.
 struct DpReducer::Bucket {
   int64_t begin = 0, end = 0;  // element range in the flat gradient
-  int params = 0;              // parameters whose gradients lie in it
-  int ready = 0;               // of those, accumulated in the chunk's last backward so far
+  int first = 0, params = 0;   // its parameters: indices [first, first + params)
+  int ready = 0;               // of those, accumulated in the current backward so far
 };
 
 // One model chunk's shard and optimizer state (ZeRO-sharded over DP when zero >= 1).
@@ -48,6 +51,7 @@ struct DpReducer::Chunk {
   std::vector<Bucket> buckets;
   bool armed = false;
   size_t next_bucket = 0;
+  int tied_param = -1;  // ZeRO-2/3: the tied copy's parameter, reduced after its twin's sum (no bucket)
 };
 
 // The optimizer's view of the shards: per parameter (or the part of it in this rank's shard), 1-D
@@ -62,17 +66,20 @@ struct DpReducer::Pending {
   c10::intrusive_ptr<c10d::Work> work;
   Clock::time_point launched;
   std::shared_ptr<std::atomic<double>> done_after;  // seconds from launch to completion
+  at::Tensor buffer;            // ZeRO-2/3: the bucket buffer, released when the work completes
+  std::function<void()> then;   // run once the work has completed (adds this rank's part)
 };
 
 DpReducer::DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock& clock, AdamWSettings adam,
-                     LossScaling scaling)
+                     LossScaling scaling, double bucket_bytes)
     : s_(s),
       dp_rank_(dp_rank),
       replicas_(groups.dp->size()),
       g_(groups),
       clock_(clock),
       adam_(adam),
-      scaling_(std::move(scaling)) {}
+      scaling_(std::move(scaling)),
+      bucket_elems_(std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / 4))) {}
 
 DpReducer::~DpReducer() = default;
 
@@ -83,7 +90,7 @@ void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
   cs.tied_copy = tied_copy;
   at::Tensor& flat = model.flat();
   const int64_t n = flat.numel();
-  if (s_.zero == 0) {
+  if (s_.zero == 0 || replicas_ == 1) {
     cs.shard = n;
     cs.master = flat;
     cs.grad = model.flat_grad();
@@ -91,10 +98,13 @@ void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
     cs.shard = n / replicas_;
     cs.shard_offset = cs.shard * dp_rank_;
     // ZeRO-3 keeps its own copy of the shard (the flat buffer is refilled by all-gathers);
-    // ZeRO-1/2 update their slice of the flat buffer in place. With one replica: in place.
-    cs.master = s_.zero == 3 && replicas_ > 1 ? flat.narrow(0, cs.shard_offset, cs.shard).clone()
-                                          : flat.narrow(0, cs.shard_offset, cs.shard);
-    cs.grad = at::zeros({cs.shard}, flat.options());
+    // ZeRO-1/2 update their slice of the flat buffer in place.
+    cs.master = s_.zero == 3 ? flat.narrow(0, cs.shard_offset, cs.shard).clone()
+                             : flat.narrow(0, cs.shard_offset, cs.shard);
+    // ZeRO-1: the owner's part of the flat gradient, reduced in place; ZeRO-2/3: the shard's own
+    // fp32 gradient (the model has no full-size gradient buffer).
+    TORCH_CHECK(s_.zero == 1 || !model.flat_grad().defined(), "ZeRO-2/3: the model must have no gradient buffer");
+    cs.grad = s_.zero == 1 ? model.flat_grad().narrow(0, cs.shard_offset, cs.shard) : at::zeros({cs.shard}, flat.options());
   }
   cs.exp_avg = at::zeros({cs.shard}, flat.options());
   cs.exp_avg_sq = at::zeros({cs.shard}, flat.options());
@@ -128,23 +138,37 @@ void DpReducer::add_to_adam_groups(Chunk& c) {
 }
 
 void DpReducer::setup_buckets(Chunk& c) {
-  // Not with ZeRO (one reduce-scatter per chunk), sequence parallelism (TP-replicated gradients
-  // are summed over TP first) or a tied-embedding copy (summed with its twin first).
-  if (s_.zero != 0 || replicas_ == 1 || (s_.sequence_parallel && s_.tp > 1) || c.tied_copy) return;
+  if (replicas_ == 1) return;
   auto& params = c.model->params();
-  std::vector<int> bucket_of(params.size());
+  if (sharded_grads()) {
+    // ZeRO-2/3: every parameter is bucketed, except a tied copy's, whose gradient is summed with
+    // its twin's after the schedule (reduce_tied) before it is reduced to its owners.
+    if (c.tied_copy)
+      for (size_t i = 0; i < params.size(); ++i)
+        if (params[i].name == "embed.wte") c.tied_param = static_cast<int>(i);
+  } else if ((s_.sequence_parallel && s_.tp > 1) || c.tied_copy) {
+    // ZeRO 0/1: not with sequence parallelism (TP-replicated gradients are summed over TP first)
+    // or a tied-embedding copy (summed with its twin first): one reduction per chunk then.
+    return;
+  }
+  // Buckets in the order the backward produces gradients (last parameters first).
+  std::vector<int> bucket_of(params.size(), -1);
   for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    if (i == c.tied_param) continue;
     const ParamInfo& p = params[i];
-    if (c.buckets.empty() || c.buckets.back().end - c.buckets.back().begin >= kBucket) {
+    const bool adjacent = !c.buckets.empty() && c.buckets.back().first == i + 1;
+    if (!adjacent || c.buckets.back().end - c.buckets.back().begin >= bucket_elems_) {
       Bucket b;
       b.end = p.offset + p.numel;
       c.buckets.push_back(b);
     }
     c.buckets.back().begin = p.offset;
+    c.buckets.back().first = i;
     c.buckets.back().params += 1;
     bucket_of[i] = static_cast<int>(c.buckets.size()) - 1;
   }
   for (size_t i = 0; i < params.size(); ++i) {
+    if (bucket_of[i] < 0) continue;
     Chunk* cp = &c;
     const int b = bucket_of[i];
     torch::autograd::impl::set_post_acc_grad_hooks(
@@ -156,8 +180,11 @@ void DpReducer::setup_buckets(Chunk& c) {
   }
 }
 
-void DpReducer::push_pending(c10::intrusive_ptr<c10d::Work> w) {
+void DpReducer::push_pending(c10::intrusive_ptr<c10d::Work> w, at::Tensor buffer, std::function<void()> then) {
   Pending p;
+  p.buffer = std::move(buffer);
+  p.then = std::move(then);
+  if (p.buffer.defined()) ++buffers_in_flight_;
   p.launched = Clock::now();
   p.done_after = std::make_shared<std::atomic<double>>(-1.0);
   p.work = std::move(w);
@@ -171,19 +198,85 @@ void DpReducer::push_pending(c10::intrusive_ptr<c10d::Work> w) {
   pending_.push_back(std::move(p));
 }
 
+void DpReducer::complete_oldest() {
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  g_.dp->wait(p.work, Ph::dp_comm);
+  const double d = p.done_after->load();
+  clock_.dp_in_flight += d >= 0 ? d : seconds_since(p.launched);
+  if (p.then) p.then();
+  if (p.buffer.defined()) {
+    --buffers_in_flight_;
+    buffer_bytes_ -= static_cast<double>(p.buffer.nbytes());
+  }
+}
+
+// Sums `data`, the gradients of flat elements [begin, begin + numel), over the DP replicas, each
+// part into the replica whose shard holds it: one reduce per owner, rooted at the owner (what a
+// reduce-scatter does, for a range that need not split evenly). `temporary`: data is a bucket
+// buffer; the owner's part is then added to its shard gradient and the buffer released. Else data
+// is the flat gradient itself, whose owner's part the shard gradient views (ZeRO-1).
+void DpReducer::reduce_to_owners(Chunk& c, int64_t begin, const at::Tensor& data, bool temporary) {
+  const int64_t end = begin + data.numel();
+  const int first = static_cast<int>(begin / c.shard), last = static_cast<int>((end - 1) / c.shard);
+  for (int r = first; r <= last && r < replicas_; ++r) {
+    const int64_t b = std::max(begin, c.shard * r), e = std::min(end, c.shard * (r + 1));
+    at::Tensor piece = data.narrow(0, b - begin, e - b);
+    auto w = g_.dp->reduce_async(piece, r);
+    std::function<void()> then;
+    if (temporary && r == dp_rank_) {
+      Chunk* cp = &c;
+      then = [cp, piece, b] { cp->grad.narrow(0, b - cp->shard_offset, piece.numel()).add_(piece); };
+    }
+    push_pending(w, temporary && r == last ? data : at::Tensor(), std::move(then));
+  }
+}
+
 void DpReducer::launch_ready_buckets(Chunk& c, bool all) {
   while (c.next_bucket < c.buckets.size()) {
     Bucket& b = c.buckets[c.next_bucket];
     if (!all && b.ready < b.params) return;
-    at::Tensor slice = c.model->flat_grad().narrow(0, b.begin, b.end - b.begin);
-    push_pending(g_.dp->all_reduce_async(slice));
+    launch_bucket(c, c.next_bucket);
     ++c.next_bucket;
   }
 }
 
+void DpReducer::launch_bucket(Chunk& c, size_t index) {
+  const Bucket& b = c.buckets[index];
+  const int64_t len = b.end - b.begin;
+  if (!sharded_grads()) {
+    at::Tensor slice = c.model->flat_grad().narrow(0, b.begin, len);
+    if (s_.zero == 0)
+      push_pending(g_.dp->all_reduce_async(slice));
+    else
+      reduce_to_owners(c, b.begin, slice, false);
+    return;
+  }
+  // ZeRO-2/3: copy the bucket's fresh gradients into one buffer and release them.
+  while (buffers_in_flight_ >= kMaxBucketsInFlight) complete_oldest();
+  auto& params = c.model->params();
+  at::Tensor buf = at::empty({len}, c.master.options());
+  for (int i = b.first; i < b.first + b.params; ++i) {
+    at::Tensor& g = params[i].param.mutable_grad();
+    at::Tensor dst = buf.narrow(0, params[i].offset - b.begin, params[i].numel);
+    if (g.defined())
+      dst.copy_(g.reshape({-1}));
+    else
+      dst.zero_();  // no gradient reached it in this backward
+    g = at::Tensor();
+  }
+  buffer_bytes_ += static_cast<double>(buf.nbytes());
+  buffer_bytes_peak_ = std::max(buffer_bytes_peak_, buffer_bytes_);
+  reduce_to_owners(c, b.begin, buf, true);
+}
+
 void DpReducer::begin_step() {
   for (auto& c : chunks_) {
-    c->model->flat_grad().zero_();
+    if (c->model->flat_grad().defined()) c->model->flat_grad().zero_();
+    if (sharded_grads()) {
+      c->grad.zero_();
+      for (auto& p : c->model->params()) p.param.mutable_grad() = at::Tensor();
+    }
     c->gathered = false;
     c->armed = false;
     c->next_bucket = 0;
@@ -195,7 +288,20 @@ void DpReducer::before_use(int chunk) { gather(*chunks_[chunk]); }
 
 void DpReducer::set_last_backward(int chunk, bool last) {
   Chunk& c = *chunks_[chunk];
-  c.armed = last && !c.buckets.empty();
+  // ZeRO-2/3 reduce after every backward; ZeRO 0/1 once, after the last.
+  c.armed = (last || sharded_grads()) && !c.buckets.empty();
+}
+
+void DpReducer::after_backward(int chunk) {
+  if (!sharded_grads()) return;
+  Chunk& c = *chunks_[chunk];
+  {
+    PhaseScope sc(clock_, Ph::dp_comm);
+    launch_ready_buckets(c, true);
+  }
+  c.armed = false;
+  c.next_bucket = 0;
+  for (auto& b : c.buckets) b.ready = 0;
 }
 
 void DpReducer::gather(Chunk& c) {
@@ -217,34 +323,69 @@ void DpReducer::gather_all() {
 }
 
 void DpReducer::launch(Chunk& c) {
-  if (replicas_ == 1) {
-    if (s_.zero >= 1) c.grad.copy_(c.model->flat_grad());
+  // The chunk's gradients are complete (its last backward has run, and a tied copy's sum is
+  // done): reduce what the backward hooks have not.
+  if (replicas_ == 1) return;  // the shard gradient is the flat gradient
+  PhaseScope sc(clock_, Ph::dp_comm);
+  if (sharded_grads()) {  // every bucket went after its backward; only the tied copy is left
+    if (c.tied_param < 0) return;
+    ParamInfo& p = c.model->params()[c.tied_param];
+    at::Tensor& g = p.param.mutable_grad();
+    at::Tensor flat = g.reshape({-1}).contiguous();
+    g = at::Tensor();
+    while (buffers_in_flight_ >= kMaxBucketsInFlight) complete_oldest();
+    buffer_bytes_ += static_cast<double>(flat.nbytes());
+    buffer_bytes_peak_ = std::max(buffer_bytes_peak_, buffer_bytes_);
+    reduce_to_owners(c, p.offset, flat, true);
     return;
   }
-  PhaseScope sc(clock_, Ph::dp_comm);
   if (!c.buckets.empty()) {  // overlapped: start whatever the backward hooks have not started
     c.armed = false;
     launch_ready_buckets(c, true);
     return;
   }
-  // ZeRO 0 without overlap: all-reduce in buckets; ZeRO >= 1: one reduce-scatter of the
-  // chunk's flat gradient into this rank's shard.
+  // Without overlap: ZeRO 0 all-reduces the flat gradient in buckets; ZeRO 1 reduces it into
+  // the owners' shards.
   at::Tensor& full = c.model->flat_grad();
   const int64_t n = full.numel();
   if (s_.zero >= 1) {
-    push_pending(g_.dp->reduce_scatter_flat_async(c.grad, full));
+    reduce_to_owners(c, 0, full, false);
     return;
   }
-  for (int64_t off = 0; off < n; off += kBucket) {
-    at::Tensor bucket = full.narrow(0, off, std::min(kBucket, n - off));
+  for (int64_t off = 0; off < n; off += bucket_elems_) {
+    at::Tensor bucket = full.narrow(0, off, std::min(bucket_elems_, n - off));
     push_pending(g_.dp->all_reduce_async(bucket));
+  }
+}
+
+// Sequence parallelism, ZeRO-2/3: the TP-replicated parameters' gradients (each TP rank saw only
+// its sequence slice) summed over the TP group on the shard, after the DP reduction. Sums commute,
+// and TP peers hold the same flat layout and the same DP index, so their shards line up.
+void DpReducer::sum_tp_partial_shard(Chunk& c) {
+  while (!pending_.empty()) complete_oldest();
+  const int64_t lo = c.shard_offset, hi = c.shard_offset + c.shard;
+  std::vector<at::Tensor> parts;
+  for (const ParamInfo& p : c.model->params()) {
+    if (p.shard_dim >= 0) continue;
+    const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+    if (b < e) parts.push_back(c.grad.narrow(0, b - lo, e - b));
+  }
+  if (parts.empty()) return;
+  at::Tensor buf = at::cat(parts);
+  g_.tp->all_reduce(buf);
+  int64_t off = 0;
+  for (auto& p : parts) {
+    p.copy_(buf.narrow(0, off, p.numel()));
+    off += p.numel();
   }
 }
 
 void DpReducer::backward_done(int chunk) {
   Chunk& c = *chunks_[chunk];
   // Sequence parallelism: TP-replicated parameters saw only this rank's sequence slice.
-  if (s_.sequence_parallel && s_.tp > 1) {
+  if (s_.sequence_parallel && s_.tp > 1 && sharded_grads()) {
+    sum_tp_partial_shard(c);
+  } else if (s_.sequence_parallel && s_.tp > 1) {
     auto parts = c.model->tp_partial_grads();
     if (!parts.empty()) {
       std::vector<at::Tensor> flat_parts;
@@ -289,21 +430,16 @@ void DpReducer::optimizer_step() {
 }
 
 void DpReducer::finish_reduction() {
-  for (auto& p : pending_) {
-    g_.dp->wait(p.work, Ph::dp_comm);
-    const double d = p.done_after->load();
-    clock_.dp_in_flight += d >= 0 ? d : seconds_since(p.launched);
-  }
-  pending_.clear();
+  while (!pending_.empty()) complete_oldest();
 }
 
 at::Tensor DpReducer::reduced_grad(int chunk) {
   Chunk& c = *chunks_[chunk];
   at::Tensor full;
   if (s_.zero == 0 || replicas_ == 1) {
-    full = s_.zero == 0 ? c.model->flat_grad() : c.grad;
+    full = c.grad;
   } else {
-    full = at::empty_like(c.model->flat_grad());
+    full = at::empty_like(c.model->flat());
     auto w = g_.dp->all_gather_flat_async(full, c.grad);
     g_.dp->wait(w, Ph::other);
   }
@@ -311,6 +447,11 @@ at::Tensor DpReducer::reduced_grad(int chunk) {
 }
 
 void DpReducer::update(int step) {
+  if (poisoned_chunk_ >= 0) {  // test fault, written here: no reduction is in flight on the buffer
+    torch::NoGradGuard ng;
+    chunks_[poisoned_chunk_]->grad.narrow(0, 0, 1).fill_(std::numeric_limits<double>::quiet_NaN());
+    poisoned_chunk_ = -1;
+  }
   if (scaling_.enabled) {
     PhaseScope sc(clock_, Ph::optimizer);
     torch::NoGradGuard ng;
@@ -340,6 +481,30 @@ void DpReducer::update(int step) {
       clock_.dp_in_flight += seconds_since(tg);
     }
   }
+}
+
+void DpReducer::poison_gradient(int chunk) { poisoned_chunk_ = chunk; }
+
+DpReducer::HeldBytes DpReducer::held_bytes() const {
+  HeldBytes h;
+  std::vector<const void*> seen;  // storages counted so far: views of one buffer count once
+  auto add = [&seen](double& to, const at::Tensor& t) {
+    if (!t.defined()) return;
+    const void* key = t.storage().unsafeGetStorageImpl();
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
+    seen.push_back(key);
+    to += static_cast<double>(t.storage().nbytes());
+  };
+  for (const auto& c : chunks_) {
+    add(h.weights, c->master);
+    if (s_.zero == 3 && replicas_ > 1) add(h.gathered, c->model->flat());  // else the master's storage
+    add(h.gradients, c->model->flat_grad());
+    add(h.gradients, c->grad);
+    add(h.optimizer, c->exp_avg);
+    add(h.optimizer, c->exp_avg_sq);
+  }
+  h.buffers_peak = buffer_bytes_peak_;
+  return h;
 }
 
 }  // namespace trainplan::exec

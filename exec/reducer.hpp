@@ -1,12 +1,20 @@
-// The data-parallel side of one rank's step: reduces gradients over the DP group (ZeRO 0: bucketed
-// all-reduce, overlapped with the backward where it can be; ZeRO 1-3: reduce-scatter into this
-// rank's shard), gathers ZeRO-3 parameters, and steps AdamW over the shard this rank owns.
+// The data-parallel side of one rank's step: reduces gradients over the DP group, gathers ZeRO-3
+// parameters, and steps AdamW over the shard this rank owns.
+//   ZeRO 0: bucketed all-reduce of the flat gradient, overlapped with the chunk's last backward.
+//   ZeRO 1: the flat gradient accumulates over the micro-batches; at the chunk's last backward each
+//           bucket is reduced in place into the replica that owns it (its shard of the flat buffer).
+//   ZeRO 2/3 (several replicas): no full-size gradient buffer. After every micro-batch's backward
+//           each bucket's fresh gradients are copied into a bucket buffer and released, reduced to
+//           their owners, and the owner adds its part to its fp32 shard gradient; at most
+//           kMaxBucketsInFlight bucket buffers exist at a time.
 // The schedule runner tells it when a chunk's backward is done; it never walks the schedule.
 #pragma once
 #include <torch/torch.h>
 
 #include <atomic>
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -38,8 +46,9 @@ struct LossScaling {
 
 class DpReducer {
  public:
+  // `bucket_bytes`: fp32 bytes per gradient bucket (Megatron's and DDP's default is about 25 MB).
   DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock& clock, AdamWSettings adam,
-            LossScaling scaling = {});
+            LossScaling scaling = {}, double bucket_bytes = 16.0 * (1 << 20));
   ~DpReducer();
   DpReducer(const DpReducer&) = delete;
   DpReducer& operator=(const DpReducer&) = delete;
@@ -55,6 +64,9 @@ class DpReducer {
   // Marks the chunk's next backward as its last of the step: the hooks then start each bucket's
   // all-reduce as soon as its gradients are complete.
   void set_last_backward(int chunk, bool last);
+  // One micro-batch's backward of the chunk has run: ZeRO-2/3 reduce whatever buckets the hooks
+  // have not (the gradients are released either way).
+  void after_backward(int chunk);
   void backward_done(int chunk);    // every micro-batch's backward of the chunk has run
   void reduce_tied();               // after the schedule: tied copies, then their DP reduction
   void finish_reduction();          // wait for the DP work: the step's gradients are final
@@ -68,6 +80,19 @@ class DpReducer {
   // update; with ZeRO >= 1 and DP > 1 it all-gathers the shards (every DP rank must call it).
   at::Tensor reduced_grad(int chunk);
   void gather_all();                // ZeRO-3: full parameters present on every chunk (for dumps)
+  // Test fault: a NaN in the chunk's gradient as the optimizer will read it (written in update()).
+  void poison_gradient(int chunk);
+
+  // Bytes of the model-state tensors this rank holds, counted from the tensors themselves (each
+  // storage once): what memory_model predicts as weights, gradients and optimizer states per rank.
+  struct HeldBytes {
+    double weights = 0;          // parameters between steps (ZeRO-3: the fp32 master shard)
+    double gathered = 0;         // ZeRO-3: gathered full parameters held during the step (peak)
+    double gradients = 0;        // the flat gradient buffer, or (ZeRO-2/3) the shard gradient
+    double optimizer = 0;        // AdamW's two moments (the one-element step count not counted)
+    double buffers_peak = 0;     // ZeRO-2/3: peak bytes of bucket buffers in flight
+  };
+  HeldBytes held_bytes() const;
 
  private:
   struct Bucket;
@@ -76,8 +101,13 @@ class DpReducer {
   struct AdamGroup;
   void setup_buckets(Chunk& c);
   void launch_ready_buckets(Chunk& c, bool all);
+  void launch_bucket(Chunk& c, size_t b);
   void launch(Chunk& c);
-  void push_pending(c10::intrusive_ptr<c10d::Work> w);
+  void reduce_to_owners(Chunk& c, int64_t begin, const at::Tensor& data, bool temporary);
+  void sum_tp_partial_shard(Chunk& c);
+  void push_pending(c10::intrusive_ptr<c10d::Work> w, at::Tensor buffer = {}, std::function<void()> then = {});
+  void complete_oldest();
+  bool sharded_grads() const { return s_.zero >= 2 && replicas_ > 1; }
   void gather(Chunk& c);
   void add_to_adam_groups(Chunk& c);
   void optimizer_step();
@@ -92,7 +122,11 @@ class DpReducer {
   std::vector<AdamGroup> adam_groups_;  // with weight decay, without
   at::Tensor step_;                     // optimizer steps taken (fp32 scalar on the device)
   std::vector<std::unique_ptr<Chunk>> chunks_;  // stable addresses: the hooks point at them
-  std::vector<Pending> pending_;
+  std::deque<Pending> pending_;         // in launch order; completed oldest first
+  int64_t bucket_elems_;
+  int buffers_in_flight_ = 0;
+  int poisoned_chunk_ = -1;
+  double buffer_bytes_ = 0, buffer_bytes_peak_ = 0;
 };
 
 }  // namespace trainplan::exec

@@ -178,6 +178,7 @@ void ScheduleRunner::setup() {
   ms.recompute = s_.recompute;
   ms.seed = opt_.seed;
   ms.pad_to = replicas;
+  ms.grad_buffer = !(s_.zero >= 2 && replicas > 1);  // ZeRO-2/3: gradients reduced bucket by bucket
   ms.device = device_;
   AdamWSettings adam;
   adam.lr = opt_.lr;
@@ -185,7 +186,7 @@ void ScheduleRunner::setup() {
   scaling.enabled = s_.dtype == Dtype::fp16;
   scaling.scale = opt_.loss_scale;
   scaling.growth_interval = opt_.loss_scale_window;
-  reducer_ = std::make_unique<DpReducer>(s_, g_.dp->index(), g_, clock_, adam, scaling);
+  reducer_ = std::make_unique<DpReducer>(s_, g_.dp->index(), g_, clock_, adam, scaling, opt_.bucket_bytes);
   const int V = schedule_.virtual_stages();
   for (int c = 0; c < s_.vp; ++c) {
     const int vs = schedule_.virtual_stage(coord_.pp, c);
@@ -223,7 +224,7 @@ void ScheduleRunner::step(int index, bool measured) {
   at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
   bool forward_seen = false, backward_seen = false;
   // Mean over the global batch (m micro-batches on each of dp replicas), times the fp16 loss scale.
-  const double loss_scale = reducer_->loss_scale() / (double(m) * s_.dp);
+  const double loss_scale = reducer_->loss_scale() / (double(m) * s_.dp) * grad_bug_factor(opt_.faults, m, s_.dp);
 
   for (const Slot& slot : schedule_.per_stage[stage]) {
     ModelChunk& model = *chunks_[slot.chunk];
@@ -286,10 +287,8 @@ void ScheduleRunner::step(int index, bool measured) {
         at::Tensor gin = st.input.grad().to(at::kFloat).contiguous();
         sends.emplace_back(g_.pp->send(gin, prev, tag(slot.micro_batch, vs - 1, true)), gin);
       }
-      if (poison_after_backward(opt_.faults, env_.rank, index, !backward_seen)) {
-        torch::NoGradGuard ng;
-        model.flat_grad().narrow(0, 0, 1).fill_(std::numeric_limits<double>::quiet_NaN());
-      }
+      reducer_->after_backward(slot.chunk);
+      if (poison_after_backward(opt_.faults, env_.rank, index, !backward_seen)) reducer_->poison_gradient(slot.chunk);
       backward_seen = true;
       if (--backward_left_[slot.chunk] == 0) reducer_->backward_done(slot.chunk);
     }
@@ -410,6 +409,31 @@ Measurement ScheduleRunner::collect() {
         c10::CachingAllocator::AcceleratorAllocatorConfig::use_expandable_segments();
   }
 #endif
+  // Model states each rank held, counted from the reducer's tensors (the figures memory_model
+  // predicts per stage as weights, gradients and optimizer).
+  const DpReducer::HeldBytes held = reducer_->held_bytes();
+  at::Tensor hb = at::tensor(std::vector<double>{double(env_.rank), double(coord_.pp), held.weights, held.gathered,
+                                                 held.gradients, held.optimizer, held.buffers_peak},
+                             at::TensorOptions().dtype(at::kDouble))
+                      .to(device_);
+  at::Tensor hall = g_.world->all_gather_dim0(hb).cpu().contiguous().view({env_.world, 7});
+  nlohmann::json states = nlohmann::json::array();
+  for (int k = 0; k < env_.world; ++k) {
+    auto r = hall[k];
+    states.push_back({{"rank", int(r[0].item<double>())},
+                      {"stage", int(r[1].item<double>())},
+                      {"weights", r[2].item<double>()},
+                      {"gathered_weights", r[3].item<double>()},
+                      {"gradients", r[4].item<double>()},
+                      {"optimizer", r[5].item<double>()},
+                      {"bucket_buffers_peak", r[6].item<double>()}});
+  }
+  m.environment["model_states"] = {
+      {"bucket_bytes", opt_.bucket_bytes},
+      {"note", "bytes of the tensors the DP reducer holds per rank (fp32): weights between steps (ZeRO-3: the "
+               "master shard), ZeRO-3's gathered parameters during the step, the gradient buffer (ZeRO-2/3: "
+               "the shard), AdamW's moments, and the peak of ZeRO-2/3's bucket buffers in flight"},
+      {"per_rank", states}};
   m.throughput.model_flops_per_step = plan_.model_flops_per_step;
   return recorder_.build(std::move(m), rows);
 }

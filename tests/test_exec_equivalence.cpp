@@ -91,14 +91,16 @@ struct ExecRun {
   std::string output;
 };
 
-ExecRun exec_run(const std::string& model, int ranks, const std::string& layout, const std::string& tag) {
+// `layout`: plan flags (also given to predict); `exec_flags`: flags of exec alone.
+ExecRun exec_run(const std::string& model, int ranks, const std::string& layout, const std::string& tag,
+                 const std::string& exec_flags = "") {
   const fs::path dir = work_dir();
   const fs::path json = dir / (tag + ".json"), dump = dir / (tag + ".params"), grads = dir / (tag + ".grads");
   const std::string dtype = layout.find("--dtype") == std::string::npos ? " --dtype fp32" : "";
   const std::string args = "exec --model " + model_path(model) + " --cluster dgx-h100" + dtype +
                            " --global-batch 4 --micro-batch 1 --steps 3 --warmup 0"
                            " --seed 7 --timeout 60 " +  // --gpus: from --nproc, or 1
-                           layout + (ranks > 1 ? " --nproc " + std::to_string(ranks) : "") +
+                           layout + " " + exec_flags + (ranks > 1 ? " --nproc " + std::to_string(ranks) : "") +
                            " --json " + json.string() + " --dump-params " + dump.string() +
                            " --dump-grads " + grads.string();
   auto r = run_merged(args);
@@ -176,11 +178,94 @@ void expect_same_tensors(const std::vector<std::pair<std::string, Param>>& ref,
   EXPECT_EQ(seen.size(), full.size()) << layout << ": some " << what << " are held by no rank";
 }
 
+// Per-rank model states (issue 12): the bytes of the tensors exec's DP reducer holds (the
+// measurement's environment.model_states, counted from the tensors) equal predict's per-stage
+// weights, gradients and optimizer figures (sim/memory_model) for the same plan, fp32 on the CPU
+// (4 B weights, 4 B gradients, 8 B Adam moments), with ZeRO's sharding over the dp x cp replicas.
+// The parameters exec holds differ from the layer graph's count in three named ways, each
+// applied here as a count of parameters times the same bytes and sharding:
+//   - GPT-2's key bias, kv_heads x head_dim / tp per layer, is left out (its exact gradient is 0);
+//   - the embedding and LM head carry padded_vocab(vocab, tp) - vocab padding rows (/ tp);
+//   - each chunk's flat buffer is padded to a multiple of the replicas (so shards are equal);
+//   - with tp > 1, predict (sim/predict.cpp, layer_cost and end_cost) divides the learned position
+//     table (part of the graph's embedding op) and the row-parallel output biases (attn.bo,
+//     mlp.b2, in tensor-split ops) by tp, while exec, like Megatron, replicates them on every TP
+//     rank: predict undercounts them by (1 - 1/tp). A fidelity error of predict's, small for real
+//     models (gpt2-xl, tp 2: about 0.9M parameters per rank), reported to the lead; once fixed in
+//     predict this term goes and the test keeps the other three.
+// Returns predict's JSON.
+nlohmann::json expect_states_match_predict(const ExecRun& run, const std::string& model, int ranks,
+                                           const std::string& layout, const std::string& tag) {
+  const fs::path json = work_dir() / (tag + ".predict.json");
+  const std::string args = "predict --model " + model_path(model) + " --cluster dgx-h100 --dtype fp32" +
+                           " --global-batch 4 --micro-batch 1 " + layout + " --gpus " + std::to_string(ranks) +
+                           " --json " + json.string();
+  const auto r = run_merged(args);
+  EXPECT_EQ(r.code, 0) << "trainplan " << args << "\n" << r.output;
+  if (r.code != 0) return {};
+  std::ifstream jf(json);
+  const auto pred = nlohmann::json::parse(jf);
+  const auto& st = pred.at("strategy");
+  const int zero = st.at("zero"), tp = st.at("tp"), pp = st.at("pp"), vp = st.at("vp");
+  const int replicas = st.at("dp").get<int>() * st.at("cp").get<int>();
+  EXPECT_EQ(vp, 1) << "one chunk per stage: each chunk's padding is not modelled here";
+  const trainplan::ModelSpec spec = trainplan::load_model(model_path(model), TRAINPLAN_TEST_DATA_DIR);
+  const bool gpt = spec.activation == trainplan::Activation::gelu;
+  const double pad_rows = trainplan::padded_vocab(spec.vocab, tp) - spec.vocab;
+  const auto& per_rank = run.measurement.at("environment").at("model_states").at("per_rank");
+  EXPECT_EQ(per_rank.size(), static_cast<size_t>(ranks));
+  for (const auto& got : per_rank) {
+    const int stage = got.at("stage");
+    const auto& want = pred.at("memory").at("per_stage").at(stage);
+    // Parameters of one rank of this stage as the layer graph counts them (from predict's weights).
+    const double graph_params = want.at("weights").get<double>() * (zero == 3 ? replicas : 1) / 4.0;
+    const int layers = want.at("layers");
+    double exec_params = graph_params - (gpt ? double(layers) * spec.kv_heads * spec.head_dim() / tp : 0.0);
+    if (stage == 0) exec_params += pad_rows * spec.hidden / tp;  // embedding
+    if (stage == pp - 1 && (pp > 1 || !spec.tied_embeddings)) exec_params += pad_rows * spec.hidden / tp;  // head
+    const double undercount = 1.0 - 1.0 / tp;  // replicated parameters predict splits over TP
+    if (gpt) exec_params += double(layers) * 2 * spec.hidden * undercount;  // attn.bo, mlp.b2
+    if (stage == 0 && spec.position == trainplan::Position::learned)
+      exec_params += double(spec.seq_len) * spec.hidden * undercount;  // embed.wpe
+    const double flat = std::ceil(exec_params / replicas) * replicas;
+    // exec's figure = predict's + (exec's parameters - the graph's) x bytes / sharding.
+    auto expect = [&](const char* what, double bytes, bool sharded) {
+      const double shard = sharded && replicas > 1 ? replicas : 1.0;
+      const double predicted = want.at(what).get<double>();
+      EXPECT_DOUBLE_EQ(got.at(what).get<double>(), predicted + (flat - graph_params) * bytes / shard)
+          << layout << ": rank " << got.at("rank") << " (stage " << stage << ") " << what << ", predicted "
+          << predicted << " for " << graph_params << " parameters of the layer graph, exec holds " << flat;
+    };
+    expect("weights", 4, zero == 3);
+    expect("gradients", 4, zero >= 2);
+    expect("optimizer", 8, zero >= 1);
+  }
+  return pred;
+}
+
+// ZeRO-2/3 hold no full-size gradient: the gradient tensor they keep is the fp32 shard (checked
+// against predict above), and besides it at most two bucket buffers are in flight (the reducer's
+// kMaxBucketsInFlight), each at most the bucket size plus one parameter (a bucket closes once it
+// reaches the size; a tied-embedding copy goes as one piece). For real models that is a small
+// share of the gradient; for these tiny ones the largest parameter is a quarter of a stage.
+void expect_bucketed_gradients(const ExecRun& run, const std::string& layout) {
+  const auto& ms = run.measurement.at("environment").at("model_states");
+  const double bucket = ms.at("bucket_bytes");
+  double largest = 0;  // bytes of the largest parameter any rank holds
+  for (const auto& [name, p] : run.params) largest = std::max(largest, 4.0 * static_cast<double>(p.values.size()));
+  for (const auto& got : ms.at("per_rank")) {
+    const double peak = got.at("bucket_buffers_peak"), shard = got.at("gradients");
+    EXPECT_GT(peak, 0) << layout << ": rank " << got.at("rank") << " reduced no bucket";
+    EXPECT_LE(peak, 2 * (bucket + largest)) << layout << ": rank " << got.at("rank");
+    EXPECT_DOUBLE_EQ(shard, got.at("optimizer").get<double>() / 2) << layout << ": the gradient is not the shard";
+  }
+}
+
 void expect_equivalent(const std::string& model, int ranks, const std::string& layout, const std::string& tag,
-                       ExecRun* run = nullptr) {
+                       ExecRun* run = nullptr, const std::string& exec_flags = "") {
   const ExecRun& ref = reference(model);
   ASSERT_EQ(ref.losses.size(), 3u) << ref.output;
-  const ExecRun got = exec_run(model, ranks, layout, tag);
+  const ExecRun got = exec_run(model, ranks, layout, tag, exec_flags);
   if (run) *run = got;
   ASSERT_EQ(got.losses.size(), 3u) << got.output;
   for (size_t i = 0; i < 3; ++i)
@@ -190,6 +275,49 @@ void expect_equivalent(const std::string& model, int ranks, const std::string& l
   expect_same_tensors(ref.params, got.params, 1e-4, "parameters", layout);
 }
 
+// The largest relative difference (2-norm, per tensor) between `got` and the matching slices of
+// `ref`.
+double worst_relative_difference(const std::vector<std::pair<std::string, Param>>& ref,
+                                 const std::vector<std::pair<std::string, Param>>& got) {
+  std::map<std::string, const Param*> full;
+  for (const auto& [name, p] : ref) full[name] = &p;
+  double worst = 0;
+  for (const auto& [name, p] : got) {
+    auto it = full.find(name);
+    if (it == full.end()) return INFINITY;
+    const std::vector<double> want = tp_slice(*it->second, p);
+    if (want.size() != p.values.size()) return INFINITY;
+    double diff = 0, norm = 0;
+    for (size_t k = 0; k < want.size(); ++k) {
+      diff += (p.values[k] - want[k]) * (p.values[k] - want[k]);
+      norm += want[k] * want[k];
+    }
+    worst = std::max(worst, std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30));
+  }
+  return worst;
+}
+
+// The suite catches gradient-scale bugs (issue 12). With a bug injected on purpose (a test-only
+// fault: the loss summed instead of averaged over the 2 DP ranks, or over the 2 micro-batches per
+// rank), every gradient is 2x the single-rank run's: the first step's losses still agree (the
+// forward runs before any update) and AdamW, which divides each update by the gradient's own
+// size, keeps the parameters close, but the gradient comparison (tolerance 1e-5) sees a relative
+// difference of 1.
+TEST(ExecEquivalence, GradientCheckCatchesASumInsteadOfAMean) {
+  const ExecRun& ref = reference("tiny-gpt");
+  ASSERT_EQ(ref.losses.size(), 3u) << ref.output;
+  for (const std::string bug : {"sum-dp", "sum-micro-batches"}) {
+    const ExecRun got = exec_run("tiny-gpt", 2, "", "bug_" + bug, "--fault-grad-bug " + bug);
+    ASSERT_EQ(got.losses.size(), 3u) << got.output;
+    EXPECT_TRUE(close(got.losses[0], ref.losses[0])) << bug << ": " << got.losses[0] << " vs " << ref.losses[0];
+    const double grads = worst_relative_difference(ref.grads, got.grads);
+    const double params = worst_relative_difference(ref.params, got.params);
+    EXPECT_NEAR(grads, 1.0, 1e-4) << bug << ": the gradients should be twice the single-rank run's";
+    EXPECT_GT(grads, 1e-5) << bug << ": the equivalence check (1e-5) would not see this bug";
+    EXPECT_LT(params, 1e-2) << bug << ": AdamW hides the scale in the parameters (here " << params << ")";
+  }
+}
+
 TEST(ExecEquivalence, LossFallsOnSingleRank) {
   const ExecRun& ref = reference("tiny-gpt");
   ASSERT_EQ(ref.losses.size(), 3u) << ref.output;
@@ -197,13 +325,32 @@ TEST(ExecEquivalence, LossFallsOnSingleRank) {
   EXPECT_LT(ref.losses[2], ref.losses[0]);
 }
 
-TEST(ExecEquivalence, DataParallel2) { expect_equivalent("tiny-gpt", 2, "", "dp2"); }
-TEST(ExecEquivalence, TensorParallel2) { expect_equivalent("tiny-gpt", 2, "--tp 2", "tp2"); }
+// Runs a layout, checks it against the single-rank run, and checks its per-rank model states
+// against predict's per-stage figures.
+void expect_equivalent_and_states(const std::string& model, int ranks, const std::string& layout,
+                                  const std::string& tag, const std::string& exec_flags = "") {
+  ExecRun run;
+  expect_equivalent(model, ranks, layout, tag, &run, exec_flags);
+  if (run.measurement.is_null()) return;
+  expect_states_match_predict(run, model, ranks, layout, tag);
+  if (run.measurement.at("strategy").at("zero").get<int>() >= 2) expect_bucketed_gradients(run, layout);
+}
+
+// 10 KiB buckets: the tiny models' chunks then reduce in many buckets, as large models do in 16 MiB.
+const std::string kSmallBuckets = "--bucket-mb 0.01";
+
+TEST(ExecEquivalence, DataParallel2) { expect_equivalent_and_states("tiny-gpt", 2, "", "dp2"); }
+TEST(ExecEquivalence, DataParallel2SmallBuckets) {
+  expect_equivalent("tiny-gpt", 2, "", "dp2buckets", nullptr, kSmallBuckets);
+}
+TEST(ExecEquivalence, TensorParallel2) { expect_equivalent_and_states("tiny-gpt", 2, "--tp 2", "tp2"); }
 TEST(ExecEquivalence, TensorParallel2SequenceParallel) {
   expect_equivalent("tiny-gpt", 2, "--tp 2 --sequence-parallel on", "tp2sp");
 }
 TEST(ExecEquivalence, Pipeline2GPipe) { expect_equivalent("tiny-gpt", 2, "--pp 2 --schedule gpipe", "pp2gpipe"); }
-TEST(ExecEquivalence, Pipeline2OneFOneB) { expect_equivalent("tiny-gpt", 2, "--pp 2 --schedule 1f1b", "pp2_1f1b"); }
+TEST(ExecEquivalence, Pipeline2OneFOneB) {
+  expect_equivalent_and_states("tiny-gpt", 2, "--pp 2 --schedule 1f1b", "pp2_1f1b");
+}
 TEST(ExecEquivalence, InterleavedPipeline2x2) {
   expect_equivalent("tiny-gpt-4l", 2, "--pp 2 --vp 2 --schedule interleaved", "pp2vp2");
 }
@@ -211,9 +358,31 @@ TEST(ExecEquivalence, DataParallel2TensorParallel2) { expect_equivalent("tiny-gp
 TEST(ExecEquivalence, TensorParallel2Pipeline2) {
   expect_equivalent("tiny-gpt", 4, "--tp 2 --pp 2 --schedule 1f1b", "tp2pp2");
 }
-TEST(ExecEquivalence, Zero1DataParallel2) { expect_equivalent("tiny-gpt", 2, "--zero 1", "zero1"); }
-TEST(ExecEquivalence, Zero2DataParallel2) { expect_equivalent("tiny-gpt", 2, "--zero 2", "zero2"); }
-TEST(ExecEquivalence, Zero3DataParallel2) { expect_equivalent("tiny-gpt", 2, "--zero 3", "zero3"); }
+TEST(ExecEquivalence, Zero1DataParallel2) {
+  expect_equivalent_and_states("tiny-gpt", 2, "--zero 1", "zero1", kSmallBuckets);
+}
+TEST(ExecEquivalence, Zero2DataParallel2) {
+  expect_equivalent_and_states("tiny-gpt", 2, "--zero 2", "zero2", kSmallBuckets);
+}
+TEST(ExecEquivalence, Zero2OneBucketDataParallel2) { expect_equivalent("tiny-gpt", 2, "--zero 2", "zero2onebucket"); }
+TEST(ExecEquivalence, Zero3DataParallel2) {
+  expect_equivalent_and_states("tiny-gpt", 2, "--zero 3", "zero3", kSmallBuckets);
+}
+// ZeRO-2 with sequence parallelism: the TP-replicated gradients are summed over TP on the shard.
+TEST(ExecEquivalence, Zero2TensorParallel2SequenceParallel) {
+  expect_equivalent_and_states("tiny-gpt", 4, "--zero 2 --tp 2 --sequence-parallel on", "zero2tp2sp", kSmallBuckets);
+}
+// ZeRO-2 over the pipeline: the tied embedding's two copies are summed, then reduced to their owners.
+TEST(ExecEquivalence, Zero2DataParallel2Pipeline2) {
+  expect_equivalent_and_states("tiny-gpt", 4, "--zero 2 --pp 2 --schedule 1f1b", "zero2pp2", kSmallBuckets);
+}
+// ZeRO-2 over the context-parallel ranks (they hold replicas of the same parameters). With tp 2:
+// at cp 2 alone, layers.1.attn.bo (a bias near zero after 3 AdamW steps) differs from the single-
+// rank run by 1.05e-4 relative with ZeRO-2 and 0.997e-4 with ZeRO 0, against 1e-4: fp32 summation
+// order made visible by AdamW (its gradients agree to 5e-7), on the tolerance's edge for any ZeRO.
+TEST(ExecEquivalence, Zero2ContextParallel2TensorParallel2) {
+  expect_equivalent_and_states("tiny-gpt", 4, "--zero 2 --cp 2 --tp 2", "zero2cp2tp2", kSmallBuckets);
+}
 TEST(ExecEquivalence, FullRecomputation) {
   expect_equivalent("tiny-gpt", 2, "--tp 2 --sequence-parallel on --recompute full", "full");
 }
@@ -222,13 +391,16 @@ TEST(ExecEquivalence, SelectiveRecomputation) {
 }
 TEST(ExecEquivalence, LlamaStyleTensorParallel2) { expect_equivalent("tiny-llama", 2, "--tp 2", "llama_tp2"); }
 TEST(ExecEquivalence, DataParallel2Pipeline2) {
-  expect_equivalent("tiny-gpt", 4, "--pp 2 --schedule 1f1b", "dp2pp2");
+  expect_equivalent_and_states("tiny-gpt", 4, "--pp 2 --schedule 1f1b", "dp2pp2");
 }
 TEST(ExecEquivalence, Zero2DataParallel2TensorParallel2) {
-  expect_equivalent("tiny-gpt", 4, "--zero 2 --tp 2", "zero2tp2");
+  expect_equivalent_and_states("tiny-gpt", 4, "--zero 2 --tp 2", "zero2tp2", kSmallBuckets);
 }
 TEST(ExecEquivalence, Zero3DataParallel2Pipeline2) {
-  expect_equivalent("tiny-gpt", 4, "--zero 3 --pp 2 --schedule 1f1b", "zero3pp2");
+  expect_equivalent_and_states("tiny-gpt", 4, "--zero 3 --pp 2 --schedule 1f1b", "zero3pp2", kSmallBuckets);
+}
+TEST(ExecEquivalence, Zero1DataParallel2TensorParallel2OddVocabulary) {
+  expect_equivalent_and_states("tiny-gpt-oddvocab", 4, "--zero 1 --tp 2", "zero1tp2odd");
 }
 
 // The model exec builds holds the parameters the layer graph (which predict costs) counts. The one

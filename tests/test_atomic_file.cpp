@@ -1,0 +1,94 @@
+// sim/atomic_file: an output file is complete or absent (issue 12, "failures are reports too").
+// The failure path is exercised for real: a file-size limit (RLIMIT_FSIZE) makes write(2) fail
+// part-way, after the temporary file exists, which is the moment a plain ofstream would leave a
+// truncated target behind.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/atomic_file.hpp"
+#include "sim/check.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using trainplan::InputError;
+using trainplan::write_file_atomically;
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("trainplan_atomic_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> names(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  return out;
+}
+
+TEST(AtomicFile, WritesAndReplacesLeavingNoTemporary) {
+  const fs::path dir = scratch("ok");
+  const fs::path f = dir / "out.json";
+  write_file_atomically(f, "first\n", "--json out.json");
+  EXPECT_EQ(read(f), "first\n");
+  write_file_atomically(f, "second, longer\n", "--json out.json");
+  EXPECT_EQ(read(f), "second, longer\n");
+  EXPECT_EQ(names(dir), std::vector<std::string>{"out.json"});
+  fs::remove_all(dir);
+}
+
+// A write that fails part-way (here: the process may not write files over 4 KiB) leaves the
+// previous file untouched and no temporary behind, and says which output failed.
+TEST(AtomicFile, FailedWriteKeepsThePreviousFile) {
+  const fs::path dir = scratch("fail");
+  const fs::path f = dir / "out.json";
+  write_file_atomically(f, "previous\n", "--json out.json");
+
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // write(2) then fails with EFBIG instead
+  rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string message;
+  try {
+    write_file_atomically(f, std::string(1 << 20, 'x'), "--json out.json");
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+
+  EXPECT_NE(message.find("--json out.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("writing failed"), std::string::npos) << message;
+  EXPECT_EQ(read(f), "previous\n");
+  EXPECT_EQ(names(dir), std::vector<std::string>{"out.json"});
+  fs::remove_all(dir);
+}
+
+// An output that cannot be written is refused before anything is created.
+TEST(AtomicFile, MissingFolderIsRefusedAndNothingIsCreated) {
+  const fs::path dir = scratch("missing");
+  EXPECT_THROW(write_file_atomically(dir / "no" / "out.json", "x", "--json no/out.json"), InputError);
+  EXPECT_THROW(write_file_atomically(dir, "x", "--json dir"), InputError);  // a directory
+  EXPECT_TRUE(names(dir).empty());
+  fs::remove_all(dir);
+}
+
+}  // namespace
