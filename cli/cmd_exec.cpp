@@ -79,8 +79,9 @@ void check_divisible(const char* what, long long n, int tp) {
 int job_ranks(const Strategy& s) { return RankLayout(s).job_ranks(); }
 std::string describe_ranks(const Strategy& s) {
   const RankLayout l(s);
-  if (l.job_ranks() == l.world()) return fmt::format("dp*tp*pp*cp = {}", l.world());
-  return fmt::format("{} = dp*tp*pp*cp {} + {} dedicated parameter server(s)", l.job_ranks(), l.world(), l.servers());
+  if (l.job_ranks() == l.world()) return fmt::format("dp*tp*pp*cp = {} ranks", l.world());
+  return fmt::format("{} ranks (dp*tp*pp*cp = {} workers and {} dedicated parameter server(s))", l.job_ranks(), l.world(),
+                     l.servers());
 }
 
 // --gpus when neither it, --dp nor --plan is given: the ranks the job has (--nproc, or the
@@ -203,7 +204,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
   const bool torchrun = std::getenv("RANK") != nullptr;
   const bool slurm = !torchrun && std::getenv("SLURM_PROCID") != nullptr;
   if (nproc && !spawned && !torchrun && !slurm) {
-    if (*nproc != job_ranks(s)) throw InputError(fmt::format("--nproc {}: the plan has {} ranks", *nproc, describe_ranks(s)));
+    if (*nproc != job_ranks(s)) throw InputError(fmt::format("--nproc {}: the plan has {}", *nproc, describe_ranks(s)));
     const std::optional<JsonOutput> out = open_json_output("json", json_path);  // an unwritable path: now
     std::vector<std::string> argv{"trainplan", "exec"};
     argv.insert(argv.end(), given.begin(), given.end());
@@ -225,10 +226,10 @@ int cmd_exec(const Args& given, const Context& ctx) {
     env.store_server_external = spawned;
     env.status_fd = spawned ? env_int("TRAINPLAN_STATUS_FD", -1) : -1;
     if (env.world != job_ranks(s))
-      throw InputError(fmt::format("world size {} does not match the plan's {} ranks", env.world, describe_ranks(s)));
+      throw InputError(fmt::format("world size {} does not match the plan's {}", env.world, describe_ranks(s)));
     if (env.rank >= env.world) throw InputError(fmt::format("rank {} is not below the world size {}", env.rank, env.world));
   } else if (job_ranks(s) != 1) {
-    throw InputError(fmt::format("the plan needs {} ranks: add --nproc {}, or run under torchrun or Slurm",
+    throw InputError(fmt::format("the plan needs {}: add --nproc {}, or run under torchrun or Slurm",
                                  describe_ranks(s), job_ranks(s)));
   }
 
