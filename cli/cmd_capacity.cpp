@@ -45,6 +45,22 @@ options:
                             as infeasible)
   --threads N               worker threads per search (default: all hardware threads)
 
+failures (goodput; defaults from reliability/default.json, which cites them):
+  --mtbf-hours H            mean time between job-stopping failures of ONE GPU, hours (default
+                            50677: Llama 3's 419 interruptions in 54 days on 16,384 H100s); the
+                            job's MTBF is H / GPUs
+  --checkpoint-gbps B       checkpoint write (and read) bandwidth per GPU, GB/s (default 0.122:
+                            Llama 3's 2 TB/s storage over 16,384 GPUs)
+  --restart-minutes R       detection, rescheduling and re-initialisation per failure, before the
+                            checkpoint is read back (default 10, an assumption)
+  --reliability NAME|FILE   defaults file (reliability/NAME.json; default "default")
+  --elastic                 also search each option without one node, and the time to resume
+  Each option gets its checkpoint size (model states), write time, Young/Daly interval
+  sqrt(2 C MTBF_job), failures, lost work and restarts per day, goodput, and days/cost/energy
+  with failures; the deadline, budget and Pareto front use the failure-aware figures.
+
+%DP%
+
 output:
   --json FILE               also write trainplan/capacity/v1 JSON with every printed figure
 
@@ -94,9 +110,11 @@ std::pair<int, int> parse_range(const std::string& v) {
 }  // namespace
 
 int cmd_capacity(const Args& args, const Context& ctx) {
-  Flags f(args, "capacity");
+  Flags f(args, "capacity", {"elastic"});
   if (f.help()) {
-    ctx.out << kHelp;
+    std::string help = kHelp;
+    help.replace(help.find("%DP%\n"), 5, dp_space_flags_help());
+    ctx.out << help;
     return 0;
   }
   const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
@@ -139,6 +157,19 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   if (f.has("budget-usd")) req.budget_usd = f.get_double("budget-usd", 0, 1e-6, 1e15);
   req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
+  Reliability rel = load_reliability(f.get_or("reliability", "default"), ctx.data_dir);
+  rel.mtbf_gpu_hours = f.get_double("mtbf-hours", rel.mtbf_gpu_hours, 1e-3, 1e12);
+  rel.checkpoint_per_gpu = f.get_double("checkpoint-gbps", rel.checkpoint_per_gpu / kGB, 1e-6, 1e6) * kGB;
+  rel.restart = f.get_double("restart-minutes", rel.restart / 60, 0, 1e6) * 60;
+  req.reliability = rel;
+  req.elastic = f.has("elastic");
+  SearchSpace dp_space;
+  read_dp_space_flags(f, dp_space);
+  req.dp_algorithms = dp_space.dp_algorithms;
+  req.grad_compressions = dp_space.grad_compressions;
+  req.ps_servers = dp_space.ps_servers;
+  req.ps_placement = dp_space.ps_placement;
+  req.fp32_grad_accum = dp_space.fp32_grad_accum;
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
   f.finish();
   bool any_count = false;

@@ -61,6 +61,7 @@ search:
                             step time (default 1.25; larger prunes less)
   --threads N               worker threads (default: all hardware threads)
 
+%DP%
 output:
   --json FILE               also write trainplan/search/v1 JSON (top entries are
                             trainplan/prediction/v1 objects; usable as trainplan predict --plan)
@@ -104,7 +105,9 @@ void draw_progress(std::ostream& err, std::int64_t done, std::int64_t total) {
 int cmd_search(const Args& args, const Context& ctx) {
   Flags f(args, "search", {"exact-gpus"});
   if (f.help()) {
-    ctx.out << kHelp;
+    std::string help = kHelp;
+    help.replace(help.find("%DP%\n"), 5, dp_space_flags_help() + "\n");
+    ctx.out << help;
     return 0;
   }
   const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
@@ -127,6 +130,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   space.zero_stages = parse_list<int>(f, "zero", "0,1,2,3", parse_zero, space.zero_stages);
   space.recompute = parse_list<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
   space.schedules = parse_list<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);
+  read_dp_space_flags(f, space);
   space.max_tp = static_cast<int>(f.get_int("max-tp", space.max_tp, 1, 1 << 16));
   space.max_pp = static_cast<int>(f.get_int("max-pp", model.layers, 1, 1 << 16));
   space.max_cp = static_cast<int>(f.get_int("max-cp", space.max_cp, 1, 1 << 16));

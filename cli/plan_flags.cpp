@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "sim/check.hpp"
@@ -131,6 +132,52 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   if (auto bad = validate_on(s, in.cluster)) throw InputError(*bad);
   in.strategy = s;
   return in;
+}
+
+namespace {
+
+template <class T, class Parse>
+std::vector<T> list_flag(const Flags& f, const std::string& flag, const std::string& allowed, Parse parse,
+                         std::vector<T> fallback) {
+  auto v = f.get(flag);
+  if (!v) return fallback;
+  std::vector<T> out;
+  std::stringstream ss(*v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto x = parse(item);
+    if (!x) throw InputError(fmt::format("--{} {}: '{}' is not one of {}", flag, *v, item, allowed));
+    if (std::find(out.begin(), out.end(), *x) == out.end()) out.push_back(*x);
+  }
+  if (out.empty()) throw InputError(fmt::format("--{} {}: must list at least one of {}", flag, *v, allowed));
+  return out;
+}
+
+}  // namespace
+
+void read_dp_space_flags(const Flags& f, SearchSpace& space) {
+  space.dp_algorithms = list_flag<DpAlgorithm>(f, "dp-algorithms", "allreduce,ps,ps-async", parse_dp_algorithm,
+                                               space.dp_algorithms);
+  space.grad_compressions = list_flag<GradCompression>(f, "grad-compressions", "none,bf16,powersgd:R (R in [1, 65536])",
+                                                       parse_grad_compression, space.grad_compressions);
+  const bool any_ps = std::any_of(space.dp_algorithms.begin(), space.dp_algorithms.end(),
+                                  [](DpAlgorithm a) { return a != DpAlgorithm::allreduce; });
+  if (f.has("ps-servers") && !any_ps) throw InputError("--ps-servers: needs --dp-algorithms with ps or ps-async");
+  if (f.has("ps-placement") && !any_ps) throw InputError("--ps-placement: needs --dp-algorithms with ps or ps-async");
+  space.ps_servers = static_cast<int>(f.get_int("ps-servers", space.ps_servers, 1, 1 << 20));
+  space.ps_placement =
+      *parse_ps_placement(f.get_choice("ps-placement", to_string(space.ps_placement), {"dedicated", "colocated"}));
+  space.fp32_grad_accum = on_off(f, "fp32-grad-accum", space.fp32_grad_accum);
+}
+
+std::string dp_space_flags_help() {
+  return R"(data-parallel algorithm (opt in; the default space is the all-reduce without compression):
+  --dp-algorithms LIST      from allreduce,ps,ps-async (parameter servers need ZeRO 0)
+  --ps-servers S            parameter-server shards for the ps candidates (default 1)
+  --ps-placement dedicated|colocated  servers on S extra nodes (default) or on the job's nodes
+  --grad-compressions LIST  from none,bf16,powersgd:R (bf16 needs fp32 gradients; PowerSGD ZeRO 0)
+  --fp32-grad-accum on|off  keep 4-byte gradients (default off)
+)";
 }
 
 std::string plan_flags_help() {

@@ -7,6 +7,7 @@
 #include "cli/flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/model_spec.hpp"
+#include "sim/search.hpp"
 #include "sim/software.hpp"
 #include "sim/strategy.hpp"
 
@@ -33,5 +34,12 @@ PlanInputs read_plan_flags(const Flags& flags, const std::filesystem::path& data
 
 // Help text for those flags, one per line, for a command's --help.
 std::string plan_flags_help();
+
+// The data-parallel algorithm part of a search space (search and capacity): --dp-algorithms LIST
+// (from allreduce,ps,ps-async; default allreduce), --grad-compressions LIST (from none, bf16,
+// powersgd:R; default none), --ps-servers S, --ps-placement dedicated|colocated and
+// --fp32-grad-accum on|off. Throws InputError naming the flag.
+void read_dp_space_flags(const Flags& flags, SearchSpace& space);
+std::string dp_space_flags_help();
 
 }  // namespace trainplan::cli

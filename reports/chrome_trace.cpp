@@ -31,8 +31,10 @@ std::string event_name(const Event& e) {
     case EventKind::send_activation: return fmt::format("send F{}.{}", e.micro_batch, e.chunk);
     case EventKind::send_gradient: return fmt::format("send B{}.{}", e.micro_batch, e.chunk);
     case EventKind::grad_reduce:
+    case EventKind::ps_push_pull:
     case EventKind::zero3_gather: return fmt::format("{} {}.{}", to_string(e.kind), e.micro_batch, e.chunk);
     case EventKind::optimizer:
+    case EventKind::ps_update:
     case EventKind::param_gather: return to_string(e.kind);
   }
   return to_string(e.kind);
@@ -41,6 +43,13 @@ std::string event_name(const Event& e) {
 json metadata(const char* name, int pid, int tid, const json& args) {
   return {{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", args}};
 }
+
+// Parameter servers are processes of their own after the ranks: server s is pid kServerPid + s, with
+// an "update" thread (their optimizer step) and one "push/pull from stage i" thread per stage (the
+// traffic of that stage's ranks, which every server receives a share of).
+constexpr int kServerPid = 1 << 20;
+constexpr int kServerUpdateTid = 1;
+int server_traffic_tid(int stage) { return 2 + stage; }
 
 // Ranks of each stage: the given ones, or the stage number itself.
 std::vector<std::vector<int>> ranks_or_stages(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
@@ -73,8 +82,27 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
       }
     }
   }
+  for (int s = 0; s < t.ps_servers; ++s) {
+    const int pid = kServerPid + s;
+    put(metadata("process_name", pid, 0, {{"name", fmt::format("parameter server {}", s)}}).dump());
+    put(metadata("process_sort_index", pid, 0, {{"sort_index", pid}}).dump());
+    put(metadata("thread_name", pid, kServerUpdateTid, {{"name", "update"}}).dump());
+    for (std::size_t stage = 0; stage < ranks.size(); ++stage) {
+      put(metadata("thread_name", pid, server_traffic_tid(static_cast<int>(stage)),
+                   {{"name", fmt::format("push/pull from stage {}", stage)}}).dump());
+    }
+  }
   for (const Event& e : t.events) {
     if (e.stage < 0 || static_cast<std::size_t>(e.stage) >= ranks.size()) continue;
+    if (e.stream == Stream::ps_server || e.kind == EventKind::ps_push_pull) {
+      const double ts = microseconds(e.start), dur = microseconds(e.end) - ts;
+      const int tid = e.stream == Stream::ps_server ? kServerUpdateTid : server_traffic_tid(e.stage);
+      for (int s = 0; s < t.ps_servers; ++s) {
+        put(fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"args":{{"stage":{}}}}})",
+                        event_name(e), to_string(e.kind), kServerPid + s, tid, ts, dur, e.stage));
+      }
+      if (e.stream == Stream::ps_server) continue;  // the servers' own work; workers show push/pull
+    }
     std::string args = fmt::format("\"stage\":{}", e.stage);
     if (e.micro_batch >= 0) args += fmt::format(",\"micro_batch\":{}", e.micro_batch);
     if (e.chunk >= 0) args += fmt::format(",\"chunk\":{}", e.chunk);

@@ -62,6 +62,15 @@ void print_prediction(std::ostream& os, const Estimate& e, const std::string& ti
   os << fmt::format("\nthroughput: {:.0f} tokens/s ({:.1f} tokens/s/GPU)\n", p.tokens_per_s, p.tokens_per_s_per_gpu);
   os << fmt::format("per GPU: {:.1f} model TFLOP/s, {:.1f} hardware TFLOP/s; MFU {:.1f}%, HFU {:.1f}%\n",
                     p.model_tflops_per_gpu, p.hardware_tflops_per_gpu, 100 * p.mfu, 100 * p.hfu);
+  if (s.uses_ps()) {
+    os << fmt::format("parameter servers: {} {} ({}), {} workers; {:.2f} updates/s, expected staleness {:g} updates\n",
+                      s.ps_servers, s.ps_placement == PsPlacement::dedicated ? "dedicated" : "colocated",
+                      s.dp_algorithm == DpAlgorithm::ps_async ? "asynchronous" : "synchronous", e.ps.workers,
+                      e.ps.updates_per_s, e.ps.staleness);
+  }
+  if (s.grad_compression.kind != CompressionKind::none) {
+    os << fmt::format("gradient compression: {} (its kernels are in the optimizer row)\n", to_string(s.grad_compression));
+  }
 }
 
 }  // namespace trainplan

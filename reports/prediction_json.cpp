@@ -50,6 +50,12 @@ json prediction_to_json(const Estimate& e, const json& extra) {
               {"hardware_tflops_per_gpu", p.hardware_tflops_per_gpu},
               {"mfu", p.mfu},
               {"hfu", p.hfu}}}};
+  // Parameter-server figures only where servers are used (default outputs keep their keys).
+  if (e.strategy.uses_ps()) {
+    j["parameter_server"] = {{"workers", e.ps.workers},
+                             {"staleness_updates", e.ps.staleness},
+                             {"updates_per_s", e.ps.updates_per_s}};
+  }
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
   return j;
 }

@@ -127,6 +127,18 @@ json search_to_json(const SearchResult& r, const SearchContext& ctx) {
   for (Recompute x : sp.recompute) lists["recompute"].push_back(to_string(x));
   for (ScheduleKind x : sp.schedules) lists["schedules"].push_back(to_string(x));
   for (bool x : sp.sequence_parallel) lists["sequence_parallel"].push_back(x);
+  // The DP-algorithm and compression lists only where the search opted in (default outputs keep
+  // their keys).
+  const bool default_dp = sp.dp_algorithms == std::vector<DpAlgorithm>{DpAlgorithm::allreduce} &&
+                          sp.grad_compressions == std::vector<GradCompression>{GradCompression{}};
+  if (!default_dp) {
+    lists["dp_algorithms"] = json::array();
+    for (DpAlgorithm a : sp.dp_algorithms) lists["dp_algorithms"].push_back(to_string(a));
+    lists["grad_compressions"] = json::array();
+    for (const GradCompression& g : sp.grad_compressions) lists["grad_compressions"].push_back(to_string(g));
+    lists["ps_servers"] = sp.ps_servers;
+    lists["ps_placement"] = to_string(sp.ps_placement);
+  }
   return {{"schema", kSearchSchema},
           {"model", ctx.model},
           {"cluster", ctx.cluster},
@@ -162,8 +174,54 @@ std::string tokens_text(double t) {
 }
 
 void print_option_line(std::ostream& os, const CapacityOption& o) {
-  os << fmt::format("{} x {}: {} -- {:.1f} days, {:.0f} GPU-hours, ${:.0f}, {:.0f} kWh\n", o.gpus, o.cluster,
+  os << fmt::format("{} x {}: {} -- {:.1f} days, {:.0f} GPU-hours, ${:.0f}, {:.0f} kWh", o.gpus, o.cluster,
                     describe(o.best.strategy), o.days, o.gpu_hours, o.cost_usd, o.energy_kwh);
+  if (o.with_failures) {
+    os << fmt::format("; with failures {:.1f} days, ${:.0f} (goodput {:.1f}%)", o.days_with_failures,
+                      o.cost_usd_with_failures, 100 * o.goodput.goodput);
+  }
+  os << "\n";
+}
+
+void print_failures(std::ostream& os, const CapacityResult& r) {
+  const Reliability& rel = *r.reliability;
+  os << fmt::format(
+      "\nwith failures (MTBF {:.0f} h per GPU, checkpoints at {:.3f} GB/s per GPU, restart {:.1f} min + reading "
+      "the checkpoint; Young/Daly interval sqrt(2 C MTBF_job)):\n",
+      rel.mtbf_gpu_hours, rel.checkpoint_per_gpu / kGB, rel.restart / 60.0);
+  os << fmt::format("{:<14} {:>6} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>9} {:>14} {:>12}\n", "cluster",
+                    "GPUs", "MTBF h", "ckpt GB", "write s", "every min", "steps", "fail/day", "lost h/d",
+                    "goodput", "days", "cost USD", "energy kWh");
+  for (const CapacityOption& o : r.options) {
+    if (!o.feasible || !o.with_failures) continue;
+    const Goodput& g = o.goodput;
+    os << fmt::format("{:<14} {:>6} {:>9.2f} {:>9.0f} {:>10.1f} {:>9.1f} {:>8.0f} {:>9.2f} {:>9.2f} {:>7.1f}% ", o.cluster,
+                      o.gpus, g.job_mtbf / 3600, g.checkpoint / kGB, g.checkpoint_write, g.interval / 60,
+                      g.interval_steps, g.failures_per_day, (g.lost_work_per_day + g.restart_per_day) / 3600,
+                      100 * g.goodput);
+    if (g.goodput > 0) {
+      os << fmt::format("{:>9.1f} {:>14.0f} {:>12.0f}\n", o.days_with_failures, o.cost_usd_with_failures,
+                        o.energy_kwh_with_failures);
+    } else {
+      os << "never finishes: restarts and lost work exceed the job's MTBF\n";
+    }
+  }
+  bool any_elastic = false;
+  for (const CapacityOption& o : r.options) any_elastic |= o.elastic.has_value();
+  if (!any_elastic) return;
+  os << "\nafter losing one node (elastic restart on the GPUs left):\n";
+  os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52} {:>12} {:>10}\n", "cluster", "GPUs", "left", "used", "best layout",
+                    "throughput", "resume s");
+  for (const CapacityOption& o : r.options) {
+    if (!o.elastic) continue;
+    const ElasticOption& e = *o.elastic;
+    if (!e.feasible) {
+      os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52}\n", o.cluster, o.gpus, e.gpus, "-", "infeasible: " + e.why);
+      continue;
+    }
+    os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52} {:>11.1f}% {:>10.0f}\n", o.cluster, o.gpus, e.gpus,
+                      e.best.strategy.gpus(), describe(e.best.strategy), 100 * e.throughput_share, e.resume);
+  }
 }
 
 }  // namespace
@@ -200,6 +258,7 @@ void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityCon
       print_option_line(os, r.options[i]);
     }
   }
+  if (r.reliability) print_failures(os, r);
   os << fmt::format("({} searches in {:.2f} s)\n", r.options.size(), r.elapsed_s);
 }
 
@@ -222,6 +281,39 @@ json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {
       j["mfu"] = o.best.throughput.mfu;
       j["tokens_per_s"] = o.best.throughput.tokens_per_s;
       j["best"] = prediction_to_json(o.best, extra(ctx.model, o.cluster));
+      if (o.with_failures) {
+        const Goodput& g = o.goodput;
+        j["failures"] = {{"job_mtbf_hours", g.job_mtbf / 3600},
+                         {"checkpoint_bytes", g.checkpoint},
+                         {"checkpoint_write_s", g.checkpoint_write},
+                         {"checkpoint_interval_s", g.interval},
+                         {"checkpoint_interval_steps", g.interval_steps},
+                         {"restart_s", g.restart},
+                         {"failures_per_day", g.failures_per_day},
+                         {"lost_work_hours_per_day", g.lost_work_per_day / 3600},
+                         {"restart_hours_per_day", g.restart_per_day / 3600},
+                         {"checkpoint_hours_per_day", g.checkpoint_per_day / 3600},
+                         {"goodput", g.goodput},
+                         {"days", g.goodput > 0 ? json(o.days_with_failures) : json(nullptr)},
+                         {"gpu_hours", g.goodput > 0 ? json(o.gpu_hours_with_failures) : json(nullptr)},
+                         {"cost_usd", g.goodput > 0 ? json(o.cost_usd_with_failures) : json(nullptr)},
+                         {"energy_kwh", g.goodput > 0 ? json(o.energy_kwh_with_failures) : json(nullptr)}};
+      }
+      if (o.elastic) {
+        const ElasticOption& e = *o.elastic;
+        json el = {{"gpus", e.gpus}, {"feasible", e.feasible}};
+        if (e.feasible) {
+          el["gpus_used"] = e.best.strategy.gpus();
+          el["layout"] = describe(e.best.strategy);
+          el["tokens_per_s"] = e.best.throughput.tokens_per_s;
+          el["throughput_share"] = e.throughput_share;
+          el["resume_s"] = e.resume;
+          el["best"] = prediction_to_json(e.best, extra(ctx.model, o.cluster));
+        } else {
+          el["why"] = e.why;
+        }
+        j["elastic"] = std::move(el);
+      }
     } else {
       j["why"] = o.why;
     }
@@ -240,6 +332,12 @@ json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {
             {"fastest_within_budget", index(r.fastest_in_budget)},
             {"pareto", r.pareto},
             {"elapsed_s", r.elapsed_s}};
+  if (r.reliability) {
+    j["reliability"] = {{"source", r.reliability->source},
+                        {"mtbf_gpu_hours", r.reliability->mtbf_gpu_hours},
+                        {"checkpoint_gbps_per_gpu", r.reliability->checkpoint_per_gpu / kGB},
+                        {"restart_minutes", r.reliability->restart / 60}};
+  }
   return j;
 }
 

@@ -20,16 +20,87 @@ std::vector<int> capacity_gpu_counts(const Cluster& c, int lo, int hi) {
   return out;
 }
 
+namespace {
+
+SearchSpace option_space(const LayerGraph& graph, const CapacityRequest& req, const Cluster& c, int gpus) {
+  SearchSpace space = default_space(c, gpus, req.global_batch, graph.seq_len(), req.attention);
+  space.exact_gpus = true;
+  space.dtype = req.dtype;
+  space.dp_algorithms = req.dp_algorithms;
+  space.grad_compressions = req.grad_compressions;
+  space.ps_servers = req.ps_servers;
+  space.ps_placement = req.ps_placement;
+  space.fp32_grad_accum = req.fp32_grad_accum;
+  return space;
+}
+
+SearchOptions option_search(const CapacityRequest& req) {
+  SearchOptions opt;
+  opt.objective = Objective::time;
+  opt.top_k = 1;
+  opt.keep_infeasible = 0;
+  opt.pareto_window = 1;  // no front needed; prune as hard as the bounds allow
+  opt.threads = req.threads;
+  return opt;
+}
+
+// The most frequent reason no layout fits; ties go to the alphabetically first name.
+std::string no_layout_reason(const SearchResult& r) {
+  std::string why = "no valid layout";
+  std::int64_t most = 0;
+  for (const auto& [reason, n] : r.stats.infeasible_by_reason) {
+    const std::string key = reason_key(reason);
+    if (n > most || (n == most && n > 0 && key < why)) most = n, why = key;
+  }
+  if (r.stats.pruned_out_of_memory > most) why = "out of memory";
+  return why;
+}
+
+// Goodput and failure-aware figures of a feasible option; the elastic re-search.
+void add_failures(CapacityOption& o, const LayerGraph& graph, const CapacityRequest& req, const Cluster& c) {
+  const Reliability& rel = *req.reliability;
+  o.with_failures = true;
+  o.goodput = goodput(rel, o.gpus, checkpoint_bytes(graph, o.best.strategy), o.best.time.step);
+  if (o.goodput.goodput > 0) {
+    o.days_with_failures = o.days / o.goodput.goodput;
+    o.gpu_hours_with_failures = o.gpu_hours / o.goodput.goodput;
+    o.cost_usd_with_failures = o.cost_usd / o.goodput.goodput;
+    o.energy_kwh_with_failures = o.energy_kwh / o.goodput.goodput;
+  }
+  if (!req.elastic) return;
+  ElasticOption e;
+  e.gpus = o.gpus - c.gpus_per_node;
+  if (e.gpus < 1) {
+    e.why = "no node left";
+  } else {
+    // Any GPU count up to those left (whole nodes): N - one node rarely factors into a layout of
+    // the same global batch (1016 = 8 x 127), so the job restarts on the best count that does.
+    SearchSpace space = option_space(graph, req, c, e.gpus);
+    space.exact_gpus = false;
+    SearchResult r = search(graph, c, req.software, space, option_search(req));
+    if (r.top.empty()) {
+      e.why = no_layout_reason(r);
+    } else {
+      e.feasible = true;
+      e.best = std::move(r.top.front());
+      e.throughput_share = e.best.throughput.tokens_per_s / o.best.throughput.tokens_per_s;
+      e.resume = rel.restart + checkpoint_bytes(graph, e.best.strategy) / (rel.checkpoint_per_gpu * e.gpus);
+    }
+  }
+  o.elastic = std::move(e);
+}
+
+}  // namespace
+
 CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req) {
   const auto start = std::chrono::steady_clock::now();
   if (req.clusters.empty()) throw InputError("--clusters: must name at least one cluster");
   if (!(req.tokens > 0)) throw InputError(fmt::format("--tokens {}: must be > 0", req.tokens));
   CapacityResult out;
+  out.reliability = req.reliability;
   for (const Cluster& c : req.clusters) {
     for (int gpus : capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi)) {
-      SearchSpace space = default_space(c, gpus, req.global_batch, graph.seq_len(), req.attention);
-      space.exact_gpus = true;
-      space.dtype = req.dtype;
+      const SearchSpace space = option_space(graph, req, c, gpus);
       if (c.gpu.peak(space.dtype) <= 0) {
         CapacityOption o;
         o.cluster = c.name;
@@ -40,13 +111,7 @@ CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req
         out.options.push_back(std::move(o));
         continue;
       }
-      SearchOptions opt;
-      opt.objective = Objective::time;
-      opt.top_k = 1;
-      opt.keep_infeasible = 0;
-      opt.pareto_window = 1;  // no front needed; prune as hard as the bounds allow
-      opt.threads = req.threads;
-      SearchResult r = search(graph, c, req.software, space, opt);
+      SearchResult r = search(graph, c, req.software, space, option_search(req));
 
       CapacityOption o;
       o.cluster = c.name;
@@ -55,14 +120,7 @@ CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req
       o.power_per_gpu_w = c.power_per_gpu;
       o.stats = r.stats;
       if (r.top.empty()) {
-        o.why = "no valid layout";
-        // The most frequent reason; ties go to the alphabetically first name.
-        std::int64_t most = 0;
-        for (const auto& [reason, n] : r.stats.infeasible_by_reason) {
-          const std::string key = reason_key(reason);
-          if (n > most || (n == most && n > 0 && key < o.why)) most = n, o.why = key;
-        }
-        if (r.stats.pruned_out_of_memory > most) o.why = "out of memory";
+        o.why = no_layout_reason(r);
       } else {
         o.feasible = true;
         o.best = std::move(r.top.front());
@@ -73,37 +131,43 @@ CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req
         o.gpu_hours = gpus * o.hours;
         o.cost_usd = o.gpu_hours * c.price_per_gpu_hour;
         o.energy_kwh = c.power_per_gpu * gpus * o.hours / 1000.0;
+        if (req.reliability) add_failures(o, graph, req, c);
       }
       out.options.push_back(std::move(o));
     }
   }
+  // Selection reads the failure-aware figures when there are any (an option whose goodput is 0
+  // never finishes and is not selectable).
+  auto days = [](const CapacityOption& o) { return o.with_failures ? o.days_with_failures : o.days; };
+  auto cost = [](const CapacityOption& o) { return o.with_failures ? o.cost_usd_with_failures : o.cost_usd; };
+  auto usable = [](const CapacityOption& o) { return o.feasible && (!o.with_failures || o.goodput.goodput > 0); };
   // Cheapest meeting the deadline; fastest within the budget (ties: the earlier option).
   for (std::size_t i = 0; i < out.options.size(); ++i) {
     const CapacityOption& o = out.options[i];
-    if (!o.feasible) continue;
-    if (req.deadline_days && o.days <= *req.deadline_days &&
-        (!out.cheapest_in_deadline || o.cost_usd < out.options[*out.cheapest_in_deadline].cost_usd)) {
+    if (!usable(o)) continue;
+    if (req.deadline_days && days(o) <= *req.deadline_days &&
+        (!out.cheapest_in_deadline || cost(o) < cost(out.options[*out.cheapest_in_deadline]))) {
       out.cheapest_in_deadline = i;
     }
-    if (req.budget_usd && o.cost_usd <= *req.budget_usd &&
-        (!out.fastest_in_budget || o.days < out.options[*out.fastest_in_budget].days)) {
+    if (req.budget_usd && cost(o) <= *req.budget_usd &&
+        (!out.fastest_in_budget || days(o) < days(out.options[*out.fastest_in_budget]))) {
       out.fastest_in_budget = i;
     }
   }
   // Pareto front over (cost, time): sorted by time, keep each option cheaper than all faster ones.
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < out.options.size(); ++i)
-    if (out.options[i].feasible) order.push_back(i);
+    if (usable(out.options[i])) order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     const auto& x = out.options[a];
     const auto& y = out.options[b];
-    return x.days != y.days ? x.days < y.days : x.cost_usd < y.cost_usd;
+    return days(x) != days(y) ? days(x) < days(y) : cost(x) < cost(y);
   });
   double cheapest = std::numeric_limits<double>::infinity();
   for (std::size_t i : order) {
-    if (out.options[i].cost_usd < cheapest) {
+    if (cost(out.options[i]) < cheapest) {
       out.pareto.push_back(i);
-      cheapest = out.options[i].cost_usd;
+      cheapest = cost(out.options[i]);
     }
   }
   out.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

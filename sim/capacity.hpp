@@ -1,7 +1,9 @@
 // capacity: which cluster kind and size to buy. For each cluster kind and GPU count (whole nodes,
 // a power of two of them), the fastest layout found by search(), and from it the time to train a
 // token budget, GPU-hours, cost and energy; then the cheapest option meeting a deadline and the
-// fastest one within a budget.
+// fastest one within a budget. With a Reliability (goodput.hpp), each option also gets its
+// checkpoint interval, goodput and failure-aware time/cost/energy; with `elastic`, the fastest
+// layout after losing one node (a re-search on GPUs - gpus_per_node) and the time to resume.
 #pragma once
 #include <cstddef>
 #include <optional>
@@ -11,6 +13,7 @@
 #include "sim/cluster.hpp"
 #include "sim/software.hpp"
 #include "sim/estimate.hpp"
+#include "sim/goodput.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/search.hpp"
 
@@ -27,6 +30,24 @@ struct CapacityRequest {
   Dtype dtype = Dtype::bf16;      // the rest of the space is default_space() of each cluster
   Attention attention = Attention::flash;
   int threads = 0;
+  std::optional<Reliability> reliability;  // failures and checkpoints; none: failure-free figures only
+  bool elastic = false;                    // also re-search each option without one node
+  // The data-parallel part of each search space (search.hpp; default: all-reduce, no compression).
+  std::vector<DpAlgorithm> dp_algorithms{DpAlgorithm::allreduce};
+  std::vector<GradCompression> grad_compressions{GradCompression{}};
+  int ps_servers = 1;
+  PsPlacement ps_placement = PsPlacement::dedicated;
+  bool fp32_grad_accum = false;
+};
+
+// The option after losing one node (CapacityRequest::elastic).
+struct ElasticOption {
+  int gpus = 0;                   // GPUs left: the option's - gpus_per_node (0: none left)
+  bool feasible = false;
+  std::string why;                // when infeasible
+  Estimate best;                  // fastest layout on at most the GPUs left (any whole-node count)
+  double throughput_share = 0;    // its tokens/s / the option's
+  Seconds resume = 0;             // restart + reading the checkpoint on the GPUs left
 };
 
 struct CapacityOption {
@@ -38,6 +59,12 @@ struct CapacityOption {
   double days = 0, hours = 0, gpu_hours = 0, cost_usd = 0, energy_kwh = 0;
   double price_per_gpu_hour = 0, power_per_gpu_w = 0;  // inputs of the figures, from the cluster file
   SearchStats stats;
+  // With a Reliability: goodput and the figures above divided by it (feasible options only).
+  bool with_failures = false;
+  Goodput goodput;
+  double days_with_failures = 0, gpu_hours_with_failures = 0, cost_usd_with_failures = 0,
+         energy_kwh_with_failures = 0;
+  std::optional<ElasticOption> elastic;
 };
 
 struct CapacityResult {
@@ -45,6 +72,7 @@ struct CapacityResult {
   std::optional<std::size_t> cheapest_in_deadline;  // index into options
   std::optional<std::size_t> fastest_in_budget;     // index into options
   std::vector<std::size_t> pareto;                // feasible options not beaten on both cost and time, by time
+  std::optional<Reliability> reliability;         // the request's, when failures were costed
   double elapsed_s = 0;
 };
 

@@ -68,6 +68,13 @@ struct Infeasible {
                                       // profile's safety margin); needed > available x (1 - margin)
 };
 
+// Parameter servers (strategy.uses_ps(), param_server.hpp); all zero otherwise.
+struct ParamServerFigures {
+  int workers = 0;           // replicas that push updates (dp)
+  double staleness = 0;      // expected staleness of an applied update, in updates (sync: 0)
+  double updates_per_s = 0;  // optimizer updates applied per second (sync: 1 / step; async: W / step)
+};
+
 struct Estimate {
   Strategy strategy;
   bool feasible = true;
@@ -78,6 +85,7 @@ struct Estimate {
   std::vector<int> stage_layers;  // transformer layers on each pipeline stage (all its chunks)
   TimeBreakdown time;
   Throughput throughput;
+  ParamServerFigures ps;
 };
 
 }  // namespace trainplan

@@ -1,5 +1,7 @@
 #include "sim/memory_model.hpp"
 
+#include "sim/compression.hpp"
+
 #include <algorithm>
 
 namespace trainplan {
@@ -141,6 +143,16 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   const double max_layer_params = graph.params_per_layer() / s.tp;
   mm.runtime = cluster.runtime_overhead;
   mm.other = (s.zero == 3 ? 2 * max_layer_params * mm.per_param.weight : 0.0);
+  // Parameter servers hold the optimizer states and run the optimizer (param_server.hpp): the
+  // workers keep weights and gradients only.
+  if (s.uses_ps()) {
+    mm.per_param.optimizer = 0;
+    mm.optimizer_temp = 0;
+  }
+  // Gradient compression's error feedback: one fp32 copy per parameter (compression.hpp). Counted
+  // over every parameter, the few uncompressed ones (norms, biases) included, when gradients are
+  // reduced at all.
+  if (s.dp * s.cp > 1 || s.uses_ps()) mm.error_feedback = error_feedback_bytes_per_param(s.grad_compression);
   return mm;
 }
 
@@ -168,7 +180,8 @@ StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int la
   mem.gradients = states.gradients;
   mem.optimizer = states.optimizer;
   mem.weight_copies = params * mm.weight_copy / (mm.zero == 3 ? mm.shard : 1.0);
-  mem.other = mm.other + mm.workspace;
+  const Bytes error_feedback = params * mm.error_feedback;
+  mem.other = mm.other + mm.workspace + error_feedback;
   mem.runtime = mm.runtime;
   // The larger of the backward peak (activations) and the optimizer peak (its temporaries over
   // the parameters this rank updates).
@@ -181,7 +194,8 @@ StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int la
   }
   // The caching allocator reserves reserved_over_allocated x the tensor bytes (its workspace and
   // the runtime reserve are not scaled).
-  const Bytes tensors = mem.weights + mem.gradients + mem.optimizer + mem.weight_copies + mem.activations + mem.temporaries;
+  const Bytes tensors =
+      mem.weights + mem.gradients + mem.optimizer + mem.weight_copies + mem.activations + mem.temporaries + error_feedback;
   mem.allocator = (mm.reserved_over_allocated - 1) * tensors;
   return mem;
 }

@@ -11,6 +11,8 @@
 //                   recomputation and the extras of the first and last stage (stage_activation_bytes);
 //   other         = ZeRO-3's gathered layer parameters and the allocator's workspace;
 //   runtime       = the cluster's runtime reserve (outside the caching allocator).
+// With parameter servers the optimizer states live on the servers (no optimizer bytes or
+// temporaries on a worker); PowerSGD adds its fp32 error-feedback buffer to "other".
 //
 // Tensors by lifetime (the software profile's MemoryProfile says what the stack keeps): the peak
 // of a stage is the larger of two moments of the step,
@@ -97,6 +99,7 @@ struct MemoryModel {
   Bytes workspace = 0;        // inside the allocator, not scaled
   double safety_margin = 0;   // share of capacity a plan must leave free (Allocator::safety_margin)
   Bytes other = 0;            // ZeRO-3's gathered layer parameters, every stage
+  double error_feedback = 0;  // gradient compression's error-feedback bytes per parameter (in "other")
   Bytes runtime = 0;          // the cluster's runtime reserve, outside the allocator
 };
 // The default MemoryProfile and Allocator (Megatron-style accounting, no allocator overhead).

@@ -11,9 +11,11 @@
 
 #include "sim/check.hpp"
 #include "sim/collectives.hpp"
+#include "sim/compression.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/op_time.hpp"
+#include "sim/param_server.hpp"
 #include "sim/rank_layout.hpp"
 
 namespace trainplan {
@@ -265,6 +267,14 @@ StepCosts step_costs(const Setting& x) {
   const int nchunks = s.pp * s.vp;
   const std::vector<int> split = partition_layers(graph.model().layers, nchunks, layer.total(), pre.total(), post.total());
   const StateBytes state = state_bytes(s);
+  // Gradient compression (compression.hpp): bytes on the wire and extra compute of one layer and
+  // of the end ops; parameter servers (param_server.hpp) replace the DP collective.
+  const CompressionCost layer_cc = compression_cost(layer_gradients(graph, s), x.cluster, s, state.grad);
+  const CompressionCost pre_cc = compression_cost(pre_gradients(graph, s), x.cluster, s, state.grad);
+  const CompressionCost post_cc = compression_cost(post_gradients(graph, s), x.cluster, s, state.grad);
+  const bool reduces = x.dp_group > 1 || s.uses_ps();  // gradients leave the GPU at all
+  const PsNetwork ps = ps_network(x.cluster, s);
+  std::vector<Seconds> compress(nchunks, 0.0);
 
   StepCosts out;
   out.chunks.resize(nchunks);
@@ -299,9 +309,20 @@ StepCosts step_costs(const Setting& x) {
     // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
     if (x.sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(x.cluster, x.sw, c.params).time(x.sw);
     c.grad_bytes = c.params * state.grad;
+    CompressionCost cc = n * layer_cc;
+    if (c.has_embedding) cc += pre_cc;
+    if (c.has_head) cc += post_cc;
+    if (reduces) compress[v] = cc.compute;
     if (v > 0 && c.params == out.chunks[v - 1].params) {  // same layers: same collectives
       c.zero3_gather = out.chunks[v - 1].zero3_gather;
       c.dp_reduce = out.chunks[v - 1].dp_reduce;
+      continue;
+    }
+    if (s.uses_ps()) {
+      // Push the (compressed) gradients, pull the 16-bit parameters: per round one call and a
+      // message each way (param_server.hpp).
+      c.dp_reduce = cc.rounds * (x.cluster.collectives.call_overhead + 2 * ps.latency) +
+                    ps_transfer_time(ps, cc.wire, c.params * state.weight);
       continue;
     }
     if (x.dp_group == 1) continue;
@@ -309,18 +330,21 @@ StepCosts step_costs(const Setting& x) {
     // layer's gradients with their own call (ring latency and the cluster's per-call overhead per
     // layer), the chunk's end ops in one more; ZeRO 0/1 reduce a chunk's gradients once per step
     // (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter all-gather follows the optimizer).
+    // Compression changes the message (cc.wire instead of c.grad_bytes) and, for PowerSGD, makes
+    // two rounds of each call (P, then Q).
     const Seconds call = x.cluster.collectives.call_overhead;
     const double calls = std::max(1.0, n) + (c.params > n * layer.params ? 1 : 0);
+    const double rounds = cc.rounds;
     if (s.zero == 3) {
       c.zero3_gather =
           calls * (collective_time(Collective::all_gather, x.dp_group, c.params * state.weight / calls, x.dp_link) + call);
     }
     if (s.zero >= 2) {
       c.dp_reduce =
-          calls * (collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes / calls, x.dp_link) + call);
+          calls * (collective_time(Collective::reduce_scatter, x.dp_group, cc.wire / calls, x.dp_link) + call);
     } else {
-      c.dp_reduce = call + (s.zero == 1 ? collective_time(Collective::reduce_scatter, x.dp_group, c.grad_bytes, x.dp_link)
-                                        : collective_time(Collective::all_reduce, x.dp_group, c.grad_bytes, x.dp_link));
+      c.dp_reduce = rounds * (call + (s.zero == 1 ? collective_time(Collective::reduce_scatter, x.dp_group, cc.wire / rounds, x.dp_link)
+                                                  : collective_time(Collective::all_reduce, x.dp_group, cc.wire / rounds, x.dp_link)));
     }
   }
 
@@ -341,8 +365,27 @@ StepCosts step_costs(const Setting& x) {
   }
   const double opt_share = s.zero >= 1 ? 1.0 / x.dp_group : 1.0;
   // The optimizer as the software runs it over the parameters this rank updates; weight casts and
-  // gradient-buffer upkeep once a step (where not every micro-batch).
-  out.optimizer = optimizer_cost(x.cluster, x.sw, busiest_params * opt_share).time(x.sw);
+  // gradient-buffer upkeep once a step (where not every micro-batch). With parameter servers the
+  // servers update their shards instead (each server GPU total / (S x GPUs per node) parameters,
+  // param_server.hpp), between the last push and the last pull.
+  if (s.uses_ps()) {
+    double total_params = 0;
+    for (const auto& c : out.chunks) total_params += c.params * s.tp;
+    out.optimizer = optimizer_cost(x.cluster, x.sw, ps_params_per_server_gpu(total_params, ps)).time(x.sw);
+    out.ps_servers = s.ps_servers;
+  } else {
+    out.optimizer = optimizer_cost(x.cluster, x.sw, busiest_params * opt_share).time(x.sw);
+  }
+  // Compression kernels run on the compute stream once a step (the last micro-batch's backward):
+  // charged with the optimizer step, on the stage with the most of them.
+  Seconds busiest_compress = 0;
+  for (int i = 0; i < s.pp; ++i) {
+    Seconds sum = 0;
+    for (int v = i; v < nchunks; v += s.pp) sum += compress[v];
+    busiest_compress = std::max(busiest_compress, sum);
+  }
+  out.optimizer += busiest_compress;
+  out.compression = busiest_compress;
   if (!x.sw.weight_cast_per_micro_batch) out.optimizer += weight_cast_cost(x.cluster, x.sw, busiest_params).time(x.sw);
   if ((s.zero == 1 || s.zero == 2) && x.dp_group > 1) {
     out.dp_param_gather = collective_time(Collective::all_gather, x.dp_group, busiest_params * state.weight, x.dp_link) +
@@ -380,6 +423,7 @@ const char* reason_key(InfeasibleReason r) {
 
 std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
   if (auto bad = validate(s, graph.model())) return Infeasible{.reason = InfeasibleReason::invalid_strategy, .detail = *bad};
+  if (auto bad = validate_on(s, cluster)) return Infeasible{.reason = InfeasibleReason::invalid_strategy, .detail = *bad};
   if (s.seq_len != graph.seq_len()) {
     return Infeasible{.reason = InfeasibleReason::invalid_strategy,
                       .detail = fmt::format("sequence length {} differs from the layer graph's {}", s.seq_len, graph.seq_len())};
@@ -540,6 +584,7 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
   const FlopsPerSecond peak = cluster.gpu.peak(s.dtype);
   tp.mfu = tp.model_tflops_per_gpu * kTera / peak;
   tp.hfu = tp.hardware_tflops_per_gpu * kTera / peak;
+  set_parameter_server_figures(e);
   return e;
 }
 

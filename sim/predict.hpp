@@ -50,7 +50,11 @@ struct StepCosts {
   // accounting, allocator and safety margin decide compose()'s memory and out-of-memory verdict.
   MemoryModel memory;
   Seconds p2p = 0;                 // one activation (or gradient) send between adjacent stages
-  Seconds optimizer = 0;           // optimizer step on the busiest stage
+  Seconds optimizer = 0;           // optimizer step on the busiest stage (on the servers with
+                                   // parameter servers), plus gradient-compression kernels
+  int ps_servers = 0;              // parameter-server shards (0: none); dp_reduce is then push + pull
+                                   // and the optimizer runs on the servers
+  Seconds compression = 0;         // gradient-compression kernels on the busiest stage (in optimizer)
   Seconds dp_param_gather = 0;     // ZeRO 1/2 all-gather of updated parameters after the step
   bool zero_reduce_per_micro_batch = false;  // ZeRO 2/3 reduce-scatter gradients every micro-batch
   Overlap overlap;                 // share of each DP/ZeRO collective the software hides behind compute

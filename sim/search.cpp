@@ -73,11 +73,17 @@ struct Layout {
   int gpus() const { return dp * tp * pp * cp; }
 };
 
-// One (ZeRO, recompute, sequence-parallel) choice; the innermost odometer digits, flattened.
+// One (ZeRO, recompute, sequence-parallel, DP algorithm, compression) choice; the innermost
+// odometer digits, flattened.
 struct Setting {
   int zero;
   Recompute recompute;
   bool sp;
+  DpAlgorithm dpa = DpAlgorithm::allreduce;
+  GradCompression gc{};
+  // Index into the per-layout model-state floors: the ZeRO stage, or 4 with parameter servers
+  // (no optimizer states on the workers).
+  int states() const { return dpa == DpAlgorithm::allreduce ? zero : 4; }
 };
 
 // Everything about the search that does not change per candidate, plus the bound constants.
@@ -120,6 +126,12 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
   s.dtype = p.space.dtype;
   s.attention = p.space.attention;
   s.fp32_grad_accum = p.space.fp32_grad_accum;
+  s.dp_algorithm = st.dpa;
+  s.grad_compression = st.gc;
+  if (s.uses_ps()) {
+    s.ps_servers = p.space.ps_servers;
+    s.ps_placement = p.space.ps_placement;
+  }
   return s;
 }
 
@@ -172,8 +184,10 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
     throw InputError(fmt::format("--gpus {}: {} has at most {} GPUs", sp.gpus, c.name, c.max_gpus()));
   }
   if (o.top_k < 1) throw InputError(fmt::format("--top {}: must be >= 1", o.top_k));
-  if (sp.zero_stages.empty() || sp.recompute.empty() || sp.schedules.empty() || sp.sequence_parallel.empty()) {
-    throw InputError("search space: zero stages, recompute, schedules and sequence-parallel lists must not be empty");
+  if (sp.zero_stages.empty() || sp.recompute.empty() || sp.schedules.empty() || sp.sequence_parallel.empty() ||
+      sp.dp_algorithms.empty() || sp.grad_compressions.empty()) {
+    throw InputError(
+        "search space: zero stages, recompute, schedules, sequence-parallel, dp-algorithm and compression lists must not be empty");
   }
   Problem p{g, c, sw, sp, o, {}, {}, {}, 0, 0, 0, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
   for (int mb : divisors(sp.global_batch)) {
@@ -183,8 +197,15 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
     if (z < 0 || z > 3) throw InputError(fmt::format("search space: ZeRO stage {} must be 0..3", z));
     for (Recompute r : sp.recompute) {
       for (bool on : sp.sequence_parallel) {
-        if (!on) p.settings_tp1.push_back({z, r, false});
-        p.settings_tp.push_back({z, r, on});
+        for (DpAlgorithm a : sp.dp_algorithms) {
+          if (a != DpAlgorithm::allreduce && z != 0) continue;  // the servers hold the optimizer
+          for (const GradCompression& gc : sp.grad_compressions) {
+            if (gc.kind == CompressionKind::powersgd && z != 0) continue;
+            if (gc.kind == CompressionKind::bf16 && sp.dtype != Dtype::fp32 && !sp.fp32_grad_accum) continue;
+            if (!on) p.settings_tp1.push_back({z, r, false, a, gc});
+            p.settings_tp.push_back({z, r, on, a, gc});
+          }
+        }
       }
     }
   }
@@ -277,8 +298,11 @@ double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<double>(
 
 // Model-state bytes summed over stages: every parameter is held by some stage, split at least tp
 // ways, sharded by ZeRO over dp x cp (memory_model's model_state_bytes, as predict uses it).
+// Index 4 (parameter servers): weights and gradients only.
 Bytes states_floor(const Problem& p, int dp, int tp, int cp, int zero) {
-  return model_state_bytes(p.graph.total_params() / tp, p.state, zero, static_cast<double>(dp * cp)).total();
+  StateBytes b = p.state;
+  if (zero == 4) b.optimizer = 0;
+  return model_state_bytes(p.graph.total_params() / tp, b, zero == 4 ? 0 : zero, static_cast<double>(dp * cp)).total();
 }
 
 // A relative margin so that rounding never lifts a bound above the figure it bounds.
@@ -296,7 +320,7 @@ Bounds bounds(const Problem& p, const Strategy& s, Bytes per_layer_act) {
   const Seconds step = work_floor(p, s.tp, s.cp, s.micro_batch, s.recompute == Recompute::full) *
                        pipeline_factor(s.pp, m, s.vp);
   const Bytes memory = p.cluster.runtime_overhead +
-                       (states_floor(p, s.dp, s.tp, s.cp, s.zero) +
+                       (states_floor(p, s.dp, s.tp, s.cp, s.uses_ps() ? 4 : s.zero) +
                         activation_floor_layers(p, s.schedule, s.pp, m, s.vp) * per_layer_act) / s.pp;
   return {step * kMargin, memory * kMargin};
 }
@@ -430,10 +454,10 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w) {
   const Bytes overhead = p.cluster.runtime_overhead;
   const int gpus = l.gpus();
   // Per-setting state bytes (by ZeRO stage) and the smallest of them.
-  double states[4];
+  double states[5];
   double min_states = std::numeric_limits<double>::infinity();
-  for (int z = 0; z < 4; ++z) states[z] = states_floor(p, l.dp, l.tp, l.cp, z);
-  for (const Setting& st : settings) min_states = std::min(min_states, states[st.zero]);
+  for (int z = 0; z < 5; ++z) states[z] = states_floor(p, l.dp, l.tp, l.cp, z);
+  for (const Setting& st : settings) min_states = std::min(min_states, states[st.states()]);
   // Layout level: out of memory with the best ZeRO stage and no activations, or slower than the
   // threshold with one micro-batch and no bubble.
   if ((overhead + min_states / l.pp) * kMargin > capacity) {
@@ -475,7 +499,7 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w) {
         return;
       }
       for (const Setting& st : settings) {
-        const Bytes memory = overhead + (states[st.zero] + floor_layers * act[static_cast<int>(st.recompute) * 2 + st.sp]) / l.pp;
+        const Bytes memory = overhead + (states[st.states()] + floor_layers * act[static_cast<int>(st.recompute) * 2 + st.sp]) / l.pp;
         if (memory * kMargin > capacity) {
           ++w.stats.pruned_out_of_memory;
           continue;

@@ -52,6 +52,14 @@ struct SearchSpace {
   Dtype dtype = Dtype::bf16;
   Attention attention = Attention::flash;
   bool fp32_grad_accum = false;
+  // How replicas combine gradients (strategy.hpp). The default space keeps the all-reduce and no
+  // compression; callers opt in to parameter servers (with ps_servers/ps_placement for all of
+  // them) and compressions. Combinations validate() refuses (PS or PowerSGD with ZeRO > 0, bf16
+  // with 16-bit gradients) are not enumerated.
+  std::vector<DpAlgorithm> dp_algorithms{DpAlgorithm::allreduce};
+  std::vector<GradCompression> grad_compressions{GradCompression{}};
+  int ps_servers = 1;
+  PsPlacement ps_placement = PsPlacement::dedicated;
 };
 
 // Default limits for a cluster: tp and cp within one node, cp only while each rank keeps at least

@@ -14,6 +14,7 @@ const char* to_string(Stream s) {
     case Stream::pp_forward: return "pp send activations";
     case Stream::pp_backward: return "pp send gradients";
     case Stream::dp: return "dp collectives";
+    case Stream::ps_server: return "parameter server";
   }
   return "?";
 }
@@ -30,6 +31,8 @@ const char* to_string(EventKind k) {
     case EventKind::grad_reduce: return "gradient reduce";
     case EventKind::zero3_gather: return "zero3 gather";
     case EventKind::param_gather: return "parameter all-gather";
+    case EventKind::ps_push_pull: return "ps push/pull";
+    case EventKind::ps_update: return "ps update";
   }
   return "?";
 }
@@ -96,7 +99,8 @@ Seconds dp_issue(StageState& st, int stage, Seconds issue, Seconds duration, Eve
   if (duration <= 0) return end;
   if (st.last_dp_event >= 0) {
     Event& last = st.events[static_cast<std::size_t>(st.last_dp_event)];
-    if (last.kind == kind && kind == EventKind::grad_reduce && last.micro_batch == mb && last.chunk == chunk &&
+    if (last.kind == kind && (kind == EventKind::grad_reduce || kind == EventKind::ps_push_pull) &&
+        last.micro_batch == mb && last.chunk == chunk &&
         last.end == start) {
       last.end = end;
       return end;
@@ -157,7 +161,8 @@ void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, S
   const int buckets = std::max(1, c.layers);
   for (int j = 0; j < buckets; ++j) {
     const Seconds ready = start + (end - start) * (j + 1) / buckets;
-    dp_issue(st, stage, ready, c.dp_reduce / buckets, EventKind::grad_reduce, slot.micro_batch, slot.chunk);
+    dp_issue(st, stage, ready, c.dp_reduce / buckets,
+             r.costs.ps_servers > 0 ? EventKind::ps_push_pull : EventKind::grad_reduce, slot.micro_batch, slot.chunk);
   }
 }
 
@@ -180,7 +185,13 @@ void finish_stage(Run& r, int stage) {
   st.usage.wait_dp += opt_start - st.compute_free;
   st.compute_free = opt_start + r.costs.optimizer;
   st.usage.optimizer += r.costs.optimizer;
-  emit(st, {stage, Stream::compute, EventKind::optimizer, -1, -1, opt_start, st.compute_free});
+  if (r.costs.ps_servers > 0) {
+    const Seconds update_start = opt_start + r.costs.compression;
+    emit(st, {stage, Stream::compute, EventKind::optimizer, -1, -1, opt_start, update_start});
+    emit(st, {stage, Stream::ps_server, EventKind::ps_update, -1, -1, update_start, st.compute_free});
+  } else {
+    emit(st, {stage, Stream::compute, EventKind::optimizer, -1, -1, opt_start, st.compute_free});
+  }
   const Seconds end = dp_issue(st, stage, st.compute_free, r.costs.dp_param_gather, EventKind::param_gather, -1, -1);
   st.usage.end = std::max(end, st.compute_free);
   st.usage.after_optimizer = st.usage.end - st.compute_free;
@@ -325,6 +336,7 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule) {
   }
 
   Timeline t;
+  t.ps_servers = costs.ps_servers;
   std::size_t total = 0;
   for (const auto& st : r.stages) total += st.events.size();
   t.events.reserve(total);
@@ -392,6 +404,7 @@ Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeli
     tp.hardware_tflops_per_gpu *= f;
     tp.mfu *= f;
     tp.hfu *= f;
+    e.ps.updates_per_s *= f;
   }
   return e;
 }

@@ -28,6 +28,10 @@
 //     for its gather.
 //   - at the end each stage waits for its reductions, runs the optimizer step on the compute
 //     stream, then the ZeRO-1/2 all-gather of updated parameters on the dp stream.
+//   - parameter servers (costs.ps_servers > 0): the reductions are push/pull events on the dp
+//     stream; at the end the stage runs its compression kernels (if any) on the compute stream,
+//     then waits for the servers' optimizer step (a ps_update event on Stream::ps_server, counted
+//     as the stage's optimizer time).
 // The step is the latest end over all stages. Pure: no I/O, no state.
 //
 // With uniform stages, zero p2p cost and no DP traffic the simulated step is the closed form
@@ -44,8 +48,10 @@
 
 namespace trainplan {
 
-enum class Stream { compute, pp_forward, pp_backward, dp };
-inline constexpr int kStreams = 4;
+// ps_server: the parameter servers' own stream (their optimizer step on their shards), not one of
+// a worker rank's kStreams.
+enum class Stream { compute, pp_forward, pp_backward, dp, ps_server };
+inline constexpr int kStreams = 4;  // streams of a worker rank
 
 enum class EventKind {
   forward,          // forward of (micro_batch, chunk), TP/CP included          (compute)
@@ -59,6 +65,8 @@ enum class EventKind {
   grad_reduce,      // gradient all-reduce / reduce-scatter (merged buckets)    (dp)
   zero3_gather,     // ZeRO-3 all-gather of a chunk's parameters for one slot   (dp)
   param_gather,     // ZeRO-1/2 all-gather of updated parameters after the step (dp)
+  ps_push_pull,     // parameter servers: push gradients, pull parameters        (dp)
+  ps_update,        // parameter servers apply the optimizer to their shards     (ps_server)
 };
 
 const char* to_string(Stream s);
@@ -98,6 +106,7 @@ struct StageUsage {
 struct Timeline {
   std::vector<Event> events;        // ordered by stage, then issue order per stream
   Seconds step = 0;                 // latest end over all stages
+  int ps_servers = 0;               // parameter-server shards (0: none; see Stream::ps_server)
   std::vector<StageUsage> stages;   // per pipeline stage
   // Time the stage's compute stream is idle during the step; share of the step busy and idle.
   Seconds idle(int stage) const { return step - stages.at(stage).busy(); }

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "sim/check.hpp"
+#include "sim/cluster.hpp"
 #include "sim/strategy.hpp"
 #include "test_helpers.hpp"
 
@@ -97,6 +98,83 @@ TEST(Strategy, Describe) {
   Strategy s = base();
   s.sequence_parallel = true;
   EXPECT_EQ(describe(s), "dp4 tp2 pp2 zero0 mb2 none 1f1b sp");
+}
+
+TEST(Strategy, DataParallelAlgorithmSpellings) {
+  for (const char* a : {"allreduce", "ps", "ps-async"}) EXPECT_STREQ(to_string(*parse_dp_algorithm(a)), a);
+  EXPECT_FALSE(parse_dp_algorithm("ring"));
+  EXPECT_EQ(to_string(*parse_ps_placement("colocated")), std::string("colocated"));
+  EXPECT_FALSE(parse_ps_placement(""));
+  EXPECT_EQ(*parse_grad_compression("powersgd:8"), (GradCompression{CompressionKind::powersgd, 8}));
+  EXPECT_EQ(to_string(GradCompression{CompressionKind::powersgd, 8}), "powersgd:8");
+  EXPECT_EQ(*parse_grad_compression("bf16"), (GradCompression{CompressionKind::bf16, 0}));
+  EXPECT_EQ(*parse_grad_compression("none"), GradCompression{});
+  for (const char* bad : {"powersgd", "powersgd:", "powersgd:0", "powersgd:-1", "powersgd:2x", "powersgd: 2",
+                          "powersgd:65537", "fp16", "bf16:2"}) {
+    EXPECT_FALSE(parse_grad_compression(bad)) << bad;
+  }
+}
+
+TEST(Strategy, ServerAndCompressionRulesNameTheirFlag) {
+  const ModelSpec m = testing::gpt(24, 2048, 16);
+  auto rule = [&](auto change) {
+    Strategy s = base();
+    change(s);
+    auto why = validate(s, m);
+    return why ? *why : std::string();
+  };
+  EXPECT_EQ(rule([](Strategy& s) { s.dp_algorithm = DpAlgorithm::ps; }), "");
+  EXPECT_EQ(rule([](Strategy& s) { s.ps_servers = 0; }).rfind("--ps-servers 0: must be >= 1", 0), 0u);
+  EXPECT_EQ(rule([](Strategy& s) { s.ps_servers = 2; }).rfind("--ps-servers 2: needs --dp-algorithm", 0), 0u);
+  EXPECT_EQ(rule([](Strategy& s) { s.ps_placement = PsPlacement::colocated; }).rfind("--ps-placement", 0), 0u);
+  EXPECT_EQ(rule([](Strategy& s) { s.dp_algorithm = DpAlgorithm::ps_async, s.zero = 1; }).rfind("--dp-algorithm ps-async", 0), 0u);
+  EXPECT_EQ(rule([](Strategy& s) { s.grad_compression = {CompressionKind::powersgd, 0}; })
+                .rfind("--grad-compression powersgd:0: PowerSGD rank must be >= 1", 0),
+            0u);
+  EXPECT_EQ(rule([](Strategy& s) { s.grad_compression = {CompressionKind::powersgd, 4}, s.zero = 2; })
+                .rfind("--grad-compression powersgd:4: needs --zero 0", 0),
+            0u);
+  EXPECT_EQ(rule([](Strategy& s) { s.grad_compression = {CompressionKind::bf16, 0}; }).rfind("--grad-compression bf16", 0), 0u);
+  EXPECT_EQ(rule([](Strategy& s) { s.grad_compression = {CompressionKind::bf16, 0}, s.fp32_grad_accum = true; }), "");
+}
+
+TEST(Strategy, ServerNodesMustFitTheCluster) {
+  Cluster c;
+  c.name = "small";
+  c.gpus_per_node = 8;
+  c.network = {{"net", 64, 50e9, 0, 1}};  // 8 nodes
+  Strategy s = base();  // 16 GPUs: 2 nodes
+  s.dp_algorithm = DpAlgorithm::ps;
+  s.ps_servers = 6;
+  EXPECT_FALSE(validate_on(s, c));  // 2 + 6 = 8 nodes
+  s.ps_servers = 7;
+  EXPECT_EQ(validate_on(s, c).value_or("").rfind("--ps-servers 7: dedicated servers need nodes", 0), 0u);
+  s.ps_placement = PsPlacement::colocated;
+  EXPECT_EQ(validate_on(s, c).value_or("").rfind("--ps-servers 7: colocated servers must not exceed the job's nodes (2)", 0), 0u);
+  s.ps_servers = 2;
+  EXPECT_FALSE(validate_on(s, c));
+}
+
+TEST(Strategy, DefaultDataParallelKeysStayOutOfTheJson) {
+  const auto plain = to_json(base());
+  for (const char* k : {"dp_algorithm", "ps_servers", "ps_placement", "grad_compression"}) EXPECT_FALSE(plain.contains(k)) << k;
+  Strategy s = base();
+  s.dp_algorithm = DpAlgorithm::ps_async;
+  s.ps_servers = 3;
+  s.ps_placement = PsPlacement::colocated;
+  s.grad_compression = {CompressionKind::powersgd, 2};
+  const auto j = to_json(s);
+  EXPECT_EQ(j["dp_algorithm"], "ps-async");
+  EXPECT_EQ(j["grad_compression"], "powersgd:2");
+  const Strategy back = strategy_from_json(j, "plan.json");
+  EXPECT_EQ(back.dp_algorithm, DpAlgorithm::ps_async);
+  EXPECT_EQ(back.ps_servers, 3);
+  EXPECT_EQ(back.ps_placement, PsPlacement::colocated);
+  EXPECT_EQ(back.grad_compression, s.grad_compression);
+  EXPECT_EQ(describe(s), "dp4 tp2 pp2 zero0 mb2 none 1f1b ps-async3c powersgd:2");
+  auto bad = j;
+  bad["grad_compression"] = "powersgd:0";
+  EXPECT_THROW(strategy_from_json(bad, "plan.json"), InputError);
 }
 
 }  // namespace

@@ -1,0 +1,84 @@
+#include "sim/param_server.hpp"
+
+#include <algorithm>
+
+#include "sim/rank_layout.hpp"
+
+namespace trainplan {
+
+PsNetwork ps_network(const Cluster& c, const Strategy& s) {
+  PsNetwork n;
+  n.placement = s.ps_placement;
+  n.servers = s.ps_servers;
+  n.nodes = job_nodes(s, c);
+  n.workers_per_node = std::min(s.gpus(), c.gpus_per_node);
+  n.server_nics = c.gpus_per_node;
+  n.node_bandwidth = c.node.bandwidth * c.node.efficiency;
+  // Replicas of one shard on a node: the DP (and CP) group's members within gpus_per_node ranks.
+  const RankLayout layout(s);
+  const int stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
+  n.local_replicas = std::clamp(c.gpus_per_node / std::max(stride, 1), 1, s.dp * s.cp);
+  if (n.nodes == 1 && n.placement == PsPlacement::colocated) {
+    // One node: the servers are spread over its GPUs, traffic stays on the node link.
+    n.gpu_bandwidth = c.node.bandwidth * c.node.efficiency;
+    n.latency = c.node.latency;
+    return n;
+  }
+  const int extent = (n.nodes + (n.placement == PsPlacement::dedicated ? n.servers : 0)) * c.gpus_per_node;
+  if (c.network.empty()) {  // a single-node cluster: its "network" is the node link
+    n.gpu_bandwidth = c.node.bandwidth * c.node.efficiency;
+    n.latency = c.node.latency;
+    return n;
+  }
+  const LinkTier* tier = &c.network.back();
+  for (const auto& t : c.network) {
+    if (extent <= t.span_gpus) {
+      tier = &t;
+      break;
+    }
+  }
+  n.gpu_bandwidth = tier->bandwidth * tier->efficiency;
+  n.latency = tier->latency;
+  return n;
+}
+
+Seconds ps_transfer_time(const PsNetwork& n, Bytes push, Bytes pull) {
+  if (n.gpu_bandwidth <= 0 || (push <= 0 && pull <= 0)) return 0;
+  const double b = n.gpu_bandwidth, S = n.servers;
+  if (n.nodes == 1 && n.placement == PsPlacement::colocated) {
+    // One node: the units are its GPUs, each a server of 1/w of the shard, over the node link.
+    const double w = n.workers_per_node;
+    return std::max((push + pull) * (w - 1) / w, 0.0) / b;
+  }
+  // Intra-node pre-reduction and gather, then each GPU's 1/L share over the network.
+  const double L = n.local_replicas;
+  const Seconds local = L > 1 && n.node_bandwidth > 0 ? (L - 1) / L * std::max(push, pull) / n.node_bandwidth : 0.0;
+  push /= L;
+  pull /= L;
+  if (n.placement == PsPlacement::dedicated) {
+    const double fan_in = static_cast<double>(n.nodes) * n.workers_per_node / (S * n.server_nics);
+    return std::max(local, std::max(push, pull) / b * std::max(1.0, fan_in));
+  }
+  const double N = n.nodes;
+  const double in = (push * (N - 1) + pull * (S - 1)) / S;
+  const double out = (pull * (N - 1) + push * (S - 1)) / S;
+  const double plain = S < N ? std::max(push, pull) : 0.0;
+  return std::max(local, std::max({in, out, plain}) / b);
+}
+
+double ps_params_per_server_gpu(double total_params, const PsNetwork& n) {
+  return total_params / (static_cast<double>(n.servers) * n.server_nics);
+}
+
+double ps_async_staleness(int workers) { return std::max(0, workers - 1); }
+
+void set_parameter_server_figures(Estimate& e) {
+  const Strategy& s = e.strategy;
+  if (!s.uses_ps() || e.time.step <= 0) return;
+  const bool async = s.dp_algorithm == DpAlgorithm::ps_async;
+  e.ps.workers = s.dp;
+  e.ps.staleness = async ? ps_async_staleness(s.dp) : 0.0;
+  e.ps.updates_per_s = (async ? s.dp : 1) / e.time.step;
+}
+
+}  // namespace trainplan
