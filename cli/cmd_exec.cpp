@@ -24,6 +24,7 @@
 #include "sim/layer_graph.hpp"
 #include "sim/atomic_file.hpp"
 #include "sim/predict.hpp"
+#include "sim/rank_layout.hpp"
 
 namespace trainplan::cli {
 
@@ -38,12 +39,17 @@ discarded), the phase breakdown and peak memory per rank.
 Launch: --nproc N spawns N local ranks; under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, MASTER_ADDR, MASTER_PORT) this
 process is one rank. Exit status: 0 ok, 1 a rank failed, 2 bad input.
+Parameter servers: --dp-algorithm ps runs synchronous servers (data parallelism only, ZeRO 0;
+dedicated servers are extra ranks after the workers). --grad-compression bf16|powersgd:R compresses
+the ZeRO-0 all-reduce. The JSON's dp_bytes_sent_per_step counts the bytes handed to the DP
+collectives (or parameter-server sends) per step.
 
 )";
 
 const char* kExecFlags = R"(execution:
-  --nproc N                 spawn N local ranks (N = dp*tp*pp*cp); --gpus defaults to N (to WORLD_SIZE
-                            under torchrun, SLURM_NTASKS under Slurm, else 1)
+  --nproc N                 spawn N local ranks (N = dp*tp*pp*cp, plus --ps-servers with dedicated
+                            parameter servers); --gpus defaults to N (to WORLD_SIZE under torchrun,
+                            SLURM_NTASKS under Slurm, else 1)
   --device cpu|cuda         where the ranks run (default: cuda when available, else cpu); Gloo ranks
                             may share one GPU (correctness checks)
   --backend nccl|gloo       collectives (default: nccl on cuda, gloo on cpu)
@@ -155,6 +161,16 @@ void check_divisible(const char* what, long long n, int tp) {
   if (n % tp != 0) throw InputError(fmt::format("--tp {}: the model's {} ({}) must be divisible by tp for exec", tp, what, n));
 }
 
+// The processes a job runs (RankLayout: the workers, plus dedicated parameter servers) and how
+// the plan arrives at that number.
+int job_ranks(const Strategy& s) { return RankLayout(s).job_ranks(); }
+std::string describe_ranks(const Strategy& s) {
+  const RankLayout l(s);
+  if (l.job_ranks() == l.world()) return fmt::format("dp*tp*pp*cp = {} ranks", l.world());
+  return fmt::format("{} ranks (dp*tp*pp*cp = {} workers and {} dedicated parameter server(s))", l.job_ranks(), l.world(),
+                     l.servers());
+}
+
 // --gpus when neither it, --dp nor --plan is given: the ranks the job has (--nproc, or the
 // launcher's world size), or 1.
 std::optional<std::string> default_gpus(const Args& args) {
@@ -178,6 +194,30 @@ Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions&
   m.seed = o.seed;
   m.environment = {{"backend", o.backend}, {"device", m.device}, {"ranks", world}};
   return m;
+}
+
+// Parameter servers and gradient compression (issue 11): the combinations exec runs; the planner
+// models the others.
+void check_exec_supports(const Strategy& s) {
+  if (s.dp_algorithm == DpAlgorithm::ps_async)
+    throw InputError("--dp-algorithm ps-async: exec runs synchronous parameter servers only (use ps); predict and "
+                     "simulate model ps-async");
+  if (s.uses_ps()) {
+    if (s.tp > 1 || s.pp > 1 || s.cp > 1)
+      throw InputError(fmt::format("--dp-algorithm ps: exec runs parameter servers with data parallelism only, "
+                                   "tp = pp = cp = 1 (got tp {}, pp {}, cp {})", s.tp, s.pp, s.cp));
+    if (s.zero != 0)
+      throw InputError(fmt::format("--zero {}: with --dp-algorithm ps the servers hold the optimizer state; --zero must be 0",
+                                   s.zero));
+    if (s.dtype == Dtype::fp16)
+      throw InputError("--dtype fp16: exec's parameter servers have no loss scaling; use bf16 or fp32 with --dp-algorithm ps");
+    if (s.grad_compression.kind != CompressionKind::none)
+      throw InputError(fmt::format("--grad-compression {}: exec compresses the all-reduce, not parameter-server pushes; "
+                                   "use none with --dp-algorithm ps", to_string(s.grad_compression)));
+  }
+  if (s.grad_compression.kind != CompressionKind::none && s.zero != 0)
+    throw InputError(fmt::format("--grad-compression {}: exec compresses the ZeRO-0 all-reduce; --zero must be 0 (got {})",
+                                 to_string(s.grad_compression), s.zero));
 }
 
 }  // namespace
@@ -235,6 +275,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
   if (s.sequence_parallel && s.tp > 1) check_divisible("sequence length / cp", s.seq_len / s.cp, s.tp);
   if (in.model.position == Position::alibi)
     throw InputError(fmt::format("--model {}: exec does not implement ALiBi positions", in.model.name));
+  check_exec_supports(s);
 
   // The profile that describes what exec launches, unless --software names another.
   in.software = read_software_flag(f, ctx.data_dir, "trainplan-exec");
@@ -293,8 +334,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
   }
 
   if (local_launch) {
-    if (*nproc != s.gpus())
-      throw InputError(fmt::format("--nproc {}: the plan has dp*tp*pp*cp = {} ranks", *nproc, s.gpus()));
+    if (*nproc != job_ranks(s)) throw InputError(fmt::format("--nproc {}: the plan has {}", *nproc, describe_ranks(s)));
     const std::optional<JsonOutput> out = open_json_output("json", json_path);  // an unwritable path: now
     std::vector<std::string> argv{"trainplan", "exec"};
     argv.insert(argv.end(), given.begin(), given.end());
@@ -316,11 +356,12 @@ int cmd_exec(const Args& given, const Context& ctx) {
     env.master_port = env_port(29500, false);
     env.store_server_external = spawned;
     env.status_fd = spawned ? env_int("TRAINPLAN_STATUS_FD", -1) : -1;
-    if (env.world != s.gpus())
-      throw InputError(fmt::format("world size {} does not match the plan's dp*tp*pp*cp = {}", env.world, s.gpus()));
+    if (env.world != job_ranks(s))
+      throw InputError(fmt::format("world size {} does not match the plan's {}", env.world, describe_ranks(s)));
     if (env.rank >= env.world) throw InputError(fmt::format("rank {} is not below the world size {}", env.rank, env.world));
-  } else if (s.gpus() != 1) {
-    throw InputError(fmt::format("the plan needs {} ranks: add --nproc {}, or run under torchrun or Slurm", s.gpus(), s.gpus()));
+  } else if (job_ranks(s) != 1) {
+    throw InputError(fmt::format("the plan needs {}: add --nproc {}, or run under torchrun or Slurm",
+                                 describe_ranks(s), job_ranks(s)));
   }
 
   std::optional<JsonOutput> json_out;

@@ -1,5 +1,7 @@
 #include "exec/parallel.hpp"
 
+#include <numeric>
+
 #include <fmt/format.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -132,6 +134,7 @@ void Comm::all_reduce(at::Tensor& t, c10d::ReduceOp op) {
   PhaseScope s(*clock_, phase_);
   c10d::AllreduceOptions o;
   o.reduceOp = op;
+  count(t);
   std::vector<at::Tensor> v{staged(t) ? t.cpu() : t};
   pg_->allreduce(v, o)->wait();
   if (staged(t)) t.copy_(v[0]);
@@ -139,6 +142,7 @@ void Comm::all_reduce(at::Tensor& t, c10d::ReduceOp op) {
 
 c10::intrusive_ptr<c10d::Work> Comm::all_reduce_async(at::Tensor& t) {
   if (size() == 1) return {};
+  count(t);
   std::vector<at::Tensor> v{staged(t) ? t.cpu() : t};
   auto w = pg_->allreduce(v);
   return staged(t) ? staged_work(w, v[0], t) : w;
@@ -148,6 +152,7 @@ at::Tensor Comm::all_gather_dim0(const at::Tensor& t) {
   if (size() == 1) return t;
   PhaseScope s(*clock_, phase_);
   at::Tensor in = staged(t) ? t.cpu().contiguous() : t.contiguous();
+  count(in);
   auto shape = in.sizes().vec();
   shape[0] *= size();
   at::Tensor out = at::empty(shape, in.options());
@@ -160,6 +165,7 @@ at::Tensor Comm::reduce_scatter_dim0(const at::Tensor& t) {
   PhaseScope s(*clock_, phase_);
   at::Tensor in = staged(t) ? t.cpu().contiguous() : t.contiguous();
   TORCH_CHECK(in.size(0) % size() == 0, "reduce_scatter: dim 0 not divisible by group size");
+  count(in);
   auto shape = in.sizes().vec();
   shape[0] /= size();
   at::Tensor out = at::empty(shape, in.options());
@@ -172,6 +178,7 @@ c10::intrusive_ptr<c10d::Work> Comm::all_gather_flat_async(at::Tensor& full, at:
     if (full.data_ptr() != shard.data_ptr()) full.copy_(shard);
     return {};
   }
+  count(shard);
   if (!staged(full)) return pg_->_allgather_base(full, shard);
   at::Tensor host_full = at::empty(full.sizes(), full.options().device(at::kCPU)), host_shard = shard.cpu();
   return staged_work(pg_->_allgather_base(host_full, host_shard), host_full, full);
@@ -182,6 +189,7 @@ c10::intrusive_ptr<c10d::Work> Comm::reduce_scatter_flat_async(at::Tensor& shard
     if (full.data_ptr() != shard.data_ptr()) shard.copy_(full);
     return {};
   }
+  count(full);
   if (!staged(full)) return pg_->_reduce_scatter_base(shard, full);
   at::Tensor host_full = full.cpu(), host_shard = at::empty(shard.sizes(), shard.options().device(at::kCPU));
   return staged_work(pg_->_reduce_scatter_base(host_shard, host_full), host_shard, shard);
@@ -198,6 +206,7 @@ c10::intrusive_ptr<c10d::Work> Comm::reduce_async(at::Tensor& t, int root) {
 
 c10::intrusive_ptr<c10d::Work> Comm::send(at::Tensor& t, int dst_index, int tag) {
   PhaseScope s(*clock_, phase_);
+  count(t);
   std::vector<at::Tensor> v{staged(t) ? t.cpu() : t};
   auto w = pg_->send(v, dst_index, tag);
   return staged(t) ? staged_work(w, v[0]) : w;  // the host copy lives until the send is waited for
@@ -266,8 +275,15 @@ std::unique_ptr<Comm> join(const std::vector<std::vector<int>>& groups, int rank
 Groups make_groups(const RankLayout& layout, int rank, const c10::intrusive_ptr<c10d::Store>& store,
                    const GroupSettings& settings, PhaseClock& clock) {
   Groups g;
-  g.world = join(layout.all_groups({Dim::tp, Dim::cp, Dim::dp, Dim::pp}), rank, "world", store, settings, clock,
-                 Ph::other);
+  std::vector<int> job(layout.job_ranks());
+  std::iota(job.begin(), job.end(), 0);
+  g.world = join({job}, rank, "world", store, settings, clock, Ph::other);
+  if (!layout.is_worker(rank)) {  // a dedicated parameter server
+    for (auto [comm, name] : {std::pair{&g.tp, "tp"}, {&g.cp, "cp"}, {&g.dp, "dp"}, {&g.pp, "pp"}, {&g.embed, "embed"}})
+      *comm = join({{rank}}, rank, name, store, settings, clock, Ph::other);
+    g.ps = join({job}, rank, "ps", store, settings, clock, Ph::dp_comm);
+    return g;
+  }
   g.tp = join(layout.all_groups({Dim::tp}), rank, "tp", store, settings, clock, Ph::tp_comm);
   g.cp = join(layout.all_groups({Dim::cp}), rank, "cp", store, settings, clock, Ph::cp_comm);
   g.dp = join(layout.all_groups({Dim::dp, Dim::cp}), rank, "dp", store, settings, clock, Ph::dp_comm);
@@ -281,6 +297,7 @@ Groups make_groups(const RankLayout& layout, int rank, const c10::intrusive_ptr<
   }
   std::sort(embed.begin(), embed.end());
   g.embed = join(embed, rank, "embed", store, settings, clock, Ph::pp_comm);
+  if (layout.servers() > 0) g.ps = join({job}, rank, "ps", store, settings, clock, Ph::dp_comm);
   return g;
 }
 

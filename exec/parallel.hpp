@@ -95,6 +95,11 @@ class Comm {
   void wait(const c10::intrusive_ptr<c10d::Work>& w, Ph phase);
 
   PhaseClock& clock() const { return *clock_; }
+  // Bytes this rank has handed to the group's collectives and sends so far: the input tensors'
+  // sizes (an all-reduce's or all-gather's input, a reduce-scatter's full input, a send's
+  // tensor), not what a given algorithm puts on each link (a ring all-reduce sends 2(W-1)/W of
+  // its input). Nothing is counted in a group of one.
+  double bytes_sent() const { return bytes_sent_; }
 
  private:
   c10::intrusive_ptr<c10d::Backend> pg_;
@@ -104,6 +109,8 @@ class Comm {
   Ph phase_;
   std::string name_;
   bool stage_cuda_ = false;
+  double bytes_sent_ = 0;
+  void count(const at::Tensor& t) { bytes_sent_ += static_cast<double>(t.numel()) * static_cast<double>(t.element_size()); }
   bool staged(const at::Tensor& t) const { return stage_cuda_ && t.is_cuda(); }
 };
 
@@ -114,6 +121,10 @@ class Comm {
 struct Groups {
   std::unique_ptr<Comm> world, tp, cp, dp, pp;
   std::unique_ptr<Comm> embed;  // first and last pipeline stage (tied embeddings), else size 1
+  // Parameter servers (RankLayout::servers() > 0): every rank of the job, workers and servers,
+  // for the push/pull sends (timed as dp_comm); null without them. `world` then also holds the
+  // dedicated servers, which are alone in each of tp, cp, dp, pp and embed.
+  std::unique_ptr<Comm> ps;
 };
 
 struct GroupSettings {

@@ -16,7 +16,7 @@ constexpr Seconds PhaseTimes::*kFields[] = {
     &PhaseTimes::cp_comm, &PhaseTimes::pp_comm,  &PhaseTimes::dp_comm,         &PhaseTimes::dp_comm_exposed,
     &PhaseTimes::bubble,  &PhaseTimes::optimizer, &PhaseTimes::other};
 constexpr int kFieldCount = static_cast<int>(std::size(kFields));
-constexpr int kPerStep = 1 + kFieldCount;  // wall, then the phases
+constexpr int kPerStep = 2 + kFieldCount;  // wall, the phases, DP bytes
 constexpr int kMemory = 3;                 // allocated, reserved, max RSS
 
 PhaseTimes unpack_phases(const double* x) {
@@ -27,20 +27,22 @@ PhaseTimes unpack_phases(const double* x) {
 
 }  // namespace
 
-void StepRecorder::record(Seconds wall, const PhaseTimes& phases, double loss) {
+void StepRecorder::record(Seconds wall, const PhaseTimes& phases, double loss, Bytes dp_bytes) {
   StepRecord r;
   r.wall = wall;
   r.phases = phases;
   r.loss = loss;
   steps_.push_back(r);
+  dp_bytes_.push_back(dp_bytes);
 }
 
 std::vector<double> StepRecorder::pack(const MemoryFigures& peak) const {
   std::vector<double> row;
   row.reserve(steps_.size() * kPerStep + kMemory);
-  for (const StepRecord& s : steps_) {
-    row.push_back(s.wall);
-    for (auto f : kFields) row.push_back(s.phases.*f);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    row.push_back(steps_[i].wall);
+    for (auto f : kFields) row.push_back(steps_[i].phases.*f);
+    row.push_back(dp_bytes_[i]);
   }
   row.push_back(peak.allocated);
   row.push_back(peak.reserved);
@@ -76,11 +78,16 @@ Measurement StepRecorder::build(Measurement m, const std::vector<std::vector<dou
   for (int k = 0; k < world; ++k) {
     RankMeasurement rm;
     rm.rank = k;
-    rm.coords = layout.coord(k);
+    if (layout.is_worker(k)) rm.coords = layout.coord(k);
     const double* x = rows[k].data();
     std::vector<PhaseTimes> ps;
-    for (int i = 0; i < steps; ++i) ps.push_back(unpack_phases(x + i * kPerStep + 1));
+    std::vector<double> bytes;
+    for (int i = 0; i < steps; ++i) {
+      ps.push_back(unpack_phases(x + i * kPerStep + 1));
+      bytes.push_back(x[i * kPerStep + 1 + kFieldCount]);
+    }
     rm.phases = phase_medians(ps);
+    rm.dp_bytes_sent = spread_of(bytes).median;
     const double* mem = x + steps * kPerStep;
     rm.peak_allocated = mem[0];
     rm.peak_reserved = mem[1];

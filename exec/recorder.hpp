@@ -18,22 +18,26 @@ struct MemoryFigures {
 
 class StepRecorder {
  public:
-  // One measured step of this rank. `loss` is the step's global mean loss (the same on every rank).
-  void record(Seconds wall, const PhaseTimes& phases, double loss);
+  // One measured step of this rank. `loss` is the step's global mean loss (the same on every rank);
+  // `dp_bytes` what the rank handed to its DP (or parameter-server) collectives in the step.
+  void record(Seconds wall, const PhaseTimes& phases, double loss, Bytes dp_bytes = 0);
   int steps() const { return static_cast<int>(steps_.size()); }
 
-  // This rank's figures as one row: per step (wall, the 11 PhaseTimes fields), then the memory.
+  // This rank's figures as one row: per step (wall, the 11 PhaseTimes fields, DP bytes), then the
+  // memory.
   std::vector<double> pack(const MemoryFigures& peak) const;
 
   // The job's measurement from every rank's pack() (rows[k] is rank k's; all from recorders with
   // the same number of steps). `header` carries the run's description (strategy, model, cluster,
   // backend, device, warmup, seed, environment, throughput.model_flops_per_step); per step the
   // wall time is the slowest rank's and the phases the busiest rank's (largest compute), per rank
-  // the phase medians and memory. Losses are this recorder's. summarize() fills the rest.
+  // the phase medians, DP bytes (median) and memory. Losses are this recorder's. summarize() fills
+  // the rest. Ranks beyond the layout's workers (dedicated parameter servers) get zero coords.
   Measurement build(Measurement header, const std::vector<std::vector<double>>& rows) const;
 
  private:
   std::vector<StepRecord> steps_;
+  std::vector<Bytes> dp_bytes_;  // per step
 };
 
 }  // namespace trainplan::exec

@@ -1,6 +1,8 @@
 // DP/ZeRO gradient reduction and the AdamW step over this rank's shard (see reducer.hpp).
 #include "exec/reducer.hpp"
 
+#include "exec/compression.hpp"
+
 #include <ATen/ops/_fused_adamw.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -40,6 +42,7 @@ struct DpReducer::Bucket {
 struct DpReducer::Chunk {
   ModelChunk* model = nullptr;
   bool tied_copy = false;
+  int compressed = -1;    // the chunk's index in the compressor, -1 when uncompressed
   int64_t shard = 0, shard_offset = 0;  // this DP rank's slice of the flat buffers
   at::Tensor master;      // parameters the optimizer updates (full, a slice view, or a ZeRO-3 copy)
   at::Tensor grad;        // gradients it reads (full, or the reduce-scattered slice)
@@ -54,13 +57,56 @@ struct DpReducer::Chunk {
   int tied_param = -1;  // ZeRO-2/3: the tied copy's parameter, reduced after its twin's sum (no bucket)
 };
 
-// The optimizer's view of the shards: per parameter (or the part of it in this rank's shard), 1-D
-// views of master weights, gradients and both moments, in two groups (with and without weight
-// decay) that at::_fused_adamw_ updates in one multi-tensor launch each.
-struct DpReducer::AdamGroup {
+// The optimizer's view of the shards: per parameter (or the part of it in the shard), 1-D views
+// of master weights, gradients and both moments, in two groups (with and without weight decay)
+// that at::_fused_adamw_ updates in one multi-tensor launch each.
+struct ShardAdamW::Group {
   double weight_decay = 0;
   std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
 };
+
+ShardAdamW::ShardAdamW(AdamWSettings a) : adam_(a) {}
+ShardAdamW::~ShardAdamW() = default;
+
+void ShardAdamW::add(const std::vector<ParamInfo>& params, int64_t lo, const at::Tensor& master,
+                     const at::Tensor& grad, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq) {
+  if (groups_.empty()) {
+    groups_.resize(2);
+    groups_[0].weight_decay = adam_.weight_decay;  // matrices
+    groups_[1].weight_decay = 0;                   // vectors (norms, biases)
+    // The step count the fused kernel reads (fp32, on the parameters' device), incremented on
+    // the device before each update as torch.optim.AdamW(fused=True) does.
+    step_ = at::zeros({}, master.options().dtype(at::kFloat));
+  }
+  // Intersect each parameter's element range with the shard; the padding at the end of the flat
+  // buffer belongs to no parameter and stays zero.
+  const int64_t hi = lo + master.numel();
+  for (const ParamInfo& p : params) {
+    const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+    if (b >= e) continue;
+    Group& g = groups_[p.decay ? 0 : 1];
+    g.params.push_back(master.narrow(0, b - lo, e - b));
+    g.grads.push_back(grad.narrow(0, b - lo, e - b));
+    g.exp_avgs.push_back(exp_avg.narrow(0, b - lo, e - b));
+    g.exp_avg_sqs.push_back(exp_avg_sq.narrow(0, b - lo, e - b));
+    g.steps.push_back(step_);
+  }
+}
+
+void ShardAdamW::step() {
+  // AdamW (Loshchilov & Hutter 2019, Algorithm 2) by LibTorch's fused multi-tensor kernel, on
+  // CUDA and CPU alike: p <- p (1 - lr wd); m <- b1 m + (1 - b1) g; v <- b2 v + (1 - b2) g^2;
+  // p <- p - lr/(1 - b1^t) * m / (sqrt(v)/sqrt(1 - b2^t) + eps). No temporaries the size of the
+  // parameters, no host synchronisation (the step count lives on the device).
+  torch::NoGradGuard ng;
+  if (groups_.empty()) return;
+  step_.add_(1);
+  for (Group& g : groups_) {
+    if (g.params.empty()) continue;
+    at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, g.steps, adam_.lr,
+                      adam_.beta1, adam_.beta2, g.weight_decay, adam_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
+}
 
 struct DpReducer::Pending {
   c10::intrusive_ptr<c10d::Work> work;
@@ -74,7 +120,9 @@ DpReducer::DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock&
                      LossScaling scaling, double bucket_bytes)
     : s_(s),
       dp_rank_(dp_rank),
-      replicas_(groups.dp->size()),
+      // With parameter servers each worker is its own replica here: its gradients go to the
+      // servers (param_server.hpp), not over the DP group.
+      replicas_(s.uses_ps() ? 1 : groups.dp->size()),
       g_(groups),
       clock_(clock),
       adam_(adam),
@@ -82,6 +130,11 @@ DpReducer::DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock&
       bucket_elems_(std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / 4))) {}
 
 DpReducer::~DpReducer() = default;
+
+void DpReducer::compress_with(std::unique_ptr<GradCompressor> c) {
+  TORCH_CHECK(chunks_.empty() && s_.zero == 0, "compress_with: before add_chunk, ZeRO 0 only");
+  compressor_ = std::move(c);
+}
 
 void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
   auto owned = std::make_unique<Chunk>();
@@ -106,39 +159,22 @@ void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
     TORCH_CHECK(s_.zero == 1 || !model.flat_grad().defined(), "ZeRO-2/3: the model must have no gradient buffer");
     cs.grad = s_.zero == 1 ? model.flat_grad().narrow(0, cs.shard_offset, cs.shard) : at::zeros({cs.shard}, flat.options());
   }
-  cs.exp_avg = at::zeros({cs.shard}, flat.options());
-  cs.exp_avg_sq = at::zeros({cs.shard}, flat.options());
+  // With parameter servers the servers hold the optimizer state; a worker has none.
+  const int64_t state = s_.uses_ps() ? 0 : cs.shard;
+  cs.exp_avg = at::zeros({state}, flat.options());
+  cs.exp_avg_sq = at::zeros({state}, flat.options());
+  if (compressor_ && replicas_ > 1) cs.compressed = compressor_->add_chunk(model.flat_grad(), model.params());
   chunks_.push_back(std::move(owned));
   setup_buckets(cs);
-  add_to_adam_groups(cs);
+  if (!s_.uses_ps()) add_to_adam_groups(cs);
 }
 
 void DpReducer::add_to_adam_groups(Chunk& c) {
-  if (adam_groups_.empty()) {
-    adam_groups_.resize(2);
-    adam_groups_[0].weight_decay = adam_.weight_decay;  // matrices
-    adam_groups_[1].weight_decay = 0;                   // vectors (norms, biases)
-    // The step count the fused kernel reads (fp32, on the parameters' device), incremented on
-    // the device before each update as torch.optim.AdamW(fused=True) does.
-    step_ = at::zeros({}, c.master.options().dtype(at::kFloat));
-  }
-  // Intersect each parameter's element range with this rank's shard; the padding at the end of
-  // the flat buffer belongs to no parameter and stays zero.
-  const int64_t lo = c.shard_offset, hi = c.shard_offset + c.shard;
-  for (const ParamInfo& p : c.model->params()) {
-    const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
-    if (b >= e) continue;
-    AdamGroup& g = adam_groups_[p.decay ? 0 : 1];
-    g.params.push_back(c.master.narrow(0, b - lo, e - b));
-    g.grads.push_back(c.grad.narrow(0, b - lo, e - b));
-    g.exp_avgs.push_back(c.exp_avg.narrow(0, b - lo, e - b));
-    g.exp_avg_sqs.push_back(c.exp_avg_sq.narrow(0, b - lo, e - b));
-    g.steps.push_back(step_);
-  }
+  adam_.add(c.model->params(), c.shard_offset, c.master, c.grad, c.exp_avg, c.exp_avg_sq);
 }
 
 void DpReducer::setup_buckets(Chunk& c) {
-  if (replicas_ == 1) return;
+  if (replicas_ == 1 || c.compressed >= 0) return;  // compressed: one synchronous reduction (launch)
   auto& params = c.model->params();
   if (sharded_grads()) {
     // ZeRO-2/3: every parameter is bucketed, except a tied copy's, whose gradient is summed with
@@ -339,6 +375,12 @@ void DpReducer::launch(Chunk& c) {
     reduce_to_owners(c, p.offset, flat, true);
     return;
   }
+  if (c.compressed >= 0) {  // compressed: synchronous (the compression needs each sum in turn)
+    const auto t0 = Clock::now();
+    compressor_->reduce(c.compressed, *g_.dp);
+    clock_.dp_in_flight += seconds_since(t0);
+    return;
+  }
   if (!c.buckets.empty()) {  // overlapped: start whatever the backward hooks have not started
     c.armed = false;
     launch_ready_buckets(c, true);
@@ -414,19 +456,8 @@ void DpReducer::reduce_tied() {
 }
 
 void DpReducer::optimizer_step() {
-  // AdamW (Loshchilov & Hutter 2019, Algorithm 2) by LibTorch's fused multi-tensor kernel, on
-  // CUDA and CPU alike: p <- p (1 - lr wd); m <- b1 m + (1 - b1) g; v <- b2 v + (1 - b2) g^2;
-  // p <- p - lr/(1 - b1^t) * m / (sqrt(v)/sqrt(1 - b2^t) + eps). No temporaries the size of the
-  // parameters, no host synchronisation (the step count lives on the device).
   PhaseScope sc(clock_, Ph::optimizer);
-  torch::NoGradGuard ng;
-  if (adam_groups_.empty()) return;
-  step_.add_(1);
-  for (AdamGroup& g : adam_groups_) {
-    if (g.params.empty()) continue;
-    at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, g.steps, adam_.lr,
-                      adam_.beta1, adam_.beta2, g.weight_decay, adam_.eps, /*amsgrad=*/false, /*maximize=*/false);
-  }
+  adam_.step();
 }
 
 void DpReducer::finish_reduction() {

@@ -30,6 +30,27 @@ struct AdamWSettings {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
 
+// AdamW over shards of flat parameter buffers, by LibTorch's fused multi-tensor kernel: the DP
+// reducer's optimizer (its ZeRO shard, or the whole chunk) and the parameter servers' (their
+// shard). Weight decay on matrices only (ParamInfo::decay).
+class ShardAdamW {
+ public:
+  explicit ShardAdamW(AdamWSettings a);
+  ~ShardAdamW();
+  // Adds the elements [lo, lo + master.numel()) of a flat buffer laid out as `params`: `master`
+  // (the weights it updates), `grad`, `exp_avg` and `exp_avg_sq` are buffers of that length.
+  // Elements of no parameter (the buffer's padding) are left alone.
+  void add(const std::vector<ParamInfo>& params, int64_t lo, const at::Tensor& master, const at::Tensor& grad,
+           const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq);
+  void step();  // one AdamW step over everything added
+
+ private:
+  struct Group;
+  AdamWSettings adam_;
+  std::vector<Group> groups_;  // with weight decay, without
+  at::Tensor step_;            // optimizer steps taken (fp32 scalar on the device)
+};
+
 // Dynamic loss scaling for fp16 (Micikevicius et al. 2018, "Mixed Precision Training", sec. 3.2;
 // the schedule of PyTorch's torch.amp.GradScaler): the loss is multiplied by `scale` before the
 // backward; a step whose gradients hold an inf or NaN on any rank is skipped and the scale
@@ -43,6 +64,8 @@ struct LossScaling {
   int good_steps = 0;               // good steps since the last change
   std::vector<int> skipped;         // step indices skipped (inf/NaN gradients)
 };
+
+class GradCompressor;
 
 class DpReducer {
  public:
@@ -58,6 +81,10 @@ class DpReducer {
   // `tied_copy`: the chunk holds a tied-embedding copy whose twin is on another rank; its
   // gradient is summed with the twin's (reduce_tied) before the DP reduction.
   void add_chunk(ModelChunk& model, bool tied_copy);
+  // Gradient compression (compression.hpp): the ZeRO-0 DP reduction goes through `c` instead of
+  // the bucketed fp32 all-reduce (and is then not overlapped with the backward). Call before
+  // the first add_chunk.
+  void compress_with(std::unique_ptr<GradCompressor> c);
 
   void begin_step();                // zero gradients; reset buckets and ZeRO-3 gathers
   void before_use(int chunk);       // ZeRO-3: the chunk's full parameters, gathered at its first slot
@@ -98,7 +125,6 @@ class DpReducer {
   struct Bucket;
   struct Chunk;
   struct Pending;
-  struct AdamGroup;
   void setup_buckets(Chunk& c);
   void launch_ready_buckets(Chunk& c, bool all);
   void launch_bucket(Chunk& c, size_t b);
@@ -117,10 +143,9 @@ class DpReducer {
   int replicas_;   // its size: gradients are summed and ZeRO shards over these ranks
   Groups& g_;
   PhaseClock& clock_;
-  AdamWSettings adam_;
+  ShardAdamW adam_;
   LossScaling scaling_;
-  std::vector<AdamGroup> adam_groups_;  // with weight decay, without
-  at::Tensor step_;                     // optimizer steps taken (fp32 scalar on the device)
+  std::unique_ptr<GradCompressor> compressor_;  // null: uncompressed
   std::vector<std::unique_ptr<Chunk>> chunks_;  // stable addresses: the hooks point at them
   std::deque<Pending> pending_;         // in launch order; completed oldest first
   int64_t bucket_elems_;

@@ -23,7 +23,9 @@
 #endif
 
 #include "exec/exec.hpp"
+#include "exec/compression.hpp"
 #include "exec/model.hpp"
+#include "exec/param_server.hpp"
 #include "exec/parallel.hpp"
 #include "exec/recorder.hpp"
 #include "exec/reducer.hpp"
@@ -93,7 +95,7 @@ class ScheduleRunner {
  public:
   ScheduleRunner(const ExecPlan& plan, const ExecOptions& opt, const RankEnv& env, at::Device device, bool on_gpu)
       : plan_(plan), s_(plan.strategy), opt_(opt), env_(env), device_(device), on_gpu_(on_gpu),
-        layout_(plan.strategy), coord_(layout_.coord(env.rank)), clock_(on_gpu),
+        layout_(plan.strategy), coord_(layout_.is_worker(env.rank) ? layout_.coord(env.rank) : RankCoord{}), clock_(on_gpu),
         tokens_(opt.seed, opt.data_file, plan.model.vocab, plan.strategy.seq_len),
         schedule_(schedule_for(s_)) {}
 
@@ -102,6 +104,8 @@ class ScheduleRunner {
  private:
   void setup();
   void step(int index, bool measured);
+  void serve(int index, bool measured);  // a dedicated parameter server's step
+  double dp_bytes_sent() const;          // so far, by this rank's DP (or parameter-server) group
   at::Tensor activation_buffer() const;
   int tag(int mb, int vstage, bool backward) const {
     return ((mb * schedule_.virtual_stages() + vstage) << 1) | (backward ? 1 : 0);
@@ -130,7 +134,8 @@ class ScheduleRunner {
   std::vector<std::unique_ptr<ModelChunk>> chunks_;  // this rank's model chunks, in chunk order
   std::vector<int> vstage_;                           // virtual stage of each chunk
   std::vector<int> backward_left_;                    // per chunk: backward slots left this step
-  std::unique_ptr<DpReducer> reducer_;
+  std::unique_ptr<DpReducer> reducer_;   // null on a dedicated parameter server
+  std::unique_ptr<ParamServer> ps_;      // with parameter servers (RankLayout::servers() > 0)
   StepRecorder recorder_;
   int current_step_ = -1;
   std::string phase_ = "setting up";
@@ -186,7 +191,17 @@ void ScheduleRunner::setup() {
   scaling.enabled = s_.dtype == Dtype::fp16;
   scaling.scale = opt_.loss_scale;
   scaling.growth_interval = opt_.loss_scale_window;
+  if (!layout_.is_worker(env_.rank)) {
+    // A dedicated parameter server trains no model: it builds the whole one (PS runs with one
+    // stage and no TP/CP) only to take its shard's initial values, padded as the workers pad.
+    ms.pad_to = s_.dp * s_.cp;
+    ModelChunk whole(ms, ChunkPlacement{plan_.first_layer[0], plan_.layers[0], true, true}, *g_.tp, *g_.cp, clock_);
+    ps_ = std::make_unique<ParamServer>(layout_, env_.rank, *g_.ps, clock_, adam, whole);
+    return;
+  }
   reducer_ = std::make_unique<DpReducer>(s_, g_.dp->index(), g_, clock_, adam, scaling, opt_.bucket_bytes);
+  if (s_.grad_compression.kind != CompressionKind::none)
+    reducer_->compress_with(std::make_unique<GradCompressor>(s_.grad_compression, opt_.seed));
   const int V = schedule_.virtual_stages();
   for (int c = 0; c < s_.vp; ++c) {
     const int vs = schedule_.virtual_stage(coord_.pp, c);
@@ -200,6 +215,26 @@ void ScheduleRunner::setup() {
     const bool tied_copy = plan_.model.tied_embeddings && V > 1 && (place.has_embedding || place.has_head);
     reducer_->add_chunk(*chunks_[c], tied_copy);
   }
+  if (layout_.servers() > 0) ps_ = std::make_unique<ParamServer>(layout_, env_.rank, *g_.ps, clock_, adam, *chunks_[0]);
+}
+
+double ScheduleRunner::dp_bytes_sent() const { return g_.dp->bytes_sent() + (g_.ps ? g_.ps->bytes_sent() : 0.0); }
+
+void ScheduleRunner::serve(int index, bool measured) {
+  current_step_ = index;
+  enter("parameter server: receive pushes, update, send pulls");
+  const auto t0 = Clock::now();
+  const double bytes0 = dp_bytes_sent();
+  clock_.start();
+  const bool dump_grads = index == 0 && !opt_.dump_grads.empty();
+  ps_->exchange(dump_grads);
+  if (dump_grads) dump(opt_.dump_grads, true);  // empty: a server holds no whole parameter
+  enter("end of step (loss all-reduce)");
+  at::Tensor l = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));  // a server has no loss
+  g_.world->all_reduce(l);
+  const auto phases = clock_.stop();
+  const double wall = seconds_since(t0);
+  if (measured) recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), l.cpu().item<double>(), dp_bytes_sent() - bytes0);
 }
 
 at::Tensor ScheduleRunner::activation_buffer() const {
@@ -208,9 +243,11 @@ at::Tensor ScheduleRunner::activation_buffer() const {
 }
 
 void ScheduleRunner::step(int index, bool measured) {
+  if (!reducer_) return serve(index, measured);
   current_step_ = index;
   enter("start of step");
   const auto t0 = Clock::now();
+  const double bytes0 = dp_bytes_sent();
   clock_.start();
   const int m = s_.micro_batches();
   const int V = schedule_.virtual_stages();
@@ -304,8 +341,14 @@ void ScheduleRunner::step(int index, bool measured) {
   for (auto& [w, t] : sends) g_.pp->wait(w, Ph::pp_comm);
   sends.clear();
   reducer_->finish_reduction();
-  if (index == 0 && !opt_.dump_grads.empty()) dump(opt_.dump_grads, true);
-  reducer_->update(index);
+  const bool dump_grads = index == 0 && !opt_.dump_grads.empty();
+  if (ps_) {
+    ps_->exchange(dump_grads);  // push, the servers' AdamW, pull: the DP reduction and optimizer
+    if (dump_grads) dump(opt_.dump_grads, true);
+  } else {
+    if (dump_grads) dump(opt_.dump_grads, true);
+    reducer_->update(index);
+  }
   enter("end of step (loss all-reduce)");
   // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
   const bool reports = vstage_.back() == V - 1 && coord_.tp == 0 && coord_.cp == 0;
@@ -313,14 +356,15 @@ void ScheduleRunner::step(int index, bool measured) {
   g_.world->all_reduce(l);
   const auto phases = clock_.stop();
   const double wall = seconds_since(t0);
-  if (measured) recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), l.cpu().item<double>());
+  if (measured)
+    recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), l.cpu().item<double>(), dp_bytes_sent() - bytes0);
 }
 
 void ScheduleRunner::dump(const std::string& prefix, bool grads) {
-  if (!grads) reducer_->gather_all();
+  if (!grads && reducer_) reducer_->gather_all();
   std::vector<at::Tensor> flat;  // per chunk: the reduced gradient (grads) or nothing
   for (size_t c = 0; c < chunks_.size(); ++c)
-    flat.push_back(grads ? reducer_->reduced_grad(static_cast<int>(c)) : at::Tensor());
+    flat.push_back(!grads ? at::Tensor() : ps_ ? ps_->reduced_grad() : reducer_->reduced_grad(static_cast<int>(c)));
   std::ofstream f(fmt::format("{}.rank{}", prefix, env_.rank));
   for (size_t c = 0; c < chunks_.size(); ++c) {
     for (auto& p : chunks_[c]->params()) {
@@ -394,7 +438,8 @@ Measurement ScheduleRunner::collect() {
                                         : "steady clock per rank") +
                         "; bubble = waiting to receive from a pipeline neighbour; "
                     "dp_comm = data-parallel collectives from launch to completion"}};
-  if (const LossScaling& ls = reducer_->loss_scaling(); ls.enabled) {
+  if (reducer_ && reducer_->loss_scaling().enabled) {
+    const LossScaling& ls = reducer_->loss_scaling();
     m.environment["loss_scaling"] = {{"initial_scale", opt_.loss_scale},
                                      {"growth_interval", ls.growth_interval},
                                      {"growth", ls.growth},

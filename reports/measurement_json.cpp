@@ -79,6 +79,7 @@ json measurement_to_json(const Measurement& m) {
                         {"peak_reserved_bytes", r.peak_reserved},
                         {"max_rss_bytes", r.max_rss},
                         {"peak_bytes", r.peak_bytes()},
+                        {"dp_bytes_sent_per_step", r.dp_bytes_sent},
                         {"phases", phases_to_json(r.phases)}});
   }
   json per_stage = json::array();
@@ -112,6 +113,7 @@ json measurement_to_json(const Measurement& m) {
             {"model_flops_per_step", t.model_flops_per_step},
             {"model_tflops_per_gpu", t.model_tflops_per_gpu}}}};
   if (!m.software.empty()) out["software"] = m.software;
+  out["dp_bytes_sent_per_step"] = m.dp_bytes_sent;  // the busiest rank's (memory.per_rank has each)
   return out;
 }
 
@@ -225,6 +227,7 @@ Measurement measurement_from_json(const json& j, const std::string& file) {
       rm.peak_allocated = r.number("peak_allocated_bytes", 0, kInf);
       rm.peak_reserved = r.number("peak_reserved_bytes", 0, kInf);
       rm.max_rss = r.number("max_rss_bytes", 0, kInf);
+      rm.dp_bytes_sent = r.optional_number("dp_bytes_sent_per_step", 0, kInf).value_or(0);  // absent before issue 11
       check_consistent(r, "peak_bytes", r.number("peak_bytes", 0, kInf), rm.peak_bytes(),
                        "must equal peak_reserved_bytes, or max_rss_bytes when that is 0");
       JsonObject ph = r.object("phases");
@@ -244,6 +247,11 @@ Measurement measurement_from_json(const json& j, const std::string& file) {
     m.throughput.model_tflops_per_gpu = t.number("model_tflops_per_gpu", 0, kInf);
     t.finish();
   }
+  // Derived (the largest per-rank figure); absent in measurements from before issue 11.
+  m.dp_bytes_sent = 0;
+  for (const RankMeasurement& r : m.ranks) m.dp_bytes_sent = std::max(m.dp_bytes_sent, r.dp_bytes_sent);
+  if (const auto b = root.optional_number("dp_bytes_sent_per_step", 0, kInf))
+    check_consistent(root, "dp_bytes_sent_per_step", *b, m.dp_bytes_sent, "must equal the largest per_rank figure");
   root.finish();
   return m;
 }

@@ -71,6 +71,8 @@ void summarize(Measurement& m) {
     p = std::max(p, r.peak_bytes());
     m.peak_memory = std::max(m.peak_memory, r.peak_bytes());
   }
+  m.dp_bytes_sent = 0;
+  for (const RankMeasurement& r : m.ranks) m.dp_bytes_sent = std::max(m.dp_bytes_sent, r.dp_bytes_sent);
   m.per_stage.clear();
   for (const auto& [stage, peak] : stage_peak) m.per_stage.push_back({stage, peak});
 

@@ -63,6 +63,10 @@ struct RankMeasurement {
   Bytes peak_reserved = 0;         // CUDA caching allocator, max_memory_reserved (0 on CPU)
   Bytes max_rss = 0;               // getrusage ru_maxrss of the rank's process (CPU runs)
   PhaseTimes phases;               // median of each phase over the measured steps
+  // Bytes per step the rank handed to its data-parallel collectives (gradient reduction, ZeRO
+  // gathers) or parameter-server sends, median over the measured steps: the collectives' input
+  // sizes, not per-link traffic (a ring all-reduce sends 2(W-1)/W of its input). 0 when unknown.
+  Bytes dp_bytes_sent = 0;
 
   // The figure compared with the predicted per-rank memory: reserved on GPU (the prediction's
   // "other" covers allocator slack), max RSS when no GPU figure was recorded.
@@ -100,6 +104,7 @@ struct Measurement {
   PhaseTimes breakdown;             // per-phase median over per_step[].phases
   std::vector<StagePeak> per_stage; // peak memory per pipeline stage
   Bytes peak_memory = 0;            // largest peak_bytes() over all ranks
+  Bytes dp_bytes_sent = 0;          // largest RankMeasurement::dp_bytes_sent (per step)
   MeasuredThroughput throughput;
 };
 

@@ -27,6 +27,22 @@ RankLayout::RankLayout(const Strategy& s) {
     stride *= size_[i];
   }
   world_ = stride;
+  if (s.uses_ps()) {
+    servers_ = s.ps_servers;
+    dedicated_ = s.ps_placement == PsPlacement::dedicated;
+    TRAINPLAN_CHECK(servers_ >= 1, "ps_servers must be >= 1");  // validate(): colocated also S <= nodes <= W
+  }
+}
+
+int RankLayout::server_rank(int k) const {
+  TRAINPLAN_CHECK(k >= 0 && k < servers_, "server index out of range");
+  return dedicated_ ? world_ + k : static_cast<int>(static_cast<long long>(k) * world_ / servers_);
+}
+
+int RankLayout::server_index(int rank) const {
+  for (int k = 0; k < servers_; ++k)
+    if (server_rank(k) == rank) return k;
+  return -1;
 }
 
 RankCoord RankLayout::coord(int rank) const {

@@ -6,6 +6,11 @@
 // Megatron's default order tp, cp, dp, pp gives rank = tp + T*(cp + C*(dp + D*pp)), which keeps a
 // tensor-parallel group on consecutive ranks, i.e. inside one node.
 // Ranks are placed on nodes in order: rank r runs on node r / gpus_per_node.
+//
+// Parameter servers (Strategy::uses_ps(), S = ps_servers): the ranks above are the workers;
+// server shard k (0 <= k < S) runs on
+//   dedicated:  rank W + k, a process beyond the W = world() workers (the job has W + S ranks);
+//   colocated:  worker rank floor(k * W / S), spread evenly over the workers (the job has W ranks).
 #pragma once
 #include <array>
 #include <vector>
@@ -25,7 +30,14 @@ class RankLayout {
  public:
   explicit RankLayout(const Strategy& s);
 
-  int world() const { return world_; }
+  int world() const { return world_; }  // ranks of the parallel dims: the workers
+  // Parameter-server roles (see the top): S, or 0 without parameter servers; the job's ranks
+  // (W + S with dedicated servers, else W); the rank of server k; the server on `rank` (-1: none).
+  int servers() const { return servers_; }
+  int job_ranks() const { return world_ + (dedicated_ ? servers_ : 0); }
+  int server_rank(int k) const;
+  int server_index(int rank) const;
+  bool is_worker(int rank) const { return rank >= 0 && rank < world_; }
   int size(Dim d) const { return size_[static_cast<int>(d)]; }
   // Distance in ranks between neighbours along `d`.
   int stride(Dim d) const { return stride_[static_cast<int>(d)]; }
@@ -43,6 +55,8 @@ class RankLayout {
   std::array<int, 4> size_{};    // indexed by Dim
   std::array<int, 4> stride_{};  // indexed by Dim
   int world_ = 1;
+  int servers_ = 0;
+  bool dedicated_ = false;
 };
 
 }  // namespace trainplan

@@ -479,3 +479,34 @@ TEST(ExecEquivalence, ContextParallel2Pipeline2Zero1) {
 }
 TEST(ExecEquivalence, LlamaStyleContextParallel2) { expect_equivalent("tiny-llama", 2, "--cp 2", "llama_cp2"); }
 }  // namespace
+
+// Synchronous parameter servers (issue 11): workers push gradients to the server shards, which sum
+// them, step AdamW and send the parameters back; the training is the single-rank run's. The first
+// step's reduced gradients compared are those the servers applied (sent back for the dump).
+namespace {
+TEST(ExecEquivalence, ParameterServerTwoWorkersOneDedicatedServer) {
+  ExecRun run;
+  expect_equivalent("tiny-gpt", 3, "--dp 2 --dp-algorithm ps --ps-servers 1 --ps-placement dedicated", "ps_w2s1",
+                    &run);
+  // The server (rank 2) holds no model: its dump is empty, the workers hold every parameter.
+  const auto& ranks = run.measurement.at("memory").at("per_rank");
+  ASSERT_EQ(ranks.size(), 3u);
+  // Each worker pushes its whole gradient (fp32) once per step; the server sends the parameters
+  // to both workers: twice as many bytes. (Flat buffers hold the parameters plus < dp padding.)
+  const double worker = ranks.at(0).at("dp_bytes_sent_per_step").get<double>();
+  const double server = ranks.at(2).at("dp_bytes_sent_per_step").get<double>();
+  EXPECT_GT(worker, 0);
+  EXPECT_EQ(ranks.at(1).at("dp_bytes_sent_per_step").get<double>(), worker);
+  EXPECT_EQ(server, 2 * worker);
+}
+// Two shards: the shard boundary falls inside a parameter tensor (AdamW per element, weight decay
+// by the tensor it belongs to).
+TEST(ExecEquivalence, ParameterServerTwoWorkersTwoDedicatedServers) {
+  expect_equivalent("tiny-gpt", 4, "--dp 2 --dp-algorithm ps --ps-servers 2 --ps-placement dedicated", "ps_w2s2");
+}
+// Colocated: worker 0 also serves the one shard (its own push and pull are local copies). The
+// planner allows one colocated server per node the job spans (2 ranks: one node).
+TEST(ExecEquivalence, ParameterServerColocated) {
+  expect_equivalent("tiny-gpt", 2, "--dp 2 --dp-algorithm ps --ps-servers 1 --ps-placement colocated", "ps_coloc");
+}
+}  // namespace

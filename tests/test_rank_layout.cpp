@@ -57,5 +57,39 @@ TEST(RankLayout, EveryRankInExactlyOneGroupPerDim) {
   }
 }
 
+// Parameter-server roles (issue 11). Dedicated: 4 workers (dp 4) + 3 servers on ranks 4, 5, 6.
+// Colocated: 3 servers on workers floor(k * 4 / 3) = 0, 1, 2 of 4.
+TEST(RankLayout, ParameterServerRoles) {
+  Strategy s = sizes(1, 1, 4, 1);
+  s.dp_algorithm = DpAlgorithm::ps;
+  s.ps_servers = 3;
+  s.ps_placement = PsPlacement::dedicated;
+  const RankLayout d(s);
+  EXPECT_EQ(d.world(), 4);
+  EXPECT_EQ(d.servers(), 3);
+  EXPECT_EQ(d.job_ranks(), 7);
+  EXPECT_EQ(d.server_rank(0), 4);
+  EXPECT_EQ(d.server_rank(2), 6);
+  EXPECT_EQ(d.server_index(5), 1);
+  EXPECT_EQ(d.server_index(3), -1);
+  EXPECT_TRUE(d.is_worker(3));
+  EXPECT_FALSE(d.is_worker(4));
+
+  s.ps_placement = PsPlacement::colocated;
+  const RankLayout c(s);
+  EXPECT_EQ(c.job_ranks(), 4);
+  EXPECT_EQ(c.server_rank(0), 0);
+  EXPECT_EQ(c.server_rank(1), 1);
+  EXPECT_EQ(c.server_rank(2), 2);
+  EXPECT_EQ(c.server_index(3), -1);
+  s.ps_servers = 2;  // spread: workers 0 and 2
+  EXPECT_EQ(RankLayout(s).server_rank(1), 2);
+
+  const RankLayout none(sizes(1, 1, 4, 1));  // all-reduce: no servers
+  EXPECT_EQ(none.servers(), 0);
+  EXPECT_EQ(none.job_ranks(), 4);
+  EXPECT_EQ(none.server_index(0), -1);
+}
+
 }  // namespace
 }  // namespace trainplan
