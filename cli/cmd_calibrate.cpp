@@ -69,7 +69,7 @@ options:
   --shapes MxNxK,...       further matmul shapes, e.g. 8192x4096x4096 (tokens x out x in)
   --attn-seqs A,B,...      causal attention sequence lengths in tokens (default 128,256,512 on
                            CPU, 1024..8192 on CUDA)
-  --head-dims A,B,...      attention head dims (default: the models' head dims, or 64,128)
+  --head-dims A,B,...      attention head dims (default: 64, 128 and the models' head dims)
   --mem-mb A,B,...         memory-bound kernels' input tensor sizes in MiB (default 1,8 on CPU,
                            32,128,512 on CUDA)
   --launches N             back-to-back tiny kernels per kernel-floor sample (default 2000)
@@ -203,6 +203,7 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   if (tokens.empty()) tokens = cuda ? std::vector<int>{512, 2048, 8192} : std::vector<int>{16, 64, 256};
   for (double t : number_list(f, "tp-sizes", 1, 1024)) tp_sizes.push_back(static_cast<int>(t));
   if (tp_sizes.empty()) tp_sizes = {1};
+  o.attention_head_dims = {64, 128};  // the common head dims, and each model's below
   for (const auto& name : models) {
     const ModelSpec model = load_model(name, ctx.data_dir);
     const LayerGraph graph(model, model.seq_len);

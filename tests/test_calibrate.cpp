@@ -62,12 +62,15 @@ TEST_F(CalibrateCli, CpuWritesALoadableTopology) {
   EXPECT_NE(find_gemm(c, 16, 16, 16), nullptr);
   EXPECT_NE(find_gemm(c, 32, 32, 32), nullptr);
   EXPECT_EQ(c.ops.gemm.size(), 10u);
-  // Attention: seq 32, 64 x the model's head dim 16.
-  ASSERT_EQ(c.ops.attention.size(), 2u);
+  // Attention: seq 32, 64 x head dims 64, 128 and the model's 16.
+  ASSERT_EQ(c.ops.attention.size(), 6u);
+  int model_dim = 0;
   for (const auto& a : c.ops.attention) {
-    EXPECT_EQ(a.head_dim, 16);
+    model_dim += a.head_dim == 16;
+    EXPECT_TRUE(a.seq == 32 || a.seq == 64) << a.seq;
     EXPECT_GT(a.fwd_bwd, a.fwd);
   }
+  EXPECT_EQ(model_dim, 2);
   // Every memory-bound family at both sizes (AdamW fused where this LibTorch has a CPU kernel).
   for (const char* k : {"layer_norm", "rms_norm", "gelu", "swiglu", "add", "cross_entropy_fp32", "adamw_foreach"}) {
     trainplan::MemKernel mk{};
