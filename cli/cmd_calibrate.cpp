@@ -16,6 +16,8 @@
 #include "cli/flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/json_reader.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/model_spec.hpp"
 
 namespace trainplan::cli {
 
@@ -26,6 +28,11 @@ using nlohmann::json;
 const char* kHelp = R"(usage: trainplan calibrate [--cpu | --device cpu|cuda] [--base CLUSTER] [--out FILE] [options]
 
 Measures what one device delivers and writes a topology file (topologies/*.json schema):
+  the "ops" tables predict reads, every row measured: GEMMs (forward, dgrad, wgrad) of the
+  models' layers, causal SDPA forward and forward + backward by sequence and head dim, the
+  memory-bound kernels (layer_norm, rms_norm, gelu, swiglu, add, cross_entropy_fp32,
+  adamw_fused, adamw_foreach) by input bytes, and kernel_floor_us from back-to-back tiny kernels
+  (CUDA events on a GPU, wall clock on CPU);
   matmul FLOP/s by size (fp32 on CPU, bf16 on CUDA) -> gpu.gemm_efficiency relative to the peak,
   copy bandwidth (one large tensor copy)          -> gpu.hbm_bandwidth_gbps (CPU) or
                                                      gpu.memory_efficiency (CUDA, vs the base's),
@@ -51,8 +58,22 @@ options:
   --cost-source TEXT       CPU: where those two assumptions come from (quoted in "source")
   --gpus N                 CUDA: local GPUs for the NCCL all-reduce test (default 1: no test)
   --link-ranks N           CPU: processes in the Gloo all-reduce test (default 2; 0 skips it)
-  --sizes A,B,...          square matmul sizes (default: 32..2048 on CPU, 256..16384 on CUDA)
+  --model NAME|FILE,...    models whose GEMMs are timed: one transformer layer's QKV, attention
+                           output, MLP up (and gate), MLP down and the LM head, shapes from the
+                           layer graph (default: tiny-gpt,gpt2 on CPU, llama2-7b,gpt3-175b on
+                           CUDA; none: no model shapes)
+  --tokens A,B,...         GEMM token counts M per model shape (default 16,64,256 on CPU,
+                           512,2048,8192 on CUDA)
+  --tp-sizes A,B,...       tensor-parallel sizes the model shapes are split for (default 1)
+  --sizes A,B,...          square matmul sizes (default: none, or 32..2048 on CPU and 256..16384 on
+                           CUDA with --model none)
   --shapes MxNxK,...       further matmul shapes, e.g. 8192x4096x4096 (tokens x out x in)
+  --attn-seqs A,B,...      causal attention sequence lengths in tokens (default 128,256,512 on
+                           CPU, 1024..8192 on CUDA)
+  --head-dims A,B,...      attention head dims (default: 64, 128 and the models' head dims)
+  --mem-mb A,B,...         memory-bound kernels' input tensor sizes in MiB (default 1,8 on CPU,
+                           32,128,512 on CUDA)
+  --launches N             back-to-back tiny kernels per kernel-floor sample (default 2000)
   --copy-mb X              copied buffer in MiB (default 256 on CPU, 1024 on CUDA)
   --link-bytes A,B,...     all-reduce message sizes in bytes (default 4 KiB..64 MiB, x4 steps)
   --warmup W               untimed runs per figure (default 3)
@@ -177,9 +198,44 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   for (double s : number_list(f, "sizes", 1, 65536)) {
     if (s != std::floor(s)) throw InputError(fmt::format("--sizes {}: each entry must be a whole number in [1, 65536]", *f.get("sizes")));
     const int n = static_cast<int>(s);
-    o.gemm_shapes.push_back({n, n, n});
+    o.gemm_shapes.push_back({n, n, n, "--sizes"});
   }
-  for (const auto& sh : shape_list(f, "shapes")) o.gemm_shapes.push_back(sh);
+  for (auto sh : shape_list(f, "shapes")) {
+    sh.label = "--shapes";
+    o.gemm_shapes.push_back(sh);
+  }
+  const std::vector<std::string> models = [&] {
+    std::vector<std::string> v;
+    std::stringstream list(f.get_or("model", cuda ? "llama2-7b,gpt3-175b" : "tiny-gpt,gpt2"));
+    for (std::string item; std::getline(list, item, ',');) {
+      if (!item.empty() && item != "none") v.push_back(item);
+    }
+    return v;
+  }();
+  std::vector<int> tokens, tp_sizes;
+  for (double t : number_list(f, "tokens", 1, 1 << 20)) tokens.push_back(static_cast<int>(t));
+  if (tokens.empty()) tokens = cuda ? std::vector<int>{512, 2048, 8192} : std::vector<int>{16, 64, 256};
+  for (double t : number_list(f, "tp-sizes", 1, 1024)) tp_sizes.push_back(static_cast<int>(t));
+  if (tp_sizes.empty()) tp_sizes = {1};
+  o.attention_head_dims = {64, 128};  // the common head dims, and each model's below
+  for (const auto& name : models) {
+    const ModelSpec model = load_model(name, ctx.data_dir);
+    const LayerGraph graph(model, model.seq_len);
+    for (int tp : tp_sizes) {
+      for (auto& sh : exec::layer_gemm_shapes(graph, tp, tokens)) o.model_shapes.push_back(sh);
+    }
+    if (std::find(o.attention_head_dims.begin(), o.attention_head_dims.end(), model.head_dim()) ==
+        o.attention_head_dims.end()) {
+      o.attention_head_dims.push_back(model.head_dim());
+    }
+  }
+  for (double t : number_list(f, "attn-seqs", 1, 1 << 20)) o.attention_seqs.push_back(static_cast<int>(t));
+  if (f.has("head-dims")) {
+    o.attention_head_dims.clear();
+    for (double t : number_list(f, "head-dims", 1, 1024)) o.attention_head_dims.push_back(static_cast<int>(t));
+  }
+  for (double mb : number_list(f, "mem-mb", 1.0 / 1024, 1 << 16)) o.mem_bytes.push_back(mb * 1024 * 1024);
+  o.launches = static_cast<int>(f.get_int("launches", 2000, 1, 1000000));
   o.copy_bytes = f.get_double("copy-mb", 0, 0.001, 1 << 20) * 1024 * 1024;
   o.link_bytes = number_list(f, "link-bytes", 4, 1e10);
   for (double& b : o.link_bytes) b = std::max(4.0, std::floor(b / 4) * 4);  // whole fp32 elements

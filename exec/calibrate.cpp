@@ -1,5 +1,6 @@
-// Calibration micro-benchmarks with LibTorch: matmul rate by size, copy bandwidth, fused
-// attention rate, and all-reduce time between local ranks (Gloo on CPU, NCCL across GPUs).
+// Calibration micro-benchmarks with LibTorch: the op tables predict reads (sim/op_costs.hpp: GEMMs
+// by shape and pass, causal attention, memory-bound kernels, the kernel floor), copy bandwidth, and
+// all-reduce time between local ranks (Gloo on CPU, NCCL across GPUs).
 #include "exec/calibrate.hpp"
 
 #include <netinet/in.h>
@@ -15,6 +16,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,10 +27,13 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <tuple>
 
 #include "exec/parallel.hpp"
 #include "sim/check.hpp"
 #include "sim/measurement.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/op_costs.hpp"
 
 namespace trainplan::exec {
 
@@ -38,8 +45,11 @@ using Clock = std::chrono::steady_clock;
 // `min_sample` (so that microsecond kernels are not lost in clock noise), `warmup` samples are
 // discarded, and the median of `repeats` samples is returned. `agree` (collectives) makes every
 // rank use the same number of calls per sample: it returns the largest of the ranks' counts.
+// `cuda_events`: a sample is the time between two CUDA events recorded on the current stream of
+// GPU 0 around its calls (GPU time, c10::Event::elapsedTime in ms); otherwise wall clock around
+// the calls and `sync`.
 Seconds time_per_call(const std::function<void()>& f, const std::function<void()>& sync, int warmup, int repeats,
-                      Seconds min_sample, const std::function<int(int)>& agree = {}) {
+                      Seconds min_sample, const std::function<int(int)>& agree = {}, bool cuda_events = false) {
   f();
   sync();
   auto t0 = Clock::now();
@@ -50,10 +60,24 @@ Seconds time_per_call(const std::function<void()>& f, const std::function<void()
   if (agree) inner = agree(inner);
   std::vector<double> samples;
   for (int i = 0; i < warmup + repeats; ++i) {
-    t0 = Clock::now();
-    for (int k = 0; k < inner; ++k) f();
-    sync();
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count() / inner;
+    double dt = 0;
+    if (cuda_events) {
+      const c10::Stream stream =
+          c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(c10::Device(c10::DeviceType::CUDA, 0));
+      // BACKEND_DEFAULT: a CUDA event with timing enabled (PYTORCH_DEFAULT disables it).
+      c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+      c10::Event end(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+      start.record(stream);
+      for (int k = 0; k < inner; ++k) f();
+      end.record(stream);
+      end.synchronize();
+      dt = start.elapsedTime(end) * 1e-3 / inner;
+    } else {
+      t0 = Clock::now();
+      for (int k = 0; k < inner; ++k) f();
+      sync();
+      dt = std::chrono::duration<double>(Clock::now() - t0).count() / inner;
+    }
     if (i >= warmup) samples.push_back(dt);
   }
   return spread_of(std::move(samples)).median;
@@ -260,23 +284,56 @@ LinkResult link_benchmark(const CalibrateOptions& o) {
 
 }  // namespace
 
+std::vector<CalibrateOptions::Shape> layer_gemm_shapes(const LayerGraph& graph, int tp, const std::vector<int>& tokens) {
+  const ModelSpec& model = graph.model();
+  std::vector<const OpSpec*> ops;
+  for (const auto& op : graph.layer_ops()) ops.push_back(&op);
+  for (const auto& op : graph.post_ops()) ops.push_back(&op);
+  std::vector<CalibrateOptions::Shape> out;
+  for (const OpSpec* op : ops) {
+    if (!op->matmul || op->kind == OpKind::attention) continue;
+    // Input width of the op: the hidden size, except MLP down (the MLP inner size).
+    const double k = op->kind == OpKind::mlp_down ? model.ffn_hidden : model.hidden;
+    const double n = op->flops_per_token / (2 * k);
+    const bool row_parallel = op->kind == OpKind::out_proj || op->kind == OpKind::mlp_down;
+    const int nn = static_cast<int>(std::lround(row_parallel ? n : n / tp));
+    const int kk = static_cast<int>(std::lround(row_parallel ? k / tp : k));
+    const std::string kind = to_string(op->kind);
+    for (int m : tokens) {
+      out.push_back({m, std::max(1, nn), std::max(1, kk), fmt::format("{} {} tp{}", model.name, kind, tp)});
+    }
+  }
+  return out;
+}
+
 CalibrationResult calibrate(const CalibrateOptions& opts) {
   CalibrateOptions o = opts;
   const bool cuda = o.device == "cuda";
   if (o.device != "cpu" && !cuda) throw InputError(fmt::format("--device {}: must be cpu or cuda", o.device));
-  if (o.gemm_shapes.empty()) {
+  if (o.gemm_shapes.empty() && o.model_shapes.empty()) {
     for (int s : cuda ? std::vector<int>{256, 512, 1024, 2048, 4096, 8192, 16384}
                       : std::vector<int>{32, 64, 128, 256, 512, 1024, 2048}) {
-      o.gemm_shapes.push_back({s, s, s});
+      o.gemm_shapes.push_back({s, s, s, "square"});
     }
   }
   if (o.copy_bytes <= 0) o.copy_bytes = cuda ? 1024.0 * 1024 * 1024 : 256.0 * 1024 * 1024;
   if (o.link_bytes.empty()) {
     for (double b = 4096; b <= (cuda ? 1024.0 : 64.0) * 1024 * 1024; b *= 4) o.link_bytes.push_back(b);
   }
+  if (o.attention_seqs.empty()) {
+    o.attention_seqs = cuda ? std::vector<int>{1024, 2048, 4096, 8192} : std::vector<int>{128, 256, 512};
+  }
+  if (o.attention_head_dims.empty()) o.attention_head_dims = {64, 128};
+  if (o.mem_bytes.empty()) {
+    o.mem_bytes = cuda ? std::vector<Bytes>{32.0 * (1 << 20), 128.0 * (1 << 20), 512.0 * (1 << 20)}
+                       : std::vector<Bytes>{1.0 * (1 << 20), 8.0 * (1 << 20)};
+  }
 
   CalibrationResult r;
   r.torch_version = TORCH_VERSION;
+  r.warmup = o.warmup;
+  r.repeats = o.repeats;
+  r.timing = cuda ? "CUDA events" : "wall clock";
   // The link test forks first, before this process runs any LibTorch work.
   if (o.link_ranks >= 2) {
     r.link = link_benchmark(o);
@@ -290,51 +347,183 @@ CalibrationResult calibrate(const CalibrateOptions& opts) {
   const auto dtype = cuda ? torch::kBFloat16 : torch::kFloat32;
   r.dtype = cuda ? "bf16" : "fp32";
   const auto to = torch::TensorOptions().dtype(dtype).device(cuda ? torch::kCUDA : torch::kCPU);
+  const auto to32 = torch::TensorOptions().dtype(torch::kFloat32).device(cuda ? torch::kCUDA : torch::kCPU);
   auto sync = [&] {
     if (cuda) torch::cuda::synchronize();
   };
+  // Every device figure: median of `repeats` samples after `warmup`, CUDA events on a GPU.
+  auto timed = [&](const std::function<void()>& f) { return time_per_call(f, sync, o.warmup, o.repeats, 2e-3, {}, cuda); };
   r.device_name = cuda ? "cuda" : cpu_model_name();
   torch::manual_seed(0);
   { auto warm = torch::ones({8, 8}, to).sum().item<double>(); (void)warm; }
   r.baseline_rss = cuda ? 0 : resident_bytes();
 
-  // GEMM: c[m x n] = a[m x k] b[k x n], 2 m n k FLOPs per call. The efficiency curve is by FLOPs
-  // (sim/cluster.hpp), so of shapes with equal FLOPs the fastest one stays.
-  for (const auto& sh : o.gemm_shapes) {
-    auto a = torch::randn({sh.m, sh.k}, to), b = torch::randn({sh.k, sh.n}, to), c = torch::empty({sh.m, sh.n}, to);
-    GemmPoint p{sh.m, sh.n, sh.k, 2.0 * sh.m * sh.n * sh.k, 0, 0};
-    p.median = time_per_call([&] { at::mm_out(c, a, b); }, sync, o.warmup, o.repeats, 2e-3);
+  // Launch overhead: `launches` in-place adds on one element back to back, per kernel. A single
+  // small GEMM would add its own work to the launch cost.
+  {
+    auto x = torch::zeros({1}, to32);
+    r.kernel_floor_launches = o.launches;
+    r.kernel_floor = timed([&] {
+                       for (int i = 0; i < o.launches; ++i) x.add_(1);
+                     }) /
+                     o.launches;
+  }
+
+  // GEMMs y = x W^T on M tokens, N outputs, K inputs: forward x W^T, dgrad dy W, wgrad dy^T x
+  // (as ops_bench.py times them), 2 m n k FLOPs each.
+  std::vector<CalibrateOptions::Shape> shapes = o.model_shapes;
+  shapes.insert(shapes.end(), o.gemm_shapes.begin(), o.gemm_shapes.end());
+  for (const auto& sh : shapes) {
+    auto same = std::find_if(r.gemm.begin(), r.gemm.end(),
+                             [&](const GemmPoint& q) { return q.m == sh.m && q.n == sh.n && q.k == sh.k; });
+    if (same != r.gemm.end()) {
+      if (same->label.find(sh.label) == std::string::npos) same->label += ", " + sh.label;
+      continue;
+    }
+    auto x = torch::randn({sh.m, sh.k}, to), w = torch::randn({sh.n, sh.k}, to), dy = torch::randn({sh.m, sh.n}, to);
+    auto y = torch::empty({sh.m, sh.n}, to), dx = torch::empty({sh.m, sh.k}, to), dw = torch::empty({sh.n, sh.k}, to);
+    GemmPoint p{sh.m, sh.n, sh.k, 2.0 * sh.m * sh.n * sh.k, 0, 0, 0, 0, sh.label};
+    p.median = timed([&] { at::mm_out(y, x, w.t()); });
+    p.dgrad = timed([&] { at::mm_out(dx, dy, w); });
+    p.wgrad = timed([&] { at::mm_out(dw, dy.t(), x); });
     p.rate = p.flops / p.median;
     r.best_gemm_rate = std::max(r.best_gemm_rate, p.rate);
-    auto same = std::find_if(r.gemm.begin(), r.gemm.end(), [&](const GemmPoint& q) { return q.flops == p.flops; });
-    if (same == r.gemm.end()) {
-      r.gemm.push_back(p);
-    } else if (p.rate > same->rate) {
-      *same = p;
-    }
+    r.gemm.push_back(p);
   }
-  std::sort(r.gemm.begin(), r.gemm.end(), [](const GemmPoint& x, const GemmPoint& y) { return x.flops < y.flops; });
+  std::sort(r.gemm.begin(), r.gemm.end(), [](const GemmPoint& x, const GemmPoint& y) {
+    return std::tie(x.flops, x.m, x.n, x.k) < std::tie(y.flops, y.m, y.n, y.k);
+  });
 
   // Copy: one read and one write of `copy_bytes` per call.
   {
     const long elems = static_cast<long>(o.copy_bytes / (cuda ? 2 : 4));
     auto src = torch::ones({elems}, to), dst = torch::empty({elems}, to);
-    const Seconds t = time_per_call([&] { dst.copy_(src); }, sync, o.warmup, o.repeats, 2e-3);
+    const Seconds t = timed([&] { dst.copy_(src); });
     r.copy_bandwidth = 2.0 * static_cast<double>(elems) * src.element_size() / t;
   }
 
-  // Fused attention (SDPA, not causal): QK^T and PV, 4 b h s^2 d FLOPs.
-  {
-    const long b = cuda ? 8 : 1, h = cuda ? 32 : 8, s = cuda ? 2048 : 512, d = cuda ? 128 : 64;
-    auto q = torch::randn({b, h, s, d}, to), k = torch::randn({b, h, s, d}, to), v = torch::randn({b, h, s, d}, to);
-    r.attention_flops = 4.0 * b * h * s * s * d;
-    r.attention_seq = static_cast<int>(s);
-    r.attention_head_dim = static_cast<int>(d);
-    r.attention_batch_heads = static_cast<int>(b * h);
-    const Seconds t = time_per_call([&] { (void)at::scaled_dot_product_attention(q, k, v); }, sync, o.warmup,
-                                    o.repeats, 2e-3);
-    r.attention_rate = r.attention_flops / t;
+  // Causal SDPA (flash where the device has it), forward and forward + backward (gradients of q,
+  // k, v), as ops_bench.py: batch x heads chosen so batch * seq is a fixed token count and heads *
+  // head_dim a fixed width (16384 tokens x 2048 on CUDA, 1024 x 256 on CPU).
+  for (int d : o.attention_head_dims) {
+    for (int s : o.attention_seqs) {
+      const long b = std::max<long>(1, (cuda ? 16384 : 1024) / s), h = std::max<long>(1, (cuda ? 2048 : 256) / d);
+      auto q = torch::randn({b, h, s, d}, to).requires_grad_(true);
+      auto k = torch::randn({b, h, s, d}, to).requires_grad_(true);
+      auto v = torch::randn({b, h, s, d}, to).requires_grad_(true);
+      auto g = torch::randn({b, h, s, d}, to);
+      AttentionPoint a{s, d, static_cast<int>(b * h), 0, 0};
+      a.fwd = timed([&] { (void)at::scaled_dot_product_attention(q, k, v, {}, 0.0, true); });
+      a.fwd_bwd = timed([&] {
+        for (auto* t : {&q, &k, &v}) t->mutable_grad() = at::Tensor();
+        at::scaled_dot_product_attention(q, k, v, {}, 0.0, true).backward(g);
+      });
+      r.attention.push_back(a);
+    }
   }
+  // The attention efficiency of the topology's gpu section: the largest attention measured.
+  if (!r.attention.empty()) {
+    const auto& a = *std::max_element(r.attention.begin(), r.attention.end(), [](const auto& x, const auto& y) {
+      return 1.0 * x.seq * x.seq * x.head_dim * x.batch_heads < 1.0 * y.seq * y.seq * y.head_dim * y.batch_heads;
+    });
+    r.attention_flops = causal_attention_fwd_flops(a.seq, a.head_dim, a.batch_heads);
+    r.attention_rate = r.attention_flops / a.fwd;
+    r.attention_seq = a.seq;
+    r.attention_head_dim = a.head_dim;
+    r.attention_batch_heads = a.batch_heads;
+  }
+
+  // Memory-bound kernels, as ops_bench.py runs them, with autograd recording; `bytes` is the size
+  // of the input tensor as sim/op_costs.hpp defines it. Norm and activation inputs are
+  // tokens x width (width 4096 on CUDA, 1024 on CPU); cross-entropy logits tokens x 50304 (CUDA) or
+  // 8192 (CPU), cast to fp32 inside; AdamW over 8 fp32 tensors of bytes / 32 elements each.
+  const long width = cuda ? 4096 : 1024, vocab = cuda ? 50304 : 8192;
+  const double esize = cuda ? 2 : 4;
+  auto mem_kernel = [&](const std::string& name, Bytes bytes, const std::function<at::Tensor()>& fwd,
+                        const std::vector<at::Tensor*>& leaves, const std::function<void(at::Tensor&)>& backward) {
+    try {
+      MemPoint p{name, bytes, 0, 0};
+      p.fwd = timed([&] { (void)fwd(); });
+      p.fwd_bwd = timed([&] {
+        for (auto* t : leaves) t->mutable_grad() = at::Tensor();
+        at::Tensor y = fwd();
+        backward(y);
+      });
+      r.memory.push_back(p);
+    } catch (const c10::Error& e) {
+      r.notes.push_back(fmt::format("{} not measured: {}", name, std::string(e.what_without_backtrace()).substr(0, 120)));
+    }
+  };
+  for (Bytes bytes : o.mem_bytes) {
+    const long tokens = std::max<long>(1, std::lround(bytes / esize / width));
+    const Bytes act_bytes = tokens * width * esize;
+    auto x = torch::randn({tokens, width}, to).requires_grad_(true);
+    auto g = torch::randn({tokens, width}, to);
+    auto w = torch::ones({width}, to).requires_grad_(true), bias = torch::zeros({width}, to).requires_grad_(true);
+    auto grad_g = [&](at::Tensor& y) { y.backward(g); };
+    mem_kernel("layer_norm", act_bytes, [&] { return at::layer_norm(x, {width}, w, bias); }, {&x, &w, &bias}, grad_g);
+    mem_kernel("rms_norm", act_bytes, [&] { return at::rms_norm(x, {width}, w); }, {&x, &w}, grad_g);
+    mem_kernel("gelu", act_bytes, [&] { return at::gelu(x, "tanh"); }, {&x}, grad_g);
+    mem_kernel("add", act_bytes, [&] { return x + g; }, {&x}, grad_g);
+    // SwiGLU: input gate+up (tokens x 2 width), output silu(gate) * up.
+    {
+      const long t2 = std::max<long>(1, std::lround(bytes / esize / (2 * width)));
+      auto u = torch::randn({t2, 2 * width}, to).requires_grad_(true);
+      auto gu = torch::randn({t2, width}, to);
+      mem_kernel("swiglu", t2 * 2 * width * esize, [&] {
+        auto parts = u.chunk(2, -1);
+        return at::silu(parts[0]) * parts[1];
+      }, {&u}, [&](at::Tensor& y) { y.backward(gu); });
+    }
+    // Cross-entropy in fp32 on the table-dtype logits (cast, log-softmax, NLL).
+    {
+      const long tl = std::max<long>(1, std::lround(bytes / esize / vocab));
+      auto logits = torch::randn({tl, vocab}, to).requires_grad_(true);
+      auto target = torch::randint(0, vocab, {tl}, torch::TensorOptions().dtype(torch::kLong).device(to.device()));
+      mem_kernel("cross_entropy_fp32", tl * vocab * esize,
+                 [&] { return at::cross_entropy_loss(logits.to(torch::kFloat32), target); }, {&logits},
+                 [&](at::Tensor& y) { y.backward(); });
+    }
+  }
+  // AdamW step over fp32 parameters of `bytes` (8 tensors, gradients and both moments resident):
+  // fused (at::_fused_adamw_, PyTorch's fused=True kernel) and foreach (the torch._foreach_* calls
+  // of PyTorch's foreach=True AdamW, torch/optim/adamw.py _multi_tensor_adam, with a fixed step).
+  for (Bytes bytes : o.mem_bytes) {
+    const long n = std::max<long>(1, std::lround(bytes / 4 / 8));
+    std::vector<at::Tensor> p, gr, m, v, steps;
+    for (int i = 0; i < 8; ++i) {
+      p.push_back(torch::zeros({n}, to32));
+      gr.push_back(torch::randn({n}, to32));
+      m.push_back(torch::zeros({n}, to32));
+      v.push_back(torch::zeros({n}, to32));
+      steps.push_back(torch::ones({}, to32));
+    }
+    const double lr = 1e-4, b1 = 0.9, b2 = 0.999, wd = 0.01, eps = 1e-8;
+    const Bytes pbytes = 8.0 * n * 4;
+    try {
+      r.memory.push_back({"adamw_fused", pbytes,
+                          timed([&] { at::_fused_adamw_(p, gr, m, v, {}, steps, lr, b1, b2, wd, eps, false, false); }),
+                          0});
+    } catch (const c10::Error& e) {
+      r.notes.push_back(
+          fmt::format("adamw_fused not measured: {}", std::string(e.what_without_backtrace()).substr(0, 120)));
+    }
+    const double bc1 = 1 - b1, bc2_sqrt = std::sqrt(1 - b2);  // bias corrections at step 1
+    r.memory.push_back({"adamw_foreach", pbytes, timed([&] {
+                          at::_foreach_mul_(p, 1 - lr * wd);
+                          at::_foreach_lerp_(m, gr, 1 - b1);
+                          at::_foreach_mul_(v, b2);
+                          at::_foreach_addcmul_(v, gr, gr, 1 - b2);
+                          auto denom = at::_foreach_sqrt(v);
+                          at::_foreach_div_(denom, bc2_sqrt);
+                          at::_foreach_add_(denom, eps);
+                          at::_foreach_addcdiv_(p, m, denom, -lr / bc1);
+                        }),
+                        0});
+  }
+  std::stable_sort(r.memory.begin(), r.memory.end(), [](const MemPoint& x, const MemPoint& y) {
+    return std::tie(x.kernel, x.bytes) < std::tie(y.kernel, y.bytes);
+  });
 
   // Framework cost of a small matmul in training: autograd forward + backward vs one bare kernel.
   {
@@ -344,15 +533,13 @@ CalibrationResult calibrate(const CalibrateOptions& opts) {
     r.autograd_k = static_cast<int>(k);
     auto x = torch::randn({m, k}, to).requires_grad_(true), w = torch::randn({k, n}, to).requires_grad_(true);
     auto g = torch::ones({m, n}, to), c = torch::empty({m, n}, to);
-    r.autograd_matmul = time_per_call(
-        [&] {
-          x.mutable_grad() = at::Tensor();
-          w.mutable_grad() = at::Tensor();
-          torch::mm(x, w).backward(g);
-        },
-        sync, o.warmup, o.repeats, 2e-3);
+    r.autograd_matmul = timed([&] {
+      x.mutable_grad() = at::Tensor();
+      w.mutable_grad() = at::Tensor();
+      torch::mm(x, w).backward(g);
+    });
     auto xd = x.detach(), wd = w.detach();
-    r.bare_matmul = time_per_call([&] { at::mm_out(c, xd, wd); }, sync, o.warmup, o.repeats, 2e-3);
+    r.bare_matmul = timed([&] { at::mm_out(c, xd, wd); });
   }
   return r;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/calibration.hpp"
+#include "sim/layer_graph.hpp"
 #include "sim/units.hpp"
 
 namespace trainplan::exec {
@@ -19,9 +20,16 @@ struct CalibrateOptions {
   int warmup = 3;
   int repeats = 10;
   struct Shape {
-    int m = 0, n = 0, k = 0;           // c[m x n] = a[m x k] b[k x n]
+    int m = 0, n = 0, k = 0;           // y[m x n] = x[m x k] W^T: tokens, outputs, inputs
+    std::string label;                 // where the shape comes from (console and "source")
   };
-  std::vector<Shape> gemm_shapes;      // empty: a default ladder of squares
+  // Every shape is timed as forward x W^T, dgrad dy W and wgrad dy^T x.
+  std::vector<Shape> gemm_shapes;      // squares (--sizes, --shapes); empty and no model shapes: a ladder
+  std::vector<Shape> model_shapes;     // one transformer layer's GEMMs (layer_gemm_shapes)
+  std::vector<int> attention_seqs;     // causal SDPA sequence lengths; empty: a default ladder
+  std::vector<int> attention_head_dims;  // empty: 64 and 128
+  std::vector<Bytes> mem_bytes;        // memory-bound kernels' input sizes; empty: a default ladder
+  int launches = 2000;                 // back-to-back tiny kernels per kernel-floor sample
   Bytes copy_bytes = 0;                // size of the copied buffer; 0: a default
   int link_ranks = 2;                  // local processes in the all-reduce test; < 2: skip it
   std::string link_backend = "gloo";   // "gloo" | "nccl"
@@ -34,6 +42,13 @@ using trainplan::CalibrationResult;
 using trainplan::GemmPoint;
 using trainplan::LinkPoint;
 using trainplan::LinkResult;
+
+// The GEMMs of one transformer layer of `graph`'s model and its LM head (the layer graph's matmul
+// ops other than the attention core) as op_time.cpp issues them for tensor parallelism `tp`:
+// column-parallel QKV, MLP up and LM head split N by tp, row-parallel output projection and MLP
+// down split K. K is the op's input width, N = forward FLOPs per token / (2 K). One shape per
+// token count in `tokens`.
+std::vector<CalibrateOptions::Shape> layer_gemm_shapes(const LayerGraph& graph, int tp, const std::vector<int>& tokens);
 
 // Runs the link test first (it forks the local ranks before this process starts any LibTorch
 // threads or CUDA context), then the device benchmarks. Throws InputError for unusable options.

@@ -21,48 +21,106 @@ std::string shape_text(const GemmPoint& p) {
 // Efficiency in (0, 1]: achieved / peak, clamped (a figure above the stated peak counts as 1).
 double efficiency(double achieved, double peak) { return std::clamp(achieved / peak, 1e-4, 1.0); }
 
+// The forward matmuls as a rate-by-FLOPs curve (gpu.gemm_efficiency): of shapes with equal
+// FLOPs the fastest, ascending FLOPs.
+std::vector<GemmPoint> by_flops(std::vector<GemmPoint> gemm) {
+  std::sort(gemm.begin(), gemm.end(), [](const GemmPoint& x, const GemmPoint& y) {
+    return x.flops != y.flops ? x.flops < y.flops : x.rate > y.rate;
+  });
+  gemm.erase(std::unique(gemm.begin(), gemm.end(), [](const GemmPoint& x, const GemmPoint& y) { return x.flops == y.flops; }),
+             gemm.end());
+  return gemm;
+}
+
 // Matmul efficiency at `flops` on the measured curve (the loader's interpolation).
 double curve_at(const std::vector<GemmPoint>& gemm, double peak, double flops) {
   GpuSpec g;
-  for (const auto& p : gemm) g.gemm_efficiency.push_back({p.flops, efficiency(p.rate, peak)});
+  for (const auto& p : by_flops(gemm)) g.gemm_efficiency.push_back({p.flops, efficiency(p.rate, peak)});
   return g.matmul_efficiency(flops);
 }
 
 
-// The measured op tables (trainplan/cluster/v2 "ops"): each matmul as a GEMM point (only a @ b
-// was timed: its dgrad and wgrad are taken to cost the same), the SDPA figure as one attention
-// point (not causal: the causal table entry is half its FLOPs at the same rate; backward assumed
-// 2.5x the forward FLOPs at that rate), and the copy bandwidth as the add kernel (3 bytes moved per
-// input byte forward, 2 backward). Kernel floor and fp8 speedup are the base's (0 without one).
+// How every device figure was taken, for the "source" texts.
+std::string method(const CalibrationResult& r) {
+  return fmt::format("median of {} after {} warm-up(s), {}", r.repeats, r.warmup, r.timing);
+}
+
+// The measured op tables (trainplan/cluster/v2 "ops", sim/op_costs.hpp), every row measured here:
+// GEMMs by shape with forward, dgrad and wgrad each timed, causal attention forward and forward +
+// backward, memory-bound kernels by input bytes, the kernel floor. Nothing is taken from the base
+// except fp8_gemm_speedup (not measured: 0 without a base).
 json op_tables(const CalibrationResult& r, const std::optional<json>& base, const std::string& source) {
-  json ops = base && base->contains("ops") ? (*base)["ops"] : json::object();
+  json ops = json::object();
   ops["source"] = source;
   ops["dtype"] = r.dtype;
-  if (!ops.contains("kernel_floor_us")) ops["kernel_floor_us"] = 0.0;
-  if (!ops.contains("fp8_gemm_speedup")) ops["fp8_gemm_speedup"] = 0.0;
+  ops["kernel_floor_us"] = r.kernel_floor / kMicro;
+  ops["fp8_gemm_speedup"] =
+      base && base->contains("ops") && (*base)["ops"].contains("fp8_gemm_speedup") ? (*base)["ops"]["fp8_gemm_speedup"]
+                                                                                   : json(0.0);
   json gemm = json::array();
   for (const auto& p : r.gemm) {
-    const double us = p.median / kMicro;
-    gemm.push_back({{"m", p.m}, {"n", p.n}, {"k", p.k}, {"fwd_us", us}, {"dgrad_us", us}, {"wgrad_us", us}});
+    gemm.push_back({{"m", p.m},
+                    {"n", p.n},
+                    {"k", p.k},
+                    {"fwd_us", p.median / kMicro},
+                    {"dgrad_us", p.dgrad / kMicro},
+                    {"wgrad_us", p.wgrad / kMicro}});
   }
   ops["gemm"] = gemm;
-  if (r.attention_rate > 0 && r.attention_seq > 0) {
-    const double fwd_us = r.attention_flops / 2 / r.attention_rate / kMicro;
-    ops["attention"] = json::array({json{{"seq", r.attention_seq},
-                                         {"head_dim", r.attention_head_dim},
-                                         {"batch_heads", r.attention_batch_heads},
-                                         {"fwd_us", fwd_us},
-                                         {"fwd_bwd_us", 3.5 * fwd_us}}});
+  json attention = json::array();
+  for (const auto& a : r.attention) {
+    attention.push_back({{"seq", a.seq},
+                         {"head_dim", a.head_dim},
+                         {"batch_heads", a.batch_heads},
+                         {"fwd_us", a.fwd / kMicro},
+                         {"fwd_bwd_us", std::max(a.fwd_bwd, a.fwd * (1 + 1e-6)) / kMicro}});
   }
-  json add = json::array();
-  for (double bytes : {1048576.0, 67108864.0}) {
-    add.push_back({{"bytes", bytes},
-                   {"fwd_us", 3 * bytes / r.copy_bandwidth / kMicro},
-                   {"fwd_bwd_us", 5 * bytes / r.copy_bandwidth / kMicro}});
+  ops["attention"] = attention;
+  json memory = json::object();
+  for (const auto& m : r.memory) {
+    const bool optimizer = m.kernel.rfind("adamw", 0) == 0;
+    json row = {{"bytes", m.bytes}};
+    if (optimizer) {
+      row["step_us"] = m.fwd / kMicro;
+    } else {
+      row["fwd_us"] = m.fwd / kMicro;
+      // The loader needs fwd_bwd > fwd; a backward lost in timing noise is kept 1 ppm above.
+      row["fwd_bwd_us"] = std::max(m.fwd_bwd, m.fwd * (1 + 1e-6)) / kMicro;
+    }
+    memory[m.kernel].push_back(row);
   }
-  if (!ops.contains("memory_bound")) ops["memory_bound"] = json::object();
-  ops["memory_bound"]["add"] = add;
+  ops["memory_bound"] = memory;
   return ops;
+}
+
+// The "ops.source" text: per table what was measured, how and on what device.
+std::string tables_source(const CalibrationResult& r, const TopologyInputs& in) {
+  std::vector<std::string> labels;
+  for (const auto& p : r.gemm) {
+    for (std::size_t pos = 0; pos < p.label.size();) {
+      const std::size_t end = std::min(p.label.find(", ", pos), p.label.size());
+      std::string l = p.label.substr(pos, end - pos);
+      if (std::find(labels.begin(), labels.end(), l) == labels.end()) labels.push_back(l);
+      pos = end + 2;
+    }
+  }
+  std::vector<std::string> kernels;
+  for (const auto& m : r.memory) {
+    if (std::find(kernels.begin(), kernels.end(), m.kernel) == kernels.end()) kernels.push_back(m.kernel);
+  }
+  std::string s = fmt::format(
+      "Measured by `{}` on {} ({}, LibTorch {}, {}), every figure the {}. gemm: {} shapes y = x W^T ({}), fwd x W^T, "
+      "dgrad dy W and wgrad dy^T x each timed with mm_out. attention: causal SDPA "
+      "(at::scaled_dot_product_attention, is_causal), {} points, forward and forward + backward of q, k, v. "
+      "memory_bound: {} on the input sizes named by sim/op_costs.hpp, forward and forward + backward through "
+      "autograd (AdamW: one step, fused = at::_fused_adamw_, foreach = PyTorch's _multi_tensor_adam sequence of "
+      "_foreach ops). kernel_floor_us: {} back-to-back one-element in-place adds, time per kernel. "
+      "fp8_gemm_speedup: not measured ({}).",
+      in.command, r.device_name, r.dtype, r.torch_version, in.date, method(r), r.gemm.size(), fmt::join(labels, "; "),
+      r.attention.size(), fmt::join(kernels, ", "), r.kernel_floor_launches,
+      in.base ? "the base's" : "0, no fp8 GEMMs");
+  for (const auto& n : r.notes) s += " " + n + ".";
+  return s;
 }
 
 }  // namespace
@@ -82,24 +140,24 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
     peak = r.best_gemm_rate;
   }
   json curve = json::array();
-  for (const auto& p : r.gemm) curve.push_back({{"flops", p.flops}, {"efficiency", efficiency(p.rate, peak)}});
+  for (const auto& p : by_flops(r.gemm)) curve.push_back({{"flops", p.flops}, {"efficiency", efficiency(p.rate, peak)}});
   const double attention_eff = efficiency(r.attention_rate, peak * curve_at(r.gemm, peak, r.attention_flops));
 
   std::string measured = fmt::format(
-      "Measured by `{}` on {} (LibTorch {}): {} matmul median rates {}; {}; copy {:.1f} GB/s; SDPA {:.2f} TFLOP/s "
-      "at {:.3g} FLOPs; a {}x{}x{} matmul through autograd (fwd + bwd, 3 kernels) {:.1f} us vs {:.1f} us for one bare "
+      "Measured by `{}` on {} (LibTorch {}): {} forward matmul median rates (the fastest shape per FLOP count) {}; "
+      "{}; copy {:.1f} GB/s; causal SDPA {:.2f} TFLOP/s at {:.3g} FLOPs; kernel floor {:.2f} us; a {}x{}x{} matmul through autograd (fwd + bwd, 3 kernels) {:.1f} us vs {:.1f} us for one bare "
       "kernel (framework cost per op, not modelled by this schema); ",
       in.command, in.date, r.torch_version, r.dtype,
       fmt::join([&] {
         std::vector<std::string> v;
-        for (const auto& p : r.gemm) v.push_back(fmt::format("{} {:.3g} TFLOP/s", shape_text(p), p.rate / kTera));
+        for (const auto& p : by_flops(r.gemm)) v.push_back(fmt::format("{} {:.3g} TFLOP/s", shape_text(p), p.rate / kTera));
         return v;
       }(),
                 ", "),
       cuda ? fmt::format("efficiency relative to {:.4g} TFLOP/s", peak / kTera)
            : fmt::format("efficiency relative to {} ({:.4g} TFLOP/s)",
                          in.peak_tflops ? "--peak-tflops" : "the best measured rate", peak / kTera),
-      r.copy_bandwidth / kGB, r.attention_rate / kTera, r.attention_flops, r.autograd_m, r.autograd_n, r.autograd_k,
+      r.copy_bandwidth / kGB, r.attention_rate / kTera, r.attention_flops, r.kernel_floor / kMicro, r.autograd_m, r.autograd_n, r.autograd_k,
       r.autograd_matmul / kMicro, r.bare_matmul / kMicro);
   if (r.link.measured) {
     measured += fmt::format("link: {}; fitted latency {:.1f} us, bus bandwidth {:.3f} GB/s.", r.link.note,
@@ -109,12 +167,7 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
   }
 
   t["schema"] = kClusterSchema;
-  const std::string tables_note =
-      "trainplan calibrate: GEMM points are its matmuls (dgrad and wgrad assumed equal to the timed forward), one "
-      "SDPA point (backward assumed 2.5x the forward FLOPs at the same rate), the add kernel from the copy "
-      "bandwidth; other memory-bound kernels " +
-      std::string(in.base ? "are the base's" : "stream their traffic at that bandwidth") + ". " + measured;
-  t["ops"] = op_tables(r, in.base, tables_note);
+  t["ops"] = op_tables(r, in.base, tables_source(r, in));
   if (!t.contains("collectives")) {
     t["collectives"] = {{"call_overhead_us", 0.0},
                         {"overlap_slowdown", 0.0},
@@ -188,13 +241,29 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
 
 void print_calibration(std::ostream& os, const CalibrationResult& r) {
   os << fmt::format("device: {} ({}, {} thread(s)), LibTorch {}\n", r.device_name, r.dtype, r.threads, r.torch_version);
-  os << fmt::format("{:>16} {:>14} {:>12} {:>12}\n", "matmul", "FLOPs", "median", "TFLOP/s");
+  os << fmt::format("every figure the {}\n", method(r));
+  os << fmt::format("kernel floor: {:.2f} us per kernel ({} back-to-back launches)\n", r.kernel_floor / kMicro,
+                    r.kernel_floor_launches);
+  os << fmt::format("{:>20} {:>12} {:>12} {:>12} {:>10}  {}\n", "matmul MxNxK", "fwd us", "dgrad us", "wgrad us",
+                    "fwd TF/s", "from");
   for (const auto& p : r.gemm) {
-    os << fmt::format("{:>16} {:>14.4g} {:>9.3f} ms {:>12.4f}\n", shape_text(p), p.flops, p.median * 1e3,
-                      p.rate / kTera);
+    os << fmt::format("{:>20} {:>12.1f} {:>12.1f} {:>12.1f} {:>10.4f}  {}\n", shape_text(p), p.median / kMicro,
+                      p.dgrad / kMicro, p.wgrad / kMicro, p.rate / kTera, p.label);
   }
+  os << fmt::format("{:>8} {:>8} {:>11} {:>12} {:>12}\n", "seq", "head_dim", "batch_heads", "fwd us", "fwd+bwd us");
+  for (const auto& a : r.attention) {
+    os << fmt::format("{:>8} {:>8} {:>11} {:>12.1f} {:>12.1f}\n", a.seq, a.head_dim, a.batch_heads, a.fwd / kMicro,
+                      a.fwd_bwd / kMicro);
+  }
+  os << fmt::format("{:>20} {:>14} {:>12} {:>12}\n", "memory-bound kernel", "input bytes", "fwd us", "fwd+bwd us");
+  for (const auto& m : r.memory) {
+    os << fmt::format("{:>20} {:>14.0f} {:>12.1f} {:>12}\n", m.kernel, m.bytes, m.fwd / kMicro,
+                      m.fwd_bwd > 0 ? fmt::format("{:.1f}", m.fwd_bwd / kMicro) : "(step)");
+  }
+  for (const auto& n : r.notes) os << n << "\n";
   os << fmt::format("copy bandwidth: {:.2f} GB/s (read + write)\n", r.copy_bandwidth / kGB);
-  os << fmt::format("SDPA attention: {:.4f} TFLOP/s at {:.3g} FLOPs\n", r.attention_rate / kTera, r.attention_flops);
+  os << fmt::format("causal SDPA: {:.4f} TFLOP/s at {:.3g} FLOPs (largest point)\n", r.attention_rate / kTera,
+                    r.attention_flops);
   os << fmt::format("matmul {}x{}x{} through autograd (forward + backward, 3 kernels): {:.1f} us; one bare kernel: {:.1f} us\n",
                     r.autograd_m, r.autograd_n, r.autograd_k, r.autograd_matmul / kMicro, r.bare_matmul / kMicro);
   if (r.baseline_rss > 0) os << fmt::format("resident set after start-up: {:.1f} MB\n", r.baseline_rss / 1e6);

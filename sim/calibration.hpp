@@ -13,10 +13,27 @@
 namespace trainplan {
 
 struct GemmPoint {
-  int m = 0, n = 0, k = 0;
+  int m = 0, n = 0, k = 0;             // tokens, outputs, inputs of y[m x n] = x[m x k] W^T
   Flops flops = 0;                     // 2 m n k
-  Seconds median = 0;
+  Seconds median = 0;                  // forward x W^T
   FlopsPerSecond rate = 0;             // flops / median
+  Seconds dgrad = 0;                   // dy[m x n] W[n x k]
+  Seconds wgrad = 0;                   // dy^T[n x m] x[m x k]
+  std::string label;                   // where the shape comes from, e.g. "gpt2 qkv tp1"
+};
+
+// Causal SDPA of `batch_heads` heads of seq x head_dim (the "ops.attention" rows).
+struct AttentionPoint {
+  int seq = 0, head_dim = 0, batch_heads = 0;
+  Seconds fwd = 0, fwd_bwd = 0;
+};
+
+// One memory-bound kernel on an input tensor of `bytes` (the "ops.memory_bound" rows; `kernel`
+// is the file spelling, sim/op_costs.hpp MemKernel). AdamW: fwd is one optimizer step, fwd_bwd 0.
+struct MemPoint {
+  std::string kernel;
+  Bytes bytes = 0;
+  Seconds fwd = 0, fwd_bwd = 0;
 };
 
 struct LinkPoint {
@@ -57,6 +74,14 @@ struct CalibrationResult {
   Bytes baseline_rss = 0;              // this process's resident set after LibTorch start-up (CPU)
   std::string torch_version;
   LinkResult link;
+  // The op tables predict reads (sim/op_costs.hpp), measured one by one.
+  std::vector<AttentionPoint> attention;    // causal, forward and forward + backward
+  std::vector<MemPoint> memory;             // by kernel, ascending bytes
+  Seconds kernel_floor = 0;                 // time per tiny kernel issued back to back
+  int kernel_floor_launches = 0;            // how many back-to-back kernels one sample issued
+  std::string timing;                       // "CUDA events" or "wall clock"
+  int warmup = 0, repeats = 0;
+  std::vector<std::string> notes;           // what could not be measured here, and why
 };
 
 }  // namespace trainplan
