@@ -456,7 +456,8 @@ Measurement ScheduleRunner::collect() {
 #endif
   // Model states each rank held, counted from the reducer's tensors (the figures memory_model
   // predicts per stage as weights, gradients and optimizer).
-  const DpReducer::HeldBytes held = reducer_->held_bytes();
+  // A dedicated parameter server has no reducer: it holds no model states of a worker.
+  const DpReducer::HeldBytes held = reducer_ ? reducer_->held_bytes() : DpReducer::HeldBytes{};
   at::Tensor hb = at::tensor(std::vector<double>{double(env_.rank), double(coord_.pp), held.weights, held.gathered,
                                                  held.gradients, held.optimizer, held.buffers_peak},
                              at::TensorOptions().dtype(at::kDouble))

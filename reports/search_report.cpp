@@ -205,9 +205,9 @@ void print_option_line(std::ostream& os, const CapacityOption& o) {
 void print_failures(std::ostream& os, const CapacityResult& r) {
   const Reliability& rel = *r.reliability;
   os << fmt::format(
-      "\nwith failures (MTBF {:.0f} h per GPU, checkpoints at {:.3f} GB/s per GPU, restart {:.1f} min + reading "
+      "\nwith failures (MTBF {:.0f} h per GPU, checkpoints at {:.1f} MB/s per GPU, restart {:.1f} min + reading "
       "the checkpoint; Young/Daly interval sqrt(2 C MTBF_job)):\n",
-      rel.mtbf_gpu_hours, rel.checkpoint_per_gpu / kGB, rel.restart / 60.0);
+      rel.mtbf_gpu_hours, rel.checkpoint_per_gpu / 1e6, rel.restart / 60.0);
   os << fmt::format("{:<14} {:>6} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9} {:>9} {:>8} {:>9} {:>14} {:>12}\n", "cluster",
                     "GPUs", "MTBF h", "ckpt GB", "write s", "every min", "steps", "fail/day", "lost h/d",
                     "goodput", "days", "cost USD", "energy kWh");

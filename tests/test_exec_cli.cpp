@@ -71,7 +71,7 @@ TEST(ExecCli, TorchrunEnvironmentRanksRendezvous) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int st = pclose(p);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
-  EXPECT_NE(out.find("2 ranks"), std::string::npos) << out;
+  EXPECT_NE(out.find("2 CPU ranks"), std::string::npos) << out;
 }
 
 // Gloo ranks on a GPU (issue 12): runs where CUDA is present, else refused as bad input naming

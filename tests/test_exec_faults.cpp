@@ -129,7 +129,7 @@ TEST(ExecFaults, GpusDefaultsToNproc) {
   // No --gpus: the plan has --nproc ranks (here dp = 2 / tp 2 = 1).
   const auto r = run_merged("exec " + kTiny + " --tp 2 --nproc 2 --steps 1 --warmup 0");
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("2 ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 CPU ranks"), std::string::npos) << r.output;
 }
 
 TEST(ExecFaults, WrongProcessCountIsAnInputError) {
