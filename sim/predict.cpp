@@ -325,12 +325,22 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   const StateBytes state = state_bytes(s);
   // Gradient compression (compression.hpp): bytes on the wire and extra compute of one layer and
   // of the end ops; parameter servers (param_server.hpp) replace the DP collective.
-  const CompressionCost layer_cc = compression_cost(layer_gradients(graph, s), cluster, s, state.grad);
-  const CompressionCost pre_cc = compression_cost(pre_gradients(graph, s), cluster, s, state.grad);
-  const CompressionCost post_cc = compression_cost(post_gradients(graph, s), cluster, s, state.grad);
+  // Uncompressed, the message is the gradient as held: no per-matrix shapes are needed (search
+  // predicts millions of these).
+  const bool plain = s.grad_compression.kind == CompressionKind::none;
+  CompressionCost layer_cc, pre_cc, post_cc;
+  if (plain) {
+    layer_cc.wire = layer.params * state.grad;
+    pre_cc.wire = pre.params * state.grad;
+    post_cc.wire = post.params * state.grad;
+  } else {
+    layer_cc = compression_cost(layer_gradients(graph, s), cluster, s, state.grad);
+    pre_cc = compression_cost(pre_gradients(graph, s), cluster, s, state.grad);
+    post_cc = compression_cost(post_gradients(graph, s), cluster, s, state.grad);
+  }
   const bool reduces = dp_group > 1 || s.uses_ps();  // gradients leave the GPU at all
   const PsNetwork ps = ps_network(cluster, s);
-  std::vector<Seconds> compress(nchunks, 0.0);
+  std::vector<Seconds> compress(plain ? 0 : nchunks, 0.0);
 
   std::vector<ChunkCost> chunks = std::move(out.chunks);  // keeps its storage
   out = StepCosts{};
@@ -370,7 +380,7 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
     CompressionCost cc = n * layer_cc;
     if (c.has_embedding) cc += pre_cc;
     if (c.has_head) cc += post_cc;
-    if (reduces) compress[v] = cc.compute;
+    if (reduces && !plain) compress[v] = cc.compute;
     if (v > 0 && c.params == out.chunks[v - 1].params) {  // same layers: same collectives
       c.zero3_gather = out.chunks[v - 1].zero3_gather;
       c.dp_reduce = out.chunks[v - 1].dp_reduce;
@@ -430,7 +440,7 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   // Compression kernels run on the compute stream once a step (the last micro-batch's backward):
   // charged with the optimizer step, on the stage with the most of them.
   Seconds busiest_compress = 0;
-  for (int i = 0; i < s.pp; ++i) {
+  for (int i = 0; i < s.pp && !plain; ++i) {
     Seconds sum = 0;
     for (int v = i; v < nchunks; v += s.pp) sum += compress[v];
     busiest_compress = std::max(busiest_compress, sum);
