@@ -76,23 +76,6 @@ output:
 Exit status: 0 with a feasible layout, 3 when none fits, 2 on bad input.
 )";
 
-template <class T, class Parse>
-std::vector<T> parse_list(const Flags& f, const std::string& flag, const std::string& allowed, Parse parse,
-                          std::vector<T> fallback) {
-  auto v = f.get(flag);
-  if (!v) return fallback;
-  std::vector<T> out;
-  std::stringstream ss(*v);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    auto x = parse(item);
-    if (!x) throw InputError(fmt::format("--{} {}: '{}' is not one of {}", flag, *v, item, allowed));
-    if (std::find(out.begin(), out.end(), *x) == out.end()) out.push_back(*x);
-  }
-  if (out.empty()) throw InputError(fmt::format("--{} {}: must list at least one of {}", flag, *v, allowed));
-  return out;
-}
-
 std::optional<int> parse_zero(const std::string& s) {
   if (s.size() == 1 && s[0] >= '0' && s[0] <= '3') return s[0] - '0';
   return std::nullopt;
@@ -134,9 +117,9 @@ int cmd_search(const Args& args, const Context& ctx) {
     throw InputError(fmt::format("--gpus {}: --exact-gpus needs at most the cluster's {} GPUs", gpus, cluster.max_gpus()));
   }
   space.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
-  space.zero_stages = parse_list<int>(f, "zero", "0,1,2,3", parse_zero, space.zero_stages);
-  space.recompute = parse_list<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
-  space.schedules = parse_list<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);
+  space.zero_stages = list_flag<int>(f, "zero", "0,1,2,3", parse_zero, space.zero_stages);
+  space.recompute = list_flag<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
+  space.schedules = list_flag<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);
   read_dp_space_flags(f, space);
   space.max_tp = static_cast<int>(f.get_int("max-tp", space.max_tp, 1, 1 << 16));
   space.max_pp = static_cast<int>(f.get_int("max-pp", model.layers, 1, 1 << 16));

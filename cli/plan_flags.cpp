@@ -142,27 +142,6 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   return in;
 }
 
-namespace {
-
-template <class T, class Parse>
-std::vector<T> list_flag(const Flags& f, const std::string& flag, const std::string& allowed, Parse parse,
-                         std::vector<T> fallback) {
-  auto v = f.get(flag);
-  if (!v) return fallback;
-  std::vector<T> out;
-  std::stringstream ss(*v);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    auto x = parse(item);
-    if (!x) throw InputError(fmt::format("--{} {}: '{}' is not one of {}", flag, *v, item, allowed));
-    if (std::find(out.begin(), out.end(), *x) == out.end()) out.push_back(*x);
-  }
-  if (out.empty()) throw InputError(fmt::format("--{} {}: must list at least one of {}", flag, *v, allowed));
-  return out;
-}
-
-}  // namespace
-
 void read_dp_space_flags(const Flags& f, SearchSpace& space) {
   space.dp_algorithms = list_flag<DpAlgorithm>(f, "dp-algorithms", "allreduce,ps,ps-async", parse_dp_algorithm,
                                                space.dp_algorithms);

@@ -1,10 +1,16 @@
 // The flags that describe one plan (model, cluster, GPU count, strategy), shared by predict,
 // simulate and exec, and the --plan FILE alternative.
 #pragma once
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/flags.hpp"
+#include "sim/check.hpp"
 #include "sim/cluster.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/search.hpp"
@@ -48,5 +54,25 @@ std::string plan_flags_help();
 // --fp32-grad-accum on|off. Throws InputError naming the flag.
 void read_dp_space_flags(const Flags& flags, SearchSpace& space);
 std::string dp_space_flags_help();
+
+// A comma-separated list flag (--zero 0,1, --schedules 1f1b,...): each item through `parse`
+// (std::nullopt: not one of `allowed`), duplicates dropped, `fallback` when the flag is absent.
+// Throws InputError naming the flag for an unknown item or an empty list.
+template <class T, class Parse>
+std::vector<T> list_flag(const Flags& f, const std::string& flag, const std::string& allowed, Parse parse,
+                         std::vector<T> fallback) {
+  auto v = f.get(flag);
+  if (!v) return fallback;
+  std::vector<T> out;
+  std::stringstream ss(*v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto x = parse(item);
+    if (!x) throw InputError(fmt::format("--{} {}: '{}' is not one of {}", flag, *v, item, allowed));
+    if (std::find(out.begin(), out.end(), *x) == out.end()) out.push_back(*x);
+  }
+  if (out.empty()) throw InputError(fmt::format("--{} {}: must list at least one of {}", flag, *v, allowed));
+  return out;
+}
 
 }  // namespace trainplan::cli
