@@ -48,15 +48,12 @@ std::string method(const CalibrationResult& r) {
 // The measured op tables (trainplan/cluster/v2 "ops", sim/op_costs.hpp), every row measured here:
 // GEMMs by shape with forward, dgrad and wgrad each timed, causal attention forward and forward +
 // backward, memory-bound kernels by input bytes, the kernel floor. Nothing is taken from the base
-// except fp8_gemm_speedup (not measured: 0 without a base).
+// (FP8 GEMMs are costed from the 16-bit table and the datasheet peaks, op_time.cpp).
 json op_tables(const CalibrationResult& r, const std::optional<json>& base, const std::string& source) {
   json ops = json::object();
   ops["source"] = source;
   ops["dtype"] = r.dtype;
   ops["kernel_floor_us"] = r.kernel_floor / kMicro;
-  ops["fp8_gemm_speedup"] =
-      base && base->contains("ops") && (*base)["ops"].contains("fp8_gemm_speedup") ? (*base)["ops"]["fp8_gemm_speedup"]
-                                                                                   : json(0.0);
   json gemm = json::array();
   for (const auto& p : r.gemm) {
     gemm.push_back({{"m", p.m},
@@ -114,11 +111,9 @@ std::string tables_source(const CalibrationResult& r, const TopologyInputs& in) 
       "(at::scaled_dot_product_attention, is_causal), {} points, forward and forward + backward of q, k, v. "
       "memory_bound: {} on the input sizes named by sim/op_costs.hpp, forward and forward + backward through "
       "autograd (AdamW: one step, fused = at::_fused_adamw_, foreach = PyTorch's _multi_tensor_adam sequence of "
-      "_foreach ops). kernel_floor_us: {} back-to-back one-element in-place adds, time per kernel. "
-      "fp8_gemm_speedup: not measured ({}).",
+      "_foreach ops). kernel_floor_us: {} back-to-back one-element in-place adds, time per kernel.",
       in.command, r.device_name, r.dtype, r.torch_version, in.date, method(r), r.gemm.size(), fmt::join(labels, "; "),
-      r.attention.size(), fmt::join(kernels, ", "), r.kernel_floor_launches,
-      in.base ? "the base's" : "0, no fp8 GEMMs");
+      r.attention.size(), fmt::join(kernels, ", "), r.kernel_floor_launches);
   for (const auto& n : r.notes) s += " " + n + ".";
   return s;
 }

@@ -5,7 +5,6 @@
 //     "source": "where the figures were measured",
 //     "dtype": "bf16",                  // dtype of the GEMM and attention measurements
 //     "kernel_floor_us": 6.6,           // tiny kernels issued back to back: time per kernel
-//     "fp8_gemm_speedup": 1.5,          // fp8 GEMM rate over the table's (0: no fp8)
 //     "gemm": [{"m": 2048, "n": 1024, "k": 1024, "fwd_us": .., "dgrad_us": .., "wgrad_us": ..}, ..],
 //     "attention": [{"seq": 1024, "head_dim": 64, "batch_heads": 400, "fwd_us": .., "fwd_bwd_us": ..}, ..],
 //     "memory_bound": {"add": [{"bytes": 33554432, "fwd_us": .., "fwd_bwd_us": ..}, ..], ..}
@@ -267,7 +266,10 @@ OpCostTables parse_op_costs(const JsonObject& o) {
   const std::string dtype = o.choice("dtype", {"bf16", "fp16", "fp8", "fp32"});
   t.dtype = dtype == "bf16" ? Dtype::bf16 : dtype == "fp16" ? Dtype::fp16 : dtype == "fp8" ? Dtype::fp8 : Dtype::fp32;
   t.kernel_floor = o.number("kernel_floor_us", 0, 1e6) * kMicro;
-  t.fp8_gemm_speedup = o.number("fp8_gemm_speedup", 0, 10);
+  if (o.has("fp8_gemm_speedup")) {
+    throw o.error("fp8_gemm_speedup", "was removed: FP8 GEMMs are costed from the 16-bit table with the reduction "
+                                      "dimension shortened by the GPU's fp8/bf16 peak ratio; delete the key");
+  }
   for (const auto& p : o.objects("gemm", 1)) {
     GemmMeasure g;
     g.m = p.number("m", 0, 1e9, true);

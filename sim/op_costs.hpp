@@ -74,7 +74,6 @@ class OpCostTables {
  public:
   Dtype dtype = Dtype::bf16;      // dtype the GEMM and attention tables were measured in
   Seconds kernel_floor = 0;       // time per tiny kernel issued back to back (launch-bound floor)
-  double fp8_gemm_speedup = 0;    // fp8 GEMM rate / table-dtype rate (0: no fp8 GEMMs)
   std::vector<GemmMeasure> gemm;
   std::vector<AttentionMeasure> attention;
   std::array<std::vector<MemMeasure>, kMemKernels> memory;

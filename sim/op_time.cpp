@@ -13,13 +13,11 @@ PassCost operator*(double n, const PassCost& p) { return {n * p.gpu, n * p.kerne
 
 namespace {
 
-// GEMM rate in `dtype` over the table's: fp8 by the cluster's fp8 speedup (cannot_cost rejects fp8
-// without one), other dtypes the same fraction of their peak.
+// Tensor-core rate in `dtype` over the table dtype's, from the cluster's datasheet peaks
+// (gpu.peak_tflops): fp16 = bf16 (1), fp8 = 2 on Hopper and Ada, fp32 the fraction of its peak.
 double dtype_speedup(const Cluster& c, Dtype dtype) {
-  const OpCostTables& t = c.ops;
-  if (dtype == Dtype::fp8) return t.fp8_gemm_speedup;
-  if (dtype == t.dtype) return 1;
-  const double table_peak = c.gpu.peak(t.dtype), peak = c.gpu.peak(dtype);
+  if (dtype == c.ops.dtype) return 1;
+  const double table_peak = c.gpu.peak(c.ops.dtype), peak = c.gpu.peak(dtype);
   return table_peak > 0 && peak > 0 ? peak / table_peak : 1;
 }
 
@@ -29,14 +27,33 @@ FlopsPerSecond matmul_rate_bound(const Cluster& c, Dtype dtype) {
   return std::max(c.ops.best_gemm_rate() * dtype_speedup(c, dtype), 2 * c.ops.best_attention_rate());
 }
 
+// FP8 GEMMs (Transformer Engine runs the forward and both backward products in FP8) are not in the
+// measured 16-bit table. One FP8 tensor-core instruction does the work of a 16-bit one over r times
+// the reduction length (r = fp8 peak / table peak), and r 1-byte operand elements move the bytes
+// of one 16-bit element, so an FP8 GEMM is costed as the measured 16-bit GEMM whose reduction
+// dimension is r times shorter: large GEMMs come out close to r x faster, small and short-reduction
+// ones (bound by latency, tile quantisation and the 16-bit output) much less, as measured FP8
+// GEMMs on Hopper are (e.g. about 1.5x at K = 1024 and 2x at K = 8192 for M = N = 8192; see the
+// ops.source of topologies/dgx-h100.json). The reduction dimension is K for the forward, N for the
+// input gradient (dY W) and M, the tokens, for the weight gradient (dY^T X).
 Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, GemmPass pass) {
   const OpCostTables& t = c.ops;
-  Seconds time = t.gemm_time(m, n, k, pass);
-  const double speedup = dtype_speedup(c, dtype);
-  if (speedup > 0) time /= speedup;
-  // Roofline floor: the operands (M x K, K x N) are read and the result (M x N) written once, in
-  // 16-bit elements, at the measured streaming bandwidth.
-  const Bytes bytes = 2.0 * (m * k + k * n + m * n);
+  const bool fp8 = dtype == Dtype::fp8 && t.dtype != Dtype::fp8;
+  Seconds time;
+  if (fp8) {
+    const double r = dtype_speedup(c, dtype);
+    time = pass == GemmPass::fwd     ? t.gemm_time(m, n, k / r, pass)
+           : pass == GemmPass::dgrad ? t.gemm_time(m, n / r, k, pass)
+                                     : t.gemm_time(m / r, n, k, pass);
+  } else {
+    time = t.gemm_time(m, n, k, pass) / dtype_speedup(c, dtype);
+  }
+  // Roofline floor: both inputs read and the result written once at the measured streaming
+  // bandwidth; 16-bit elements, FP8 inputs 1 byte (the result stays 16-bit). The result is
+  // M x N forward, M x K for the input gradient and N x K for the weight gradient.
+  const double out = pass == GemmPass::fwd ? m * n : pass == GemmPass::dgrad ? m * k : n * k;
+  const double in = m * k + k * n + m * n - out;
+  const Bytes bytes = (fp8 ? 1.0 : 2.0) * in + 2.0 * out;
   return std::max(time, t.stream(bytes));
 }
 

@@ -498,7 +498,7 @@ std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cl
     return Infeasible{.reason = InfeasibleReason::invalid_strategy,
                       .detail = fmt::format("sequence length {} differs from the layer graph's {}", s.seq_len, graph.seq_len())};
   }
-  if (cluster.gpu.peak(s.dtype) <= 0 || (s.dtype == Dtype::fp8 && cluster.ops.fp8_gemm_speedup <= 0)) {
+  if (cluster.gpu.peak(s.dtype) <= 0) {
     return Infeasible{.reason = InfeasibleReason::unsupported_dtype, .detail = cluster.gpu.name};
   }
   return std::nullopt;

@@ -155,7 +155,7 @@ json small_cluster() {
             "hbm_gb": 16, "hbm_bandwidth_gbps": 1000, "memory_efficiency": 0.5, "attention_efficiency": 0.9,
             "gemm_efficiency": [{"flops": 1e9, "efficiency": 0.3}, {"flops": 1e10, "efficiency": 0.5},
                                 {"flops": 1e11, "efficiency": 0.7}]},
-    "ops": {"source": "test", "dtype": "bf16", "kernel_floor_us": 5, "fp8_gemm_speedup": 0,
+    "ops": {"source": "test", "dtype": "bf16", "kernel_floor_us": 5,
             "gemm": [{"m": 1024, "n": 1024, "k": 1024, "fwd_us": 100, "dgrad_us": 100, "wgrad_us": 100}],
             "attention": [{"seq": 1024, "head_dim": 64, "batch_heads": 16, "fwd_us": 100, "fwd_bwd_us": 350}],
             "memory_bound": {"add": [{"bytes": 1000000, "fwd_us": 10, "fwd_bwd_us": 20}]}},

@@ -28,7 +28,6 @@ json two_point_ops() {
   return json{{"source", "test"},
               {"dtype", "bf16"},
               {"kernel_floor_us", 4},
-              {"fp8_gemm_speedup", 1.5},
               {"gemm", g},
               // causal fwd FLOPs 2 s^2 d bh: s 1024, d 64, bh 10 -> 1.342e9 FLOPs
               {"attention", json::array({json{{"seq", 1024}, {"head_dim", 64}, {"batch_heads", 10}, {"fwd_us", 10}, {"fwd_bwd_us", 35}},

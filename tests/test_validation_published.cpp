@@ -60,12 +60,12 @@ TEST(ValidationNarayanan2021, StepTimeWithinTolerance) {
   EXPECT_LE(mae, 0.05);
 }
 
-// NeMo 24.12's published FP8 pre-training throughput on DGX H100 (tests/data/nemo2412_h100_fp8.json,
-// seven rows from 8 to 512 GPUs). Not fitted on: a check that the H100 tables, the FP8 assumption
-// (ops.fp8_gemm_speedup, assumed) and the megatron-core profile stay in range on runs at scale.
-// Tolerances: every row within 20% of the published tokens/s per GPU, mean absolute error <= 12%.
-TEST(ValidationNemo2412, Fp8ThroughputOnH100WithinTolerance) {
-  const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/nemo2412_h100_fp8.json");
+// Published FP8 pre-training throughput on DGX H100, one row per run: predicted tokens/s per GPU
+// against the published figure with the megatron-core profile. Prints every row; returns the mean
+// absolute relative error and checks each row against `row_tolerance`. A row's "zero" is its
+// ZeRO stage (default 1, Megatron's distributed optimizer).
+double fp8_h100_throughput_error(const std::string& file, int expected_rows, double row_tolerance) {
+  const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/" + file);
   const Cluster c = testing::builtin_cluster("dgx-h100");
   double sum_abs = 0;
   int rows = 0;
@@ -77,28 +77,48 @@ TEST(ValidationNemo2412, Fp8ThroughputOnH100WithinTolerance) {
     s.cp = r.at("cp");
     s.vp = r.at("vp");
     s.dp = r.at("gpus").get<int>() / (s.tp * s.pp * s.cp);
-    s.zero = 1;
+    s.zero = r.value("zero", 1);
     s.micro_batch = r.at("micro_batch");
     s.global_batch = r.at("global_batch");
     s.seq_len = r.at("seq_len");
     s.sequence_parallel = s.tp > 1;
     s.schedule = s.vp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
     s.dtype = Dtype::fp8;
-    ASSERT_EQ(s.gpus(), r.at("gpus").get<int>());
+    EXPECT_EQ(s.gpus(), r.at("gpus").get<int>()) << r.dump();
     const Estimate e = predict(LayerGraph(m, s.seq_len), c, s);
-    ASSERT_TRUE(e.feasible) << r.dump();
+    EXPECT_TRUE(e.feasible) << r.dump();
+    if (!e.feasible) continue;
     const double published = r.at("tokens_per_s_per_gpu");
     const double err = (e.throughput.tokens_per_s_per_gpu - published) / published;
-    std::printf("%-11s %4d GPUs  predicted %8.0f tokens/s/GPU  published %8.0f  error %+5.1f%%\n",
+    std::printf("%-13s %4d GPUs  predicted %8.0f tokens/s/GPU  published %8.0f  error %+5.1f%%\n",
                 m.name.c_str(), s.gpus(), e.throughput.tokens_per_s_per_gpu, published, 100 * err);
-    EXPECT_LT(std::abs(err), 0.20) << r.dump();
+    EXPECT_LT(std::abs(err), row_tolerance) << r.dump();
     sum_abs += std::abs(err);
     ++rows;
   }
-  ASSERT_EQ(rows, 7);
-  const double mae = sum_abs / rows;
+  EXPECT_EQ(rows, expected_rows);
+  const double mae = rows > 0 ? sum_abs / rows : 1;
   std::printf("mean absolute error %.2f%%\n", 100 * mae);
-  EXPECT_LE(mae, 0.12);
+  return mae;
+}
+
+// NeMo 24.12's published FP8 pre-training throughput on DGX H100 (tests/data/nemo2412_h100_fp8.json,
+// seven rows from 8 to 512 GPUs). Not fitted on: a check that the H100 tables, the FP8 GEMM rule
+// (the 16-bit table at a reduction dimension shortened by the fp8/bf16 peak ratio, op_time.cpp) and
+// the megatron-core profile stay in range on runs at scale.
+// Tolerances: every row within 20% of the published tokens/s per GPU, mean absolute error <= 12%.
+TEST(ValidationNemo2412, Fp8ThroughputOnH100WithinTolerance) {
+  EXPECT_LE(fp8_h100_throughput_error("nemo2412_h100_fp8.json", 7, 0.20), 0.12);
+}
+
+// Megatron-Bridge's published DGX-H100 rows of its 25.09, 25.11 and 26.02 containers
+// (tests/data/megatron_bridge_h100_fp8.json: Llama 3 8B with Megatron FSDP on 8 GPUs, 70B on 64 and
+// 405B on 1,024). The FP8 GEMM rule has no fitted constant; these rows (and NeMo 24.12's) were
+// compared with a plain 1.5-2.0x FP8 GEMM speedup while the rule was chosen, and a single factor
+// could not fit both the small and the large models. Tolerances: every row within 15%, mean
+// absolute error <= 8% (the fidelity target for published runs).
+TEST(ValidationMegatronBridge, Fp8ThroughputOnH100WithinTolerance) {
+  EXPECT_LE(fp8_h100_throughput_error("megatron_bridge_h100_fp8.json", 8, 0.15), 0.08);
 }
 
 }  // namespace
