@@ -49,7 +49,7 @@ std::string method(const CalibrationResult& r) {
 // GEMMs by shape with forward, dgrad and wgrad each timed, causal attention forward and forward +
 // backward, memory-bound kernels by input bytes, the kernel floor. Nothing is taken from the base
 // (FP8 GEMMs are costed from the 16-bit table and the datasheet peaks, op_time.cpp).
-json op_tables(const CalibrationResult& r, const std::optional<json>& base, const std::string& source) {
+json op_tables(const CalibrationResult& r, const std::string& source) {
   json ops = json::object();
   ops["source"] = source;
   ops["dtype"] = r.dtype;
@@ -162,7 +162,7 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
   }
 
   t["schema"] = kClusterSchema;
-  t["ops"] = op_tables(r, in.base, tables_source(r, in));
+  t["ops"] = op_tables(r, tables_source(r, in));
   if (!t.contains("collectives")) {
     t["collectives"] = {{"call_overhead_us", 0.0},
                         {"overlap_slowdown", 0.0},
