@@ -77,6 +77,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Layout {
   int dp, tp, pp, cp;
+  int dp_index;  // index of dp among the divisors of the global batch (Problem::mb_for_dp)
   int gpus() const { return dp * tp * pp * cp; }
 };
 
@@ -101,6 +102,10 @@ struct Problem {
   const SearchSpace& space;
   const SearchOptions& options;
   std::vector<int> micro_batches;   // divisors of global_batch within the limit, ascending
+  // For each divisor dp of global_batch (ascending, Layout::dp_index): the indices into
+  // micro_batches of the micro-batches with dp x mb dividing global_batch, ascending.
+  std::vector<std::vector<int>> mb_for_dp;
+  bool gpipe = false, one_f_one_b = false, interleaved = false;  // in space.schedules
   std::vector<Setting> settings_tp1, settings_tp;  // for tp == 1 / tp > 1
   // Bounds: per-rank forward matmul FLOPs per token of the whole model (times 1/tp) and of the
   // transformer layers alone; the fastest a matmul can run; bytes per parameter of model states.
@@ -175,22 +180,34 @@ class Worker {
 bool has(const std::vector<ScheduleKind>& v, ScheduleKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }
 
 // The (schedule, vp) digits valid for `pp` stages and `m` micro-batches per replica.
+int max_vp_for(const Problem& p, int pp) {
+  int max_vp = p.graph.model().layers / pp;
+  if (p.space.max_vp > 0) max_vp = std::min(max_vp, p.space.max_vp);
+  return max_vp;
+}
+
 template <class F>
 void for_each_schedule(const Problem& p, int pp, int m, F&& f) {
-  const auto& kinds = p.space.schedules;
   if (pp == 1) {
     // One stage: the schedule does not matter; take 1f1b (or gpipe if that is all that is asked).
-    if (has(kinds, ScheduleKind::one_f_one_b)) f(ScheduleKind::one_f_one_b, 1);
-    else if (has(kinds, ScheduleKind::gpipe)) f(ScheduleKind::gpipe, 1);
+    if (p.one_f_one_b) f(ScheduleKind::one_f_one_b, 1);
+    else if (p.gpipe) f(ScheduleKind::gpipe, 1);
     return;
   }
-  if (has(kinds, ScheduleKind::gpipe)) f(ScheduleKind::gpipe, 1);
-  if (has(kinds, ScheduleKind::one_f_one_b)) f(ScheduleKind::one_f_one_b, 1);
-  if (has(kinds, ScheduleKind::interleaved) && m % pp == 0) {
-    int max_vp = p.graph.model().layers / pp;
-    if (p.space.max_vp > 0) max_vp = std::min(max_vp, p.space.max_vp);
+  if (p.gpipe) f(ScheduleKind::gpipe, 1);
+  if (p.one_f_one_b) f(ScheduleKind::one_f_one_b, 1);
+  if (p.interleaved && m % pp == 0) {
+    const int max_vp = max_vp_for(p, pp);
     for (int vp = 2; vp <= max_vp; ++vp) f(ScheduleKind::interleaved, vp);
   }
+}
+
+// How many (schedule, vp) digits for_each_schedule visits.
+int count_schedules(const Problem& p, int pp, int m) {
+  if (pp == 1) return p.one_f_one_b || p.gpipe ? 1 : 0;
+  int n = (p.gpipe ? 1 : 0) + (p.one_f_one_b ? 1 : 0);
+  if (p.interleaved && m % pp == 0) n += std::max(0, max_vp_for(p, pp) - 1);
+  return n;
 }
 
 std::vector<int> divisors(int n) {
@@ -231,10 +248,18 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
     throw InputError(
         "search space: zero stages, recompute, schedules, sequence-parallel, dp-algorithm and compression lists must not be empty");
   }
-  Problem p{g, c, sw, sp, o, {}, {}, {}, 0, 0, 0, 1, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
+  Problem p{g, c, sw, sp, o, {}, {}, false, false, false, {}, {}, 0, 0, 0, 1, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
   for (int mb : divisors(sp.global_batch)) {
     if (sp.max_micro_batch <= 0 || mb <= sp.max_micro_batch) p.micro_batches.push_back(mb);
   }
+  for (int dp : divisors(sp.global_batch)) {
+    std::vector<int>& mis = p.mb_for_dp.emplace_back();
+    for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi)
+      if (sp.global_batch % (static_cast<long long>(dp) * p.micro_batches[mi]) == 0) mis.push_back(static_cast<int>(mi));
+  }
+  p.gpipe = has(sp.schedules, ScheduleKind::gpipe);
+  p.one_f_one_b = has(sp.schedules, ScheduleKind::one_f_one_b);
+  p.interleaved = has(sp.schedules, ScheduleKind::interleaved);
   for (int z : sp.zero_stages) {
     if (z < 0 || z > 3) throw InputError(fmt::format("search space: ZeRO stage {} must be 0..3", z));
     for (Recompute r : sp.recompute) {
@@ -293,16 +318,18 @@ std::vector<Layout> make_layouts(const Problem& p) {
   const int gpn = c.gpus_per_node;
   std::vector<Layout> out;
   const int max_pp = std::min(p.graph.model().layers, limit(sp.max_pp, 1 << 30));
+  const std::vector<int> dps = divisors(sp.global_batch);
   for (int tp : p.tps)
     for (int cp : p.cps)
       for (int pp = 1; pp <= max_pp; ++pp) {
         const long long mp = static_cast<long long>(tp) * cp * pp;
         if (mp > max_gpus) break;
-        for (int dp : divisors(sp.global_batch)) {
+        for (std::size_t di = 0; di < dps.size(); ++di) {
+          const int dp = dps[di];
           const long long g = mp * dp;
           if (g > max_gpus || dp > limit(sp.max_dp, 1 << 30)) break;
           if (sp.exact_gpus ? g != sp.gpus : (g % gpn != 0 && gpn % g != 0)) continue;
-          out.push_back({dp, tp, pp, cp});
+          out.push_back({dp, tp, pp, cp, static_cast<int>(di)});
         }
       }
   std::stable_sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.gpus() > b.gpus(); });
@@ -484,16 +511,16 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
   const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
   const std::int64_t per_schedule = static_cast<std::int64_t>(settings.size());
   const int gb = p.space.global_batch;
+  const std::vector<int>& mb_indices = p.mb_for_dp[static_cast<std::size_t>(l.dp_index)];  // dp x mb divides gb
   auto count_all = [&] {
     std::int64_t n = 0;
-    for (int mb : p.micro_batches)
-      if (gb % (static_cast<long long>(l.dp) * mb) == 0) for_each_schedule(p, l.pp, gb / (static_cast<long long>(l.dp) * mb), [&](ScheduleKind, int) { n += per_schedule; });
-    return n;
+    for (int mi : mb_indices) n += count_schedules(p, l.pp, gb / (l.dp * p.micro_batches[mi]));
+    return n * per_schedule;
   };
   if (!p.options.prune) {
-    for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
+    for (const int mi_int : mb_indices) {
+      const std::size_t mi = static_cast<std::size_t>(mi_int);
       const int mb = p.micro_batches[mi];
-      if (gb % (static_cast<long long>(l.dp) * mb) != 0) continue;
       for_each_schedule(p, l.pp, static_cast<int>(gb / (static_cast<long long>(l.dp) * mb)), [&](ScheduleKind kind, int vp) {
         for (const Setting& st : settings) {
           ++w.stats.candidates;
@@ -532,10 +559,10 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
   const std::size_t tp_i = index_of(p.tps, l.tp), cp_i = index_of(p.cps, l.cp);
   const int pp_stride = RankLayout(make_strategy(p, l, p.micro_batches.front(), ScheduleKind::one_f_one_b, 1, settings.front()))
                             .stride(Dim::pp);
-  for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
+  for (const int mi_int : mb_indices) {
+    const std::size_t mi = static_cast<std::size_t>(mi_int);
     const int mb = p.micro_batches[mi];
-    if (gb % (static_cast<long long>(l.dp) * mb) != 0) continue;
-    const int m = static_cast<int>(gb / (static_cast<long long>(l.dp) * mb));
+    const int m = gb / (l.dp * mb);
     const Bytes* act = &p.layer_act[((tp_i * p.cps.size() + cp_i) * p.micro_batches.size() + mi) * 6];
     const Seconds work_plain = work_floor(p, l.tp, l.cp, mb, false), work_full = work_floor(p, l.tp, l.cp, mb, true);
     Bytes min_act = std::numeric_limits<double>::infinity();
