@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
-#include <barrier>
 #include <functional>
 #include <chrono>
 #include <deque>
@@ -682,52 +682,74 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   // in any order. So counts, rankings and every figure are the same for any thread count and any
   // timing; a round only delays when one layout's finds start pruning another's. Layouts come most
   // promising first, so the first round sets tight thresholds.
+  //
+  // No barrier: the threads claim layouts in order from one counter; a layout of round R waits
+  // until round R-1 is merged, and the thread that finishes the last layout of a round merges it
+  // (all of its layouts are done, and the rounds before it were merged before any of them ran).
+  // So a thread only waits when it runs ahead into a round whose predecessor another thread is
+  // still finishing, and no round needs every thread to wake up.
   constexpr std::size_t kLayoutsPerRound = 16;
-  std::vector<Worker> workers;  // each thread's layer costs and scratch, kept over the rounds
+  // Layouts of round R run only once round R-1 is merged, and a round is merged only once all its
+  // layouts are done, so at most two rounds hold results at a time: a ring of kRing rounds suffices.
+  constexpr std::size_t kRing = 4;
+  std::vector<Worker> workers;  // each thread's layer costs and scratch, kept over the search
   for (int t = 0; t < threads; ++t) workers.emplace_back(p);
   WorkerResult all;
   const auto total = static_cast<std::int64_t>(layouts.size());
-  bool reported = false;
-  auto next_report = start + std::chrono::milliseconds(200);
-  // The helper threads live for the whole search; two barrier phases a round: the round is set up
-  // (or the search is over) / every layout of the round is done.
-  std::size_t begin = 0, end = 0;
-  std::vector<WorkerResult> round;
-  std::atomic<std::size_t> next{0};
-  auto work = [&](Worker& worker) {
-    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) {
-      run_layout(p, layouts[i], round[i - begin], worker);
+  const int rounds = static_cast<int>((layouts.size() + kLayoutsPerRound - 1) / kLayoutsPerRound);
+  std::vector<WorkerResult> ring(kRing * kLayoutsPerRound);
+  std::array<Thresholds, kRing> round_start{};     // thresholds each round starts from
+  std::array<std::atomic<std::size_t>, kRing> done{};  // layouts of the round finished
+  std::atomic<int> merged{0};                      // rounds merged into `all`
+  std::atomic<std::size_t> next{0};                // next layout to claim
+  auto round_size = [&](std::size_t r) {
+    return std::min(kLayoutsPerRound, layouts.size() - r * kLayoutsPerRound);
+  };
+  // Waits until `r` rounds are merged: spins briefly (rounds take tens of microseconds), then
+  // yields, then sleeps on the counter.
+  auto wait_merged = [&](int r) {
+    for (int spin = 0; merged.load(std::memory_order_acquire) < r; ++spin) {
+      if (spin < 256) continue;
+      if (spin < 512) {
+        std::this_thread::yield();
+        continue;
+      }
+      const int seen = merged.load(std::memory_order_acquire);
+      if (seen < r) merged.wait(seen, std::memory_order_acquire);
     }
   };
-  std::barrier<> sync(threads);
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (;;) {
-        sync.arrive_and_wait();
-        if (begin >= layouts.size()) return;
-        work(workers[t]);
-        sync.arrive_and_wait();
+  bool reported = false;
+  auto next_report = start + std::chrono::milliseconds(200);
+  auto work = [&](Worker& worker, bool calling_thread) {
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < layouts.size();) {
+      const std::size_t r = i / kLayoutsPerRound;
+      wait_merged(static_cast<int>(r));
+      WorkerResult& w = ring[i % ring.size()];
+      w.thresholds = round_start[r % kRing];
+      run_layout(p, layouts[i], w, worker);
+      if (done[r % kRing].fetch_add(1, std::memory_order_acq_rel) + 1 == round_size(r)) {
+        // The last layout of round r: merge the round in layout order and open round r + 1.
+        for (std::size_t j = r * kLayoutsPerRound; j < r * kLayoutsPerRound + round_size(r); ++j) {
+          merge(all, std::move(ring[j % ring.size()]), options);
+          ring[j % ring.size()] = WorkerResult{};
+        }
+        done[r % kRing].store(0, std::memory_order_relaxed);
+        round_start[(r + 1) % kRing] = all.thresholds;
+        merged.store(static_cast<int>(r + 1), std::memory_order_release);
+        merged.notify_all();
       }
-    });
-  }
-  for (; begin < layouts.size(); begin += kLayoutsPerRound) {
-    end = std::min(layouts.size(), begin + kLayoutsPerRound);
-    round.assign(end - begin, WorkerResult{});
-    for (auto& w : round) w.thresholds = all.thresholds;
-    next.store(begin, std::memory_order_relaxed);
-    sync.arrive_and_wait();  // the round starts
-    work(workers[0]);
-    sync.arrive_and_wait();  // the round is done
-    for (auto& w : round) merge(all, std::move(w), options);
-    // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
-    if (options.progress && Clock::now() >= next_report) {
-      options.progress(static_cast<std::int64_t>(end), total);
-      reported = true;
-      next_report = Clock::now() + std::chrono::milliseconds(100);
+      // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
+      if (calling_thread && options.progress && Clock::now() >= next_report) {
+        options.progress(std::min<std::int64_t>(total, static_cast<std::int64_t>(merged.load()) * kLayoutsPerRound), total);
+        reported = true;
+        next_report = Clock::now() + std::chrono::milliseconds(100);
+      }
     }
-  }
-  sync.arrive_and_wait();  // begin >= layouts.size(): the helpers return
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { work(workers[t], false); });
+  work(workers[0], true);
+  wait_merged(rounds);
   for (auto& th : pool) th.join();
   if (reported && options.progress) options.progress(total, total);
 
