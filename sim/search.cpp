@@ -594,8 +594,19 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
         w.stats.pruned_out_of_memory += per_schedule;
         return;
       }
+      // step_time_floor depends on the setting only through (recompute, sp): each computed once.
+      Seconds floor_by[6];
+      bool floor_known[6] = {};
+      auto floor_at = [&](const Setting& st) {
+        const int i = static_cast<int>(st.recompute) * 2 + st.sp;
+        if (!floor_known[i]) {
+          floor_by[i] = floor_of(st, vp);
+          floor_known[i] = true;
+        }
+        return floor_by[i];
+      };
       double min_floor = std::numeric_limits<double>::infinity();
-      for (const Setting& st : settings) min_floor = std::min(min_floor, floor_of(st, vp));
+      for (const Setting& st : settings) min_floor = std::min(min_floor, floor_at(st));
       if (beaten(p, t, min_floor * kMargin, gpus)) {
         w.stats.pruned_by_bound += per_schedule;
         return;
@@ -606,7 +617,7 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
           ++w.stats.pruned_out_of_memory;
           continue;
         }
-        const Seconds step = std::max((st.recompute == Recompute::full ? work_full : work_plain) * pipe, floor_of(st, vp));
+        const Seconds step = std::max((st.recompute == Recompute::full ? work_full : work_plain) * pipe, floor_at(st));
         if (beaten(p, t, step * kMargin, gpus)) {
           ++w.stats.pruned_by_bound;
           continue;
