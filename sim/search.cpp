@@ -12,6 +12,7 @@
 #include <deque>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <string_view>
 #include <thread>
@@ -450,6 +451,7 @@ void add_to_front(std::vector<Estimate>& front, const Estimate& e) {
 struct Thresholds {
   double kth = std::numeric_limits<double>::infinity();        // K-th best objective
   double best_step = std::numeric_limits<double>::infinity();  // best feasible step time
+  bool operator==(const Thresholds&) const = default;          // exact: a layout's result depends on nothing else
 };
 
 // What one layout contributes: its own top K, Pareto candidates, counts, and final thresholds.
@@ -694,39 +696,67 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   // timing; a round only delays when one layout's finds start pruning another's. Layouts come most
   // promising first, so the first round sets tight thresholds.
   //
-  // No barrier: the threads claim layouts in order from one counter; a layout of round R waits
-  // until round R-1 is merged, and the thread that finishes the last layout of a round merges it
-  // (all of its layouts are done, and the rounds before it were merged before any of them ran).
-  // So a thread only waits when it runs ahead into a round whose predecessor another thread is
-  // still finishing, and no round needs every thread to wake up.
+  // How threads keep busy without a barrier per round: they claim layouts in order from one
+  // counter and run each from the thresholds of the rounds merged so far. A layout's result is a
+  // function of its thresholds alone, so one run from a round's own start thresholds (the usual
+  // case: late rounds seldom tighten them) is exactly what the round semantics ask for; one that
+  // ran ahead from an older state whose thresholds differ is run again at merge time. Rounds are
+  // merged in order, each once all its layouts are done, by whichever thread finds it complete.
+  // Threads run ahead only once the top list is full (before that, every round tightens the
+  // thresholds) and by at most kRing - 1 rounds; otherwise they wait for the merge.
   constexpr std::size_t kLayoutsPerRound = 16;
-  // Layouts of round R run only once round R-1 is merged, and a round is merged only once all its
-  // layouts are done, so at most two rounds hold results at a time: a ring of kRing rounds suffices.
-  constexpr std::size_t kRing = 4;
+  constexpr std::size_t kRing = 8;  // rounds whose results are held at once
   std::vector<Worker> workers;  // each thread's layer costs and scratch, kept over the search
   for (int t = 0; t < threads; ++t) workers.emplace_back(p);
   WorkerResult all;
   const auto total = static_cast<std::int64_t>(layouts.size());
-  const int rounds = static_cast<int>((layouts.size() + kLayoutsPerRound - 1) / kLayoutsPerRound);
-  std::vector<WorkerResult> ring(kRing * kLayoutsPerRound);
-  std::array<Thresholds, kRing> round_start{};     // thresholds each round starts from
-  std::array<std::atomic<std::size_t>, kRing> done{};  // layouts of the round finished
-  std::atomic<int> merged{0};                      // rounds merged into `all`
-  std::atomic<std::size_t> next{0};                // next layout to claim
-  auto round_size = [&](std::size_t r) {
-    return std::min(kLayoutsPerRound, layouts.size() - r * kLayoutsPerRound);
+  const std::size_t rounds = (layouts.size() + kLayoutsPerRound - 1) / kLayoutsPerRound;
+  struct Slot {
+    WorkerResult result;
+    Thresholds used;  // the thresholds the layout ran from
   };
-  // Waits until `r` rounds are merged: spins briefly (rounds take tens of microseconds), then
-  // yields, then sleeps on the counter.
-  auto wait_merged = [&](int r) {
-    for (int spin = 0; merged.load(std::memory_order_acquire) < r; ++spin) {
-      if (spin < 256) continue;
-      if (spin < 512) {
-        std::this_thread::yield();
-        continue;
+  std::vector<Slot> ring(kRing * kLayoutsPerRound);
+  std::array<std::atomic<std::size_t>, kRing> done{};  // layouts of the round finished
+  std::atomic<std::size_t> merged{0};                  // rounds merged into `all`
+  std::atomic<std::size_t> next{0};                    // next layout to claim
+  // `all.thresholds` after the last merged round, for claims (guarded by `latest_mutex`).
+  std::mutex latest_mutex;
+  Thresholds latest;
+  std::mutex merge_mutex;             // held by the thread merging rounds
+  std::atomic<bool> merge_wanted{false};
+  auto round_size = [&](std::size_t r) { return std::min(kLayoutsPerRound, layouts.size() - r * kLayoutsPerRound); };
+  // Merges every complete round after the merged ones, in order; `worker` re-runs the layouts that
+  // ran from other thresholds than their round's.
+  auto merge_ready = [&](Worker& worker) {
+    for (std::size_t r = merged.load(std::memory_order_acquire);
+         r < rounds && done[r % kRing].load(std::memory_order_acquire) == round_size(r); ++r) {
+      const Thresholds start_r = all.thresholds;
+      for (std::size_t j = r * kLayoutsPerRound; j < r * kLayoutsPerRound + round_size(r); ++j) {
+        Slot& slot = ring[j % ring.size()];
+        if (!(slot.used == start_r)) {
+          slot.result = WorkerResult{};
+          slot.result.thresholds = start_r;
+          run_layout(p, layouts[j], slot.result, worker);
+        }
+        merge(all, std::move(slot.result), options);
+        slot.result = WorkerResult{};
       }
-      const int seen = merged.load(std::memory_order_acquire);
-      if (seen < r) merged.wait(seen, std::memory_order_acquire);
+      done[r % kRing].store(0, std::memory_order_relaxed);
+      {
+        std::lock_guard<std::mutex> lock(latest_mutex);
+        latest = all.thresholds;
+      }
+      merged.store(r + 1, std::memory_order_release);
+      merged.notify_all();
+    }
+  };
+  // Asks for a merge; whoever holds the merge lock sees the request before it lets go.
+  auto request_merge = [&](Worker& worker) {
+    merge_wanted.store(true);
+    while (merge_wanted.load() && merge_mutex.try_lock()) {
+      merge_wanted.store(false);
+      merge_ready(worker);
+      merge_mutex.unlock();
     }
   };
   bool reported = false;
@@ -734,24 +764,28 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   auto work = [&](Worker& worker, bool calling_thread) {
     for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < layouts.size();) {
       const std::size_t r = i / kLayoutsPerRound;
-      wait_merged(static_cast<int>(r));
-      WorkerResult& w = ring[i % ring.size()];
-      w.thresholds = round_start[r % kRing];
-      run_layout(p, layouts[i], w, worker);
-      if (done[r % kRing].fetch_add(1, std::memory_order_acq_rel) + 1 == round_size(r)) {
-        // The last layout of round r: merge the round in layout order and open round r + 1.
-        for (std::size_t j = r * kLayoutsPerRound; j < r * kLayoutsPerRound + round_size(r); ++j) {
-          merge(all, std::move(ring[j % ring.size()]), options);
-          ring[j % ring.size()] = WorkerResult{};
+      Slot& slot = ring[i % ring.size()];
+      for (;;) {
+        const std::size_t m = merged.load(std::memory_order_acquire);
+        Thresholds now;
+        {
+          std::lock_guard<std::mutex> lock(latest_mutex);
+          now = latest;
         }
-        done[r % kRing].store(0, std::memory_order_relaxed);
-        round_start[(r + 1) % kRing] = all.thresholds;
-        merged.store(static_cast<int>(r + 1), std::memory_order_release);
-        merged.notify_all();
+        // Round r may run once round r - 1 is merged, or ahead of it once the top list is full,
+        // while its slot is free (round r - kRing merged).
+        if (m >= r || (m + kRing > r && std::isfinite(now.kth))) {
+          slot.used = now;
+          break;
+        }
+        merged.wait(m, std::memory_order_acquire);
       }
+      slot.result.thresholds = slot.used;
+      run_layout(p, layouts[i], slot.result, worker);
+      if (done[r % kRing].fetch_add(1, std::memory_order_acq_rel) + 1 == round_size(r)) request_merge(worker);
       // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
       if (calling_thread && options.progress && Clock::now() >= next_report) {
-        options.progress(std::min<std::int64_t>(total, static_cast<std::int64_t>(merged.load()) * kLayoutsPerRound), total);
+        options.progress(std::min<std::int64_t>(total, static_cast<std::int64_t>(merged.load() * kLayoutsPerRound)), total);
         reported = true;
         next_report = Clock::now() + std::chrono::milliseconds(100);
       }
@@ -760,8 +794,9 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { work(workers[t], false); });
   work(workers[0], true);
-  wait_merged(rounds);
   for (auto& th : pool) th.join();
+  merge_ready(workers[0]);  // rounds whose last layout finished while another thread held the merge
+  TRAINPLAN_CHECK(merged.load() == rounds, "search merged every round");
   if (reported && options.progress) options.progress(total, total);
 
   SearchResult out;
