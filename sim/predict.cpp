@@ -294,6 +294,33 @@ Seconds p2p_time(const Cluster& cluster, const LayerCosts& lc, int pp, int pp_st
   return t;
 }
 
+namespace {
+
+// partition_layers(layers, chunks, ...) from the memo of `out` when it holds these exact inputs,
+// else computed into the memo's next entry (no allocation once that entry held as many chunks).
+std::span<const int> memo_split(StepCosts& out, int layers, int chunks, double layer_cost, double first_extra,
+                                double last_extra) {
+  for (const StepCosts::SplitMemo& m : out.split_memo) {
+    if (m.layers == layers && m.chunks == chunks && m.layer_cost == layer_cost && m.first_extra == first_extra &&
+        m.last_extra == last_extra) {
+      return m.split;
+    }
+  }
+  StepCosts::SplitMemo& m = out.split_memo[static_cast<std::size_t>(out.split_memo_next)];
+  out.split_memo_next = (out.split_memo_next + 1) % static_cast<int>(out.split_memo.size());
+  m.layers = -1;  // invalid until the split is written
+  m.split.resize(static_cast<std::size_t>(chunks));
+  partition_layers_into(layers, m.split, layer_cost, first_extra, last_extra);
+  m.layers = layers;
+  m.chunks = chunks;
+  m.layer_cost = layer_cost;
+  m.first_extra = first_extra;
+  m.last_extra = last_extra;
+  return m.split;
+}
+
+}  // namespace
+
 Seconds step_time_floor(const LayerCosts& lc, Seconds p2p, int pp, int m, int vp) {
   const Seconds sends = pp > 1 ? 2 * vp * p2p : 0;  // per stage and micro-batch (compose's StageSum::pp)
   const Seconds sum = lc.replica_work() + pp * sends;
@@ -316,12 +343,8 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   const Link dp_link = group_link(cluster, dp_group, dp_stride);
 
   const int nchunks = s.pp * s.vp;
-  // Layers per chunk; on the stack for the usual depths (search predicts millions of layouts).
-  constexpr int kInline = 256;
-  int inline_split[kInline];
-  std::vector<int> heap_split(nchunks > kInline ? nchunks : 0);
-  const std::span<int> split = nchunks > kInline ? std::span<int>(heap_split) : std::span<int>(inline_split, nchunks);
-  partition_layers_into(graph.model().layers, split, layer.total(), pre.total(), post.total());
+  // Layers per chunk: the split of these inputs kept in out's memo, or computed into it.
+  const std::span<const int> split = memo_split(out, graph.model().layers, nchunks, layer.total(), pre.total(), post.total());
   const StateBytes state = state_bytes(s);
   // Gradient compression (compression.hpp): bytes on the wire and extra compute of one layer and
   // of the end ops; parameter servers (param_server.hpp) replace the DP collective.
