@@ -703,9 +703,10 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   // ran ahead from an older state whose thresholds differ is run again at merge time. Rounds are
   // merged in order, each once all its layouts are done, by whichever thread finds it complete.
   // Threads run ahead only once the top list is full (before that, every round tightens the
-  // thresholds) and by at most kRing - 1 rounds; otherwise they wait for the merge.
+  // thresholds) and by at most kRing - 1 rounds (a descheduled thread on a busy machine holds up
+  // the others only after that many rounds); otherwise they wait for the merge.
   constexpr std::size_t kLayoutsPerRound = 16;
-  constexpr std::size_t kRing = 8;  // rounds whose results are held at once
+  constexpr std::size_t kRing = 64;  // rounds whose results are held at once (a thread runs 63 ahead at most)
   std::vector<Worker> workers;  // each thread's layer costs and scratch, kept over the search
   for (int t = 0; t < threads; ++t) workers.emplace_back(p);
   WorkerResult all;
