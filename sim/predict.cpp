@@ -294,6 +294,33 @@ Seconds p2p_time(const Cluster& cluster, const LayerCosts& lc, int pp, int pp_st
   return t;
 }
 
+namespace {
+
+// partition_layers(layers, chunks, ...) from the memo of `out` when it holds these exact inputs,
+// else computed into the memo's next entry (no allocation once that entry held as many chunks).
+std::span<const int> memo_split(StepCosts& out, int layers, int chunks, double layer_cost, double first_extra,
+                                double last_extra) {
+  for (const StepCosts::SplitMemo& m : out.split_memo) {
+    if (m.layers == layers && m.chunks == chunks && m.layer_cost == layer_cost && m.first_extra == first_extra &&
+        m.last_extra == last_extra) {
+      return m.split;
+    }
+  }
+  StepCosts::SplitMemo& m = out.split_memo[static_cast<std::size_t>(out.split_memo_next)];
+  out.split_memo_next = (out.split_memo_next + 1) % static_cast<int>(out.split_memo.size());
+  m.layers = -1;  // invalid until the split is written
+  m.split.resize(static_cast<std::size_t>(chunks));
+  partition_layers_into(layers, m.split, layer_cost, first_extra, last_extra);
+  m.layers = layers;
+  m.chunks = chunks;
+  m.layer_cost = layer_cost;
+  m.first_extra = first_extra;
+  m.last_extra = last_extra;
+  return m.split;
+}
+
+}  // namespace
+
 Seconds step_time_floor(const LayerCosts& lc, Seconds p2p, int pp, int m, int vp) {
   const Seconds sends = pp > 1 ? 2 * vp * p2p : 0;  // per stage and micro-batch (compose's StageSum::pp)
   const Seconds sum = lc.replica_work() + pp * sends;
@@ -316,12 +343,8 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   const Link dp_link = group_link(cluster, dp_group, dp_stride);
 
   const int nchunks = s.pp * s.vp;
-  // Layers per chunk; on the stack for the usual depths (search predicts millions of layouts).
-  constexpr int kInline = 256;
-  int inline_split[kInline];
-  std::vector<int> heap_split(nchunks > kInline ? nchunks : 0);
-  const std::span<int> split = nchunks > kInline ? std::span<int>(heap_split) : std::span<int>(inline_split, nchunks);
-  partition_layers_into(graph.model().layers, split, layer.total(), pre.total(), post.total());
+  // Layers per chunk: the split of these inputs kept in out's memo, or computed into it.
+  const std::span<const int> split = memo_split(out, graph.model().layers, nchunks, layer.total(), pre.total(), post.total());
   const StateBytes state = state_bytes(s);
   // Gradient compression (compression.hpp): bytes on the wire and extra compute of one layer and
   // of the end ops; parameter servers (param_server.hpp) replace the DP collective.
@@ -339,13 +362,22 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
     post_cc = compression_cost(post_gradients(graph, s), cluster, s, state.grad);
   }
   const bool reduces = dp_group > 1 || s.uses_ps();  // gradients leave the GPU at all
-  const PsNetwork ps = ps_network(cluster, s);
+  const PsNetwork ps = s.uses_ps() ? ps_network(cluster, s) : PsNetwork{};
   std::vector<Seconds> compress(plain ? 0 : nchunks, 0.0);
 
-  std::vector<ChunkCost> chunks = std::move(out.chunks);  // keeps its storage
-  out = StepCosts{};
-  out.chunks = std::move(chunks);
-  out.chunks.assign(nchunks, ChunkCost{});
+  // Every field is written below or here: no zeroing of the whole struct, and the chunks'
+  // storage is kept (search predicts millions of steps into the same StepCosts).
+  out.ps_servers = 0;
+  out.dp_param_gather = 0;
+  out.chunks.resize(nchunks);
+  // Parameters per stage, summed in chunk order (stage i holds chunks i, i + pp, i + 2 pp, ...).
+  constexpr int kInlineStages = 64;
+  double inline_stage_params[kInlineStages];
+  std::vector<double> heap_stage_params(s.pp > kInlineStages ? s.pp : 0);
+  const std::span<double> stage_params = s.pp > kInlineStages ? std::span<double>(heap_stage_params)
+                                                               : std::span<double>(inline_stage_params, s.pp);
+  std::fill(stage_params.begin(), stage_params.end(), 0.0);
+  const Seconds call = cluster.collectives.call_overhead;
   int first_layer = 0;
   for (int v = 0; v < nchunks; ++v) {
     ChunkCost& c = out.chunks[v];
@@ -365,6 +397,8 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
     c.cp_forward = n * layer.cp_forward;
     c.cp_backward = n * layer.cp_backward;
     c.params = n * layer.params;
+    c.zero3_gather = 0;
+    c.dp_reduce = 0;
     const std::array<const EndCost*, 2> ends{c.has_embedding ? &pre : nullptr, c.has_head ? &post : nullptr};
     for (const EndCost* e : ends) {
       if (!e) continue;
@@ -374,13 +408,23 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
       c.tp_backward += e->tp_backward;
       c.params += e->params;
     }
+    stage_params[c.stage] += c.params;
     // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
     if (sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
     c.grad_bytes = c.params * state.grad;
-    CompressionCost cc = n * layer_cc;
-    if (c.has_embedding) cc += pre_cc;
-    if (c.has_head) cc += post_cc;
-    if (reduces && !plain) compress[v] = cc.compute;
+    // The chunk's compression cost: n x the layer's, plus its end ops'. Uncompressed only the wire
+    // bytes are used, summed in the same order.
+    CompressionCost cc;
+    if (plain) {
+      cc.wire = n * layer_cc.wire;
+      if (c.has_embedding) cc.wire += pre_cc.wire;
+      if (c.has_head) cc.wire += post_cc.wire;
+    } else {
+      cc = n * layer_cc;
+      if (c.has_embedding) cc += pre_cc;
+      if (c.has_head) cc += post_cc;
+      if (reduces) compress[v] = cc.compute;
+    }
     if (v > 0 && c.params == out.chunks[v - 1].params) {  // same layers: same collectives
       c.zero3_gather = out.chunks[v - 1].zero3_gather;
       c.dp_reduce = out.chunks[v - 1].dp_reduce;
@@ -400,7 +444,6 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
     // (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter all-gather follows the optimizer).
     // Compression changes the message (cc.wire instead of c.grad_bytes) and, for PowerSGD, makes
     // two rounds of each call (P, then Q).
-    const Seconds call = cluster.collectives.call_overhead;
     const double calls = std::max(1.0, n) + (c.params > n * layer.params ? 1 : 0);
     const double rounds = cc.rounds;
     if (s.zero == 3) {
@@ -417,13 +460,8 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   }
 
   out.p2p = p2p_time(cluster, lc, s.pp, layout.stride(Dim::pp));
-  // Stage i holds chunks i, i + pp, i + 2 pp, ...
   double busiest_params = 0;
-  for (int i = 0; i < s.pp; ++i) {
-    double params = 0;
-    for (int v = i; v < nchunks; v += s.pp) params += out.chunks[v].params;
-    busiest_params = std::max(busiest_params, params);
-  }
+  for (const double params : stage_params) busiest_params = std::max(busiest_params, params);
   const double opt_share = s.zero >= 1 ? 1.0 / dp_group : 1.0;
   // The optimizer as the software runs it over the parameters this rank updates; weight casts and
   // gradient-buffer upkeep once a step (where not every micro-batch). With parameter servers the
@@ -551,19 +589,15 @@ Estimate compose(const StepCosts& costs, const LayerGraph& graph, const Cluster&
 
 void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, const Cluster& cluster, const Strategy& s,
              Estimate& e) {
-  {  // start from a fresh estimate, keeping the vectors' storage
-    std::vector<Infeasible> infeasible = std::move(e.infeasible);
-    std::vector<StageMemory> per_stage = std::move(e.per_stage);
-    std::vector<int> stage_layers = std::move(e.stage_layers);
-    infeasible.clear();
-    per_stage.clear();
-    stage_layers.clear();
-    e = Estimate{};
-    e.infeasible = std::move(infeasible);
-    e.per_stage = std::move(per_stage);
-    e.stage_layers = std::move(stage_layers);
-  }
+  // Start from a fresh estimate, keeping the vectors' storage: every field is reset here or
+  // written below (per_stage and stage_layers entry by entry, time and throughput field by field).
   e.strategy = s;
+  e.feasible = true;
+  e.infeasible.clear();
+  e.peak_memory = 0;
+  e.time = {};
+  e.throughput = {};
+  e.ps = {};
   e.capacity = cluster.gpu.hbm;
   if (s.gpus() > cluster.max_gpus()) {
     e.feasible = false;

@@ -12,6 +12,7 @@
 // compute the costs once and hand them to each. Memory figures come from memory_model.hpp.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <vector>
 
@@ -81,6 +82,17 @@ struct StepCosts {
   // are identical), the ops before the first layer (embedding) and after the last (final norm,
   // LM head, loss). Only the time and params fields are set. For per-layer reports (layer_detail.hpp).
   ChunkCost layer, embedding, head;
+
+  // Scratch, no part of the costs: the layer splits (partition_layers) step_costs computed last,
+  // with their inputs. A search predicts many strategies with the same layer costs and chunk count
+  // into one StepCosts; the split is a pure function of these inputs, so it is computed once.
+  struct SplitMemo {
+    int layers = -1, chunks = -1;
+    double layer_cost = 0, first_extra = 0, last_extra = 0;
+    std::vector<int> split;
+  };
+  std::array<SplitMemo, 8> split_memo;
+  int split_memo_next = 0;  // entry to replace next (round robin)
 };
 
 // Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.

@@ -5,13 +5,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
-#include <barrier>
 #include <functional>
 #include <chrono>
 #include <deque>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <string_view>
 #include <thread>
@@ -77,6 +78,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Layout {
   int dp, tp, pp, cp;
+  int dp_index;  // index of dp among the divisors of the global batch (Problem::mb_for_dp)
   int gpus() const { return dp * tp * pp * cp; }
 };
 
@@ -101,6 +103,10 @@ struct Problem {
   const SearchSpace& space;
   const SearchOptions& options;
   std::vector<int> micro_batches;   // divisors of global_batch within the limit, ascending
+  // For each divisor dp of global_batch (ascending, Layout::dp_index): the indices into
+  // micro_batches of the micro-batches with dp x mb dividing global_batch, ascending.
+  std::vector<std::vector<int>> mb_for_dp;
+  bool gpipe = false, one_f_one_b = false, interleaved = false;  // in space.schedules
   std::vector<Setting> settings_tp1, settings_tp;  // for tp == 1 / tp > 1
   // Bounds: per-rank forward matmul FLOPs per token of the whole model (times 1/tp) and of the
   // transformer layers alone; the fastest a matmul can run; bytes per parameter of model states.
@@ -175,22 +181,34 @@ class Worker {
 bool has(const std::vector<ScheduleKind>& v, ScheduleKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }
 
 // The (schedule, vp) digits valid for `pp` stages and `m` micro-batches per replica.
+int max_vp_for(const Problem& p, int pp) {
+  int max_vp = p.graph.model().layers / pp;
+  if (p.space.max_vp > 0) max_vp = std::min(max_vp, p.space.max_vp);
+  return max_vp;
+}
+
 template <class F>
 void for_each_schedule(const Problem& p, int pp, int m, F&& f) {
-  const auto& kinds = p.space.schedules;
   if (pp == 1) {
     // One stage: the schedule does not matter; take 1f1b (or gpipe if that is all that is asked).
-    if (has(kinds, ScheduleKind::one_f_one_b)) f(ScheduleKind::one_f_one_b, 1);
-    else if (has(kinds, ScheduleKind::gpipe)) f(ScheduleKind::gpipe, 1);
+    if (p.one_f_one_b) f(ScheduleKind::one_f_one_b, 1);
+    else if (p.gpipe) f(ScheduleKind::gpipe, 1);
     return;
   }
-  if (has(kinds, ScheduleKind::gpipe)) f(ScheduleKind::gpipe, 1);
-  if (has(kinds, ScheduleKind::one_f_one_b)) f(ScheduleKind::one_f_one_b, 1);
-  if (has(kinds, ScheduleKind::interleaved) && m % pp == 0) {
-    int max_vp = p.graph.model().layers / pp;
-    if (p.space.max_vp > 0) max_vp = std::min(max_vp, p.space.max_vp);
+  if (p.gpipe) f(ScheduleKind::gpipe, 1);
+  if (p.one_f_one_b) f(ScheduleKind::one_f_one_b, 1);
+  if (p.interleaved && m % pp == 0) {
+    const int max_vp = max_vp_for(p, pp);
     for (int vp = 2; vp <= max_vp; ++vp) f(ScheduleKind::interleaved, vp);
   }
+}
+
+// How many (schedule, vp) digits for_each_schedule visits.
+int count_schedules(const Problem& p, int pp, int m) {
+  if (pp == 1) return p.one_f_one_b || p.gpipe ? 1 : 0;
+  int n = (p.gpipe ? 1 : 0) + (p.one_f_one_b ? 1 : 0);
+  if (p.interleaved && m % pp == 0) n += std::max(0, max_vp_for(p, pp) - 1);
+  return n;
 }
 
 std::vector<int> divisors(int n) {
@@ -231,10 +249,18 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
     throw InputError(
         "search space: zero stages, recompute, schedules, sequence-parallel, dp-algorithm and compression lists must not be empty");
   }
-  Problem p{g, c, sw, sp, o, {}, {}, {}, 0, 0, 0, 1, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
+  Problem p{g, c, sw, sp, o, {}, {}, false, false, false, {}, {}, 0, 0, 0, 1, state_bytes(sp.dtype, sp.fp32_grad_accum), {}, {}, {}};
   for (int mb : divisors(sp.global_batch)) {
     if (sp.max_micro_batch <= 0 || mb <= sp.max_micro_batch) p.micro_batches.push_back(mb);
   }
+  for (int dp : divisors(sp.global_batch)) {
+    std::vector<int>& mis = p.mb_for_dp.emplace_back();
+    for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi)
+      if (sp.global_batch % (static_cast<long long>(dp) * p.micro_batches[mi]) == 0) mis.push_back(static_cast<int>(mi));
+  }
+  p.gpipe = has(sp.schedules, ScheduleKind::gpipe);
+  p.one_f_one_b = has(sp.schedules, ScheduleKind::one_f_one_b);
+  p.interleaved = has(sp.schedules, ScheduleKind::interleaved);
   for (int z : sp.zero_stages) {
     if (z < 0 || z > 3) throw InputError(fmt::format("search space: ZeRO stage {} must be 0..3", z));
     for (Recompute r : sp.recompute) {
@@ -293,16 +319,18 @@ std::vector<Layout> make_layouts(const Problem& p) {
   const int gpn = c.gpus_per_node;
   std::vector<Layout> out;
   const int max_pp = std::min(p.graph.model().layers, limit(sp.max_pp, 1 << 30));
+  const std::vector<int> dps = divisors(sp.global_batch);
   for (int tp : p.tps)
     for (int cp : p.cps)
       for (int pp = 1; pp <= max_pp; ++pp) {
         const long long mp = static_cast<long long>(tp) * cp * pp;
         if (mp > max_gpus) break;
-        for (int dp : divisors(sp.global_batch)) {
+        for (std::size_t di = 0; di < dps.size(); ++di) {
+          const int dp = dps[di];
           const long long g = mp * dp;
           if (g > max_gpus || dp > limit(sp.max_dp, 1 << 30)) break;
           if (sp.exact_gpus ? g != sp.gpus : (g % gpn != 0 && gpn % g != 0)) continue;
-          out.push_back({dp, tp, pp, cp});
+          out.push_back({dp, tp, pp, cp, static_cast<int>(di)});
         }
       }
   std::stable_sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.gpus() > b.gpus(); });
@@ -423,6 +451,7 @@ void add_to_front(std::vector<Estimate>& front, const Estimate& e) {
 struct Thresholds {
   double kth = std::numeric_limits<double>::infinity();        // K-th best objective
   double best_step = std::numeric_limits<double>::infinity();  // best feasible step time
+  bool operator==(const Thresholds&) const = default;          // exact: a layout's result depends on nothing else
 };
 
 // What one layout contributes: its own top K, Pareto candidates, counts, and final thresholds.
@@ -484,16 +513,16 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
   const auto& settings = l.tp > 1 ? p.settings_tp : p.settings_tp1;
   const std::int64_t per_schedule = static_cast<std::int64_t>(settings.size());
   const int gb = p.space.global_batch;
+  const std::vector<int>& mb_indices = p.mb_for_dp[static_cast<std::size_t>(l.dp_index)];  // dp x mb divides gb
   auto count_all = [&] {
     std::int64_t n = 0;
-    for (int mb : p.micro_batches)
-      if (gb % (static_cast<long long>(l.dp) * mb) == 0) for_each_schedule(p, l.pp, gb / (static_cast<long long>(l.dp) * mb), [&](ScheduleKind, int) { n += per_schedule; });
-    return n;
+    for (int mi : mb_indices) n += count_schedules(p, l.pp, gb / (l.dp * p.micro_batches[mi]));
+    return n * per_schedule;
   };
   if (!p.options.prune) {
-    for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
+    for (const int mi_int : mb_indices) {
+      const std::size_t mi = static_cast<std::size_t>(mi_int);
       const int mb = p.micro_batches[mi];
-      if (gb % (static_cast<long long>(l.dp) * mb) != 0) continue;
       for_each_schedule(p, l.pp, static_cast<int>(gb / (static_cast<long long>(l.dp) * mb)), [&](ScheduleKind kind, int vp) {
         for (const Setting& st : settings) {
           ++w.stats.candidates;
@@ -532,10 +561,10 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
   const std::size_t tp_i = index_of(p.tps, l.tp), cp_i = index_of(p.cps, l.cp);
   const int pp_stride = RankLayout(make_strategy(p, l, p.micro_batches.front(), ScheduleKind::one_f_one_b, 1, settings.front()))
                             .stride(Dim::pp);
-  for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi) {
+  for (const int mi_int : mb_indices) {
+    const std::size_t mi = static_cast<std::size_t>(mi_int);
     const int mb = p.micro_batches[mi];
-    if (gb % (static_cast<long long>(l.dp) * mb) != 0) continue;
-    const int m = static_cast<int>(gb / (static_cast<long long>(l.dp) * mb));
+    const int m = gb / (l.dp * mb);
     const Bytes* act = &p.layer_act[((tp_i * p.cps.size() + cp_i) * p.micro_batches.size() + mi) * 6];
     const Seconds work_plain = work_floor(p, l.tp, l.cp, mb, false), work_full = work_floor(p, l.tp, l.cp, mb, true);
     Bytes min_act = std::numeric_limits<double>::infinity();
@@ -567,8 +596,19 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
         w.stats.pruned_out_of_memory += per_schedule;
         return;
       }
+      // step_time_floor depends on the setting only through (recompute, sp): each computed once.
+      Seconds floor_by[6];
+      bool floor_known[6] = {};
+      auto floor_at = [&](const Setting& st) {
+        const int i = static_cast<int>(st.recompute) * 2 + st.sp;
+        if (!floor_known[i]) {
+          floor_by[i] = floor_of(st, vp);
+          floor_known[i] = true;
+        }
+        return floor_by[i];
+      };
       double min_floor = std::numeric_limits<double>::infinity();
-      for (const Setting& st : settings) min_floor = std::min(min_floor, floor_of(st, vp));
+      for (const Setting& st : settings) min_floor = std::min(min_floor, floor_at(st));
       if (beaten(p, t, min_floor * kMargin, gpus)) {
         w.stats.pruned_by_bound += per_schedule;
         return;
@@ -579,7 +619,7 @@ void run_layout(const Problem& p, const Layout& l, WorkerResult& w, Worker& work
           ++w.stats.pruned_out_of_memory;
           continue;
         }
-        const Seconds step = std::max((st.recompute == Recompute::full ? work_full : work_plain) * pipe, floor_of(st, vp));
+        const Seconds step = std::max((st.recompute == Recompute::full ? work_full : work_plain) * pipe, floor_at(st));
         if (beaten(p, t, step * kMargin, gpus)) {
           ++w.stats.pruned_by_bound;
           continue;
@@ -655,53 +695,109 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   // in any order. So counts, rankings and every figure are the same for any thread count and any
   // timing; a round only delays when one layout's finds start pruning another's. Layouts come most
   // promising first, so the first round sets tight thresholds.
+  //
+  // How threads keep busy without a barrier per round: they claim layouts in order from one
+  // counter and run each from the thresholds of the rounds merged so far. A layout's result is a
+  // function of its thresholds alone, so one run from a round's own start thresholds (the usual
+  // case: late rounds seldom tighten them) is exactly what the round semantics ask for; one that
+  // ran ahead from an older state whose thresholds differ is run again at merge time. Rounds are
+  // merged in order, each once all its layouts are done, by whichever thread finds it complete.
+  // Threads run ahead only once the top list is full (before that, every round tightens the
+  // thresholds) and by at most kRing - 1 rounds (a descheduled thread on a busy machine holds up
+  // the others only after that many rounds); otherwise they wait for the merge.
   constexpr std::size_t kLayoutsPerRound = 16;
-  std::vector<Worker> workers;  // each thread's layer costs and scratch, kept over the rounds
+  constexpr std::size_t kRing = 64;  // rounds whose results are held at once (a thread runs 63 ahead at most)
+  std::vector<Worker> workers;  // each thread's layer costs and scratch, kept over the search
   for (int t = 0; t < threads; ++t) workers.emplace_back(p);
   WorkerResult all;
   const auto total = static_cast<std::int64_t>(layouts.size());
-  bool reported = false;
-  auto next_report = start + std::chrono::milliseconds(200);
-  // The helper threads live for the whole search; two barrier phases a round: the round is set up
-  // (or the search is over) / every layout of the round is done.
-  std::size_t begin = 0, end = 0;
-  std::vector<WorkerResult> round;
-  std::atomic<std::size_t> next{0};
-  auto work = [&](Worker& worker) {
-    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) {
-      run_layout(p, layouts[i], round[i - begin], worker);
+  const std::size_t rounds = (layouts.size() + kLayoutsPerRound - 1) / kLayoutsPerRound;
+  struct Slot {
+    WorkerResult result;
+    Thresholds used;  // the thresholds the layout ran from
+  };
+  std::vector<Slot> ring(kRing * kLayoutsPerRound);
+  std::array<std::atomic<std::size_t>, kRing> done{};  // layouts of the round finished
+  std::atomic<std::size_t> merged{0};                  // rounds merged into `all`
+  std::atomic<std::size_t> next{0};                    // next layout to claim
+  // `all.thresholds` after the last merged round, for claims (guarded by `latest_mutex`).
+  std::mutex latest_mutex;
+  Thresholds latest;
+  std::mutex merge_mutex;             // held by the thread merging rounds
+  std::atomic<bool> merge_wanted{false};
+  auto round_size = [&](std::size_t r) { return std::min(kLayoutsPerRound, layouts.size() - r * kLayoutsPerRound); };
+  // Merges every complete round after the merged ones, in order; `worker` re-runs the layouts that
+  // ran from other thresholds than their round's.
+  auto merge_ready = [&](Worker& worker) {
+    for (std::size_t r = merged.load(std::memory_order_acquire);
+         r < rounds && done[r % kRing].load(std::memory_order_acquire) == round_size(r); ++r) {
+      const Thresholds start_r = all.thresholds;
+      for (std::size_t j = r * kLayoutsPerRound; j < r * kLayoutsPerRound + round_size(r); ++j) {
+        Slot& slot = ring[j % ring.size()];
+        if (!(slot.used == start_r)) {
+          slot.result = WorkerResult{};
+          slot.result.thresholds = start_r;
+          run_layout(p, layouts[j], slot.result, worker);
+        }
+        merge(all, std::move(slot.result), options);
+        slot.result = WorkerResult{};
+      }
+      done[r % kRing].store(0, std::memory_order_relaxed);
+      {
+        std::lock_guard<std::mutex> lock(latest_mutex);
+        latest = all.thresholds;
+      }
+      merged.store(r + 1, std::memory_order_release);
+      merged.notify_all();
     }
   };
-  std::barrier<> sync(threads);
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (;;) {
-        sync.arrive_and_wait();
-        if (begin >= layouts.size()) return;
-        work(workers[t]);
-        sync.arrive_and_wait();
-      }
-    });
-  }
-  for (; begin < layouts.size(); begin += kLayoutsPerRound) {
-    end = std::min(layouts.size(), begin + kLayoutsPerRound);
-    round.assign(end - begin, WorkerResult{});
-    for (auto& w : round) w.thresholds = all.thresholds;
-    next.store(begin, std::memory_order_relaxed);
-    sync.arrive_and_wait();  // the round starts
-    work(workers[0]);
-    sync.arrive_and_wait();  // the round is done
-    for (auto& w : round) merge(all, std::move(w), options);
-    // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
-    if (options.progress && Clock::now() >= next_report) {
-      options.progress(static_cast<std::int64_t>(end), total);
-      reported = true;
-      next_report = Clock::now() + std::chrono::milliseconds(100);
+  // Asks for a merge; whoever holds the merge lock sees the request before it lets go.
+  auto request_merge = [&](Worker& worker) {
+    merge_wanted.store(true);
+    while (merge_wanted.load() && merge_mutex.try_lock()) {
+      merge_wanted.store(false);
+      merge_ready(worker);
+      merge_mutex.unlock();
     }
-  }
-  sync.arrive_and_wait();  // begin >= layouts.size(): the helpers return
+  };
+  bool reported = false;
+  auto next_report = start + std::chrono::milliseconds(200);
+  auto work = [&](Worker& worker, bool calling_thread) {
+    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < layouts.size();) {
+      const std::size_t r = i / kLayoutsPerRound;
+      Slot& slot = ring[i % ring.size()];
+      for (;;) {
+        const std::size_t m = merged.load(std::memory_order_acquire);
+        Thresholds now;
+        {
+          std::lock_guard<std::mutex> lock(latest_mutex);
+          now = latest;
+        }
+        // Round r may run once round r - 1 is merged, or ahead of it once the top list is full,
+        // while its slot is free (round r - kRing merged).
+        if (m >= r || (m + kRing > r && std::isfinite(now.kth))) {
+          slot.used = now;
+          break;
+        }
+        merged.wait(m, std::memory_order_acquire);
+      }
+      slot.result.thresholds = slot.used;
+      run_layout(p, layouts[i], slot.result, worker);
+      if (done[r % kRing].fetch_add(1, std::memory_order_acq_rel) + 1 == round_size(r)) request_merge(worker);
+      // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
+      if (calling_thread && options.progress && Clock::now() >= next_report) {
+        options.progress(std::min<std::int64_t>(total, static_cast<std::int64_t>(merged.load() * kLayoutsPerRound)), total);
+        reported = true;
+        next_report = Clock::now() + std::chrono::milliseconds(100);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { work(workers[t], false); });
+  work(workers[0], true);
   for (auto& th : pool) th.join();
+  merge_ready(workers[0]);  // rounds whose last layout finished while another thread held the merge
+  TRAINPLAN_CHECK(merged.load() == rounds, "search merged every round");
   if (reported && options.progress) options.progress(total, total);
 
   SearchResult out;

@@ -72,6 +72,7 @@ struct DpSpan {
 
 // One pipeline stage's progress through its slots.
 struct StageState {
+  bool record = true;      // keep events (Record::events)
   std::size_t cursor = 0;  // next slot of schedule.per_stage[stage]
   bool finished = false;
   Seconds compute_free = 0, fwd_send_free = 0, bwd_send_free = 0, dp_free = 0;
@@ -100,7 +101,7 @@ struct Run {
 };
 
 void emit(StageState& st, Event e) {
-  if (e.end > e.start) st.events.push_back(e);
+  if (st.record && e.end > e.start) st.events.push_back(e);
 }
 
 // Queues `duration` of work on the stage's dp stream at `issue`; returns when it ends. Gradient
@@ -113,6 +114,7 @@ Seconds dp_issue(StageState& st, int stage, Seconds issue, Seconds duration, dou
   st.usage.dp_busy += duration;
   if (duration <= 0) return end;
   st.dp_spans.push_back({start, end, rate});
+  if (!st.record) return end;
   if (st.last_dp_event >= 0) {
     Event& last = st.events[static_cast<std::size_t>(st.last_dp_event)];
     if (last.kind == kind && (kind == EventKind::grad_reduce || kind == EventKind::ps_push_pull) &&
@@ -353,7 +355,7 @@ void check_inputs(const StepCosts& costs, const Schedule& schedule) {
 
 }  // namespace
 
-Timeline simulate(const StepCosts& costs, const Schedule& schedule) {
+Timeline simulate(const StepCosts& costs, const Schedule& schedule, Record record) {
   check_inputs(costs, schedule);
   const int p = schedule.stages;
   const std::size_t handoffs = static_cast<std::size_t>(schedule.virtual_stages()) * schedule.micro_batches;
@@ -368,7 +370,8 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule) {
     StageState& st = r.stages[i];
     st.backwards.assign(schedule.chunks, 0);
     st.usage.stage = i;
-    st.events.reserve(schedule.per_stage[i].size() * 3 + 8);
+    st.record = record == Record::events;
+    if (st.record) st.events.reserve(schedule.per_stage[i].size() * 3 + 8);
     // Steady state: the previous step's ZeRO-1/2 all-gather of the updated parameters runs under
     // this step's first forward (Megatron --overlap-param-gather), at the stack's overlap share.
     st.params_ready = dp_issue(st, i, 0.0, costs.dp_param_gather, r.param_gather_rate, EventKind::param_gather, -1, -1);
@@ -469,7 +472,7 @@ Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeli
 
 Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs, const Schedule& schedule) {
   if (!(analytic.time.step > 0) || !std::isfinite(analytic.time.step)) return analytic;
-  return refine_with_simulation(analytic, simulate(costs, schedule));
+  return refine_with_simulation(analytic, simulate(costs, schedule, Record::usage));
 }
 
 long long simulated_slots(const Strategy& s) {

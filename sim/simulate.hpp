@@ -116,10 +116,16 @@ struct Timeline {
   double idle_share(int stage) const { return 1.0 - busy_share(stage); }
 };
 
+// What simulate() keeps of a step: every event (the trace, for `simulate` and its reports), or
+// only the per-stage usage and the step (Timeline::events left empty). Both run the same
+// simulation -- no time depends on the events kept -- so stages and step are identical; without
+// events a step of 10^4 slots needs no memory per slot beyond the schedule (search refinement).
+enum class Record { events, usage };
+
 // Simulates one step of `schedule` with `costs` (costs.chunks ordered by virtual stage, one per
 // (stage, chunk) of the schedule). Throws std::logic_error (TRAINPLAN_CHECK) on mismatched sizes or a
 // schedule that deadlocks.
-Timeline simulate(const StepCosts& costs, const Schedule& schedule);
+Timeline simulate(const StepCosts& costs, const Schedule& schedule, Record record = Record::events);
 
 // Global ranks of data-parallel replica 0 that run pipeline stage i: result[i], ascending (all its
 // TP and CP ranks), from RankLayout.
@@ -136,7 +142,7 @@ TimeBreakdown simulated_breakdown(const Timeline& t);
 // `predict --engine des` and search refinement): time = simulated_breakdown(simulate(costs,
 // schedule)); throughput rescaled by analytic step / simulated step (same FLOPs and tokens per
 // step); memory and feasibility unchanged. An estimate without a step time (invalid strategy) is
-// returned as is.
+// returned as is. (It simulates with Record::usage: the estimate needs no events.)
 Estimate refine_with_simulation(const Estimate& analytic, const StepCosts& costs, const Schedule& schedule);
 // The same from a timeline already simulated.
 Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeline);

@@ -2,6 +2,8 @@
 // Pareto front and the bookkeeping of counts.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <set>
 
 #include "sim/check.hpp"
@@ -260,6 +262,38 @@ TEST(Search, ThreadCountDoesNotChangeTheResult) {
   for (std::size_t i = 0; i < a.top.size(); ++i) EXPECT_EQ(key(a.top[i].strategy), key(b.top[i].strategy));
   EXPECT_EQ(a.stats.candidates, b.stats.candidates);
   EXPECT_EQ(b.stats.threads, 2);
+}
+
+TEST(Search, EveryCountAndFigureIsTheSameForAnyThreadCount) {
+  // Hundreds of rounds of layouts (threads run ahead of the merged rounds and re-run what ran from
+  // stale thresholds): the pruning counts, the ranking and its values, the Pareto front and the
+  // kept points must not depend on the thread count or timing.
+  // The 530B search of bench_search.cpp (Narayanan 2021 Table 1 shape): 730 rounds, and the
+  // thresholds still tighten after the top list is full, so threads do run ahead from stale ones.
+  const Cluster c = a100();
+  const LayerGraph g(model("mt-nlg-530b"), 2048);
+  const SearchSpace sp = default_space(c, 5128, 2520, 2048);
+  SearchOptions o;
+  o.keep_points = true;
+  o.threads = 1;
+  const SearchResult a = search(g, c, sp, o);
+  ASSERT_GT(a.stats.layouts, 16 * 20);
+  for (int threads : {2, 3, 7}) {
+    o.threads = threads;
+    const SearchResult b = search(g, c, sp, o);
+    SCOPED_TRACE(threads);
+    EXPECT_EQ(b.stats.threads, threads);
+    EXPECT_EQ(std::tie(a.stats.candidates, a.stats.evaluated, a.stats.feasible, a.stats.pruned_out_of_memory,
+                       a.stats.pruned_by_bound),
+              std::tie(b.stats.candidates, b.stats.evaluated, b.stats.feasible, b.stats.pruned_out_of_memory,
+                       b.stats.pruned_by_bound));
+    EXPECT_EQ(a.top_value, b.top_value);
+    ASSERT_EQ(a.top.size(), b.top.size());
+    for (std::size_t i = 0; i < a.top.size(); ++i) EXPECT_EQ(key(a.top[i].strategy), key(b.top[i].strategy));
+    ASSERT_EQ(a.pareto.size(), b.pareto.size());
+    for (std::size_t i = 0; i < a.pareto.size(); ++i) EXPECT_EQ(key(a.pareto[i].strategy), key(b.pareto[i].strategy));
+    EXPECT_EQ(a.points, b.points);
+  }
 }
 
 TEST(Search, InfeasibleCountsByReasonAndBestInfeasibleKept) {

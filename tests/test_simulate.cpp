@@ -512,6 +512,43 @@ TEST(Simulate, PredictCostsWithPipelineAgreeWithPredict) {
 
 // ---- plumbing ---------------------------------------------------------------------------------
 
+TEST(Simulate, UsageOnlyRunIsTheSameSimulation) {
+  // Record::usage (search refinement) keeps no events but must give every stage's usage and the
+  // step exactly as the full trace does: ZeRO 0/1/3 under 1F1B, interleaving and GPipe.
+  const ModelSpec m = trainplan::testing::gpt(48, 4096, 32);
+  const LayerGraph g(m, 2048);
+  const Cluster c = trainplan::testing::builtin_cluster("dgx-a100-80g");
+  for (ScheduleKind kind : {ScheduleKind::one_f_one_b, ScheduleKind::interleaved, ScheduleKind::gpipe}) {
+    for (int zero : {0, 1, 3}) {
+      Strategy s;
+      s.tp = 2;
+      s.pp = 4;
+      s.dp = 2;
+      s.zero = zero;
+      s.vp = kind == ScheduleKind::interleaved ? 3 : 1;
+      s.schedule = kind;
+      s.global_batch = 32;
+      s.seq_len = 2048;
+      const StepCosts costs = step_costs(g, c, s);
+      const Timeline full = simulate(costs, schedule_for(s));
+      const Timeline usage = simulate(costs, schedule_for(s), Record::usage);
+      SCOPED_TRACE(std::string(to_string(kind)) + " zero " + std::to_string(zero));
+      EXPECT_FALSE(full.events.empty());
+      EXPECT_TRUE(usage.events.empty());
+      EXPECT_EQ(usage.step, full.step);
+      ASSERT_EQ(usage.stages.size(), full.stages.size());
+      for (std::size_t i = 0; i < full.stages.size(); ++i) {
+        const StageUsage& a = usage.stages[i];
+        const StageUsage& b = full.stages[i];
+        EXPECT_EQ(std::tie(a.compute, a.recompute, a.tp, a.cp, a.optimizer, a.wait_bubble, a.wait_pp, a.wait_dp,
+                           a.after_optimizer, a.dp_interference, a.pp_busy, a.dp_busy, a.end),
+                  std::tie(b.compute, b.recompute, b.tp, b.cp, b.optimizer, b.wait_bubble, b.wait_pp, b.wait_dp,
+                           b.after_optimizer, b.dp_interference, b.pp_busy, b.dp_busy, b.end));
+      }
+    }
+  }
+}
+
 TEST(Simulate, RefineReplacesTimeAndRescalesThroughput) {
   const StepCosts c = uniform_costs(4, 1, 1.0, 2.0);
   const Schedule s = make_schedule(ScheduleKind::one_f_one_b, 4, 8);
