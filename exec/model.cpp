@@ -11,8 +11,8 @@ namespace trainplan::exec {
 
 struct ModelChunk::Layer {
   int ln1_w = -1, ln1_b = -1, ln2_w = -1, ln2_b = -1;
-  int wq = -1, bq = -1, wk = -1, bk = -1, wv = -1, bv = -1, wo = -1, bo = -1;
-  int w1 = -1, b1 = -1, w2 = -1, b2 = -1, wg = -1;  // gelu: w1,b1,w2,b2; swiglu: wg (gate), w1 (up), w2 (down)
+  int wqkv = -1, bq = -1, bv = -1, wo = -1, bo = -1;  // wqkv: wq, wk, wv fused (ParamInfo::parts)
+  int w1 = -1, b1 = -1, w2 = -1, b2 = -1, wgu = -1;   // gelu: w1,b1,w2,b2; swiglu: wgu (gate and up fused), w2 (down)
   CheckpointFn whole;      // full recomputation: the layer
   CheckpointFn attention;  // selective recomputation: the attention core
 };
@@ -30,12 +30,37 @@ uint64_t param_seed(long long seed, const std::string& name) {
   return h & ((1ull << 62) - 1);
 }
 
+// Widths of the attention projections: the query's heads x head_dim, the keys' and values'
+// kv_heads x head_dim (grouped-query attention). The one place exec derives them from the spec.
+int64_t q_width(const ModelSpec& m) { return int64_t(m.heads) * m.head_dim(); }
+int64_t kv_width(const ModelSpec& m) { return int64_t(m.kv_heads) * m.head_dim(); }
+
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t d = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, d, d), x.narrow(-1, 0, d)}, -1);
 }
 
 }  // namespace
+
+void free_unit_memory(ParamUnit& u) {
+  c10::StorageImpl* s = u.buffer.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(s->allocator()->allocate(0));
+  s->set_nbytes(0);
+}
+
+at::Tensor alloc_unit_memory(ParamUnit& u) {
+  const int64_t n = u.end - u.begin;
+  const size_t bytes = static_cast<size_t>(n) * u.buffer.element_size();
+  c10::StorageImpl* s = u.buffer.storage().unsafeGetStorageImpl();
+  if (s->nbytes() != bytes) {
+    s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+    s->set_nbytes(bytes);
+  }
+  torch::NoGradGuard ng;
+  return at::empty({0}, u.buffer.options()).set_(u.buffer.storage(), 0, {n}, {1});
+}
+
+bool unit_present(const ParamUnit& u) { return u.buffer.storage().nbytes() > 0 || u.end == u.begin; }
 
 int64_t local_seq_len(const ModelSettings& s) {
   return s.seq_len / s.cp / (s.sequence_parallel && s.tp > 1 ? s.tp : 1);
@@ -50,24 +75,27 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
   head_dim_ = m.head_dim();
   heads_local_ = m.heads / s_.tp;
   kv_local_ = m.kv_heads / s_.tp;
-  const int64_t h = m.hidden, f = m.ffn_hidden, q_out = int64_t(m.heads) * head_dim_,
-                kv_out = int64_t(m.kv_heads) * head_dim_;
+  const int64_t h = m.hidden, f = m.ffn_hidden, q_out = q_width(m), kv_out = kv_width(m);
   const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * m.layers);
   const int64_t vocab_rows = padded_vocab(m.vocab, s_.tp);
   positions_ = zigzag_positions(s_.seq_len, s_.cp, s_.cp_rank).to(s_.device);
 
   if (place_.has_embedding) {
+    // The embedding's backward reads only the token indices, never the weights' values.
+    begin_unit(false);
+    embed_unit_ = 0;
     wte_ = declare("embed.wte", {vocab_rows, h}, 0, std_in, 0, m.vocab);
     if (m.position == Position::learned) wpe_ = declare("embed.wpe", {s_.seq_len, h}, -1, std_in);
   }
   for (int i = 0; i < place_.layers; ++i) {
     auto l = std::make_unique<Layer>();
     const std::string p = fmt::format("layers.{}.", place_.first_layer + i);
+    begin_unit(true);
+    if (i == 0) first_layer_unit_ = static_cast<int>(units_.size()) - 1;
     l->ln1_w = declare(p + "norm1.w", {h}, -1, 0, 1);
     if (layernorm) l->ln1_b = declare(p + "norm1.b", {h}, -1, 0, 0);
-    l->wq = declare(p + "attn.wq", {q_out, h}, 0, std_in);
-    l->wk = declare(p + "attn.wk", {kv_out, h}, 0, std_in);
-    l->wv = declare(p + "attn.wv", {kv_out, h}, 0, std_in);
+    l->wqkv = declare_fused(p + "attn.wqkv", {{p + "attn.wq", q_out}, {p + "attn.wk", kv_out}, {p + "attn.wv", kv_out}},
+                            h, std_in);
     if (biases) {
       l->bq = declare(p + "attn.bq", {q_out}, 0, 0, 0);
       // No key bias: softmax is invariant to it, so its exact gradient is zero and it would only
@@ -78,8 +106,10 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
     if (biases) l->bo = declare(p + "attn.bo", {h}, -1, 0, 0);
     l->ln2_w = declare(p + "norm2.w", {h}, -1, 0, 1);
     if (layernorm) l->ln2_b = declare(p + "norm2.b", {h}, -1, 0, 0);
-    if (!gpt) l->wg = declare(p + "mlp.wg", {f, h}, 0, std_in);
-    l->w1 = declare(p + "mlp.w1", {f, h}, 0, std_in);
+    if (gpt)
+      l->w1 = declare(p + "mlp.w1", {f, h}, 0, std_in);
+    else  // SwiGLU's gate and up projections: one GEMM
+      l->wgu = declare_fused(p + "mlp.wgu", {{p + "mlp.wg", f}, {p + "mlp.w1", f}}, h, std_in);
     if (biases) l->b1 = declare(p + "mlp.b1", {f}, 0, 0, 0);
     l->w2 = declare(p + "mlp.w2", {h, f}, 1, std_out);
     if (biases) l->b2 = declare(p + "mlp.b2", {h}, -1, 0, 0);
@@ -89,6 +119,8 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
     layers_.push_back(std::move(l));
   }
   if (place_.has_head) {
+    begin_unit(true);
+    head_unit_ = static_cast<int>(units_.size()) - 1;
     norm_w_ = declare("head.norm.w", {h}, -1, 0, 1);
     if (layernorm) norm_b_ = declare("head.norm.b", {h}, -1, 0, 0);
     // A tied head is a copy of the word embedding (same name, same initial values); when it sits
@@ -113,6 +145,13 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
 
 ModelChunk::~ModelChunk() = default;
 
+void ModelChunk::begin_unit(bool backward_values) {
+  ParamUnit u;
+  u.begin = u.end = params_.empty() ? 0 : params_.back().offset + params_.back().numel;
+  u.backward_values = backward_values;
+  units_.push_back(u);
+}
+
 int ModelChunk::declare(const std::string& name, std::vector<int64_t> full_shape, int shard_dim, double init_std,
                         double fill, int64_t init_rows) {
   ParamInfo p;
@@ -131,42 +170,111 @@ int ModelChunk::declare(const std::string& name, std::vector<int64_t> full_shape
   }
   p.numel = n;
   p.offset = params_.empty() ? 0 : params_.back().offset + params_.back().numel;
+  units_.back().end = p.offset + p.numel;
   params_.push_back(std::move(p));
-  init_.push_back({init_std, fill, init_rows < 0 ? full_shape[0] : init_rows});
+  init_.push_back({{name, full_shape, init_std, fill, init_rows < 0 ? full_shape[0] : init_rows}});
   return static_cast<int>(params_.size()) - 1;
+}
+
+int ModelChunk::declare_fused(const std::string& name, const std::vector<std::pair<std::string, int64_t>>& part_rows,
+                              int64_t cols, double init_std) {
+  ParamInfo p;
+  p.name = name;
+  p.shard_dim = s_.tp > 1 ? 0 : -1;
+  p.decay = true;
+  std::vector<Init> inits;
+  int64_t rows = 0;
+  for (const auto& [part, r] : part_rows) {
+    TORCH_CHECK(r % s_.tp == 0, part, ": dimension ", r, " is not divisible by tp ", s_.tp);
+    p.parts.push_back({part, {r, cols}, r / s_.tp});
+    inits.push_back({part, {r, cols}, init_std, 0, r});
+    rows += r;
+  }
+  p.full_shape = {rows, cols};
+  p.numel = rows / s_.tp * cols;
+  p.offset = params_.empty() ? 0 : params_.back().offset + params_.back().numel;
+  units_.back().end = p.offset + p.numel;
+  params_.push_back(std::move(p));
+  init_.push_back(std::move(inits));
+  return static_cast<int>(params_.size()) - 1;
+}
+
+std::vector<ParamInfo> ModelChunk::tensors() const {
+  std::vector<ParamInfo> out;
+  for (const ParamInfo& p : params_) {
+    if (p.parts.empty()) {
+      out.push_back(p);
+      continue;
+    }
+    const int64_t cols = p.full_shape[1];
+    int64_t row = 0;
+    for (const ParamInfo::Part& part : p.parts) {
+      ParamInfo t;
+      t.name = part.name;
+      t.full_shape = part.full_shape;
+      t.shard_dim = p.shard_dim;
+      t.offset = p.offset + row * cols;
+      t.numel = part.rows * cols;
+      t.decay = p.decay;
+      // A view only while the parameter's memory is present (a released ZeRO-3 unit has none).
+      if (p.param.defined() && p.param.storage().nbytes() > 0) t.param = p.param.detach().narrow(0, row, part.rows);
+      row += part.rows;
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+at::Tensor ModelChunk::values(int64_t offset, int64_t numel) const {
+  if (flat_.defined()) return flat_.narrow(0, offset, numel);
+  for (const ParamUnit& u : units_)
+    if (offset >= u.begin && offset + numel <= u.end) return u.buffer.narrow(0, offset - u.begin, numel);
+  TORCH_CHECK(false, "values: elements [", offset, ", ", offset + numel, ") lie in no unit");
 }
 
 void ModelChunk::materialize() {
   int64_t total = params_.empty() ? 0 : params_.back().offset + params_.back().numel;
   total = std::max<int64_t>(1, (total + s_.pad_to - 1) / s_.pad_to) * s_.pad_to;
+  numel_ = total;
   auto opts = at::TensorOptions().dtype(at::kFloat).device(s_.device);
-  flat_ = at::zeros({total}, opts);
+  if (s_.unit_buffers)
+    for (ParamUnit& u : units_) u.buffer = at::zeros({u.end - u.begin}, opts);
+  else
+    flat_ = at::zeros({total}, opts);
   if (s_.grad_buffer) flat_grad_ = at::zeros({total}, opts);
   torch::NoGradGuard no_grad;
+  size_t unit = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     ParamInfo& p = params_[i];
-    const auto [std_dev, fill, rows] = init_[i];
-    at::Tensor full;
-    if (std_dev > 0) {
-      // The real rows are drawn as one [rows, ...] tensor whatever the padding, so that every TP
-      // size starts from the same values.
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(param_seed(s_.seed, p.name));
-      auto shape = p.full_shape;
-      shape[0] = rows;
-      full = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)) * std_dev;
-      if (rows < p.full_shape[0]) {
-        shape[0] = p.full_shape[0] - rows;
-        full = at::cat({full, at::zeros(shape, full.options())});
+    std::vector<at::Tensor> local;  // this rank's rows of each part
+    for (const auto& [name, full_shape, std_dev, fill, rows] : init_[i]) {
+      at::Tensor full;
+      if (std_dev > 0) {
+        // The real rows are drawn as one [rows, ...] tensor whatever the padding, so that every TP
+        // size starts from the same values.
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(param_seed(s_.seed, name));
+        auto shape = full_shape;
+        shape[0] = rows;
+        full = at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)) * std_dev;
+        if (rows < full_shape[0]) {
+          shape[0] = full_shape[0] - rows;
+          full = at::cat({full, at::zeros(shape, full.options())});
+        }
+      } else {
+        full = at::full(full_shape, fill, at::TensorOptions().dtype(at::kFloat));
       }
-    } else {
-      full = at::full(p.full_shape, fill, at::TensorOptions().dtype(at::kFloat));
+      if (p.shard_dim >= 0) {
+        const int64_t part = full_shape[p.shard_dim] / s_.tp;
+        full = full.narrow(p.shard_dim, part * s_.tp_rank, part);
+      }
+      local.push_back(full);
     }
-    if (p.shard_dim >= 0) {
-      const int64_t part = p.full_shape[p.shard_dim] / s_.tp;
-      full = full.narrow(p.shard_dim, part * s_.tp_rank, part);
-    }
+    at::Tensor full = local.size() == 1 ? local[0] : at::cat(local, 0);
     auto shape = full.sizes().vec();
-    at::Tensor view = flat_.narrow(0, p.offset, p.numel).view(shape);
+    while (p.offset >= units_[unit].end) ++unit;
+    at::Tensor base = s_.unit_buffers ? units_[unit].buffer.narrow(0, p.offset - units_[unit].begin, p.numel)
+                                      : flat_.narrow(0, p.offset, p.numel);
+    at::Tensor view = base.view(shape);
     view.copy_(full);
     p.param = view.detach().requires_grad_(true);
     if (s_.grad_buffer) p.param.mutable_grad() = flat_grad_.narrow(0, p.offset, p.numel).view(shape);
@@ -198,11 +306,10 @@ at::Tensor ModelChunk::attention_core(const Layer&, const at::Tensor& q, const a
     auto ctx = ring_attention(qq, kk, vv, cp_);
     return ctx.permute({2, 0, 1, 3}).reshape({q.size(0), q.size(1), int64_t(heads_local_) * head_dim_});
   }
-  if (kv_local_ != heads_local_) {
-    kk = kk.repeat_interleave(heads_local_ / kv_local_, 1);
-    vv = vv.repeat_interleave(heads_local_ / kv_local_, 1);
-  }
-  auto ctx = at::scaled_dot_product_attention(qq, kk, vv, {}, 0.0, /*is_causal=*/true);
+  // Grouped-query attention: SDPA broadcasts each K/V head over its group of query heads
+  // (enable_gqa) instead of materialising repeated K/V.
+  auto ctx = at::scaled_dot_product_attention(qq, kk, vv, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                              /*enable_gqa=*/kv_local_ != heads_local_);
   return ctx.permute({2, 0, 1, 3}).reshape({q.size(0), q.size(1), int64_t(heads_local_) * head_dim_});
 }
 
@@ -212,27 +319,36 @@ at::Tensor ModelChunk::layer_forward(const Layer& l, const at::Tensor& x) const 
   // Attention block.
   auto hn = to_tp(norm(x, P(l.ln1_w), P(l.ln1_b)));  // [s, b, h]
   const int64_t s = hn.size(0), b = hn.size(1);
-  auto q = at::linear(hn, P(l.wq), P(l.bq)).view({s, b, heads_local_, head_dim_});
-  auto k = at::linear(hn, P(l.wk), P(l.bk)).view({s, b, kv_local_, head_dim_});
-  auto v = at::linear(hn, P(l.wv), P(l.bv)).view({s, b, kv_local_, head_dim_});
+  // One GEMM for q, k and v (this rank's heads), bias folded in (GPT-2: q and v biases, none on k).
+  const int64_t qw = int64_t(heads_local_) * head_dim_, kvw = int64_t(kv_local_) * head_dim_;
+  at::Tensor bias;
+  if (l.bq >= 0) bias = at::cat({P(l.bq), at::zeros({kvw}, P(l.bq).options()), P(l.bv)});
+  auto qkv = at::linear(hn, P(l.wqkv), bias);  // [s, b, qw + 2 kvw]
+  auto q = qkv.narrow(-1, 0, qw).view({s, b, heads_local_, head_dim_});
+  auto k = qkv.narrow(-1, qw, kvw).view({s, b, kv_local_, head_dim_});
+  auto v = qkv.narrow(-1, qw + kvw, kvw).view({s, b, kv_local_, head_dim_});
   if (rope_cos_.defined()) {
     q = q * rope_cos_ + rotate_half(q) * rope_sin_;
     k = k * rope_cos_ + rotate_half(k) * rope_sin_;
   }
   at::Tensor ctx = s_.recompute == Recompute::selective ? checkpoint(&l.attention, {q, k, v}, clock_)
                                                          : attention_core(l, q, k, v);
-  auto o = from_tp(at::linear(ctx, P(l.wo)));
-  if (l.bo >= 0) o = o + P(l.bo);
+  // Row-parallel output: with TP the bias is added once, after the sum over ranks; without, in the GEMM.
+  auto o = s_.tp > 1 ? from_tp(at::linear(ctx, P(l.wo))) : at::linear(ctx, P(l.wo), P(l.bo));
+  if (s_.tp > 1 && l.bo >= 0) o = o + P(l.bo);
   auto x1 = x + o;
   // MLP block.
   auto h2 = to_tp(norm(x1, P(l.ln2_w), P(l.ln2_b)));
   at::Tensor a;
-  if (gpt)
+  if (gpt) {
     a = at::gelu(at::linear(h2, P(l.w1), P(l.b1)), "tanh");
-  else
-    a = at::silu(at::linear(h2, P(l.wg))) * at::linear(h2, P(l.w1));
-  auto o2 = from_tp(at::linear(a, P(l.w2)));
-  if (l.b2 >= 0) o2 = o2 + P(l.b2);
+  } else {  // SwiGLU: gate and up from one GEMM
+    auto gu = at::linear(h2, P(l.wgu));
+    const int64_t f = gu.size(-1) / 2;
+    a = at::silu(gu.narrow(-1, 0, f)) * gu.narrow(-1, f, f);
+  }
+  auto o2 = s_.tp > 1 ? from_tp(at::linear(a, P(l.w2))) : at::linear(a, P(l.w2), P(l.b2));
+  if (s_.tp > 1 && l.b2 >= 0) o2 = o2 + P(l.b2);
   return x1 + o2;
 }
 
@@ -270,19 +386,68 @@ at::Tensor ModelChunk::head_loss(const at::Tensor& x, const at::Tensor& targets)
   return loss;
 }
 
+void ModelChunk::need(int unit, int prefetch) {
+  if (gatherer_ && unit >= 0) gatherer_->need(*this, unit, prefetch);
+}
+
+void ModelChunk::release(int unit) {
+  if (gatherer_ && unit >= 0) gatherer_->release(*this, unit);
+}
+
+void ModelChunk::hook_boundary(at::Tensor& t, int before, int also) {
+  if (!gatherer_ || !t.requires_grad()) return;
+  const int done = before + 1 < static_cast<int>(units_.size()) ? before + 1 : -1;
+  // The tied head's unit also reads the embedding's unit (wte): released with it.
+  const int done_also = done >= 0 && done == head_unit_ && head_ == wte_ ? embed_unit_ : -1;
+  const int next = before >= 1 && units_[before - 1].backward_values ? before - 1 : -1;
+  t.register_hook([this, done, done_also, before, also, next](const at::Tensor&) {
+    release(done);
+    release(done_also);
+    if (before >= 0 && units_[before].backward_values) {
+      need(also);
+      need(before, next);
+    }
+  });
+}
+
 at::Tensor ModelChunk::forward(const at::Tensor& input, const at::Tensor& targets) {
   // This CP rank's tokens of each sequence (all of them without CP).
   auto mine = [this](const at::Tensor& t) { return s_.cp > 1 ? t.index_select(1, positions_) : t; };
-  at::Tensor x = place_.has_embedding ? embed(mine(input)) : input;
-  const at::Tensor my_targets = place_.has_head ? mine(targets) : at::Tensor();
-  for (const auto& l : layers_) {
-    if (s_.recompute == Recompute::full)
-      x = checkpoint(&l->whole, {x}, clock_);
-    else
-      x = layer_forward(*l, x);
+  // ZeRO-3 (a gatherer is set): each unit's parameters are brought just before it runs, the next
+  // unit's meanwhile, and freed after; in the backward likewise in reverse, from hooks on the
+  // tensors between units (the gradient reaching a unit's output starts its backward, the one
+  // reaching its input ends it).
+  const int units = static_cast<int>(units_.size());
+  at::Tensor x = input;
+  if (place_.has_embedding) {
+    need(embed_unit_, embed_unit_ + 1 < units ? embed_unit_ + 1 : -1);
+    x = embed(mine(input));
+    release(embed_unit_);
   }
-  if (place_.has_head) return head_loss(x, my_targets);
-  return x;
+  const at::Tensor my_targets = place_.has_head ? mine(targets) : at::Tensor();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const int unit = first_layer_unit_ + static_cast<int>(i);
+    hook_boundary(x, unit - 1);
+    need(unit, unit + 1 < units ? unit + 1 : -1);
+    if (s_.recompute == Recompute::full)
+      x = checkpoint(&layers_[i]->whole, {x}, clock_);
+    else
+      x = layer_forward(*layers_[i], x);
+    release(unit);
+  }
+  if (!place_.has_head) {
+    hook_boundary(x, units - 1);
+    return x;
+  }
+  const int tied = head_ == wte_ ? embed_unit_ : -1;  // the head reads the embedding's unit too
+  hook_boundary(x, head_unit_ - 1);
+  need(tied);
+  need(head_unit_);
+  at::Tensor loss = head_loss(x, my_targets);
+  release(head_unit_);
+  release(tied);
+  hook_boundary(loss, head_unit_, tied);
+  return loss;
 }
 
 std::vector<at::Tensor> ModelChunk::tp_partial_grads() {

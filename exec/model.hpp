@@ -4,8 +4,16 @@
 // style (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases).
 //
 // Parameters are initialised from (seed, parameter name) on the full, unsharded tensor and then
-// sliced, so every layout starts from the same model. All parameters of a chunk are views into one
-// flat buffer (and their gradients into a second), which DP/ZeRO reduce and shard as a whole.
+// sliced, so every layout starts from the same model. All parameters of a chunk are laid out in
+// one flat buffer (and their gradients in a second), which DP/ZeRO reduce and shard as a whole.
+// With ZeRO-3 over several replicas there is no flat parameter buffer: each unit (the embedding,
+// each layer, the head) has a buffer of its own that a UnitGatherer (the DP reducer) fills just
+// before the unit runs, forward and backward, and frees after.
+//
+// GEMM fusion: a layer's q, k and v projections are one parameter (`attn.wqkv`, this TP rank's
+// rows of wq, wk and wv stacked: its own heads, one GEMM, split after), and so are SwiGLU's gate
+// and up projections (`mlp.wgu`); ParamInfo::parts names the unfused tensors inside, which the
+// dumps and PowerSGD's per-matrix compression see (ModelChunk::tensors).
 //
 // The embedding and LM head hold padded_vocab(vocab, tp) rows (sim/model_spec.hpp); the padding
 // rows start at zero, are never looked up, and get no logit, so they change neither the loss nor
@@ -24,6 +32,8 @@
 
 namespace trainplan::exec {
 
+class ModelChunk;
+
 struct ChunkPlacement {
   int first_layer = 0;
   int layers = 0;
@@ -32,13 +42,48 @@ struct ChunkPlacement {
 };
 
 struct ParamInfo {
-  std::string name;                 // e.g. "layers.3.attn.wq"; the tied LM head is "embed.wte"
+  std::string name;                 // e.g. "layers.3.attn.wo"; the tied LM head is "embed.wte"
   std::vector<int64_t> full_shape;  // unsharded shape
   int shard_dim = -1;               // dimension split over TP ranks, -1 when replicated
   int64_t offset = 0;               // first element in the chunk's flat buffer
   int64_t numel = 0;                // elements on this rank
   bool decay = false;               // AdamW weight decay applies (matrices)
-  at::Tensor param;                 // view into the flat buffer, requires grad
+  at::Tensor param;                 // view into the flat (or its unit's) buffer, requires grad
+  // A fused parameter stacks along dim 0 this rank's rows of several tensors of the unfused model
+  // (each split over TP along dim 0, so a rank keeps its own heads together). Empty: the
+  // parameter is one tensor itself. `full_shape` is then the parts' full shapes stacked.
+  struct Part {
+    std::string name;                 // e.g. "layers.3.attn.wq"
+    std::vector<int64_t> full_shape;  // its unsharded shape
+    int64_t rows = 0;                 // its rows on this rank
+  };
+  std::vector<Part> parts;
+};
+
+// A contiguous range of a chunk's parameters that runs as one piece: the embedding, one layer, or
+// the head (whose tied word embedding, on the same chunk, is the embedding unit's).
+struct ParamUnit {
+  int64_t begin = 0, end = 0;    // element range in the chunk's flat layout
+  bool backward_values = true;   // its backward reads the parameters' values (the embedding's does not)
+  at::Tensor buffer;             // with unit buffers: the storage its parameters view
+};
+
+// A unit buffer's memory (ZeRO-3). Freed: the storage object stays, and the parameters' views
+// of it (and the tensors autograd saved of them) keep their shapes but point at no memory.
+// Allocated again: returns a tensor over the new memory to fill, with a version counter of its
+// own (writing through it does not invalidate what autograd saved of the parameters).
+void free_unit_memory(ParamUnit& u);
+at::Tensor alloc_unit_memory(ParamUnit& u);
+bool unit_present(const ParamUnit& u);
+
+// ZeRO-3: brings a unit's parameters before the chunk reads them and frees them after.
+class UnitGatherer {
+ public:
+  virtual ~UnitGatherer() = default;
+  // `unit`'s parameters are present on return; `prefetch` (-1: none), the unit the chunk runs
+  // next, may start coming meanwhile.
+  virtual void need(ModelChunk& chunk, int unit, int prefetch) = 0;
+  virtual void release(ModelChunk& chunk, int unit) = 0;  // no longer read until the next need
 };
 
 struct ModelSettings {
@@ -50,13 +95,20 @@ struct ModelSettings {
   Recompute recompute = Recompute::none;
   long long seed = 0;
   int64_t pad_to = 1;  // flat buffers are padded to a multiple of this (the DP size, for ZeRO)
+  // ZeRO-3 over several replicas: a buffer per ParamUnit instead of the flat parameter buffer.
+  bool unit_buffers = false;
   // A flat gradient buffer that the parameters' .grad are views of (autograd accumulates into it).
   // false (ZeRO-2/3 over several replicas): no buffer; each backward's gradients are fresh tensors
   // that the DpReducer reduces into its shard bucket by bucket and then releases.
   bool grad_buffer = true;
   at::Device device = at::kCPU;
   // The loss computes logits for at most this many bytes (fp32) at a time (chunked cross-entropy).
-  int64_t loss_chunk_bytes = int64_t(256) << 20;
+  // 1 GiB: few chunks (each costs ~15 kernels, two TP all-reduces and a pass over the head's
+  // gradient): gpt2-xl's micro-batch of 4 x 1024 tokens (vocabulary 50304) is one chunk,
+  // Llama-3.2-1B's 4 x 2048 (128256) four; about 2 GiB at the chunk's peak (fp32 logits, their
+  // 16-bit GEMM output, the gradient's cast) against eager PyTorch's ~12 B per logit of the whole
+  // micro-batch.
+  int64_t loss_chunk_bytes = int64_t(1) << 30;
 };
 
 // Tokens of one sequence a rank holds between layers: seq / cp, and of those 1/tp with sequence
@@ -77,7 +129,16 @@ class ModelChunk {
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets);
 
   std::vector<ParamInfo>& params() { return params_; }
-  at::Tensor& flat() { return flat_; }            // all parameters (padded)
+  // The unfused model's tensors as this rank holds them: every parameter, a fused one split into
+  // its parts (name, full shape, TP split along dim 0, element range; `param` a detached view).
+  std::vector<ParamInfo> tensors() const;
+  // Elements [offset, offset + numel) of the flat layout (a view of the flat or a unit buffer;
+  // with unit buffers the unit must be present).
+  at::Tensor values(int64_t offset, int64_t numel) const;
+  int64_t numel() const { return numel_; }        // elements of the flat layout (padded)
+  at::Tensor& flat() { return flat_; }            // all parameters (padded); undefined with unit buffers
+  std::vector<ParamUnit>& units() { return units_; }
+  void set_gatherer(UnitGatherer* g) { gatherer_ = g; }
   at::Tensor& flat_grad() { return flat_grad_; }  // their gradients (padded); undefined without grad_buffer
   const ChunkPlacement& placement() const { return place_; }
   // Gradients of parameters replicated across TP ranks; with sequence parallelism each TP rank
@@ -93,6 +154,16 @@ class ModelChunk {
   // `init_rows` (> 0): only the first init_rows rows are drawn, the rest are zero (vocabulary padding).
   int declare(const std::string& name, std::vector<int64_t> full_shape, int shard_dim, double init_std,
               double fill = 0, int64_t init_rows = -1);
+  // Declares a fused matrix: the parts [rows_i, cols] (full shapes, split over TP along dim 0),
+  // each initialised as declare(part name, ..., 0, init_std) would, stacked by rows per rank.
+  int declare_fused(const std::string& name, const std::vector<std::pair<std::string, int64_t>>& part_rows,
+                    int64_t cols, double init_std);
+  void begin_unit(bool backward_values);  // the parameters declared next belong to a new unit
+  void need(int unit, int prefetch = -1);
+  void release(int unit);
+  // Backward reaches `t`, the output of unit `before` (-1: the chunk's input): unit before + 1 is
+  // done, unit `before` (with `also`, the tied embedding's unit) runs next.
+  void hook_boundary(at::Tensor& t, int before, int also = -1);
   void materialize();  // pass 2: allocate the flat buffers, create and initialise the views
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   at::Tensor layer_forward(const Layer& l, const at::Tensor& x) const;
@@ -108,12 +179,18 @@ class ModelChunk {
   Comm& cp_;
   PhaseClock& clock_;
   std::vector<ParamInfo> params_;
-  struct Init {
+  struct Init {  // one per part (a plain parameter is its own one part)
+    std::string name;
+    std::vector<int64_t> full_shape;
     double std_dev, fill;
-    int64_t rows;
+    int64_t rows;  // initialised rows (the rest are zero)
   };
-  std::vector<Init> init_;  // per parameter
+  std::vector<std::vector<Init>> init_;  // per parameter
   at::Tensor flat_, flat_grad_;
+  int64_t numel_ = 0;
+  std::vector<ParamUnit> units_;
+  UnitGatherer* gatherer_ = nullptr;
+  int embed_unit_ = -1, first_layer_unit_ = -1, head_unit_ = -1;
   std::vector<std::unique_ptr<Layer>> layers_;
   int wte_ = -1, wpe_ = -1, norm_w_ = -1, norm_b_ = -1, head_ = -1;  // indices into params_
   at::Tensor positions_;  // global positions of this CP rank's tokens [seq / cp]

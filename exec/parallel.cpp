@@ -204,6 +204,16 @@ c10::intrusive_ptr<c10d::Work> Comm::reduce_async(at::Tensor& t, int root) {
   return staged(t) ? staged_work(w, v[0], index_ == root ? t : at::Tensor()) : w;
 }
 
+c10::intrusive_ptr<c10d::Work> Comm::broadcast_async(at::Tensor& t, int root) {
+  if (size() == 1) return {};
+  if (index_ == root) count(t);
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  std::vector<at::Tensor> v{staged(t) ? t.cpu() : t};
+  auto w = pg_->broadcast(v, o);
+  return staged(t) ? staged_work(w, v[0], index_ == root ? at::Tensor() : t) : w;
+}
+
 c10::intrusive_ptr<c10d::Work> Comm::send(at::Tensor& t, int dst_index, int tag) {
   PhaseScope s(*clock_, phase_);
   count(t);

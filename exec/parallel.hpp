@@ -84,6 +84,8 @@ class Comm {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_flat_async(at::Tensor& shard, at::Tensor& full);
   // Sum over the group into member `root`'s `t` (in place; other members' `t` is left undefined).
   c10::intrusive_ptr<c10d::Work> reduce_async(at::Tensor& t, int root);
+  // Member `root`'s `t` into every member's `t` (in place).
+  c10::intrusive_ptr<c10d::Work> broadcast_async(at::Tensor& t, int root);
   c10::intrusive_ptr<c10d::Work> send(at::Tensor& t, int dst_index, int tag);
   c10::intrusive_ptr<c10d::Work> recv(at::Tensor& t, int src_index, int tag);
   // A ring shift: sends `out` to member `dst` while receiving `in` from member `src`. Even members

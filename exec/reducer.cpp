@@ -47,7 +47,12 @@ struct DpReducer::Chunk {
   at::Tensor master;      // parameters the optimizer updates (full, a slice view, or a ZeRO-3 copy)
   at::Tensor grad;        // gradients it reads (full, or the reduce-scattered slice)
   at::Tensor exp_avg, exp_avg_sq;
-  bool gathered = false;  // ZeRO-3: full parameters present for this step
+  // ZeRO-3: per unit of the model, the owners' broadcasts in flight that bring its parameters.
+  struct Gather {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    Clock::time_point launched;
+  };
+  std::vector<Gather> gathers;
   // Overlap (ZeRO 0, DP > 1): buckets in the order the backward produces them (last layers
   // first); during the chunk's last backward each bucket's all-reduce starts as soon as its
   // gradients are complete, in bucket order on every replica.
@@ -141,29 +146,43 @@ void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
   Chunk& cs = *owned;
   cs.model = &model;
   cs.tied_copy = tied_copy;
-  at::Tensor& flat = model.flat();
-  const int64_t n = flat.numel();
+  const int64_t n = model.numel();
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(model.params().front().param.device());
   if (s_.zero == 0 || replicas_ == 1) {
+    at::Tensor& flat = model.flat();
     cs.shard = n;
     cs.master = flat;
     cs.grad = model.flat_grad();
   } else {
     cs.shard = n / replicas_;
     cs.shard_offset = cs.shard * dp_rank_;
-    // ZeRO-3 keeps its own copy of the shard (the flat buffer is refilled by all-gathers);
-    // ZeRO-1/2 update their slice of the flat buffer in place.
-    cs.master = s_.zero == 3 ? flat.narrow(0, cs.shard_offset, cs.shard).clone()
-                             : flat.narrow(0, cs.shard_offset, cs.shard);
+    // ZeRO-3 keeps its own copy of the shard, taken from the model's units, whose memory then
+    // goes until a unit is needed; ZeRO-1/2 update their slice of the flat buffer in place.
+    if (s_.zero == 3) {
+      TORCH_CHECK(!model.flat().defined(), "ZeRO-3: the model must keep its parameters in unit buffers");
+      torch::NoGradGuard ng;
+      cs.master = at::zeros({cs.shard}, opts);  // the padding past the last unit stays zero
+      for (ParamUnit& u : model.units()) {
+        const int64_t b = std::max(u.begin, cs.shard_offset), e = std::min(u.end, cs.shard_offset + cs.shard);
+        if (b < e) cs.master.narrow(0, b - cs.shard_offset, e - b).copy_(u.buffer.narrow(0, b - u.begin, e - b));
+        free_unit_memory(u);
+      }
+      cs.gathers.resize(model.units().size());
+      model.set_gatherer(this);
+    } else {
+      cs.master = model.flat().narrow(0, cs.shard_offset, cs.shard);
+    }
     // ZeRO-1: the owner's part of the flat gradient, reduced in place; ZeRO-2/3: the shard's own
     // fp32 gradient (the model has no full-size gradient buffer).
     TORCH_CHECK(s_.zero == 1 || !model.flat_grad().defined(), "ZeRO-2/3: the model must have no gradient buffer");
-    cs.grad = s_.zero == 1 ? model.flat_grad().narrow(0, cs.shard_offset, cs.shard) : at::zeros({cs.shard}, flat.options());
+    cs.grad = s_.zero == 1 ? model.flat_grad().narrow(0, cs.shard_offset, cs.shard) : at::zeros({cs.shard}, opts);
   }
   // With parameter servers the servers hold the optimizer state; a worker has none.
   const int64_t state = s_.uses_ps() ? 0 : cs.shard;
-  cs.exp_avg = at::zeros({state}, flat.options());
-  cs.exp_avg_sq = at::zeros({state}, flat.options());
-  if (compressor_ && replicas_ > 1) cs.compressed = compressor_->add_chunk(model.flat_grad(), model.params());
+  cs.exp_avg = at::zeros({state}, opts);
+  cs.exp_avg_sq = at::zeros({state}, opts);
+  // PowerSGD compresses per matrix of the unfused model (wq, wk, wv apart, as predict counts them).
+  if (compressor_ && replicas_ > 1) cs.compressed = compressor_->add_chunk(model.flat_grad(), model.tensors());
   chunks_.push_back(std::move(owned));
   setup_buckets(cs);
   if (!s_.uses_ps()) add_to_adam_groups(cs);
@@ -313,14 +332,13 @@ void DpReducer::begin_step() {
       c->grad.zero_();
       for (auto& p : c->model->params()) p.param.mutable_grad() = at::Tensor();
     }
-    c->gathered = false;
+    free_units(*c);  // parameters change in the update: gathered units are stale
     c->armed = false;
     c->next_bucket = 0;
     for (auto& b : c->buckets) b.ready = 0;
   }
 }
 
-void DpReducer::before_use(int chunk) { gather(*chunks_[chunk]); }
 
 void DpReducer::set_last_backward(int chunk, bool last) {
   Chunk& c = *chunks_[chunk];
@@ -338,24 +356,71 @@ void DpReducer::after_backward(int chunk) {
   c.armed = false;
   c.next_bucket = 0;
   for (auto& b : c.buckets) b.ready = 0;
+  // ZeRO-3: the backward hooks have freed every unit; a unit whose hook did not run (no gradient
+  // reached it) goes here.
+  free_units(c);
 }
 
-void DpReducer::gather(Chunk& c) {
-  // Parameters do not change within a step, so the chunk is gathered at its first slot and kept
-  // until the optimizer (re-gathering would also bump the version of tensors autograd saved).
-  if (s_.zero != 3 || replicas_ == 1 || c.gathered) return;
-  c.gathered = true;
-  const auto t0 = Clock::now();
-  auto w = g_.dp->all_gather_flat_async(c.model->flat(), c.master);
-  g_.dp->wait(w, Ph::dp_comm);
-  clock_.dp_in_flight += seconds_since(t0);
+DpReducer::Chunk& DpReducer::chunk_of(const ModelChunk& m) {
+  for (auto& c : chunks_)
+    if (c->model == &m) return *c;
+  TORCH_CHECK(false, "DpReducer: a model chunk that was never added");
+}
+
+void DpReducer::start_gather(Chunk& c, int unit) {
+  ParamUnit& u = c.model->units()[unit];
+  Chunk::Gather& g = c.gathers[unit];
+  if (unit_present(u) || !g.works.empty()) return;  // present, or on its way
+  torch::NoGradGuard ng;
+  at::Tensor dst = alloc_unit_memory(u);
+  const double bytes = static_cast<double>(u.buffer.storage().nbytes());
+  gathered_bytes_ += bytes;
+  if (count_gathered_) gathered_peak_ = std::max(gathered_peak_, gathered_bytes_);
+  // The unit's elements [begin, end) of the flat layout lie in the shards of one or more
+  // replicas: each owner broadcasts its part (an all-gather over uneven ranges).
+  g.launched = Clock::now();
+  const int first = static_cast<int>(u.begin / c.shard), last = static_cast<int>((u.end - 1) / c.shard);
+  for (int r = first; r <= last && r < replicas_; ++r) {
+    const int64_t b = std::max(u.begin, c.shard * r), e = std::min(u.end, c.shard * (r + 1));
+    at::Tensor piece = dst.narrow(0, b - u.begin, e - b);
+    if (r == dp_rank_) piece.copy_(c.master.narrow(0, b - c.shard_offset, e - b));
+    g.works.push_back(g_.dp->broadcast_async(piece, r));
+  }
+}
+
+void DpReducer::finish_gather(Chunk& c, int unit) {
+  Chunk::Gather& g = c.gathers[unit];
+  if (g.works.empty()) return;
+  for (auto& w : g.works) g_.dp->wait(w, Ph::dp_comm);
+  g.works.clear();
+  clock_.dp_in_flight += seconds_since(g.launched);
+}
+
+void DpReducer::need(ModelChunk& chunk, int unit, int prefetch) {
+  Chunk& c = chunk_of(chunk);
+  start_gather(c, unit);
+  if (prefetch >= 0) start_gather(c, prefetch);  // overlaps this unit's compute
+  finish_gather(c, unit);
+}
+
+void DpReducer::release(ModelChunk& chunk, int unit) {
+  Chunk& c = chunk_of(chunk);
+  ParamUnit& u = c.model->units()[unit];
+  finish_gather(c, unit);  // never free memory a broadcast still writes
+  if (!unit_present(u) || u.end == u.begin) return;
+  gathered_bytes_ -= static_cast<double>(u.buffer.storage().nbytes());
+  free_unit_memory(u);
+}
+
+void DpReducer::free_units(Chunk& c) {
+  for (size_t u = 0; u < c.gathers.size(); ++u) release(*c.model, static_cast<int>(u));
 }
 
 void DpReducer::gather_all() {
-  for (auto& c : chunks_) {
-    c->gathered = false;
-    gather(*c);
-  }
+  count_gathered_ = false;
+  for (auto& c : chunks_)
+    for (size_t u = 0; u < c->gathers.size(); ++u) need(*c->model, static_cast<int>(u), -1);
+  count_gathered_ = true;
 }
 
 void DpReducer::launch(Chunk& c) {
@@ -470,7 +535,7 @@ at::Tensor DpReducer::reduced_grad(int chunk) {
   if (s_.zero == 0 || replicas_ == 1) {
     full = c.grad;
   } else {
-    full = at::empty_like(c.model->flat());
+    full = at::empty({c.model->numel()}, c.grad.options());
     auto w = g_.dp->all_gather_flat_async(full, c.grad);
     g_.dp->wait(w, Ph::other);
   }
@@ -528,13 +593,13 @@ DpReducer::HeldBytes DpReducer::held_bytes() const {
   };
   for (const auto& c : chunks_) {
     add(h.weights, c->master);
-    if (s_.zero == 3 && replicas_ > 1) add(h.gathered, c->model->flat());  // else the master's storage
     add(h.gradients, c->model->flat_grad());
     add(h.gradients, c->grad);
     add(h.optimizer, c->exp_avg);
     add(h.optimizer, c->exp_avg_sq);
   }
   h.buffers_peak = buffer_bytes_peak_;
+  h.gathered = gathered_peak_;
   return h;
 }
 

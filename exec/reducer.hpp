@@ -7,6 +7,11 @@
 //           each bucket's fresh gradients are copied into a bucket buffer and released, reduced to
 //           their owners, and the owner adds its part to its fp32 shard gradient; at most
 //           kMaxBucketsInFlight bucket buffers exist at a time.
+//   ZeRO 3 (several replicas): the model keeps each unit's parameters (embedding, layer, head) in
+//           a buffer of its own and asks the reducer (a UnitGatherer) for them just before the
+//           unit runs, forward and backward; the owners broadcast their parts of it, the unit the
+//           model runs next is brought meanwhile (prefetch), and a unit's memory is freed as soon
+//           as it has run. Between steps a rank holds only its fp32 shard.
 // The schedule runner tells it when a chunk's backward is done; it never walks the schedule.
 #pragma once
 #include <torch/torch.h>
@@ -67,12 +72,12 @@ struct LossScaling {
 
 class GradCompressor;
 
-class DpReducer {
+class DpReducer : public UnitGatherer {
  public:
   // `bucket_bytes`: fp32 bytes per gradient bucket (Megatron's and DDP's default is about 25 MB).
   DpReducer(const Strategy& s, int dp_rank, Groups& groups, PhaseClock& clock, AdamWSettings adam,
             LossScaling scaling = {}, double bucket_bytes = 16.0 * (1 << 20));
-  ~DpReducer();
+  ~DpReducer() override;
   DpReducer(const DpReducer&) = delete;
   DpReducer& operator=(const DpReducer&) = delete;
 
@@ -86,8 +91,10 @@ class DpReducer {
   // the first add_chunk.
   void compress_with(std::unique_ptr<GradCompressor> c);
 
-  void begin_step();                // zero gradients; reset buckets and ZeRO-3 gathers
-  void before_use(int chunk);       // ZeRO-3: the chunk's full parameters, gathered at its first slot
+  void begin_step();                // zero gradients; reset buckets; free ZeRO-3's gathered units
+  // ZeRO-3 (UnitGatherer): the model chunk's unit, gathered from its owners' shards.
+  void need(ModelChunk& chunk, int unit, int prefetch) override;
+  void release(ModelChunk& chunk, int unit) override;
   // Marks the chunk's next backward as its last of the step: the hooks then start each bucket's
   // all-reduce as soon as its gradients are complete.
   void set_last_backward(int chunk, bool last);
@@ -106,7 +113,7 @@ class DpReducer {
   // batch), as a flat buffer laid out like the parameters. Call between finish_reduction and
   // update; with ZeRO >= 1 and DP > 1 it all-gathers the shards (every DP rank must call it).
   at::Tensor reduced_grad(int chunk);
-  void gather_all();                // ZeRO-3: full parameters present on every chunk (for dumps)
+  void gather_all();                // ZeRO-3: every unit present (for dumps; not in the gathered peak)
   // Test fault: a NaN in the chunk's gradient as the optimizer will read it (written in update()).
   void poison_gradient(int chunk);
 
@@ -114,7 +121,7 @@ class DpReducer {
   // storage once): what memory_model predicts as weights, gradients and optimizer states per rank.
   struct HeldBytes {
     double weights = 0;          // parameters between steps (ZeRO-3: the fp32 master shard)
-    double gathered = 0;         // ZeRO-3: gathered full parameters held during the step (peak)
+    double gathered = 0;         // ZeRO-3: peak bytes of gathered unit parameters held at once in a step
     double gradients = 0;        // the flat gradient buffer, or (ZeRO-2/3) the shard gradient
     double optimizer = 0;        // AdamW's two moments (the one-element step count not counted)
     double buffers_peak = 0;     // ZeRO-2/3: peak bytes of bucket buffers in flight
@@ -134,7 +141,11 @@ class DpReducer {
   void push_pending(c10::intrusive_ptr<c10d::Work> w, at::Tensor buffer = {}, std::function<void()> then = {});
   void complete_oldest();
   bool sharded_grads() const { return s_.zero >= 2 && replicas_ > 1; }
-  void gather(Chunk& c);
+  bool unit_gathers() const { return s_.zero == 3 && replicas_ > 1; }
+  Chunk& chunk_of(const ModelChunk& m);
+  void start_gather(Chunk& c, int unit);   // allocate the unit's memory, post the owners' broadcasts
+  void finish_gather(Chunk& c, int unit);  // wait for them
+  void free_units(Chunk& c);
   void add_to_adam_groups(Chunk& c);
   void optimizer_step();
 
@@ -152,6 +163,8 @@ class DpReducer {
   int buffers_in_flight_ = 0;
   int poisoned_chunk_ = -1;
   double buffer_bytes_ = 0, buffer_bytes_peak_ = 0;
+  double gathered_bytes_ = 0, gathered_peak_ = 0;  // ZeRO-3: unit memory allocated now, and its peak
+  bool count_gathered_ = true;                    // false while gather_all fills every unit for a dump
 };
 
 }  // namespace trainplan::exec

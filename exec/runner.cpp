@@ -184,6 +184,7 @@ void ScheduleRunner::setup() {
   ms.seed = opt_.seed;
   ms.pad_to = replicas;
   ms.grad_buffer = !(s_.zero >= 2 && replicas > 1);  // ZeRO-2/3: gradients reduced bucket by bucket
+  ms.unit_buffers = s_.zero == 3 && replicas > 1;     // ZeRO-3: parameters gathered unit by unit
   ms.device = device_;
   AdamWSettings adam;
   adam.lr = opt_.lr;
@@ -269,7 +270,6 @@ void ScheduleRunner::step(int index, bool measured) {
     const bool first = vs == 0, last = vs == V - 1;
     enter(fmt::format("{} (micro-batch {}, chunk {})", slot.phase == Phase::forward ? "forward" : "backward",
                       slot.micro_batch, slot.chunk));
-    reducer_->before_use(slot.chunk);
     if (slot.phase == Phase::forward) {
       Stash st;
       at::Tensor input, targets;
@@ -367,8 +367,10 @@ void ScheduleRunner::dump(const std::string& prefix, bool grads) {
     flat.push_back(!grads ? at::Tensor() : ps_ ? ps_->reduced_grad() : reducer_->reduced_grad(static_cast<int>(c)));
   std::ofstream f(fmt::format("{}.rank{}", prefix, env_.rank));
   for (size_t c = 0; c < chunks_.size(); ++c) {
-    for (auto& p : chunks_[c]->params()) {
-      at::Tensor t = grads ? flat[c].narrow(0, p.offset, p.numel) : p.param.detach();
+    // The unfused model's tensors (a fused q/k/v or gate/up parameter as its parts), so that dumps
+    // keep one layout whatever the fusion.
+    for (const auto& p : chunks_[c]->tensors()) {
+      at::Tensor t = grads ? flat[c].narrow(0, p.offset, p.numel) : chunks_[c]->values(p.offset, p.numel).detach();
       at::Tensor v = t.to(at::kCPU).to(at::kDouble).contiguous().reshape({-1});
       f << p.name << ' ' << p.full_shape.size();
       for (auto d : p.full_shape) f << ' ' << d;
@@ -493,6 +495,9 @@ std::optional<Measurement> ScheduleRunner::run() {
     if (on_gpu_ && (s_.dtype == Dtype::bf16 || s_.dtype == Dtype::fp16)) {
       at::autocast::set_autocast_enabled(at::kCUDA, true);
       at::autocast::set_autocast_dtype(at::kCUDA, s_.dtype == Dtype::bf16 ? at::kBFloat16 : at::kHalf);
+      // ZeRO-3 frees each unit's parameters after use: autocast's cache would keep their 16-bit
+      // copies for the whole step, so each use casts afresh (as FSDP does).
+      if (s_.zero == 3 && g_.dp->size() > 1) at::autocast::set_autocast_cache_enabled(false);
     }
 #endif
     for (int i = 0; i < total; ++i) step(i, i >= opt_.warmup);

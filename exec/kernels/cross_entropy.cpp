@@ -1,5 +1,7 @@
 #include "exec/kernels/cross_entropy.hpp"
 
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -35,6 +37,11 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     at::Tensor grad_w = at::zeros_like(w);
     at::Tensor loss = at::zeros({}, x.options().dtype(at::kFloat));
     const auto f32 = x.options().dtype(at::kFloat);
+    // Without autocast (fp32, the CPU) the two gradient GEMMs write into grad_x and accumulate into
+    // grad_w directly; under autocast they stay out-of-place (16-bit GEMMs; an in-place addmm_
+    // would run in fp32) and are added.
+    const bool autocast = at::autocast::is_autocast_enabled(x.device().type());
+    at::Tensor grad_wv = grad_w.narrow(0, 0, valid);
     for (int64_t off = 0; off < T; off += chunk) {
       const int64_t n = std::min(chunk, T - off);
       const at::Tensor xc = x.narrow(0, off, n);
@@ -44,24 +51,31 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       at::Tensor mx = valid > 0 ? logits.amax(-1) : at::full({n}, -std::numeric_limits<float>::infinity(), f32);
       tp.all_reduce(mx, c10d::ReduceOp::MAX);
       // log-sum-exp over the whole vocabulary = mx + log(sum over ranks of sum exp(logit - mx)).
+      // One [n, valid] fp32 buffer throughout: logits, then exp(logit - mx) in place, then the
+      // logits' gradient in place (no second exp, no temporary of the chunk's size).
       at::Tensor sums = at::zeros({2, n}, f32);  // row 0: sum exp(logit - mx), row 1: target logit - mx
-      at::Tensor z;
+      at::Tensor e;
       if (valid > 0) {
-        z = logits.sub_(mx.unsqueeze(-1));  // logits - mx, in place
-        sums[0] = z.exp().sum(-1);
+        at::Tensor z = logits.sub_(mx.unsqueeze(-1));  // logits - mx, in place
         sums[1] = z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(inside.logical_not(), 0.0);
+        e = z.exp_();
+        sums[0] = e.sum(-1);
       }
       tp.all_reduce(sums);
-      at::Tensor log_sum = sums[0].log();  // lse - mx
-      loss += (log_sum - sums[1]).sum();
+      loss += (sums[0].log() - sums[1]).sum();  // log(sum exp(logit - mx)) = lse - mx
       if (valid == 0) continue;
-      // dL/dlogits of the mean loss: (softmax - one_hot(target)) / T.
-      at::Tensor g = z.sub_(log_sum.unsqueeze(-1)).exp_();
-      g.scatter_add_(-1, local.unsqueeze(-1), inside.to(at::kFloat).neg().unsqueeze(-1));
-      g.div_(static_cast<double>(T));
+      // dL/dlogits of the mean loss: (softmax - one_hot(target)) / T, softmax = e / sum over ranks.
+      at::Tensor g = e.div_(sums[0].unsqueeze(-1) * static_cast<double>(T));
+      g.scatter_add_(-1, local.unsqueeze(-1), inside.to(at::kFloat).neg().unsqueeze(-1).div_(static_cast<double>(T)));
       const at::Tensor gc = g.to(xc.scalar_type());
-      grad_x.narrow(0, off, n).copy_(at::matmul(gc, wv));
-      grad_w.narrow(0, 0, valid).add_(at::matmul(gc.t(), xc));
+      if (autocast) {
+        grad_x.narrow(0, off, n).copy_(at::matmul(gc, wv));
+        grad_wv.add_(at::matmul(gc.t(), xc));
+      } else {
+        at::Tensor gx = grad_x.narrow(0, off, n);
+        at::mm_out(gx, gc, wv);
+        grad_wv.addmm_(gc.t(), xc);
+      }
     }
     ctx->saved_data["grad_x"] = grad_x;
     ctx->saved_data["grad_w"] = grad_w;
@@ -69,9 +83,13 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list g) {
-    const at::Tensor scale = g[0];
-    at::Tensor gx = ctx->saved_data["grad_x"].toTensor() * scale.to(ctx->saved_data["grad_x"].toTensor().scalar_type());
-    at::Tensor gw = ctx->saved_data["grad_w"].toTensor() * scale.to(ctx->saved_data["grad_w"].toTensor().scalar_type());
+    // Scaled in place: the saved gradients are this backward's alone (the graph is not retained),
+    // so no second buffer of the head's size.
+    at::Tensor gx = ctx->saved_data["grad_x"].toTensor();
+    at::Tensor gw = ctx->saved_data["grad_w"].toTensor();
+    ctx->saved_data.clear();
+    gx.mul_(g[0].to(gx.scalar_type()));
+    gw.mul_(g[0].to(gw.scalar_type()));
     return {gx, gw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
