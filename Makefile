@@ -22,8 +22,9 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1500
 
-# sim/, reports/, the CLI and their tests under AddressSanitizer + UndefinedBehaviorSanitizer
-# (the LibTorch executor is left out: LibTorch is not built with ASan).
+# sim/, reports/, the CLI and all their tests under AddressSanitizer + UndefinedBehaviorSanitizer,
+# at -O1 -g1 (CMakeLists.txt), with leak detection; run by .ci/run after `make test`. The LibTorch
+# executor is left out (LibTorch is not built with ASan; its tests show as skipped).
 ASAN_BUILD ?= build-asan
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Release -DTRAINPLAN_WITH_EXEC=OFF -DTRAINPLAN_SANITIZE=ON $(LAUNCHER) >/dev/null
@@ -31,13 +32,15 @@ test-asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j$(JOBS) --timeout 1500
 
-# libFuzzer targets for the loaders and the flag parser (clang), FUZZ_SECONDS each.
+# libFuzzer targets for the loaders and the flag parser (clang, installed by deps), FUZZ_SECONDS
+# each, or FUZZ_RUNS executions each when given (tests/fuzz/FUZZ_RESULTS.md).
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?=
 fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Release -DTRAINPLAN_WITH_EXEC=OFF -DTRAINPLAN_FUZZ=ON $(LAUNCHER) >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j$(JOBS)
-	bash tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	FUZZ_RUNS=$(FUZZ_RUNS) bash tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 bench: build
 	./$(BUILD)/tests/trainplan_bench

@@ -51,6 +51,35 @@ inline Merged run_merged(const std::string& args) {
   return r;
 }
 
+// A fresh, empty folder for one test (named after the test and the process), removed when the test
+// ends. Every file a command writes there was written by this run: a command that stopped writing
+// its --json or --trace cannot pass on a file left by an earlier run.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = "trainplan_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
+                       std::to_string(::getpid());
+    for (char& c : name)
+      if (c == '/') c = '_';  // parameterised tests are named Suite/Name/0
+    dir_ = std::filesystem::temp_directory_path() / name;
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  // A path inside the folder; the file does not exist yet.
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  const std::filesystem::path& path() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+};
+
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {

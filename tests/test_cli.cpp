@@ -13,6 +13,7 @@
 namespace {
 
 using trainplan::testing::run_merged;
+using trainplan::testing::ScratchDir;
 
 const std::string kData = TRAINPLAN_TEST_DATA_DIR;
 const std::string kPlan =
@@ -29,7 +30,8 @@ TEST(Cli, PredictPrintsBreakdownWithUnits) {
 }
 
 TEST(Cli, PredictJsonFollowsTheContract) {
-  const std::string path = ::testing::TempDir() + "/p.json";
+  const ScratchDir tmp;  // fresh: the files read below were written by this run
+  const std::string path = tmp.file("p.json");
   auto r = run_merged(kPlan + " --json " + path);
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream in(path);
@@ -49,7 +51,7 @@ TEST(Cli, PredictJsonFollowsTheContract) {
   EXPECT_GT(j["time"]["step_s"].get<double>(), 0);
 
   // The same file works as --plan and gives the same prediction.
-  const std::string again = ::testing::TempDir() + "/p2.json";
+  const std::string again = tmp.file("p2.json");
   auto r2 = run_merged("predict --plan " + path + " --json " + again);
   ASSERT_EQ(r2.code, 0) << r2.output;
   std::ifstream in2(again);
@@ -58,7 +60,8 @@ TEST(Cli, PredictJsonFollowsTheContract) {
 }
 
 TEST(Cli, PredictShowsTheCostPerStepAndItsPrice) {
-  const std::string path = ::testing::TempDir() + "/cost.json";
+  const ScratchDir tmp;  // fresh: the files read below were written by this run
+  const std::string path = tmp.file("cost.json");
   auto r = run_merged(kPlan + " --json " + path);
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream in(path);
@@ -74,7 +77,8 @@ TEST(Cli, PredictShowsTheCostPerStepAndItsPrice) {
 }
 
 TEST(Cli, PredictDetailLayersShowsEachStagesLayers) {
-  const std::string path = ::testing::TempDir() + "/layers.json";
+  const ScratchDir tmp;  // fresh: the files read below were written by this run
+  const std::string path = tmp.file("layers.json");
   auto r = run_merged(kPlan + " --detail layers --json " + path);
   ASSERT_EQ(r.code, 0) << r.output;
   for (const char* part : {"per layer", "stage 0 (", "stage 1 (", "embedding", "LM head", "stage total", "recompute",
@@ -95,7 +99,7 @@ TEST(Cli, PredictDetailLayersShowsEachStagesLayers) {
   }
   EXPECT_EQ(layers, 32) << "llama3-8b has 32 layers";
   // Without the flag, no per-layer table or key.
-  const std::string plain = ::testing::TempDir() + "/plain.json";
+  const std::string plain = tmp.file("plain.json");
   auto r2 = run_merged(kPlan + " --json " + plain);
   EXPECT_EQ(r2.output.find("per layer"), std::string::npos);
   std::ifstream in2(plain);
@@ -106,7 +110,8 @@ TEST(Cli, PredictDetailLayersShowsEachStagesLayers) {
 }
 
 TEST(Cli, SimulatorEngineGivesItsOwnStepTime) {
-  const std::string path = ::testing::TempDir() + "/des.json";
+  const ScratchDir tmp;  // fresh: the files read below were written by this run
+  const std::string path = tmp.file("des.json");
   const std::string plan =
       "predict --model gpt3-175b --cluster dgx-a100-80g --gpus 64 --tp 8 --pp 8 --vp 3 --global-batch 64 --recompute full";
   auto r = run_merged(plan + " --engine des --json " + path);
@@ -114,7 +119,7 @@ TEST(Cli, SimulatorEngineGivesItsOwnStepTime) {
   std::ifstream in(path);
   auto des = nlohmann::json::parse(in);
   EXPECT_EQ(des["engine"], "des");
-  const std::string apath = ::testing::TempDir() + "/analytic.json";
+  const std::string apath = tmp.file("analytic.json");
   ASSERT_EQ(run_merged(plan + " --json " + apath).code, 0);
   std::ifstream ain(apath);
   auto analytic = nlohmann::json::parse(ain);

@@ -296,6 +296,37 @@ TEST(Search, EveryCountAndFigureIsTheSameForAnyThreadCount) {
   }
 }
 
+// Issue 13 item 9: on 2 threads, repeated identical searches reported different numbers of
+// predicted candidates (pruning depended on which thread finished first). Every count, the ranking
+// and every figure must be the same on every run and for any thread count.
+TEST(Search, CountsAndFiguresAreTheSameOnEveryRunAndThreadCount) {
+  const Cluster c = a100();
+  const LayerGraph g(model("llama2-7b"), 4096);
+  const SearchSpace sp = default_space(c, 64, 128, 4096);
+  SearchOptions o;
+  o.threads = 1;
+  const SearchResult base = search(g, c, sp, o);
+  ASSERT_GT(base.stats.pruned_by_bound + base.stats.pruned_out_of_memory, 0) << "no pruning: nothing to race on";
+  o.threads = 2;
+  for (int run = 0; run < 3; ++run) {
+    const SearchResult r = search(g, c, sp, o);
+    EXPECT_EQ(r.stats.candidates, base.stats.candidates) << "run " << run;
+    EXPECT_EQ(r.stats.evaluated, base.stats.evaluated) << "run " << run;
+    EXPECT_EQ(r.stats.feasible, base.stats.feasible) << "run " << run;
+    EXPECT_EQ(r.stats.pruned_by_bound, base.stats.pruned_by_bound) << "run " << run;
+    EXPECT_EQ(r.stats.pruned_out_of_memory, base.stats.pruned_out_of_memory) << "run " << run;
+    EXPECT_EQ(r.stats.infeasible_by_reason, base.stats.infeasible_by_reason) << "run " << run;
+    ASSERT_EQ(r.top.size(), base.top.size());
+    for (std::size_t i = 0; i < r.top.size(); ++i) {
+      EXPECT_EQ(key(r.top[i].strategy), key(base.top[i].strategy)) << "run " << run << " rank " << i;
+      EXPECT_EQ(r.top_value[i], base.top_value[i]) << "run " << run << " rank " << i;
+    }
+    ASSERT_EQ(r.pareto.size(), base.pareto.size());
+    for (std::size_t i = 0; i < r.pareto.size(); ++i)
+      EXPECT_EQ(key(r.pareto[i].strategy), key(base.pareto[i].strategy)) << "run " << run;
+  }
+}
+
 TEST(Search, InfeasibleCountsByReasonAndBestInfeasibleKept) {
   // Llama-3-70B on 8 A100-80GB: its model states alone (70B x 16 bytes) need 1.1 TB, so
   // nothing without ZeRO-3 fits, and even ZeRO-3 leaves no room: every candidate is infeasible.

@@ -20,6 +20,7 @@
 namespace {
 
 using trainplan::testing::run_merged;
+using trainplan::testing::ScratchDir;
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -40,8 +41,9 @@ const std::string kGpt3 =
     "--global-batch 64 --recompute full";
 
 TEST(SimulateCli, Gpt3TraceIsValidChromeTraceWithOneTrackPerRankAndStream) {
-  const std::string trace = ::testing::TempDir() + "/gpt3_trace.json";
-  const std::string js = ::testing::TempDir() + "/gpt3_sim.json";
+  const ScratchDir tmp;  // fresh: the files read below were written by this run
+  const std::string trace = tmp.file("gpt3_trace.json");
+  const std::string js = tmp.file("gpt3_sim.json");
   const auto r = run_merged(kGpt3 + " --trace " + trace + " --json " + js);
   ASSERT_EQ(r.code, 0) << r.output;
   const double step = printed_step(r.output);
@@ -116,7 +118,8 @@ TEST(SimulateCli, Gpt3TraceIsValidChromeTraceWithOneTrackPerRankAndStream) {
 }
 
 TEST(SimulateCli, OneFOneBWithDataParallelZero) {
-  const std::string js = ::testing::TempDir() + "/llama_sim.json";
+  const ScratchDir tmp;  // fresh: the files read below were written by this run
+  const std::string js = tmp.file("llama_sim.json");
   const auto r = run_merged(
       "simulate --model llama3-8b --cluster dgx-h100 --gpus 32 --tp 2 --pp 4 --zero 1 --global-batch 64 --seq 2048 "
       "--json " + js);
