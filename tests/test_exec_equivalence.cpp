@@ -390,6 +390,13 @@ TEST(ExecEquivalence, SelectiveRecomputation) {
   expect_equivalent("tiny-gpt", 2, "--pp 2 --schedule 1f1b --recompute selective", "selective");
 }
 TEST(ExecEquivalence, LlamaStyleTensorParallel2) { expect_equivalent("tiny-llama", 2, "--tp 2", "llama_tp2"); }
+// A head_dim other than hidden / heads (attention 4 x 8 = 32 wide, hidden 64; 4 x 24 = 96 with
+// biases and learned positions): Q, K, V and the output projection are split by heads over TP,
+// and the per-rank states match predict's.
+TEST(ExecEquivalence, HeadDimTensorParallel2) {
+  expect_equivalent_and_states("tiny-llama-headdim", 2, "--tp 2", "headdim_llama_tp2");
+  expect_equivalent_and_states("tiny-gpt-headdim", 2, "--tp 2", "headdim_gpt_tp2");
+}
 TEST(ExecEquivalence, DataParallel2Pipeline2) {
   expect_equivalent_and_states("tiny-gpt", 4, "--pp 2 --schedule 1f1b", "dp2pp2");
 }
@@ -407,7 +414,7 @@ TEST(ExecEquivalence, Zero1DataParallel2TensorParallel2OddVocabulary) {
 // known difference is named: exec leaves out GPT-2's key bias (softmax is invariant to it, so its
 // exact gradient is zero), kv_heads * head_dim parameters per layer.
 TEST(ExecEquivalence, ParameterCountMatchesTheLayerGraph) {
-  for (const std::string name : {"tiny-gpt", "tiny-llama"}) {
+  for (const std::string name : {"tiny-gpt", "tiny-llama", "tiny-llama-headdim", "tiny-gpt-headdim"}) {
     const ExecRun& ref = reference(name);
     ASSERT_FALSE(ref.params.empty()) << ref.output;
     double exec_params = 0;
