@@ -43,11 +43,8 @@ void add_op(GradientShapes& out, const OpSpec& op, const ModelSpec& m, int tp) {
     case OpKind::lm_head: w = op.params > 0 ? MatrixShape{static_cast<double>(m.vocab) / tp, h} : MatrixShape{}; break;
     default: break;
   }
-  const bool vocab = op.kind == OpKind::embedding || op.kind == OpKind::lm_head;
-  const double share = (op.split == Split::tensor || vocab) ? 1.0 / tp : 1.0;
-  const double rank_params = op.params * share;
   if (w.m * w.n > 0) out.matrices.push_back(w);
-  out.other += std::max(0.0, rank_params - w.m * w.n);
+  out.other += std::max(0.0, rank_params(op, tp) - w.m * w.n);
 }
 
 }  // namespace

@@ -77,6 +77,7 @@ std::vector<OpSpec> transformer_layer(const ModelSpec& m, int seq, int layer) {
   out.flops_per_token = 2 * q * h;
   out.traffic_elems_per_token = q + h;
   out.params = q * h + (bias ? h : 0);
+  out.replicated_params = bias ? h : 0;  // row-parallel: the bias is added after the all-reduce
   out.saved_tensor_elems_per_token = q;  // attention output, its input
   add(out);
 
@@ -105,6 +106,7 @@ std::vector<OpSpec> transformer_layer(const ModelSpec& m, int seq, int layer) {
   down.flops_per_token = 2 * f * h;
   down.traffic_elems_per_token = f + h;
   down.params = f * h + (bias ? h : 0);
+  down.replicated_params = bias ? h : 0;  // row-parallel, as the output projection
   down.saved_tensor_elems_per_token = f;  // its input, the activation output
   add(down);
 
@@ -124,6 +126,7 @@ LayerGraph::LayerGraph(const ModelSpec& model, int seq_len) : model_(model), seq
   OpSpec emb{.name = "embedding", .kind = OpKind::embedding, .split = Split::sequence};
   emb.traffic_elems_per_token = 2 * h;
   emb.params = V * h + (model.position == Position::learned ? s * h : 0);
+  emb.replicated_params = model.position == Position::learned ? s * h : 0;  // not vocabulary-split
   emb.saved_mask_bytes_per_token = h;  // embedding dropout mask
   pre_ops_.push_back(emb);
 
@@ -189,6 +192,18 @@ std::vector<const OpSpec*> LayerGraph::topological_order() const {
   std::vector<const OpSpec*> out;
   for (auto it = order.rbegin(); it != order.rend(); ++it) out.push_back(&graph_[*it]);
   return out;
+}
+
+double rank_params(const OpSpec& op, int tp) {
+  const bool split = op.split == Split::tensor || op.kind == OpKind::embedding || op.kind == OpKind::lm_head;
+  if (!split) return op.params;
+  return (op.params - op.replicated_params) * (1.0 / tp) + op.replicated_params;
+}
+
+double LayerGraph::params_per_layer_per_rank(int tp) const {
+  double p = 0;
+  for (const auto& op : layer_ops_) p += rank_params(op, tp);
+  return p;
 }
 
 double LayerGraph::embedding_params() const { return pre_ops_.front().params; }

@@ -149,7 +149,7 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   mm.workspace = sw.allocator.workspace;
   mm.safety_margin = sw.allocator.safety_margin;
   // ZeRO-3 also holds the gathered parameters of the current and the prefetched layer.
-  const double max_layer_params = graph.params_per_layer() / s.tp;
+  const double max_layer_params = graph.params_per_layer_per_rank(s.tp);
   mm.runtime = cluster.runtime_overhead;
   mm.other = (s.zero == 3 ? 2 * max_layer_params * mm.per_param.weight : 0.0);
   // Parameter servers hold the optimizer states and run the optimizer (param_server.hpp): the

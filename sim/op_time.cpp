@@ -224,7 +224,7 @@ OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, cons
   // Weight gradients accumulated outside the GEMM: per micro-batch over the layer's fp32
   // parameters on this rank.
   if (!sw.wgrad_accumulate_fused) {
-    const double params = g.params_per_layer() / tp;
+    const double params = g.params_per_layer_per_rank(s.tp);
     const PassCost acc = mem_bwd(x, sw.mem.grad_accumulation, params * 4.0);
     L.bwd += {acc.gpu, kParamOpsPerLayer * sw.mem.grad_accumulation.kernels_bwd};
   }

@@ -217,5 +217,37 @@ TEST(LayerGraph, HeadDimSetsTheAttentionWidth) {
   EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(g, st), s * (2 * (4 * h + 2 * q + 2 * kv + 3 * f) + 2 * h));
 }
 
+// Megatron's TP layout (and exec's): column- and row-parallel weights and the vocabulary-parallel
+// embedding are split over tp, the row-parallel biases (attention output, MLP down), the learned
+// position table and the norms are replicated. GPT with h 64, 4 heads, f 256, V 256, s 64, tp 2:
+//   per layer  norms 2 x 128 = 256 (whole); QKV (64 x 192 + 192) / 2 = 6240; output 64 x 64 / 2 +
+//              64 = 2112; MLP up (64 x 256 + 256) / 2 = 8320; down 256 x 64 / 2 + 64 = 8256
+//              -> 25,184 of the layer's 49,984 (not 24,992 = 49,984 / 2);
+//   embedding  256 x 64 / 2 + 64 x 64 = 12,288.
+TEST(LayerGraph, ReplicatedParametersAreNotSplitByTp) {
+  const LayerGraph g(gpt(2, 64, 4, 64, 256), 64);
+  EXPECT_DOUBLE_EQ(g.params_per_layer(), 49984.0);
+  EXPECT_DOUBLE_EQ(g.params_per_layer_per_rank(2), 25184.0);
+  EXPECT_DOUBLE_EQ(g.params_per_layer_per_rank(1), g.params_per_layer());
+  EXPECT_DOUBLE_EQ(rank_params(g.pre_ops()[0], 2), 12288.0);
+  // A Llama-style layer (no biases, RoPE) replicates only its norms.
+  ModelSpec llama = gpt(2, 64, 4, 64, 256);
+  llama.norm = Norm::rmsnorm;
+  llama.position = Position::rope;
+  const LayerGraph lg(llama, 64);
+  EXPECT_DOUBLE_EQ(lg.params_per_layer_per_rank(2), (lg.params_per_layer() - 128) / 2 + 128);
+  EXPECT_DOUBLE_EQ(rank_params(lg.pre_ops()[0], 2), 256 * 64 / 2.0);
+  // predict holds these per rank: the stage's weights at tp 2 (bf16, ZeRO 0, one stage) are
+  // 2 bytes x (2 layers x 25,184 + embedding 12,288 + final norm 128).
+  Strategy s;
+  s.tp = 2;
+  s.dp = 1;
+  s.global_batch = 1;
+  s.seq_len = 64;
+  const Estimate e = predict(g, testing::builtin_cluster("dgx-h100"), s);
+  ASSERT_EQ(e.per_stage.size(), 1u);
+  EXPECT_DOUBLE_EQ(e.per_stage[0].weights, 2.0 * (2 * 25184 + 12288 + 128));
+}
+
 }  // namespace
 }  // namespace trainplan
