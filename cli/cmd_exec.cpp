@@ -185,7 +185,7 @@ std::optional<std::string> default_gpus(const Args& args) {
 // The run's description for a failed-run JSON (no figures).
 Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions& o, bool cuda_device, int world) {
   Measurement m;
-  m.strategy = plan.strategy;
+  set_run_strategy(m, plan.strategy, cuda_device);
   m.model = plan.model.name;
   m.cluster = plan.cluster;
   m.backend = o.backend;

@@ -292,8 +292,11 @@ std::vector<CalibrateOptions::Shape> layer_gemm_shapes(const LayerGraph& graph, 
   std::vector<CalibrateOptions::Shape> out;
   for (const OpSpec* op : ops) {
     if (!op->matmul || op->kind == OpKind::attention) continue;
-    // Input width of the op: the hidden size, except MLP down (the MLP inner size).
-    const double k = op->kind == OpKind::mlp_down ? model.ffn_hidden : model.hidden;
+    // Input width of the op: the hidden size, except MLP down (the MLP inner size) and the
+    // attention output projection (heads x head_dim, layer_graph.cpp).
+    const double k = op->kind == OpKind::mlp_down   ? static_cast<double>(model.ffn_hidden)
+                     : op->kind == OpKind::out_proj ? static_cast<double>(model.q_width())
+                                                    : static_cast<double>(model.hidden);
     const double n = op->flops_per_token / (2 * k);
     const bool row_parallel = op->kind == OpKind::out_proj || op->kind == OpKind::mlp_down;
     const int nn = static_cast<int>(std::lround(row_parallel ? n : n / tp));

@@ -408,7 +408,7 @@ Measurement ScheduleRunner::collect() {
   for (int k = 0; k < env_.world; ++k) rows.emplace_back(d + k * K, d + (k + 1) * K);
 
   Measurement m;
-  m.strategy = s_;
+  set_run_strategy(m, s_, on_gpu_);  // the dtype run: fp32 on CPU, the requested one kept beside it
   m.model = plan_.model.name;
   m.cluster = plan_.cluster;
   m.software = "trainplan-exec";  // software/trainplan-exec.json describes what this runner launches

@@ -30,7 +30,8 @@ std::string value_text(const std::optional<double>& v, const std::string& unit) 
   return fmt::format("{:.1f}", *v);
 }
 
-// n/a where a side is missing, and where both are 0 (nothing to be wrong about; compare() gives 0 then).
+// n/a where a side is missing, where both are 0 (nothing to be wrong about; compare() gives 0 then)
+// and where only the prediction is 0 (a figure the model does not predict, not a -100% error).
 std::string error_text(const ComparedFigure& f) {
   if (f.predicted == 0.0 && f.measured == 0.0) return "n/a";
   return f.error_pct ? fmt::format("{:+.1f}%", *f.error_pct) : "n/a";
@@ -39,8 +40,8 @@ std::string error_text(const ComparedFigure& f) {
 void print_section(std::ostream& os, const std::string& title, const std::vector<ComparedFigure>& rows) {
   os << fmt::format("\n{:<28} {:>14} {:>14} {:>9}\n", title, "predicted", "measured", "error");
   for (const ComparedFigure& f : rows) {
-    os << fmt::format("  {:<26} {:>14} {:>14} {:>9}\n", f.label, value_text(f.predicted, f.unit),
-                      value_text(f.measured, f.unit), error_text(f));
+    os << fmt::format("  {:<26} {:>14} {:>14} {:>9}{}\n", f.label, value_text(f.predicted, f.unit),
+                      value_text(f.measured, f.unit), error_text(f), f.not_predicted() ? "  not predicted" : "");
   }
 }
 
@@ -54,7 +55,8 @@ json figures_json(const std::vector<ComparedFigure>& rows) {
                    {"unit", f.unit},
                    {"predicted", optional_json(f.predicted)},
                    {"measured", optional_json(f.measured)},
-                   {"error_pct", optional_json(f.error_pct)}});
+                   {"error_pct", optional_json(f.error_pct)},
+                   {"not_predicted", f.not_predicted()}});
   }
   return out;
 }

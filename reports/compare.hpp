@@ -7,8 +7,10 @@
 //  "cluster": {"predicted", "measured"}, "predicted_feasible", "strategy", "strategies_match",
 //  "strategy_differences": [...], "warnings": [...],
 //  "measured_step_time": {"median_s", "mean_s", "stdev_s", "min_s", "max_s", "count", "warmup_steps"},
-//  "time" | "memory" | "throughput": [{"key", "label", "unit", "predicted", "measured", "error_pct"}]}
-// (null where a side has no figure).
+//  "time" | "memory" | "throughput": [{"key", "label", "unit", "predicted", "measured", "error_pct",
+//                                      "not_predicted"}]}
+// (null where a side has no figure; error_pct null and not_predicted true where the prediction is
+// 0 and the measurement is not).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <ostream>

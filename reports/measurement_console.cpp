@@ -11,7 +11,7 @@ std::string run_dtype(const Measurement& m) {
   // What the runner really computed in (exec writes environment.compute_dtype: CPU runs fp32
   // whatever the plan asks); the plan's dtype where an older file does not say.
   const auto it = m.environment.find("compute_dtype");
-  const std::string planned = to_string(m.strategy.dtype);
+  const std::string planned = m.requested_dtype.empty() ? to_string(m.strategy.dtype) : m.requested_dtype;
   if (it == m.environment.end() || !it->is_string()) return planned;
   const std::string ran = it->get<std::string>();
   if (ran.rfind(planned, 0) == 0) return ran;

@@ -113,13 +113,14 @@ json measurement_to_json(const Measurement& m) {
             {"model_flops_per_step", t.model_flops_per_step},
             {"model_tflops_per_gpu", t.model_tflops_per_gpu}}}};
   if (!m.software.empty()) out["software"] = m.software;
+  if (!m.requested_dtype.empty()) out["run"]["requested_dtype"] = m.requested_dtype;
   out["dp_bytes_sent_per_step"] = m.dp_bytes_sent;  // the busiest rank's (memory.per_rank has each)
   return out;
 }
 
 json failed_measurement_to_json(const Measurement& m, const RunFailure& f) {
   auto known = [](double x) { return x >= 0 ? json(x) : json(nullptr); };
-  return {{"schema", kMeasurementSchema},
+  json out = {{"schema", kMeasurementSchema},
           {"status", "failed"},
           {"strategy", to_json(m.strategy)},
           {"model", m.model},
@@ -136,6 +137,8 @@ json failed_measurement_to_json(const Measurement& m, const RunFailure& f) {
               {"reserved_bytes", known(f.reserved)},
               {"capacity_bytes", known(f.capacity)},
               {"rss_bytes", known(f.rss)}}}}}};
+  if (!m.requested_dtype.empty()) out["run"]["requested_dtype"] = m.requested_dtype;
+  return out;
 }
 
 Measurement measurement_from_json(const json& j, const std::string& file) {
@@ -166,6 +169,10 @@ Measurement measurement_from_json(const json& j, const std::string& file) {
     m.warmup = static_cast<int>(run.integer("warmup_steps", 0, 1 << 24));
     m.steps = static_cast<int>(run.integer("measured_steps", 1, 1 << 24));
     m.seed = run.integer("seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max());
+    if (run.has("requested_dtype")) {
+      m.requested_dtype = run.string("requested_dtype");
+      if (!parse_dtype(m.requested_dtype)) throw run.error("requested_dtype", "must be one of bf16|fp16|fp8|fp32");
+    }
     run.finish();
   }
 

@@ -2,8 +2,9 @@
 // Bytes and seconds throughout; time and throughput keys match trainplan/prediction/v1.
 //
 // {"schema": "trainplan/measurement/v1", "status": "ok",
-//  "strategy": {...same object as the prediction's...}, "model", "cluster",
-//  "run": {"backend", "device", "warmup_steps", "measured_steps", "seed"},
+//  "strategy": {...same object as the prediction's, its dtype the one run...}, "model", "cluster",
+//  "run": {"backend", "device", "warmup_steps", "measured_steps", "seed",
+//          "requested_dtype" (only where the plan asked for another dtype: CPU runs compute fp32)},
 //  "environment": {...free-form: devices, backend, torch version, hostname...},
 //  "steps": [{"step", "wall_s", "loss", "phases": PHASES}],
 //  "step_time": {"median_s", "mean_s", "stdev_s", "min_s", "max_s", "count"},

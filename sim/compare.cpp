@@ -9,6 +9,7 @@ namespace trainplan {
 std::optional<double> percent_error(std::optional<double> predicted, std::optional<double> measured) {
   if (!predicted || !measured) return std::nullopt;
   if (*measured == 0) return *predicted == 0 ? std::optional<double>(0.0) : std::nullopt;
+  if (*predicted == 0) return std::nullopt;  // not predicted (ComparedFigure::error_pct)
   return 100.0 * (*predicted - *measured) / *measured;
 }
 

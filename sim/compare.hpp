@@ -19,8 +19,12 @@ struct ComparedFigure {
   std::optional<double> predicted;
   std::optional<double> measured;
   // error_pct = 100 * (predicted - measured) / measured: positive means the prediction is too
-  // high. 0 when both are 0; absent when either side is absent or only the measured one is 0.
+  // high. 0 when both are 0; absent when either side is absent or exactly one of them is 0 (a
+  // predicted 0 against a measured time or size means the model does not predict that figure,
+  // not that it is 100% off).
   std::optional<double> error_pct;
+  // The prediction has 0 where the run measured something (see error_pct).
+  bool not_predicted() const { return predicted && measured && *predicted == 0 && *measured != 0; }
 };
 
 struct Comparison {

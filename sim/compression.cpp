@@ -30,23 +30,21 @@ namespace {
 // Adds op's parameters (as split by TP on this rank) to `out`: its weight matrix, if it has one,
 // and the rest (biases, learned positions) as non-matrix parameters.
 void add_op(GradientShapes& out, const OpSpec& op, const ModelSpec& m, int tp) {
-  const double h = m.hidden, f = m.ffn_hidden, kv = static_cast<double>(m.kv_heads) * m.head_dim();
+  const double h = m.hidden, f = m.ffn_hidden, q = static_cast<double>(m.q_width()),
+               kv = static_cast<double>(m.kv_width());
   const double up = m.activation == Activation::swiglu ? 2.0 : 1.0;
   MatrixShape w;
   switch (op.kind) {
-    case OpKind::qkv: w = {h, (h + 2 * kv) / tp}; break;      // column-parallel
-    case OpKind::out_proj: w = {h / tp, h}; break;            // row-parallel
+    case OpKind::qkv: w = {h, (q + 2 * kv) / tp}; break;      // column-parallel
+    case OpKind::out_proj: w = {q / tp, h}; break;            // row-parallel
     case OpKind::mlp_up: w = {h, up * f / tp}; break;         // column-parallel (gate and up fused)
     case OpKind::mlp_down: w = {f / tp, h}; break;            // row-parallel
     case OpKind::embedding: w = {static_cast<double>(m.vocab) / tp, h}; break;  // vocab-parallel
     case OpKind::lm_head: w = op.params > 0 ? MatrixShape{static_cast<double>(m.vocab) / tp, h} : MatrixShape{}; break;
     default: break;
   }
-  const bool vocab = op.kind == OpKind::embedding || op.kind == OpKind::lm_head;
-  const double share = (op.split == Split::tensor || vocab) ? 1.0 / tp : 1.0;
-  const double rank_params = op.params * share;
   if (w.m * w.n > 0) out.matrices.push_back(w);
-  out.other += std::max(0.0, rank_params - w.m * w.n);
+  out.other += std::max(0.0, rank_params(op, tp) - w.m * w.n);
 }
 
 }  // namespace

@@ -29,17 +29,20 @@ const char* to_string(OpKind k) {
 namespace {
 
 // Per-token figures of one transformer layer (Korthikanti et al. 2022, Sec. 4; Narayanan et al.
-// 2021, Eq. 2-3), with h hidden, a heads, g kv heads of size d = h/a, f MLP size, s sequence:
-//   FLOPs (forward, per token): QKV 2h(h + 2gd), scores+context 4sh, output 2h^2,
-//     MLP 2hf (GeLU) or 4hf (SwiGLU gate+up), down 2fh. For GPT (g=a, f=4h): 24h^2 + 4sh.
+// 2021, Eq. 2-3), with h hidden, a heads, g kv heads of size d, f MLP size, s sequence, and the
+// attention widths q = a d (queries, attention output) and kv = g d (keys, values each). The
+// papers take d = h/a, so q = h; a model file's head_dim may set d otherwise (Mistral-NeMo).
+//   FLOPs (forward, per token): QKV 2h(q + 2kv), scores+context 4sq, output 2qh,
+//     MLP 2hf (GeLU) or 4hf (SwiGLU gate+up), down 2fh. For GPT (g=a, q=h, f=4h): 24h^2 + 4sh.
 //   Saved activations (16-bit elements, per token), MHA/GeLU: outside the TP region LN inputs 2h,
-//     QKV and MLP inputs 2h, dropout masks 2h bytes -> 10 bytes; inside it Q,K,V 3h, attention
-//     output h, MLP up output f and GeLU output f -> 24 bytes for f = 4h; standard attention adds
-//     softmax output + dropout output (2as elements) and the dropout mask (as bytes) -> 5as bytes.
+//     QKV and MLP inputs 2h, dropout masks 2h bytes -> 10 bytes; inside it Q,K,V q + 2kv (3h),
+//     attention output q (h), MLP up output f and GeLU output f -> 24 bytes for q = h, f = 4h;
+//     standard attention adds softmax output + dropout output (2as elements) and the dropout mask
+//     (as bytes) -> 5as bytes.
 // Biases follow the GPT-2/Megatron convention (LayerNorm models have biases, RMSNorm models not).
 std::vector<OpSpec> transformer_layer(const ModelSpec& m, int seq, int layer) {
   const double h = m.hidden, a = m.heads, f = m.ffn_hidden, s = seq;
-  const double kv = static_cast<double>(m.kv_heads) * m.head_dim();
+  const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width());
   const bool bias = m.norm == Norm::layernorm;
   const bool swiglu = m.activation == Activation::swiglu;
   const double norm_params = bias ? 2 * h : h;
@@ -56,25 +59,26 @@ std::vector<OpSpec> transformer_layer(const ModelSpec& m, int seq, int layer) {
   add(norm1);
 
   OpSpec qkv{.name = name("qkv"), .kind = OpKind::qkv, .split = Split::tensor, .matmul = true};
-  qkv.flops_per_token = 2 * h * (h + 2 * kv);
-  qkv.traffic_elems_per_token = h + (h + 2 * kv);
-  qkv.params = h * (h + 2 * kv) + (bias ? h + 2 * kv : 0);
+  qkv.flops_per_token = 2 * h * (q + 2 * kv);
+  qkv.traffic_elems_per_token = h + (q + 2 * kv);
+  qkv.params = h * (q + 2 * kv) + (bias ? q + 2 * kv : 0);
   qkv.saved_seq_elems_per_token = h;  // its input (the norm output), gathered again under SP
   add(qkv);
 
   OpSpec attn{.name = name("attention"), .kind = OpKind::attention, .split = Split::tensor, .matmul = true};
-  attn.flops_per_token = 4 * s * h;  // QK^T and softmax*V over the full (unmasked) sequence
-  attn.traffic_elems_per_token = 2 * h + 2 * kv;
-  attn.saved_tensor_elems_per_token = h + 2 * kv;  // Q, K, V
+  attn.flops_per_token = 4 * s * q;  // QK^T and softmax*V over the full (unmasked) sequence
+  attn.traffic_elems_per_token = 2 * q + 2 * kv;   // reads Q, K, V, writes the output
+  attn.saved_tensor_elems_per_token = q + 2 * kv;  // Q, K, V
   attn.score_elems_per_token = 2 * a * s;          // softmax output and dropout output
   attn.score_mask_bytes_per_token = a * s;         // attention dropout mask
   add(attn);
 
   OpSpec out{.name = name("out_proj"), .kind = OpKind::out_proj, .split = Split::tensor, .matmul = true};
-  out.flops_per_token = 2 * h * h;
-  out.traffic_elems_per_token = 2 * h;
-  out.params = h * h + (bias ? h : 0);
-  out.saved_tensor_elems_per_token = h;  // attention output, its input
+  out.flops_per_token = 2 * q * h;
+  out.traffic_elems_per_token = q + h;
+  out.params = q * h + (bias ? h : 0);
+  out.replicated_params = bias ? h : 0;  // row-parallel: the bias is added after the all-reduce
+  out.saved_tensor_elems_per_token = q;  // attention output, its input
   add(out);
 
   OpSpec res1{.name = name("residual1"), .kind = OpKind::residual, .split = Split::sequence};
@@ -102,6 +106,7 @@ std::vector<OpSpec> transformer_layer(const ModelSpec& m, int seq, int layer) {
   down.flops_per_token = 2 * f * h;
   down.traffic_elems_per_token = f + h;
   down.params = f * h + (bias ? h : 0);
+  down.replicated_params = bias ? h : 0;  // row-parallel, as the output projection
   down.saved_tensor_elems_per_token = f;  // its input, the activation output
   add(down);
 
@@ -121,6 +126,7 @@ LayerGraph::LayerGraph(const ModelSpec& model, int seq_len) : model_(model), seq
   OpSpec emb{.name = "embedding", .kind = OpKind::embedding, .split = Split::sequence};
   emb.traffic_elems_per_token = 2 * h;
   emb.params = V * h + (model.position == Position::learned ? s * h : 0);
+  emb.replicated_params = model.position == Position::learned ? s * h : 0;  // not vocabulary-split
   emb.saved_mask_bytes_per_token = h;  // embedding dropout mask
   pre_ops_.push_back(emb);
 
@@ -186,6 +192,18 @@ std::vector<const OpSpec*> LayerGraph::topological_order() const {
   std::vector<const OpSpec*> out;
   for (auto it = order.rbegin(); it != order.rend(); ++it) out.push_back(&graph_[*it]);
   return out;
+}
+
+double rank_params(const OpSpec& op, int tp) {
+  const bool split = op.split == Split::tensor || op.kind == OpKind::embedding || op.kind == OpKind::lm_head;
+  if (!split) return op.params;
+  return (op.params - op.replicated_params) * (1.0 / tp) + op.replicated_params;
+}
+
+double LayerGraph::params_per_layer_per_rank(int tp) const {
+  double p = 0;
+  for (const auto& op : layer_ops_) p += rank_params(op, tp);
+  return p;
 }
 
 double LayerGraph::embedding_params() const { return pre_ops_.front().params; }

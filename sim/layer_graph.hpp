@@ -49,6 +49,9 @@ struct OpSpec {
   Flops flops_per_token = 0;        // forward FLOPs per token (backward: 2x)
   double traffic_elems_per_token = 0;  // forward memory traffic, in activation elements per token
   double params = 0;                // parameters owned by the op
+  // Of `params`, those every TP rank holds whole although the op is split (rank_params): the
+  // biases of row-parallel linears (added after the all-reduce) and the learned position table.
+  double replicated_params = 0;
   // Activations saved for backward, per token. Elements are activation-dtype sized.
   double saved_tensor_elems_per_token = 0;  // inside the TP region: divided by tp
   double saved_seq_elems_per_token = 0;     // outside it: divided by tp only with SP
@@ -77,6 +80,13 @@ struct LayerBoundaries {
   int attention = 0;
 };
 
+// Parameters of `op` one of `tp` tensor-parallel ranks holds, as Megatron-LM lays them out
+// (Shoeybi et al. 2019, Sec. 3; megatron/core/tensor_parallel/layers.py): tensor-split ops (column-
+// and row-parallel linears) and the vocabulary-parallel embedding and LM head divide their
+// parameters by tp, except their replicated_params (row-parallel biases, learned positions), which
+// every rank holds; sequence-split ops (norms) are replicated.
+double rank_params(const OpSpec& op, int tp);
+
 class LayerGraph {
  public:
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, OpSpec>;
@@ -100,6 +110,8 @@ class LayerGraph {
   const LayerBoundaries& layer_boundaries() const { return boundaries_; }
 
   double params_per_layer() const { return params_per_layer_; }
+  // One layer's parameters on one of `tp` tensor-parallel ranks (rank_params of its ops).
+  double params_per_layer_per_rank(int tp) const;
   double embedding_params() const;   // token + learned position embeddings
   double head_params() const;        // final norm + LM head (0 for the head matrix if tied)
   double total_params() const;       // tied embeddings counted once

@@ -89,4 +89,13 @@ void summarize(Measurement& m) {
   }
 }
 
+void set_run_strategy(Measurement& m, const Strategy& requested, bool cuda_device) {
+  m.strategy = requested;
+  m.requested_dtype.clear();
+  if (!cuda_device && requested.dtype != Dtype::fp32) {
+    m.strategy.dtype = Dtype::fp32;
+    m.requested_dtype = to_string(requested.dtype);
+  }
+}
+
 }  // namespace trainplan

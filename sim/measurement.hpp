@@ -86,7 +86,10 @@ struct MeasuredThroughput {
 };
 
 struct Measurement {
-  Strategy strategy;
+  Strategy strategy;      // as run: its dtype is the one the ranks computed in
+  // The --dtype the plan asked for where the run computed in another (CPU ranks compute fp32
+  // whatever the plan asks); "" when they are the same.
+  std::string requested_dtype;
   std::string model;      // model name (as in the prediction's "model")
   std::string cluster;    // topology name the run is compared with (e.g. "cpu-local")
   std::string software;   // software profile that describes the run ("trainplan-exec"; "" if unknown)
@@ -107,6 +110,11 @@ struct Measurement {
   Bytes dp_bytes_sent = 0;          // largest RankMeasurement::dp_bytes_sent (per step)
   MeasuredThroughput throughput;
 };
+
+// Sets m.strategy to the plan's `requested` strategy as the runner executes it: on a CPU device
+// the ranks compute in fp32 (exec has no 16-bit CPU path), so the strategy says fp32 and
+// m.requested_dtype keeps what the plan asked for.
+void set_run_strategy(Measurement& m, const Strategy& requested, bool cuda_device);
 
 // Why and where a run failed: `trainplan exec` writes this (with the run's description) instead of
 // the figures when a rank fails. Memory figures are at the failure; negative when not known

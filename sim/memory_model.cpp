@@ -65,7 +65,8 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
   const MemoryProfile& p = sw.memory;
   const double tokens = s.tokens_per_rank(), share = seq_share(s), act = activation_bytes(s.dtype);
   const double stream = stream_bytes(sw, s), tensor = 1.0 / s.tp;
-  const double h = m.hidden, kv = static_cast<double>(m.kv_heads) * m.head_dim(), f = m.ffn_hidden;
+  // Attention widths (layer_graph.cpp): q = heads x head_dim, kv = kv_heads x head_dim.
+  const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()), f = m.ffn_hidden;
   const bool keep_scores = s.attention == Attention::standard && (keep_all || s.recompute == Recompute::none);
   Bytes total = 0;
   for (const auto& op : graph.layer_ops()) {
@@ -84,9 +85,9 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     }
     double tensor_elems = op.saved_tensor_elems_per_token;
     if (op.kind == OpKind::attention) {
-      if (p.kv_expanded_saved) tensor_elems += 2 * (h - kv);          // K, V repeated to h
-      if (m.position == Position::rope && p.rope_saved_copies) tensor_elems += h + kv;  // roped q, k
-      tensor_elems += p.attention_output_copies * h;
+      if (p.kv_expanded_saved) tensor_elems += 2 * (q - kv);          // K, V repeated to the query heads
+      if (m.position == Position::rope && p.rope_saved_copies) tensor_elems += q + kv;  // roped q, k
+      tensor_elems += p.attention_output_copies * q;
     }
     if (op.kind == OpKind::activation && p.activation_output_saved && m.activation == Activation::swiglu) {
       tensor_elems += f;  // silu(gate)
@@ -148,7 +149,7 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   mm.workspace = sw.allocator.workspace;
   mm.safety_margin = sw.allocator.safety_margin;
   // ZeRO-3 also holds the gathered parameters of the current and the prefetched layer.
-  const double max_layer_params = graph.params_per_layer() / s.tp;
+  const double max_layer_params = graph.params_per_layer_per_rank(s.tp);
   mm.runtime = cluster.runtime_overhead;
   mm.other = (s.zero == 3 ? 2 * max_layer_params * mm.per_param.weight : 0.0);
   // Parameter servers hold the optimizer states and run the optimizer (param_server.hpp): the

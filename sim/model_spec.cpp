@@ -24,10 +24,26 @@ const char* to_string(Position p) {
 
 // Checks that relate several fields; `file` and the field named make the message. The keys are
 // those of the file being read (trainplan's "heads", or a Hugging Face config's "num_attention_heads").
+// Without an explicit head_dim the head size is hidden / heads, so heads must divide hidden; with
+// one, the attention width heads x head_dim is free. RoPE rotates pairs of a head's channels
+// (Su et al. 2021, Sec. 3.4.2), so with RoPE the head size must be even.
 static void check_shape(const ModelSpec& m, const JsonObject& o, const char* heads_key = "heads",
                         const char* kv_heads_key = "kv_heads") {
-  if (m.hidden % m.heads != 0) throw o.error(heads_key, fmt::format("must divide hidden ({})", m.hidden));
+  if (m.explicit_head_dim == 0 && m.hidden % m.heads != 0)
+    throw o.error(heads_key, fmt::format("must divide hidden ({})", m.hidden));
   if (m.heads % m.kv_heads != 0) throw o.error(kv_heads_key, fmt::format("must divide heads ({})", m.heads));
+  if (m.position == Position::rope && m.head_dim() % 2 != 0) {
+    if (m.explicit_head_dim > 0) throw o.error("head_dim", "must be even with RoPE (it rotates pairs of channels)");
+    throw o.error(heads_key, fmt::format("gives an odd head size hidden / heads = {} / {} = {}, which RoPE cannot "
+                                         "rotate (it rotates pairs of channels)",
+                                         m.hidden, m.heads, m.head_dim()));
+  }
+}
+
+// The optional "head_dim" key of both formats: absent (or null in a Hugging Face config) means
+// hidden / heads.
+static int read_head_dim(const JsonObject& o) {
+  return o.has("head_dim") ? static_cast<int>(o.integer("head_dim", 1, 1 << 16)) : 0;
 }
 
 ModelSpec parse_model(const json& j, const std::string& file) {
@@ -46,6 +62,7 @@ ModelSpec parse_model(const json& j, const std::string& file) {
   m.tied_embeddings = o.boolean("tied_embeddings");
   auto pos = o.choice("position", {"learned", "rope", "alibi"});
   m.position = pos == "learned" ? Position::learned : pos == "rope" ? Position::rope : Position::alibi;
+  m.explicit_head_dim = read_head_dim(o);
   o.optional_string("source");  // where the architecture figures come from; informational
   o.finish();
   check_shape(m, o);
@@ -98,17 +115,8 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   } else {
     throw o.error("model_type", "must be one of llama|mistral|qwen2|gpt2|gpt_neox");
   }
-  // head_dim (Mistral-NeMo, Gemma): attention width heads x head_dim differs from hidden. The layer
-  // graph and the op costs size attention as hidden wide (h = a x d), so such a model would be
-  // costed wrongly (Mistral-NeMo: 12.77B parameters instead of 12.25B); it is refused instead.
-  if (o.has("head_dim") && !o.raw("head_dim").is_null()) {
-    const int d = int_of("head_dim");
-    if (static_cast<long long>(d) * m.heads != m.hidden) {
-      throw o.error("head_dim", fmt::format("must equal hidden_size / num_attention_heads ({} / {}): attention wider "
-                                            "or narrower than the hidden size is not modelled yet",
-                                            m.hidden, m.heads));
-    }
-  }
+  // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
+  m.explicit_head_dim = read_head_dim(o);
   m.seq_len_key = type == "gpt2" ? "n_positions" : "max_position_embeddings";
   // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
   // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
@@ -158,12 +166,14 @@ ModelSpec load_model(const std::string& name_or_path, const std::filesystem::pat
 }
 
 json to_json(const ModelSpec& m) {
-  return json{{"name", m.name},         {"layers", m.layers},
+  json j{{"name", m.name},         {"layers", m.layers},
               {"hidden", m.hidden},     {"heads", m.heads},
               {"kv_heads", m.kv_heads}, {"ffn_hidden", m.ffn_hidden},
               {"vocab", m.vocab},       {"seq_len", m.seq_len},
               {"activation", to_string(m.activation)}, {"norm", to_string(m.norm)},
               {"tied_embeddings", m.tied_embeddings},  {"position", to_string(m.position)}};
+  if (m.explicit_head_dim > 0) j["head_dim"] = m.explicit_head_dim;
+  return j;
 }
 
 }  // namespace trainplan

@@ -27,8 +27,17 @@ struct ModelSpec {
   Norm norm = Norm::layernorm;
   bool tied_embeddings = false;
   Position position = Position::learned;
+  // Attention head size d as the file gives it ("head_dim"); 0 when it gives none, and then
+  // d = hidden / heads. Queries and the attention output are heads x d wide, keys and values
+  // kv_heads x d; with an explicit head_dim these need not match hidden (Mistral-NeMo-12B:
+  // 32 heads x 128 = 4096 for hidden 5120).
+  int explicit_head_dim = 0;
 
-  int head_dim() const { return hidden / heads; }
+  int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
+  // Widths of the attention projections, in elements per token: Q (and the attention output that
+  // the output projection reads) heads x d, K and V each kv_heads x d.
+  long long q_width() const { return static_cast<long long>(heads) * head_dim(); }
+  long long kv_width() const { return static_cast<long long>(kv_heads) * head_dim(); }
 };
 
 // Vocabulary rows the embedding and LM head hold when they are split over `tp` ranks: the

@@ -162,7 +162,9 @@ OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, cons
   const Ctx x = make_ctx(g, c, sw, s);
   const ModelSpec& m = x.m;
   const double h = m.hidden, f = m.ffn_hidden, tp = s.tp, V = m.vocab;
-  const double kv = static_cast<double>(m.kv_heads) * m.head_dim();
+  // Attention widths (layer_graph.cpp): q = heads x head_dim (queries, attention output),
+  // kv = kv_heads x head_dim (keys, values each); q = h unless the model sets head_dim.
+  const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width());
   const bool bias = m.norm == Norm::layernorm;  // GPT-style models carry biases (layer_graph.cpp)
   const bool swiglu = m.activation == Activation::swiglu;
   const Bytes stream_t = x.seq_tokens * h * x.stream;  // one sequence-split stream tensor
@@ -186,17 +188,17 @@ OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, cons
     L.bwd += casts * cast_b;
     L.bwd += (casts - 2) * mem_fwd(x, sw.mem.residual, cast_t);
   }
-  // GEMMs (Megatron column/row-parallel splits): QKV [h -> (h + 2kv)/tp], output [h/tp -> h],
+  // GEMMs (Megatron column/row-parallel splits): QKV [h -> (q + 2kv)/tp], output [q/tp -> h],
   // MLP up [h -> f/tp, or 2f/tp for SwiGLU], MLP down [f/tp -> h].
-  const LinearCost qkv = sw.qkv_fused ? linear(x, x.tokens, (h + 2 * kv) / tp, h)
+  const LinearCost qkv = sw.qkv_fused ? linear(x, x.tokens, (q + 2 * kv) / tp, h)
                                       : [&] {
-                                          LinearCost q = linear(x, x.tokens, h / tp, h);
+                                          LinearCost qc = linear(x, x.tokens, q / tp, h);
                                           const LinearCost k = linear(x, x.tokens, kv / tp, h, 2);
-                                          q.fwd += k.fwd;
-                                          q.bwd += k.bwd;
-                                          return q;
+                                          qc.fwd += k.fwd;
+                                          qc.bwd += k.bwd;
+                                          return qc;
                                         }();
-  const LinearCost outp = linear(x, x.tokens, h, h / tp);
+  const LinearCost outp = linear(x, x.tokens, h, q / tp);
   const LinearCost up = linear(x, x.tokens, (swiglu ? 2 : 1) * f / tp, h, swiglu && !sw.gate_up_fused ? 2 : 1);
   const LinearCost down = linear(x, x.tokens, h, f / tp);
   for (const LinearCost* l : {&qkv, &outp, &up, &down}) {
@@ -208,9 +210,9 @@ OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, cons
   L.attention_fwd = core.fwd;
   L.fwd += core.fwd;
   L.bwd += core.bwd;
-  const Bytes heads_t = x.tokens * h / tp * x.act;
+  const Bytes heads_t = x.tokens * q / tp * x.act;  // one tensor over all query heads
   if (m.position == Position::rope) {
-    const Bytes qk = x.tokens * (h + kv) / tp * x.act;
+    const Bytes qk = x.tokens * (q + kv) / tp * x.act;
     L.fwd += mem_fwd(x, sw.mem.rope, qk);
     L.bwd += mem_bwd(x, sw.mem.rope, qk);
   }
@@ -239,7 +241,7 @@ OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, cons
   // Weight gradients accumulated outside the GEMM: per micro-batch over the layer's fp32
   // parameters on this rank.
   if (!sw.wgrad_accumulate_fused) {
-    const double params = g.params_per_layer() / tp;
+    const double params = g.params_per_layer_per_rank(s.tp);
     const PassCost acc = mem_bwd(x, sw.mem.grad_accumulation, params * 4.0);
     L.bwd += {acc.gpu, kParamOpsPerLayer * sw.mem.grad_accumulation.kernels_bwd};
   }

@@ -100,7 +100,7 @@ LayerCost layer_cost(const Setting& x) {
   c.backward = x.ops.layer.bwd.time(x.sw);
   const Seconds attention_fwd = x.ops.layer.attention_fwd.time(x.sw);
   for (const auto& op : x.graph.layer_ops()) {
-    c.params += op.params * (op.split == Split::tensor ? 1.0 / x.s.tp : 1.0);
+    c.params += rank_params(op, x.s.tp);
     c.flops += op.flops_per_token * x.tokens * share_of(x, op);
     if (op.kind == OpKind::attention && x.s.recompute == Recompute::selective) {
       // Selective: the attention core is recomputed before the backward (Megatron's
@@ -148,9 +148,8 @@ EndCost end_cost(const Setting& x, std::span<const OpSpec> ops, const EndOpCosts
   c.backward = t.bwd.time(x.sw);
   for (const auto& op : ops) {
     // The vocabulary-parallel embedding and LM head split the vocabulary over TP ranks; norms and
-    // learned position embeddings are replicated.
-    const bool vocab_split = op.kind == OpKind::embedding || op.kind == OpKind::lm_head;
-    c.params += op.params * (vocab_split ? 1.0 / x.s.tp : 1.0);
+    // learned position embeddings are replicated (rank_params).
+    c.params += rank_params(op, x.s.tp);
     c.flops += op.flops_per_token * x.tokens * share_of(x, op);
   }
   // Vocabulary-parallel embedding / cross-entropy: one all-reduce point each way. Not read off the

@@ -135,6 +135,24 @@ TEST(Cli, HuggingFaceConfigIsAccepted) {
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
+// Mistral-NeMo-12B's config sets head_dim 128 (attention 4096 wide, hidden 5120): 12.25B
+// parameters (hand count in test_model_spec.cpp). At tp 8 a rank holds, bf16 with ZeRO 0:
+//   layers  40 x (272,629,760 / 8 + 10,240 replicated RMSNorm weights) = 1,363,558,400
+//   embedding and LM head (vocabulary-split) 2 x 131072 x 5120 / 8 = 167,772,160; final norm 5120
+//   -> 1,531,335,680 parameters, 2 bytes each.
+TEST(Cli, HuggingFaceHeadDimIsHonoured) {
+  const std::string path = ::testing::TempDir() + "/nemo.json";
+  std::remove(path.c_str());
+  auto r = run_merged("predict --model " + kData + "/hf/mistral-nemo-12b/config.json --cluster dgx-h100 --gpus 8 --tp 8 " +
+                      "--global-batch 8 --seq 4096 --json " + path);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("12.25B parameters"), std::string::npos) << r.output;
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["memory"]["per_stage"][0]["weights"].get<double>(), 2.0 * 1531335680);
+}
+
 TEST(Cli, InfeasiblePlanExitsThreeWithReason) {
   auto r = run_merged("predict --model gpt3-175b --cluster dgx-a100-80g --gpus 8 --tp 8 --global-batch 8");
   EXPECT_EQ(r.code, 3);

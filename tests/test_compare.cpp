@@ -34,6 +34,7 @@ TEST(PercentError, Definition) {
   EXPECT_DOUBLE_EQ(*percent_error(0.5, 1.0), -50.0);
   EXPECT_DOUBLE_EQ(*percent_error(0.0, 0.0), 0.0);    // both zero (e.g. no TP): no error
   EXPECT_FALSE(percent_error(1.0, 0.0));              // measured zero: undefined
+  EXPECT_FALSE(percent_error(0.0, 1.0));              // predicted zero: not predicted, not -100%
   EXPECT_FALSE(percent_error(std::nullopt, 1.0));
   EXPECT_FALSE(percent_error(1.0, std::nullopt));
 }
@@ -152,6 +153,34 @@ TEST(CompareReport, TableAndJsonCarryEveryFigure) {
   EXPECT_TRUE(other_null);
   EXPECT_EQ(j["memory"].size(), 5u);  // peak, 2 stages, 2 ranks
   EXPECT_DOUBLE_EQ(j["measured_step_time"]["median_s"].get<double>(), 2.55);
+}
+
+// A phase the prediction has as 0 while the run measured it (here CP communication): no -100%,
+// "n/a" and "not predicted" in the table, a null error and not_predicted in the JSON.
+TEST(CompareReport, PredictedZeroIsNotPredictedNotMinus100) {
+  PredictionFile p = prediction("prediction_pp2.json");
+  Measurement m = measurement("measurement_pp2.json");
+  p.estimate.time.cp_comm = 0;
+  m.breakdown.cp_comm = 0.25;
+  const Comparison c = compare(p.estimate, p.model, p.cluster, m);
+  const ComparedFigure& cp = find(c.time, "cp_comm_s");
+  EXPECT_FALSE(cp.error_pct);
+  EXPECT_TRUE(cp.not_predicted());
+  EXPECT_FALSE(find(c.time, "step_s").not_predicted());
+  std::ostringstream os;
+  print_comparison(os, c, "p.json", "m.json");
+  const std::string text = os.str();
+  EXPECT_EQ(text.find("-100"), std::string::npos) << text;
+  std::string line;
+  for (std::istringstream in(text); std::getline(in, line);)
+    if (line.find("CP comm") != std::string::npos) break;
+  EXPECT_NE(line.find("n/a"), std::string::npos) << line;
+  EXPECT_NE(line.find("not predicted"), std::string::npos) << line;
+  const nlohmann::json j = comparison_to_json(c, "p.json", "m.json");
+  for (const auto& f : j["time"]) {
+    EXPECT_EQ(f["not_predicted"].get<bool>(), f["key"] == "cp_comm_s") << f["key"];
+    if (f["key"] == "cp_comm_s") EXPECT_TRUE(f["error_pct"].is_null());
+  }
 }
 
 }  // namespace

@@ -49,8 +49,12 @@ TEST(Compression, GradientShapesHoldEveryParameterOfTheRank) {
     for (int tp : {1, 2}) {
       Strategy s = with({});
       s.tp = tp;
+      // Tensor-split ops' parameters / tp, except the row-parallel biases (GPT-2's output and MLP
+      // down projections, h each), which every TP rank holds (Megatron); norms whole.
+      const ModelSpec& m = g.model();
       double expected = 0;
       for (const auto& op : g.layer_ops()) expected += op.params * (op.split == Split::tensor ? 1.0 / tp : 1.0);
+      if (m.norm == Norm::layernorm) expected += 2.0 * m.hidden * (1.0 - 1.0 / tp);
       EXPECT_NEAR(layer_gradients(g, s).params(), expected, 1e-6) << name << " tp" << tp;
     }
   }

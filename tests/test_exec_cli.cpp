@@ -51,6 +51,26 @@ TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
   fs::remove_all(dir);
 }
 
+// On cpu-local the ranks compute in fp32 whatever --dtype asks (issue 13): the measurement's strategy
+// says fp32, the requested bf16 is recorded beside it, and the console says both.
+TEST(ExecCli, CpuRunRecordsTheDtypeItRan) {
+  const fs::path dir = fs::temp_directory_path() / ("trainplan_exec_cli_dtype_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path m = dir / "m.json";
+  auto er = run_merged(std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
+                       "/exec/tiny-gpt.json --cluster cpu-local --dtype bf16 --global-batch 2 --micro-batch 1 "
+                       "--steps 1 --warmup 0 --json " + m.string());
+  ASSERT_EQ(er.code, 0) << er.output;
+  EXPECT_NE(er.output.find("dtype fp32 (the plan asked for bf16)"), std::string::npos) << er.output;
+  std::ifstream f(m);
+  ASSERT_TRUE(f.good()) << m;
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j.at("strategy").at("dtype"), "fp32");
+  EXPECT_EQ(j.at("run").at("requested_dtype"), "bf16");
+  EXPECT_EQ(j.at("environment").at("compute_dtype"), "fp32");
+  fs::remove_all(dir);
+}
+
 // Under torchrun each process is one rank, told so by the environment; rank 0 serves the store.
 TEST(ExecCli, TorchrunEnvironmentRanksRendezvous) {
   const int port = 20000 + static_cast<int>(getpid() % 20000);

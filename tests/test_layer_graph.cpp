@@ -180,5 +180,74 @@ TEST(LayerGraph, GroupedQueryAttentionShrinksQkv) {
   EXPECT_DOUBLE_EQ(qkv.flops_per_token, 2.0 * 4096 * (4096 + 2 * 1024));
 }
 
+// head_dim != hidden / heads (Mistral-NeMo-12B: h 5120, a 32, d 128, g 8, f 14336, V 131072):
+// every attention figure uses q = a d = 4096 and kv = g d = 1024, the rest h.
+TEST(LayerGraph, HeadDimSetsTheAttentionWidth) {
+  const ModelSpec m = load_model(std::string(TRAINPLAN_TEST_DATA_DIR) + "/hf/mistral-nemo-12b/config.json",
+                                 TRAINPLAN_SOURCE_DIR);
+  const double h = 5120, q = 4096, kv = 1024, f = 14336, V = 131072, s = 4096;
+  const LayerGraph g(m, 4096);
+  // Parameters by hand (see test_model_spec's MistralNemoHeadDim): 12,247,782,400.
+  EXPECT_DOUBLE_EQ(g.total_params(), 12247782400.0);
+  auto op = [&](OpKind k) -> const OpSpec& {
+    for (const auto& o : g.layer_ops())
+      if (o.kind == k) return o;
+    throw std::runtime_error("no such op");
+  };
+  EXPECT_DOUBLE_EQ(op(OpKind::qkv).flops_per_token, 2 * h * (q + 2 * kv));
+  EXPECT_DOUBLE_EQ(op(OpKind::qkv).params, h * (q + 2 * kv));
+  EXPECT_DOUBLE_EQ(op(OpKind::attention).flops_per_token, 4 * s * q);
+  EXPECT_DOUBLE_EQ(op(OpKind::attention).saved_tensor_elems_per_token, q + 2 * kv);
+  EXPECT_DOUBLE_EQ(op(OpKind::out_proj).flops_per_token, 2 * q * h);
+  EXPECT_DOUBLE_EQ(op(OpKind::out_proj).params, q * h);
+  EXPECT_DOUBLE_EQ(op(OpKind::out_proj).saved_tensor_elems_per_token, q);
+  // Forward FLOPs per token: 40 (2h(q + 2kv) + 4sq + 2qh + 6hf) + 2hV.
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_token(),
+                   40 * (2 * h * (q + 2 * kv) + 4 * s * q + 2 * q * h + 6 * h * f) + 2 * h * V);
+  // Stored activations (flash attention, selective, no SP, tp 1, b 1): norm, QKV and MLP inputs
+  // 4h, Q K V and the attention output q + 2kv + q, SwiGLU's gate, up and activation output 3f,
+  // 16-bit, plus the two residual dropout masks 2h bytes.
+  Strategy st;
+  st.dp = 1;
+  st.global_batch = 1;
+  st.seq_len = 4096;
+  st.recompute = Recompute::none;
+  st.attention = Attention::flash;
+  st.dtype = Dtype::bf16;
+  EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(g, st), s * (2 * (4 * h + 2 * q + 2 * kv + 3 * f) + 2 * h));
+}
+
+// Megatron's TP layout (and exec's): column- and row-parallel weights and the vocabulary-parallel
+// embedding are split over tp, the row-parallel biases (attention output, MLP down), the learned
+// position table and the norms are replicated. GPT with h 64, 4 heads, f 256, V 256, s 64, tp 2:
+//   per layer  norms 2 x 128 = 256 (whole); QKV (64 x 192 + 192) / 2 = 6240; output 64 x 64 / 2 +
+//              64 = 2112; MLP up (64 x 256 + 256) / 2 = 8320; down 256 x 64 / 2 + 64 = 8256
+//              -> 25,184 of the layer's 49,984 (not 24,992 = 49,984 / 2);
+//   embedding  256 x 64 / 2 + 64 x 64 = 12,288.
+TEST(LayerGraph, ReplicatedParametersAreNotSplitByTp) {
+  const LayerGraph g(gpt(2, 64, 4, 64, 256), 64);
+  EXPECT_DOUBLE_EQ(g.params_per_layer(), 49984.0);
+  EXPECT_DOUBLE_EQ(g.params_per_layer_per_rank(2), 25184.0);
+  EXPECT_DOUBLE_EQ(g.params_per_layer_per_rank(1), g.params_per_layer());
+  EXPECT_DOUBLE_EQ(rank_params(g.pre_ops()[0], 2), 12288.0);
+  // A Llama-style layer (no biases, RoPE) replicates only its norms.
+  ModelSpec llama = gpt(2, 64, 4, 64, 256);
+  llama.norm = Norm::rmsnorm;
+  llama.position = Position::rope;
+  const LayerGraph lg(llama, 64);
+  EXPECT_DOUBLE_EQ(lg.params_per_layer_per_rank(2), (lg.params_per_layer() - 128) / 2 + 128);
+  EXPECT_DOUBLE_EQ(rank_params(lg.pre_ops()[0], 2), 256 * 64 / 2.0);
+  // predict holds these per rank: the stage's weights at tp 2 (bf16, ZeRO 0, one stage) are
+  // 2 bytes x (2 layers x 25,184 + embedding 12,288 + final norm 128).
+  Strategy s;
+  s.tp = 2;
+  s.dp = 1;
+  s.global_batch = 1;
+  s.seq_len = 64;
+  const Estimate e = predict(g, testing::builtin_cluster("dgx-h100"), s);
+  ASSERT_EQ(e.per_stage.size(), 1u);
+  EXPECT_DOUBLE_EQ(e.per_stage[0].weights, 2.0 * (2 * 25184 + 12288 + 128));
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -213,5 +213,33 @@ TEST(MeasurementJson, FileErrorsNameTheFile) {
   EXPECT_THROW(read_json_file(kDir + "truncated.json"), InputError);
 }
 
+// CPU ranks compute in fp32 whatever the plan asks (issue 13): the strategy records fp32 and the
+// requested dtype goes beside it, through the JSON and back; on a GPU the dtype is the plan's.
+TEST(MeasurementJson, CpuRunRecordsTheDtypeItRan) {
+  Measurement a = pp2_run();
+  Strategy plan = a.strategy;
+  plan.dtype = Dtype::bf16;
+  set_run_strategy(a, plan, /*cuda_device=*/false);
+  EXPECT_EQ(a.strategy.dtype, Dtype::fp32);
+  EXPECT_EQ(a.requested_dtype, "bf16");
+  const nlohmann::json j = measurement_to_json(a);
+  EXPECT_EQ(j.at("strategy").at("dtype"), "fp32");
+  EXPECT_EQ(j.at("run").at("requested_dtype"), "bf16");
+  const Measurement b = measurement_from_json(j, "m.json");
+  EXPECT_EQ(b.strategy.dtype, Dtype::fp32);
+  EXPECT_EQ(b.requested_dtype, "bf16");
+  nlohmann::json bad = j;
+  bad["run"]["requested_dtype"] = "fp64";
+  expect_error(bad, {"m.json: run.requested_dtype = \"fp64\"", "bf16|fp16|fp8|fp32"});
+
+  set_run_strategy(a, plan, /*cuda_device=*/true);
+  EXPECT_EQ(a.strategy.dtype, Dtype::bf16);
+  EXPECT_EQ(a.requested_dtype, "");
+  EXPECT_FALSE(measurement_to_json(a).at("run").contains("requested_dtype"));
+  plan.dtype = Dtype::fp32;  // fp32 asked and run on CPU: nothing to record beside it
+  set_run_strategy(a, plan, false);
+  EXPECT_EQ(a.requested_dtype, "");
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -134,8 +134,11 @@ TEST(MemoryModel, PredictStagesAreTheMemoryModels) {
     EXPECT_EQ(e.per_stage[i].activations, want.activations);
     EXPECT_EQ(e.per_stage[i].other, want.other);
   }
-  // ZeRO-3 holds two gathered layers: 2 x params per layer / tp x 2 bytes; the runtime apart.
-  EXPECT_DOUBLE_EQ(mm.other, 2 * g.params_per_layer() / 2 * 2);
+  // ZeRO-3 holds two gathered layers: 2 x a rank's params per layer x 2 bytes; the runtime apart.
+  // A rank's layer: the tp-split weights and column-parallel biases / 2, plus the replicated two
+  // LayerNorms (4h) and row-parallel biases (2h) whole: (params - 6h) / 2 + 6h.
+  const double h = m.hidden;
+  EXPECT_DOUBLE_EQ(mm.other, 2 * ((g.params_per_layer() - 6 * h) / 2 + 6 * h) * 2);
   EXPECT_DOUBLE_EQ(mm.runtime, c.runtime_overhead);
   EXPECT_DOUBLE_EQ(e.per_stage[0].runtime, c.runtime_overhead);
 }

@@ -30,16 +30,18 @@ const std::string kHf = kData + "/hf/";
 // Parameter count of a decoder-only transformer, written out here independently of the layer
 // graph so that the zoo's figures can be checked against the published totals:
 //   embeddings  V·h (+ V·h for an untied LM head) (+ s·h learned positions)
-//   attention   h·(h + 2·kv·d) for Q,K,V and h·h for the output projection (d = h/a)
+//   attention   h·(a·d + 2·kv·d) for Q,K,V and a·d·h for the output projection (d = head_dim,
+//               h/a unless the file sets it)
 //   MLP         2·h·f (GELU) or 3·h·f (SwiGLU: gate, up, down)
 //   norms       2h per LayerNorm (scale + bias), h per RMSNorm; two per layer plus a final one
-//   biases      GPT-style models (LayerNorm) have biases on every linear layer: (h + 2·kv·d) + h
+//   biases      GPT-style models (LayerNorm) have biases on every linear layer: (a·d + 2·kv·d) + h
 //               in attention, f + h in the MLP; Llama-style models (RMSNorm) have none.
 double parameters(const ModelSpec& m) {
   const double h = m.hidden, f = m.ffn_hidden, V = m.vocab, kvd = double(m.kv_heads) * m.head_dim();
+  const double ad = double(m.heads) * m.head_dim();
   const bool gpt_style = m.norm == Norm::layernorm;
   double embed = V * h * (m.tied_embeddings ? 1 : 2) + (m.position == Position::learned ? m.seq_len * h : 0);
-  double attn = h * (h + 2 * kvd) + h * h + (gpt_style ? (h + 2 * kvd) + h : 0);
+  double attn = h * (ad + 2 * kvd) + ad * h + (gpt_style ? (ad + 2 * kvd) + h : 0);
   double mlp = (m.activation == Activation::swiglu ? 3 : 2) * h * f + (gpt_style ? f + h : 0);
   double norm = gpt_style ? 2 * h : h;
   return embed + m.layers * (attn + mlp + 2 * norm) + norm;
@@ -314,6 +316,73 @@ TEST(HfConfig, Mistral7b) {
   EXPECT_EQ(m.seq_len, 32768);  // max_position_embeddings, not the zoo's 8192 training length
   EXPECT_EQ(m.activation, Activation::swiglu);
   EXPECT_EQ(parameters(m), 7241732096);
+}
+
+// Mistral-NeMo-12B (mistralai/Mistral-Nemo-Base-2407): head_dim 128 with 32 heads makes the
+// attention 4096 wide for a hidden size of 5120. By hand, h = 5120, q = 32 x 128 = 4096,
+// kv = 8 x 128 = 1024, f = 14336, V = 131072, 40 layers, untied, RMSNorm, no biases:
+//   per layer  Q 5120 x 4096 = 20,971,520; K, V 2 x 5120 x 1024 = 10,485,760;
+//              output 4096 x 5120 = 20,971,520; MLP 3 x 5120 x 14336 = 220,200,960;
+//              two norms 10,240                                  -> 272,640,000
+//   40 layers 10,905,600,000 + embedding and LM head 2 x 131072 x 5120 = 1,342,177,280
+//   + final norm 5120 = 12,247,782,400 (12.25B; with head_dim ignored, q = 5120: 12.77B).
+TEST(HfConfig, MistralNemoHeadDim) {
+  const ModelSpec m = load_model(kHf + "mistral-nemo-12b/config.json", kSource);
+  EXPECT_EQ(m.name, "mistral-nemo-12b");
+  EXPECT_EQ(m.hidden, 5120);
+  EXPECT_EQ(m.heads, 32);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.head_dim(), 128);
+  EXPECT_EQ(m.q_width(), 4096);
+  EXPECT_EQ(m.kv_width(), 1024);
+  EXPECT_EQ(parameters(m), 12247782400.0);
+  EXPECT_EQ(to_json(m).at("head_dim"), 128);  // reports carry it
+  // Without head_dim the same config is the hidden / heads = 160 wide model.
+  json j = read_json_file(kHf + "mistral-nemo-12b/config.json");
+  j.erase("head_dim");
+  const ModelSpec wide = parse_hf_config(j, "x/config.json");
+  EXPECT_EQ(wide.head_dim(), 160);
+  EXPECT_FALSE(to_json(wide).contains("head_dim"));
+  EXPECT_EQ(parameters(wide), 12772070400.0);
+  j["head_dim"] = nullptr;  // as some configs write it: hidden / heads
+  EXPECT_EQ(parse_hf_config(j, "x/config.json").head_dim(), 160);
+}
+
+TEST(ModelFile, HeadDimIsOptionalAndRoundTrips) {
+  json j = to_json(load_model("llama3-8b", kSource));
+  EXPECT_FALSE(j.contains("head_dim"));
+  j["head_dim"] = 64;  // narrower attention: 32 x 64 = 2048 for hidden 4096
+  const ModelSpec m = parse_model(j, "m.json");
+  EXPECT_EQ(m.head_dim(), 64);
+  EXPECT_EQ(m.q_width(), 2048);
+  EXPECT_EQ(m.kv_width(), 512);
+  EXPECT_EQ(to_json(m), j);
+  // An explicit head_dim frees hidden from being a multiple of heads.
+  j["hidden"] = 4100;
+  EXPECT_EQ(parse_model(j, "m.json").q_width(), 2048);
+  j.erase("head_dim");
+  EXPECT_EQ(input_error([&] { parse_model(j, "m.json"); }), "m.json: heads = 32, must divide hidden (4100)");
+}
+
+TEST(BadModelFile, HeadDim) {
+  auto msg = [](const char* file) { return input_error([&] { load_model(kBad + file, kSource); }); };
+  EXPECT_EQ(msg("model_head_dim_zero.json"), kBad + "model_head_dim_zero.json: head_dim = 0, must be in [1, 65536]");
+  EXPECT_EQ(msg("model_head_dim_negative.json"),
+            kBad + "model_head_dim_negative.json: head_dim = -16, must be in [1, 65536]");
+  EXPECT_EQ(msg("model_head_dim_fraction.json"),
+            kBad + "model_head_dim_fraction.json: head_dim = 16.5, must be an integer");
+  EXPECT_EQ(msg("model_head_dim_odd_rope.json"),
+            kBad + "model_head_dim_odd_rope.json: head_dim = 15, must be even with RoPE (it rotates pairs of channels)");
+  EXPECT_EQ(msg("model_odd_head_size_rope.json"),
+            kBad + "model_odd_head_size_rope.json: heads = 20, gives an odd head size hidden / heads = 60 / 20 = 3, "
+                   "which RoPE cannot rotate (it rotates pairs of channels)");
+  EXPECT_EQ(msg("hf_head_dim_odd_rope.json"),
+            kBad + "hf_head_dim_odd_rope.json: head_dim = 127, must be even with RoPE (it rotates pairs of channels)");
+  EXPECT_EQ(msg("hf_head_dim_zero.json"), kBad + "hf_head_dim_zero.json: head_dim = 0, must be in [1, 65536]");
+  // An odd head size is fine without RoPE (learned positions).
+  json j = read_json_file(kBad + "model_head_dim_odd_rope.json");
+  j["position"] = "learned";
+  EXPECT_EQ(parse_model(j, "m.json").head_dim(), 15);
 }
 
 TEST(HfConfig, Qwen2TiesEmbeddingsWhenTheConfigSaysSo) {
