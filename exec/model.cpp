@@ -30,10 +30,6 @@ uint64_t param_seed(long long seed, const std::string& name) {
   return h & ((1ull << 62) - 1);
 }
 
-// Widths of the attention projections: the query's heads x head_dim, the keys' and values'
-// kv_heads x head_dim (grouped-query attention). The one place exec derives them from the spec.
-int64_t q_width(const ModelSpec& m) { return int64_t(m.heads) * m.head_dim(); }
-int64_t kv_width(const ModelSpec& m) { return int64_t(m.kv_heads) * m.head_dim(); }
 
 at::Tensor rotate_half(const at::Tensor& x) {
   const int64_t d = x.size(-1) / 2;
@@ -75,7 +71,7 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
   head_dim_ = m.head_dim();
   heads_local_ = m.heads / s_.tp;
   kv_local_ = m.kv_heads / s_.tp;
-  const int64_t h = m.hidden, f = m.ffn_hidden, q_out = q_width(m), kv_out = kv_width(m);
+  const int64_t h = m.hidden, f = m.ffn_hidden, q_out = m.q_width(), kv_out = m.kv_width();
   const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * m.layers);
   const int64_t vocab_rows = padded_vocab(m.vocab, s_.tp);
   positions_ = zigzag_positions(s_.seq_len, s_.cp, s_.cp_rank).to(s_.device);
