@@ -31,8 +31,9 @@ Measures what one device delivers and writes a topology file (topologies/*.json 
   the "ops" tables predict reads, every row measured: GEMMs (forward, dgrad, wgrad) of the
   models' layers, causal SDPA forward and forward + backward by sequence and head dim, the
   memory-bound kernels (layer_norm, rms_norm, gelu, swiglu, add, cross_entropy_fp32,
-  adamw_fused, adamw_foreach) by input bytes, and kernel_floor_us from back-to-back tiny kernels
-  (CUDA events on a GPU, wall clock on CPU);
+  adamw_fused, adamw_foreach) by input bytes, kernel_floor_us from back-to-back tiny kernels,
+  and misaligned_gemm_slowdown from one GEMM with an odd N against the aligned one (CUDA events
+  on a GPU, wall clock on CPU);
   matmul FLOP/s by size (fp32 on CPU, bf16 on CUDA) -> gpu.gemm_efficiency relative to the peak,
   copy bandwidth (one large tensor copy)          -> gpu.hbm_bandwidth_gbps (CPU) or
                                                      gpu.memory_efficiency (CUDA, vs the base's),

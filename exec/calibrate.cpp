@@ -397,6 +397,23 @@ CalibrationResult calibrate(const CalibrateOptions& opts) {
     return std::tie(x.flops, x.m, x.n, x.k) < std::tie(y.flops, y.m, y.n, y.k);
   });
 
+  // Misaligned GEMMs: the same M x K with N and N - 1 outputs (an odd N, like GPT-2's 50257-token
+  // LM head, leaves every row of W, Y and dY off a 16-byte boundary), all three products each.
+  {
+    const int m = cuda ? 8192 : 256, n = cuda ? 8192 : 256, k = cuda ? 2048 : 256;
+    auto three = [&](int nn) {
+      auto x = torch::randn({m, k}, to), w = torch::randn({nn, k}, to), dy = torch::randn({m, nn}, to);
+      auto y = torch::empty({m, nn}, to), dx = torch::empty({m, k}, to), dw = torch::empty({nn, k}, to);
+      return timed([&] { at::mm_out(y, x, w.t()); }) + timed([&] { at::mm_out(dx, dy, w); }) +
+             timed([&] { at::mm_out(dw, dy.t(), x); });
+    };
+    const Seconds aligned = three(n), misaligned = three(n - 1);
+    r.misaligned_gemm_slowdown = std::max(1.0, misaligned / aligned);
+    r.misaligned_m = m;
+    r.misaligned_n = n;
+    r.misaligned_k = k;
+  }
+
   // Copy: one read and one write of `copy_bytes` per call.
   {
     const long elems = static_cast<long>(o.copy_bytes / (cuda ? 2 : 4));

@@ -54,6 +54,7 @@ json op_tables(const CalibrationResult& r, const std::string& source) {
   ops["source"] = source;
   ops["dtype"] = r.dtype;
   ops["kernel_floor_us"] = r.kernel_floor / kMicro;
+  ops["misaligned_gemm_slowdown"] = std::max(1.0, r.misaligned_gemm_slowdown);
   json gemm = json::array();
   for (const auto& p : r.gemm) {
     gemm.push_back({{"m", p.m},
@@ -111,9 +112,11 @@ std::string tables_source(const CalibrationResult& r, const TopologyInputs& in) 
       "(at::scaled_dot_product_attention, is_causal), {} points, forward and forward + backward of q, k, v. "
       "memory_bound: {} on the input sizes named by sim/op_costs.hpp, forward and forward + backward through "
       "autograd (AdamW: one step, fused = at::_fused_adamw_, foreach = PyTorch's _multi_tensor_adam sequence of "
-      "_foreach ops). kernel_floor_us: {} back-to-back one-element in-place adds, time per kernel.",
+      "_foreach ops). kernel_floor_us: {} back-to-back one-element in-place adds, time per kernel. "
+      "misaligned_gemm_slowdown: fwd + dgrad + wgrad of {}x{}x{} over the same with N = {}.",
       in.command, r.device_name, r.dtype, r.torch_version, in.date, method(r), r.gemm.size(), fmt::join(labels, "; "),
-      r.attention.size(), fmt::join(kernels, ", "), r.kernel_floor_launches);
+      r.attention.size(), fmt::join(kernels, ", "), r.kernel_floor_launches, r.misaligned_m, r.misaligned_n - 1,
+      r.misaligned_k, r.misaligned_n);
   for (const auto& n : r.notes) s += " " + n + ".";
   return s;
 }
@@ -239,6 +242,9 @@ void print_calibration(std::ostream& os, const CalibrationResult& r) {
   os << fmt::format("every figure the {}\n", method(r));
   os << fmt::format("kernel floor: {:.2f} us per kernel ({} back-to-back launches)\n", r.kernel_floor / kMicro,
                     r.kernel_floor_launches);
+  os << fmt::format("misaligned GEMM: {}x{}x{} takes {:.2f}x the time of {}x{}x{} (fwd + dgrad + wgrad)\n",
+                    r.misaligned_m, r.misaligned_n - 1, r.misaligned_k, r.misaligned_gemm_slowdown, r.misaligned_m,
+                    r.misaligned_n, r.misaligned_k);
   os << fmt::format("{:>20} {:>12} {:>12} {:>12} {:>10}  {}\n", "matmul MxNxK", "fwd us", "dgrad us", "wgrad us",
                     "fwd TF/s", "from");
   for (const auto& p : r.gemm) {

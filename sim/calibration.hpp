@@ -78,6 +78,10 @@ struct CalibrationResult {
   std::vector<AttentionPoint> attention;    // causal, forward and forward + backward
   std::vector<MemPoint> memory;             // by kernel, ascending bytes
   Seconds kernel_floor = 0;                 // time per tiny kernel issued back to back
+  // One GEMM with N one element off a 16-byte multiple against the aligned shape, forward + dgrad +
+  // wgrad time over the aligned one's (at least 1): the tables' misaligned_gemm_slowdown.
+  double misaligned_gemm_slowdown = 1;
+  int misaligned_m = 0, misaligned_n = 0, misaligned_k = 0;  // the aligned shape; N - 1 is the other
   int kernel_floor_launches = 0;            // how many back-to-back kernels one sample issued
   std::string timing;                       // "CUDA events" or "wall clock"
   int warmup = 0, repeats = 0;

@@ -136,7 +136,7 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   mm.working_layer = working_layer;
   mm.tokens = s.tokens_per_rank();
   mm.hidden = graph.model().hidden;
-  mm.vocab = graph.model().vocab;
+  mm.vocab = vocab_rows(sw, graph.model().vocab, s.tp);
   mm.tp = s.tp;
   mm.seq_share = seq_share(s);
   mm.act_bytes = activation_bytes(s.dtype);

@@ -41,12 +41,13 @@ struct ModelSpec {
 };
 
 // Vocabulary rows the embedding and LM head hold when they are split over `tp` ranks: the
-// vocabulary rounded up to a multiple of 128 * tp, as Megatron-LM pads it
-// (--make-vocab-size-divisible-by 128, times the TP size; megatron/training/tokenizer). The padded
-// rows are never looked up and their logits are masked out of the loss. Rows, not bytes.
-inline int padded_vocab(int vocab, int tp) {
-  const int multiple = 128 * tp;
-  return (vocab + multiple - 1) / multiple * multiple;
+// vocabulary rounded up to a multiple of `multiple` * tp, as Megatron-LM pads it
+// (--make-vocab-size-divisible-by 128, times the TP size; megatron/training/tokenizer; trainplan
+// exec pads the same way). The padded rows are never looked up and their logits are masked out of
+// the loss. Rows, not bytes. multiple = 1: no padding beyond divisibility by tp.
+inline int padded_vocab(int vocab, int tp, int multiple = 128) {
+  const int m = multiple * tp;
+  return (vocab + m - 1) / m * m;
 }
 
 // Parses a trainplan model object (exact key set, see models/README in README.md). `file` names the

@@ -266,6 +266,7 @@ OpCostTables parse_op_costs(const JsonObject& o) {
   const std::string dtype = o.choice("dtype", {"bf16", "fp16", "fp8", "fp32"});
   t.dtype = dtype == "bf16" ? Dtype::bf16 : dtype == "fp16" ? Dtype::fp16 : dtype == "fp8" ? Dtype::fp8 : Dtype::fp32;
   t.kernel_floor = o.number("kernel_floor_us", 0, 1e6) * kMicro;
+  t.misaligned_gemm_slowdown = o.has("misaligned_gemm_slowdown") ? o.number("misaligned_gemm_slowdown", 1, 100) : 1;
   if (o.has("fp8_gemm_speedup")) {
     throw o.error("fp8_gemm_speedup", "was removed: FP8 GEMMs are costed from the 16-bit table with the reduction "
                                       "dimension shortened by the GPU's fp8/bf16 peak ratio; delete the key");

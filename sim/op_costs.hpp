@@ -74,6 +74,9 @@ class OpCostTables {
  public:
   Dtype dtype = Dtype::bf16;      // dtype the GEMM and attention tables were measured in
   Seconds kernel_floor = 0;       // time per tiny kernel issued back to back (launch-bound floor)
+  // Time multiplier for a GEMM whose row length (N or K) is not a multiple of 16 bytes: such
+  // operands cannot take the aligned (TMA / 16-byte vector load) kernels. 1 where not measured.
+  double misaligned_gemm_slowdown = 1;
   std::vector<GemmMeasure> gemm;
   std::vector<AttentionMeasure> attention;
   std::array<std::vector<MemMeasure>, kMemKernels> memory;

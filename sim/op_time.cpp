@@ -48,6 +48,11 @@ Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, G
   } else {
     time = t.gemm_time(m, n, k, pass) / dtype_speedup(c, dtype);
   }
+  // Misaligned operands: every pass reads or writes a matrix whose rows are N or K elements long
+  // (X, W and Y are M x K, N x K and M x N, row-major), so either one off a 16-byte multiple puts
+  // the whole GEMM on the unaligned kernels (the tables measure aligned shapes only).
+  const double per_16_bytes = 16 / (fp8 ? 1.0 : activation_bytes(dtype));
+  if (std::fmod(n, per_16_bytes) != 0 || std::fmod(k, per_16_bytes) != 0) time *= t.misaligned_gemm_slowdown;
   // Roofline floor: both inputs read and the result written once at the measured streaming
   // bandwidth; 16-bit elements, FP8 inputs 1 byte (the result stays 16-bit). The result is
   // M x N forward, M x K for the input gradient and N x K for the weight gradient.
@@ -161,7 +166,7 @@ constexpr double kParamOpsPerLayer = 6;
 OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
   const Ctx x = make_ctx(g, c, sw, s);
   const ModelSpec& m = x.m;
-  const double h = m.hidden, f = m.ffn_hidden, tp = s.tp, V = m.vocab;
+  const double h = m.hidden, f = m.ffn_hidden, tp = s.tp, V = vocab_rows(sw, m.vocab, s.tp);
   // Attention widths (layer_graph.cpp): q = heads x head_dim (queries, attention output),
   // kv = kv_heads x head_dim (keys, values each); q = h unless the model sets head_dim.
   const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width());

@@ -57,6 +57,7 @@ Software parse_software(const json& j, const std::string& file) {
     s.gate_up_fused = g.boolean("gate_up_fused");
     s.wgrad_accumulate_fused = g.boolean("wgrad_accumulate_fused");
     s.gemm_kernels = static_cast<int>(g.integer("kernels_per_gemm", 1, 100));
+    s.vocab_multiple = static_cast<int>(g.integer("vocab_padding_multiple", 1, 1 << 20));
     s.fp8_quantize_passes = g.number("fp8_quantize_passes", 0, 100);
     g.finish();
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/model_spec.hpp"
 #include "sim/op_costs.hpp"
 #include "sim/units.hpp"
 
@@ -92,6 +93,7 @@ struct Software {
   double fp8_saved_gemm_input_bytes = 2;  // --dtype fp8: bytes per element of each saved GEMM input
   bool wgrad_accumulate_fused = true;  // weight gradients accumulate in the GEMM (no extra pass)
   int gemm_kernels = 1;         // kernels per GEMM call (bias epilogue, casts)
+  int vocab_multiple = 1;       // vocabulary padded to a multiple of this x tp (Megatron: 128)
   int attention_kernels_fwd = 1, attention_kernels_bwd = 1;
   double fp8_quantize_passes = 0;  // fp8: add-kernel passes over each GEMM input to quantize it
   MemOps mem;
@@ -99,6 +101,10 @@ struct Software {
   MemoryProfile memory;
   Allocator allocator;
 };
+
+// Vocabulary rows the LM head, the logits and the embedding table cover under this stack: the
+// vocabulary padded as the stack pads it (sim/model_spec.hpp padded_vocab).
+inline int vocab_rows(const Software& sw, int vocab, int tp) { return padded_vocab(vocab, tp, sw.vocab_multiple); }
 
 inline constexpr const char* kSoftwareSchema = "trainplan/software/v1";
 

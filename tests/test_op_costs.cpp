@@ -136,6 +136,15 @@ TEST(OpCosts, BadTablesNameTheField) {
   EXPECT_EQ(input_error([&] { tables(j); }), "t.json: ops.dtype = \"int8\", must be one of bf16|fp16|fp8|fp32");
 }
 
+TEST(OpCosts, MisalignedSlowdownIsReadAndBounded) {
+  json j = two_point_ops();
+  EXPECT_EQ(tables(j).misaligned_gemm_slowdown, 1);  // absent: not measured, no slowdown
+  j["misaligned_gemm_slowdown"] = 2.5;
+  EXPECT_EQ(tables(j).misaligned_gemm_slowdown, 2.5);
+  j["misaligned_gemm_slowdown"] = 0.5;
+  EXPECT_EQ(input_error([&] { tables(j); }), "t.json: ops.misaligned_gemm_slowdown = 0.5, must be in [1, 100]");
+}
+
 TEST(OpCosts, ShippedH100TableReproducesTheMeasurements) {
   // topologies/dgx-h100.json's table is topologies/measured/h100-ops.jsonl: at a measured shape the
   // lookup returns the measured time (one shape measured once).

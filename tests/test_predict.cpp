@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "sim/collectives.hpp"
+#include "sim/op_time.hpp"
 #include "sim/predict.hpp"
 #include "sim/schedule.hpp"
 #include "test_helpers.hpp"
@@ -40,6 +41,29 @@ TEST(Predict, ZeroPaperWorkedExample) {
     const double per_param = (st.weights + st.gradients + st.optimizer) / g.total_params();
     EXPECT_NEAR(per_param * 7.5e9 / 1e9, expect_gb[zero], 0.05) << "stage " << zero;
   }
+}
+
+TEST(Predict, VocabularyPaddingAndMisalignedGemms) {
+  // megatron-core pads the vocabulary to a multiple of 128 x tp: 50257 costs what 50304 costs.
+  // pytorch-eager does not pad: its LM head runs misaligned GEMMs, slower by the cluster's
+  // misaligned_gemm_slowdown (dgx-h100: > 1), so 50257 costs more than the padded 50304.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  ASSERT_GT(c.ops.misaligned_gemm_slowdown, 1);
+  const Strategy s = layout(1, 1, 1, 8, 32, 1024);
+  const LayerGraph odd(gpt(12, 768, 12, 1024, 50257), 1024), even(gpt(12, 768, 12, 1024, 50304), 1024);
+  // (The parameter counts still differ by 47 rows x 768, so the optimizer step differs by a hair.)
+  EXPECT_NEAR(predict(odd, c, s).time.step / predict(even, c, s).time.step, 1, 1e-4);
+  const Software eager = load_software("pytorch-eager", TRAINPLAN_SOURCE_DIR);
+  EXPECT_GT(predict(odd, c, eager, s).time.step, 1.05 * predict(even, c, eager, s).time.step);
+  // The head GEMMs are the only misaligned ones: the slowdown applies to them alone.
+  const double t = gemm_time(c, Dtype::bf16, 8192, 50257, 768, GemmPass::fwd);
+  EXPECT_NEAR(t / gemm_time(c, Dtype::bf16, 8192, 50256, 768, GemmPass::fwd), c.ops.misaligned_gemm_slowdown, 1e-3);
+  // 1028 elements are 16-byte rows in fp32 (4112 B) but not in bf16 (2056 B).
+  const auto ratio = [&](Dtype d) {
+    return gemm_time(c, d, 8192, 1028, 768, GemmPass::fwd) / gemm_time(c, d, 8192, 1024, 768, GemmPass::fwd);
+  };
+  EXPECT_NEAR(ratio(Dtype::fp32), 1028.0 / 1024, 1e-2);
+  EXPECT_NEAR(ratio(Dtype::bf16), c.ops.misaligned_gemm_slowdown * 1028.0 / 1024, 1e-2);
 }
 
 TEST(Predict, Fp32GradientAccumulationAddsTwoBytesPerParameter) {

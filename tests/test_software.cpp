@@ -37,7 +37,12 @@ TEST(Software, ExecProfileDescribesWhatExecLaunches) {
   EXPECT_DOUBLE_EQ(e.stream_bytes, 4);      // fp32 residual stream under autocast
   EXPECT_NEAR(e.host_per_kernel, 31.7e-6, 1e-12);  // us converted to s
   EXPECT_EQ(e.mem.optimizer.kernel, MemKernel::add);  // unfused AdamW
+  EXPECT_EQ(e.vocab_multiple, 1);           // measured at e64f6de, before exec padded the vocabulary
   const Software m = load_software("megatron-core", kSource);
+  EXPECT_EQ(m.vocab_multiple, 128);         // --make-vocab-size-divisible-by 128
+  EXPECT_EQ(vocab_rows(m, 50257, 1), 50304);
+  EXPECT_EQ(vocab_rows(m, 50257, 8), 51200);
+  EXPECT_EQ(vocab_rows(load_software("pytorch-eager", kSource), 50257, 1), 50257);
   EXPECT_TRUE(m.qkv_fused);
   EXPECT_TRUE(m.wgrad_accumulate_fused);
   EXPECT_EQ(m.mem.optimizer.kernel, MemKernel::adamw_fused);
@@ -56,6 +61,10 @@ TEST(Software, BadProfilesNameTheField) {
   j = read_json_file(p);
   j["memory_bound"].erase("rope");
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: memory_bound.rope is missing (required key)");
+  j = read_json_file(p);
+  j["gemm"]["vocab_padding_multiple"] = 0;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: gemm.vocab_padding_multiple = 0, must be in [1, 1048576]");
   j = read_json_file(p);
   j["host"]["threads"] = 2;
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: host.threads is not a known key");

@@ -1,7 +1,8 @@
 // Validation against measured training steps on one H100 (tests/data/h100, copied from
 // ../shared/reference/h100): the cost model with each software profile against what that stack
-// measured. The op tables (topologies/dgx-h100.json) are kernel measurements of the same GPU; no
-// figure here was fitted on these steps.
+// measured. The op tables (topologies/dgx-h100.json) are kernel measurements of the same GPU. One
+// constant was fitted on these steps: ops.misaligned_gemm_slowdown, on the six gpt2-family
+// PyTorch-eager rows (fitted_row); nothing else here was fitted on them.
 //   trainplan-exec profile  vs  `trainplan exec` (trainplan_exec/*.meas.json)   step within 10%
 //   pytorch-eager profile   vs  PyTorch eager rows (pytorch_steps.jsonl)        step within 10%
 //   megatron-core profile   vs  torch.compile rows (fused kernels)              step within 15%
@@ -94,15 +95,18 @@ std::vector<Row> pytorch_rows(const std::string& ref, const char* software) {
 const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
     {"tiny.meas", {0.30, "launch-bound: host time per kernel (31.7 us) taken from one calibrate line, kernel counts read "
                          "from the code, not profiled"}},
-    {"xl-mb8-sel.meas", {0.15, "selective recomputation: exec's checkpoint of the attention core costs more than "
-                               "the recomputed SDPA forward"}},
-    {"gpt2 mb16 gb64", {0.30, "vocabulary 50257 is not a multiple of 8: the LM head GEMM and the loss run misaligned "
-                              "kernels the tables did not measure"}},
     {"llama-1b mb2 gb32", {0.20, "M = 4096 tokens: log-space interpolation between the M = 2048 and 8192 rows "
-                                 "underrates GEMMs there"}},
+                                 "underrates GEMMs there (ops_bench.py's M = 2048 figures include the launch "
+                                 "latency of a call timed from an idle GPU)"}},
     {"gpt2-medium mb8 gb64 compile", {0.30, "torch.compile fuses norms, residuals and the loss further than Megatron-core"}},
     {"llama-1b mb4 gb32 compile", {0.25, "torch.compile fuses RoPE, SwiGLU and the loss further than Megatron-core"}},
 };
+
+// The rows a cluster constant was fitted on (topologies/dgx-h100.json ops.misaligned_gemm_slowdown,
+// a least-squares fit over the six gpt2-family PyTorch-eager steps, whose unpadded 50257-token LM
+// head runs misaligned GEMMs): they are printed and held to the tolerance, but they validate
+// nothing. The trainplan-exec gpt2-xl rows check that constant.
+bool fitted_row(const std::string& what) { return what.rfind("gpt2", 0) == 0; }
 
 void check_steps(const std::vector<Row>& rows, double tolerance, std::size_t expected_rows, const char* suffix = "") {
   ASSERT_EQ(rows.size(), expected_rows);
@@ -124,8 +128,8 @@ void check_steps(const std::vector<Row>& rows, double tolerance, std::size_t exp
       ASSERT_EQ(why.reason, InfeasibleReason::out_of_memory) << r.what << ": " << reason_key(why.reason);
     }
     ASSERT_GT(r.estimate.time.step, 0) << r.what;
-    std::printf("%-22s predicted %8.4f s  measured %8.4f s  error %+6.1f%%\n", r.what.c_str(), r.estimate.time.step,
-                r.measured_step, 100 * r.error());
+    std::printf("%-22s predicted %8.4f s  measured %8.4f s  error %+6.1f%%%s\n", r.what.c_str(), r.estimate.time.step,
+                r.measured_step, 100 * r.error(), *suffix == 0 && fitted_row(r.what) ? "  (fitted row)" : "");
     EXPECT_LT(std::abs(r.error()), tolerance) << r.what;
     sum += std::abs(r.error());
   }
