@@ -519,6 +519,18 @@ TEST(ExecEquivalence, Zero3LargeVocabularyHeadIsTheLargestUnit) {
   ASSERT_EQ(per_stage.size(), 1u);
   EXPECT_DOUBLE_EQ(per_stage[0], (131136 + 36992) * 4.0);
 }
+// A tied head on the embedding's chunk reads the embedding's unit: the backward starts with the
+// head, the table and the last layer (prefetched) in flight together. tiny-gpt-bigvocab: the
+// table 2048 x 64 = 131072 + positions 64 x 64 = 4096, the head's LayerNorm 128, a layer 49984 in
+// predict's graph (exec's lacks the 64-element key bias).
+TEST(ExecEquivalence, Zero3TiedHeadHoldsTheEmbeddingWithTheLastLayer) {
+  ExecRun run;
+  expect_equivalent("tiny-gpt-bigvocab", 2, "--zero 3", "tied_bigvocab_zero3", &run);
+  if (run.measurement.is_null()) return;
+  const auto per_stage = expect_gathered_matches_predict(run, "tiny-gpt-bigvocab", 2, "--zero 3", "tied_bigvocab_zero3");
+  ASSERT_EQ(per_stage.size(), 1u);
+  EXPECT_DOUBLE_EQ(per_stage[0], (131072 + 4096 + 128 + 49984) * 4.0);
+}
 // Mixed precision (issue 12): ZeRO-3 gathers each unit in bf16 (each owner casts its fp32 master
 // part, 2 B per parameter), as FSDP and Megatron do, and predict counts 2 B. CPU ranks compute
 // fp32 unless --cpu-autocast on runs them under CPU autocast with fp32 master weights, as on GPUs:
