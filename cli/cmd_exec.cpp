@@ -69,6 +69,9 @@ const char* kExecFlags = R"(execution:
   --dump-params FILE        debug: each rank writes its parameters after the last step to FILE.rank<R>
   --dump-grads FILE         debug: each rank writes the reduced gradients of the first step (what the
                             optimizer sees) to FILE.rank<R>
+  --cpu-autocast on|off     --dtype bf16/fp16 on the CPU: run under CPU autocast with fp32 master
+                            weights as on GPUs (slow; checks the mixed-precision paths) instead of
+                            computing fp32 (default off)
 )";
 
 int env_int(const char* name, int fallback) {
@@ -185,7 +188,7 @@ std::optional<std::string> default_gpus(const Args& args) {
 // The run's description for a failed-run JSON (no figures).
 Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions& o, bool cuda_device, int world) {
   Measurement m;
-  set_run_strategy(m, plan.strategy, cuda_device);
+  set_run_strategy(m, plan.strategy, cuda_device || o.cpu_autocast);
   m.model = plan.model.name;
   m.cluster = plan.cluster;
   m.backend = o.backend;
@@ -249,6 +252,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
   o.data_file = f.get_or("data", "");
   o.dump_params = f.get_or("dump-params", "");
   o.dump_grads = f.get_or("dump-grads", "");
+  o.cpu_autocast = f.get_choice("cpu-autocast", "off", {"on", "off"}) == "on";
   o.faults.kill_rank = static_cast<int>(f.get_int("fault-kill-rank", -1, -1, 1 << 24));
   o.faults.hang_rank = static_cast<int>(f.get_int("fault-hang-rank", -1, -1, 1 << 24));
   o.faults.nan_rank = static_cast<int>(f.get_int("fault-nan-rank", -1, -1, 1 << 24));
@@ -269,6 +273,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
   if (o.backend == "nccl" && o.device != "cuda") throw InputError("--backend nccl: needs --device cuda; use --backend gloo");
   if (o.device == "cuda" && s.dtype == Dtype::fp8)
     throw InputError("--dtype fp8: exec runs bf16, fp16 (dynamic loss scaling) or fp32 on GPUs, not fp8");
+  if (o.cpu_autocast && s.dtype == Dtype::fp8) throw InputError("--cpu-autocast on: runs bf16 or fp16, not fp8");
   check_divisible("heads", in.model.heads, s.tp);
   check_divisible("kv_heads", in.model.kv_heads, s.tp);
   check_divisible("ffn_hidden", in.model.ffn_hidden, s.tp);

@@ -234,7 +234,10 @@ void ModelChunk::materialize() {
   numel_ = total;
   auto opts = at::TensorOptions().dtype(at::kFloat).device(s_.device);
   if (s_.unit_buffers)
-    for (ParamUnit& u : units_) u.buffer = at::zeros({u.end - u.begin}, opts);
+    for (ParamUnit& u : units_) {
+      u.buffer = at::zeros({u.end - u.begin}, opts.dtype(s_.unit_dtype));
+      if (s_.unit_dtype != at::kFloat) u.initial = at::zeros({u.end - u.begin}, opts);  // for the fp32 master
+    }
   else
     flat_ = at::zeros({total}, opts);
   if (s_.grad_buffer) flat_grad_ = at::zeros({total}, opts);
@@ -272,6 +275,8 @@ void ModelChunk::materialize() {
                                       : flat_.narrow(0, p.offset, p.numel);
     at::Tensor view = base.view(shape);
     view.copy_(full);
+    if (s_.unit_buffers && units_[unit].initial.defined())
+      units_[unit].initial.narrow(0, p.offset - units_[unit].begin, p.numel).view(shape).copy_(full);
     p.param = view.detach().requires_grad_(true);
     if (s_.grad_buffer) p.param.mutable_grad() = flat_grad_.narrow(0, p.offset, p.numel).view(shape);
   }
@@ -279,7 +284,10 @@ void ModelChunk::materialize() {
 
 at::Tensor ModelChunk::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
   const int64_t h = s_.spec.hidden;
-  if (s_.spec.norm == Norm::layernorm) return at::layer_norm(x, {h}, w, b, 1e-5);
+  // 16-bit ZeRO-3 parameters (ModelSettings::unit_dtype) normalise in the stream's dtype, as
+  // autocast runs layer_norm in fp32 on CUDA (no cast for fp32 parameters).
+  if (s_.spec.norm == Norm::layernorm)
+    return at::layer_norm(x, {h}, w.to(x.scalar_type()), b.defined() ? b.to(x.scalar_type()) : b, 1e-5);
   auto rms = at::rsqrt(x.pow(2).mean(-1, true) + 1e-5);
   return x * rms * w;
 }
@@ -355,7 +363,8 @@ at::Tensor ModelChunk::embed(const at::Tensor& tokens) {
   const int64_t rows = wte.size(0), lo = rows * s_.tp_rank;
   auto outside = (tokens < lo).logical_or(tokens >= lo + rows);
   auto local = (tokens - lo).masked_fill(outside, 0);
-  auto e = at::embedding(wte, local).masked_fill(outside.unsqueeze(-1), 0.0);  // [b, s, h]
+  // The residual stream is fp32 (a 16-bit ZeRO-3 table's lookup too).
+  auto e = at::embedding(wte, local).to(at::kFloat).masked_fill(outside.unsqueeze(-1), 0.0);  // [b, s, h]
   e = e.transpose(0, 1).contiguous();                                           // [s, b, h]
   e = from_tp(e);
   if (wpe_ >= 0) {

@@ -8,7 +8,8 @@
 // one flat buffer (and their gradients in a second), which DP/ZeRO reduce and shard as a whole.
 // With ZeRO-3 over several replicas there is no flat parameter buffer: each unit (the embedding,
 // each layer, the head) has a buffer of its own that a UnitGatherer (the DP reducer) fills just
-// before the unit runs, forward and backward, and frees after.
+// before the unit runs, forward and backward, and frees after; under mixed precision in the 16-bit
+// compute dtype (ModelSettings::unit_dtype), so those parameters are 16-bit tensors.
 //
 // GEMM fusion: a layer's q, k and v projections are one parameter (`attn.wqkv`, this TP rank's
 // rows of wq, wk and wv stacked: its own heads, one GEMM, split after), and so are SwiGLU's gate
@@ -66,6 +67,9 @@ struct ParamUnit {
   int64_t begin = 0, end = 0;    // element range in the chunk's flat layout
   bool backward_values = true;   // its backward reads the parameters' values (the embedding's does not)
   at::Tensor buffer;             // with unit buffers: the storage its parameters view
+  // A 16-bit unit buffer (ModelSettings::unit_dtype): the parameters' initial values in fp32, kept
+  // until the reducer has taken its fp32 master shard from them, then released.
+  at::Tensor initial;
 };
 
 // A unit buffer's memory (ZeRO-3). Freed: the storage object stays, and the parameters' views
@@ -97,6 +101,9 @@ struct ModelSettings {
   int64_t pad_to = 1;  // flat buffers are padded to a multiple of this (the DP size, for ZeRO)
   // ZeRO-3 over several replicas: a buffer per ParamUnit instead of the flat parameter buffer.
   bool unit_buffers = false;
+  // The unit buffers' dtype, and so the parameters' (ZeRO-3 gathers them in it): the 16-bit
+  // compute dtype under mixed precision, fp32 otherwise. Gradients then come back in it.
+  at::ScalarType unit_dtype = at::kFloat;
   // A flat gradient buffer that the parameters' .grad are views of (autograd accumulates into it).
   // false (ZeRO-2/3 over several replicas): no buffer; each backward's gradients are fresh tensors
   // that the DpReducer reduces into its shard bucket by bucket and then releases.

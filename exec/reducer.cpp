@@ -156,15 +156,18 @@ void DpReducer::add_chunk(ModelChunk& model, bool tied_copy) {
   } else {
     cs.shard = n / replicas_;
     cs.shard_offset = cs.shard * dp_rank_;
-    // ZeRO-3 keeps its own copy of the shard, taken from the model's units, whose memory then
-    // goes until a unit is needed; ZeRO-1/2 update their slice of the flat buffer in place.
+    // ZeRO-3 keeps its own fp32 copy of the shard, taken from the model's units (their fp32
+    // initial values where the units are 16-bit), whose memory then goes until a unit is needed;
+    // ZeRO-1/2 update their slice of the flat buffer in place.
     if (s_.zero == 3) {
       TORCH_CHECK(!model.flat().defined(), "ZeRO-3: the model must keep its parameters in unit buffers");
       torch::NoGradGuard ng;
       cs.master = at::zeros({cs.shard}, opts);  // the padding past the last unit stays zero
       for (ParamUnit& u : model.units()) {
         const int64_t b = std::max(u.begin, cs.shard_offset), e = std::min(u.end, cs.shard_offset + cs.shard);
-        if (b < e) cs.master.narrow(0, b - cs.shard_offset, e - b).copy_(u.buffer.narrow(0, b - u.begin, e - b));
+        const at::Tensor& values = u.initial.defined() ? u.initial : u.buffer;
+        if (b < e) cs.master.narrow(0, b - cs.shard_offset, e - b).copy_(values.narrow(0, b - u.begin, e - b));
+        u.initial = at::Tensor();
         free_unit_memory(u);
       }
       cs.gathers.resize(model.units().size());
@@ -375,9 +378,12 @@ void DpReducer::start_gather(Chunk& c, int unit) {
   at::Tensor dst = alloc_unit_memory(u);
   const double bytes = static_cast<double>(u.buffer.storage().nbytes());
   gathered_bytes_ += bytes;
-  if (count_gathered_) gathered_peak_ = std::max(gathered_peak_, gathered_bytes_);
+  gathered_peak_ = std::max(gathered_peak_, gathered_bytes_);
   // The unit's elements [begin, end) of the flat layout lie in the shards of one or more
-  // replicas: each owner broadcasts its part (an all-gather over uneven ranges).
+  // replicas: each owner broadcasts its part (an all-gather over uneven ranges), in the unit's
+  // dtype: under mixed precision each owner casts its fp32 part to the 16-bit compute dtype once
+  // per gather and sends that (FSDP's MixedPrecision(param_dtype)), so the gathered unit holds
+  // 2 B per parameter (memory_model's zero3_gathered_bytes).
   g.launched = Clock::now();
   const int first = static_cast<int>(u.begin / c.shard), last = static_cast<int>((u.end - 1) / c.shard);
   for (int r = first; r <= last && r < replicas_; ++r) {
@@ -416,11 +422,14 @@ void DpReducer::free_units(Chunk& c) {
   for (size_t u = 0; u < c.gathers.size(); ++u) release(*c.model, static_cast<int>(u));
 }
 
-void DpReducer::gather_all() {
-  count_gathered_ = false;
-  for (auto& c : chunks_)
-    for (size_t u = 0; u < c->gathers.size(); ++u) need(*c->model, static_cast<int>(u), -1);
-  count_gathered_ = true;
+at::Tensor DpReducer::parameters(int chunk) {
+  Chunk& c = *chunks_[chunk];
+  if (!unit_gathers()) return c.model->flat();
+  // ZeRO-3: the fp32 master shards, all-gathered (the units may hold 16-bit copies).
+  at::Tensor full = at::empty({c.model->numel()}, c.master.options());
+  auto w = g_.dp->all_gather_flat_async(full, c.master);
+  g_.dp->wait(w, Ph::other);
+  return full;
 }
 
 void DpReducer::launch(Chunk& c) {
@@ -432,7 +441,7 @@ void DpReducer::launch(Chunk& c) {
     if (c.tied_param < 0) return;
     ParamInfo& p = c.model->params()[c.tied_param];
     at::Tensor& g = p.param.mutable_grad();
-    at::Tensor flat = g.reshape({-1}).contiguous();
+    at::Tensor flat = g.reshape({-1}).to(c.master.scalar_type()).contiguous();  // 16-bit units: reduced in fp32
     g = at::Tensor();
     while (buffers_in_flight_ >= kMaxBucketsInFlight) complete_oldest();
     buffer_bytes_ += static_cast<double>(flat.nbytes());

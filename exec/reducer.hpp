@@ -11,7 +11,10 @@
 //           a buffer of its own and asks the reducer (a UnitGatherer) for them just before the
 //           unit runs, forward and backward; the owners broadcast their parts of it, the unit the
 //           model runs next is brought meanwhile (prefetch), and a unit's memory is freed as soon
-//           as it has run. Between steps a rank holds only its fp32 shard.
+//           as it has run. Between steps a rank holds only its fp32 shard. Under mixed precision
+//           the units are gathered in the 16-bit compute dtype (each owner casts its fp32 part
+//           once per gather); their gradients come back 16-bit and are reduced in fp32 buckets
+//           into the fp32 shard gradient.
 // The schedule runner tells it when a chunk's backward is done; it never walks the schedule.
 #pragma once
 #include <torch/torch.h>
@@ -113,7 +116,9 @@ class DpReducer : public UnitGatherer {
   // batch), as a flat buffer laid out like the parameters. Call between finish_reduction and
   // update; with ZeRO >= 1 and DP > 1 it all-gathers the shards (every DP rank must call it).
   at::Tensor reduced_grad(int chunk);
-  void gather_all();                // ZeRO-3: every unit present (for dumps; not in the gathered peak)
+  // Debug: the chunk's whole parameters in fp32, as a flat buffer (for dumps): the model's flat
+  // buffer, or (ZeRO-3) the master shards all-gathered (every DP rank must call it).
+  at::Tensor parameters(int chunk);
   // Test fault: a NaN in the chunk's gradient as the optimizer will read it (written in update()).
   void poison_gradient(int chunk);
 
@@ -122,6 +127,7 @@ class DpReducer : public UnitGatherer {
   struct HeldBytes {
     double weights = 0;          // parameters between steps (ZeRO-3: the fp32 master shard)
     double gathered = 0;         // ZeRO-3: peak bytes of gathered unit parameters held at once in a step
+                                 // (in the units' dtype: 2 B per parameter under mixed precision)
     double gradients = 0;        // the flat gradient buffer, or (ZeRO-2/3) the shard gradient
     double optimizer = 0;        // AdamW's two moments (the one-element step count not counted)
     double buffers_peak = 0;     // ZeRO-2/3: peak bytes of bucket buffers in flight
@@ -164,7 +170,6 @@ class DpReducer : public UnitGatherer {
   int poisoned_chunk_ = -1;
   double buffer_bytes_ = 0, buffer_bytes_peak_ = 0;
   double gathered_bytes_ = 0, gathered_peak_ = 0;  // ZeRO-3: unit memory allocated now, and its peak
-  bool count_gathered_ = true;                    // false while gather_all fills every unit for a dump
 };
 
 }  // namespace trainplan::exec

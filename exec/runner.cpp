@@ -13,8 +13,8 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
-#ifdef TRAINPLAN_EXEC_CUDA
 #include <ATen/autocast_mode.h>
+#ifdef TRAINPLAN_EXEC_CUDA
 #include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -102,6 +102,14 @@ class ScheduleRunner {
   std::optional<Measurement> run();
 
  private:
+  // bf16/fp16 run as such (autocast over fp32 master weights): on GPUs, and on the CPU with
+  // --cpu-autocast on; else the CPU computes fp32.
+  bool mixed_precision() const {
+    return (s_.dtype == Dtype::bf16 || s_.dtype == Dtype::fp16) && (on_gpu_ || opt_.cpu_autocast);
+  }
+  at::ScalarType compute_dtype() const {
+    return !mixed_precision() ? at::kFloat : s_.dtype == Dtype::bf16 ? at::kBFloat16 : at::kHalf;
+  }
   void setup();
   void step(int index, bool measured);
   void serve(int index, bool measured);  // a dedicated parameter server's step
@@ -185,6 +193,7 @@ void ScheduleRunner::setup() {
   ms.pad_to = replicas;
   ms.grad_buffer = !(s_.zero >= 2 && replicas > 1);  // ZeRO-2/3: gradients reduced bucket by bucket
   ms.unit_buffers = s_.zero == 3 && replicas > 1;     // ZeRO-3: parameters gathered unit by unit
+  ms.unit_dtype = compute_dtype();                    // ...in the compute dtype (16-bit under mixed precision)
   ms.device = device_;
   AdamWSettings adam;
   adam.lr = opt_.lr;
@@ -330,12 +339,10 @@ void ScheduleRunner::step(int index, bool measured) {
       if (--backward_left_[slot.chunk] == 0) reducer_->backward_done(slot.chunk);
     }
   }
-#ifdef TRAINPLAN_EXEC_CUDA
   // The bf16 copies of the weights, cast once at their first use this step and shared by every
   // micro-batch (autocast's cache), are not needed past the last backward: free them before the
   // optimizer.
-  if (on_gpu_) at::autocast::clear_cache();
-#endif
+  if (mixed_precision()) at::autocast::clear_cache();
   enter("data-parallel reduction and optimizer");
   reducer_->reduce_tied();
   for (auto& [w, t] : sends) g_.pp->wait(w, Ph::pp_comm);
@@ -361,16 +368,17 @@ void ScheduleRunner::step(int index, bool measured) {
 }
 
 void ScheduleRunner::dump(const std::string& prefix, bool grads) {
-  if (!grads && reducer_) reducer_->gather_all();
-  std::vector<at::Tensor> flat;  // per chunk: the reduced gradient (grads) or nothing
+  std::vector<at::Tensor> flat;  // per chunk: the reduced gradient (grads) or the fp32 parameters
   for (size_t c = 0; c < chunks_.size(); ++c)
-    flat.push_back(!grads ? at::Tensor() : ps_ ? ps_->reduced_grad() : reducer_->reduced_grad(static_cast<int>(c)));
+    flat.push_back(!grads ? reducer_->parameters(static_cast<int>(c))
+                   : ps_  ? ps_->reduced_grad()
+                          : reducer_->reduced_grad(static_cast<int>(c)));
   std::ofstream f(fmt::format("{}.rank{}", prefix, env_.rank));
   for (size_t c = 0; c < chunks_.size(); ++c) {
     // The unfused model's tensors (a fused q/k/v or gate/up parameter as its parts), so that dumps
     // keep one layout whatever the fusion.
     for (const auto& p : chunks_[c]->tensors()) {
-      at::Tensor t = grads ? flat[c].narrow(0, p.offset, p.numel) : chunks_[c]->values(p.offset, p.numel).detach();
+      at::Tensor t = flat[c].narrow(0, p.offset, p.numel).detach();
       at::Tensor v = t.to(at::kCPU).to(at::kDouble).contiguous().reshape({-1});
       f << p.name << ' ' << p.full_shape.size();
       for (auto d : p.full_shape) f << ' ' << d;
@@ -408,7 +416,8 @@ Measurement ScheduleRunner::collect() {
   for (int k = 0; k < env_.world; ++k) rows.emplace_back(d + k * K, d + (k + 1) * K);
 
   Measurement m;
-  set_run_strategy(m, s_, on_gpu_);  // the dtype run: fp32 on CPU, the requested one kept beside it
+  // The dtype run: fp32 on CPU (unless --cpu-autocast), the requested one kept beside it.
+  set_run_strategy(m, s_, on_gpu_ || mixed_precision());
   m.model = plan_.model.name;
   m.cluster = plan_.cluster;
   m.software = "trainplan-exec";  // software/trainplan-exec.json describes what this runner launches
@@ -424,10 +433,9 @@ Measurement ScheduleRunner::collect() {
                    {"ranks", env_.world},
                    {"hostname", host},
                    {"intra_op_threads", at::get_num_threads()},
-                   {"compute_dtype", !on_gpu_                    ? "fp32"
+                   {"compute_dtype", !mixed_precision()         ? "fp32"
                                      : s_.dtype == Dtype::bf16 ? "bf16 (autocast, fp32 master)"
-                                     : s_.dtype == Dtype::fp16 ? "fp16 (autocast, fp32 master)"
-                                                               : "fp32"},
+                                                               : "fp16 (autocast, fp32 master)"},
                    {"data", opt_.data_file.empty() ? "synthetic" : opt_.data_file},
                    {"vocab_padding",
                     {{"vocab", plan_.model.vocab},
@@ -479,8 +487,9 @@ Measurement ScheduleRunner::collect() {
   m.environment["model_states"] = {
       {"bucket_bytes", opt_.bucket_bytes},
       {"note", "bytes of the tensors the DP reducer holds per rank (fp32): weights between steps (ZeRO-3: the "
-               "master shard), ZeRO-3's gathered parameters during the step, the gradient buffer (ZeRO-2/3: "
-               "the shard), AdamW's moments, and the peak of ZeRO-2/3's bucket buffers in flight"},
+               "master shard), ZeRO-3's gathered parameters during the step (in the compute dtype: 16-bit "
+               "under mixed precision), the gradient buffer (ZeRO-2/3: the shard), AdamW's moments, and the "
+               "peak of ZeRO-2/3's bucket buffers in flight"},
       {"per_rank", states}};
   m.throughput.model_flops_per_step = plan_.model_flops_per_step;
   return recorder_.build(std::move(m), rows);
@@ -491,15 +500,14 @@ std::optional<Measurement> ScheduleRunner::run() {
   auto where = [this] { return current_step_ < 0 ? std::string("while setting up") : fmt::format("in step {}", current_step_); };
   try {
     setup();
-#ifdef TRAINPLAN_EXEC_CUDA
-    if (on_gpu_ && (s_.dtype == Dtype::bf16 || s_.dtype == Dtype::fp16)) {
-      at::autocast::set_autocast_enabled(at::kCUDA, true);
-      at::autocast::set_autocast_dtype(at::kCUDA, s_.dtype == Dtype::bf16 ? at::kBFloat16 : at::kHalf);
-      // ZeRO-3 frees each unit's parameters after use: autocast's cache would keep their 16-bit
-      // copies for the whole step, so each use casts afresh (as FSDP does).
+    if (mixed_precision()) {
+      const at::DeviceType dev = on_gpu_ ? at::kCUDA : at::kCPU;
+      at::autocast::set_autocast_enabled(dev, true);
+      at::autocast::set_autocast_dtype(dev, compute_dtype());
+      // ZeRO-3 gathers each unit in the compute dtype already (ModelSettings::unit_dtype): the
+      // cache of 16-bit casts of fp32 parameters has nothing of them to keep.
       if (s_.zero == 3 && g_.dp->size() > 1) at::autocast::set_autocast_cache_enabled(false);
     }
-#endif
     for (int i = 0; i < total; ++i) step(i, i >= opt_.warmup);
     enter("after the last step (dumps, measurement gather)");
     if (!opt_.dump_params.empty()) dump(opt_.dump_params, false);

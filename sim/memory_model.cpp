@@ -148,10 +148,27 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   mm.reserved_over_allocated = sw.allocator.reserved_over_allocated;
   mm.workspace = sw.allocator.workspace;
   mm.safety_margin = sw.allocator.safety_margin;
-  // ZeRO-3 also holds the gathered parameters of the current and the prefetched layer.
-  const double max_layer_params = graph.params_per_layer_per_rank(s.tp);
   mm.runtime = cluster.runtime_overhead;
-  mm.other = (s.zero == 3 ? 2 * max_layer_params * mm.per_param.weight : 0.0);
+  if (s.zero == 3) {
+    // ZeRO-3's gathered units (zero3_gathered_bytes), per rank, in the compute dtype: under mixed
+    // precision each rank casts its fp32 master shard to 16 bits and all-gathers that, whatever the
+    // width of the master weights (FSDP MixedPrecision(param_dtype=bf16), Megatron's distributed
+    // optimizer; exec/reducer.cpp likewise), 2 B per parameter (FP8 too: its GEMMs quantize from
+    // the 16-bit weights); 4 B in fp32 training. Units as exec/model.cpp cuts them: a layer; the
+    // embedding (vocabulary-parallel table, learned positions whole); the head (final norm and LM
+    // head; a tied head on the last of several stages holds its own copy of the table, as
+    // step_costs counts it).
+    const double bytes = s.dtype == Dtype::fp32 ? 4.0 : 2.0;
+    const ModelSpec& m = graph.model();
+    double embedding = 0, head = 0;
+    for (const OpSpec& op : graph.pre_ops()) embedding += rank_params(op, s.tp);
+    for (const OpSpec& op : graph.post_ops()) head += rank_params(op, s.tp);
+    if (m.tied_embeddings && s.pp > 1) head += m.vocab * static_cast<double>(m.hidden) / s.tp;
+    mm.gathered_layer = graph.params_per_layer_per_rank(s.tp) * bytes;
+    mm.gathered_embedding = embedding * bytes;
+    mm.gathered_head = head * bytes;
+    mm.head_reads_embedding = m.tied_embeddings && s.pp == 1;
+  }
   // Parameter servers hold the optimizer states and run the optimizer (param_server.hpp): the
   // workers keep weights and gradients only.
   if (s.uses_ps()) {
@@ -187,6 +204,18 @@ Bytes stage_activation_bytes(const MemoryModel& mm, int stage, int layers) {
   return stage_activation_parts(mm, stage, layers).total();
 }
 
+Bytes zero3_gathered_bytes(const MemoryModel& mm, int stage, int layers) {
+  if (mm.gathered_layer <= 0) return 0;
+  // The pairs of units in flight together (memory_model.hpp). A stage whose chunks hold one layer
+  // each (layers <= vp) never holds two layers at once.
+  const Bytes layer = layers > 0 ? mm.gathered_layer : 0.0;
+  Bytes peak = layers > mm.vp ? 2 * layer : layer;
+  if (stage == 0) peak = std::max(peak, mm.gathered_embedding + layer);
+  if (stage == mm.pp - 1)
+    peak = std::max(peak, mm.gathered_head + layer + (mm.head_reads_embedding ? mm.gathered_embedding : 0.0));
+  return peak;
+}
+
 StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int layers) {
   StageMemory mem;
   mem.stage = stage;
@@ -196,7 +225,7 @@ StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int la
   mem.optimizer = states.optimizer;
   mem.weight_copies = params * mm.weight_copy / (mm.zero == 3 ? mm.shard : 1.0);
   const Bytes error_feedback = params * mm.error_feedback;
-  mem.other = mm.other + mm.workspace + error_feedback;
+  mem.other = zero3_gathered_bytes(mm, stage, layers) + mm.workspace + error_feedback;
   mem.runtime = mm.runtime;
   // The larger of the backward peak (activations) and the optimizer peak (its temporaries over
   // the parameters this rank updates).

@@ -9,7 +9,8 @@
 //   activations   = micro-batch chunks in flight (in_flight_chunks) x layers per chunk x stored bytes
 //                   per layer (stored_layer_activation_bytes), plus the working layer of full
 //                   recomputation and the extras of the first and last stage (stage_activation_bytes);
-//   other         = ZeRO-3's gathered layer parameters and the allocator's workspace;
+//   other         = ZeRO-3's gathered units' parameters (zero3_gathered_bytes) and the allocator's
+//                   workspace;
 //   runtime       = the cluster's runtime reserve (outside the caching allocator).
 // With parameter servers the optimizer states live on the servers (no optimizer bytes or
 // temporaries on a worker); PowerSGD adds its fp32 error-feedback buffer to "other".
@@ -98,7 +99,12 @@ struct MemoryModel {
   double reserved_over_allocated = 1;
   Bytes workspace = 0;        // inside the allocator, not scaled
   double safety_margin = 0;   // share of capacity a plan must leave free (Allocator::safety_margin)
-  Bytes other = 0;            // ZeRO-3's gathered layer parameters, every stage
+  // ZeRO-3: bytes one rank holds of each gathered unit, in the compute dtype
+  // (zero3_gathered_bytes): a transformer layer, the embedding (first stage), the head (final norm
+  // and LM head, last stage); `head_reads_embedding`: a tied head on the embedding's chunk (pp 1)
+  // reads the embedding's unit too. All 0 without ZeRO-3.
+  Bytes gathered_layer = 0, gathered_embedding = 0, gathered_head = 0;
+  bool head_reads_embedding = false;
   double error_feedback = 0;  // gradient compression's error-feedback bytes per parameter (in "other")
   Bytes runtime = 0;          // the cluster's runtime reserve, outside the allocator
 };
@@ -124,6 +130,18 @@ struct StageActivations {
   Bytes total() const { return layers + working_layer + embedding + head; }
 };
 StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int layers);
+
+// ZeRO-3's gathered parameters pipeline stage `stage` holds at its peak, with `layers` transformer
+// layers over its vp chunks: each unit (the embedding, one layer, the head) is all-gathered in the
+// compute dtype just before it runs and freed after it, while the unit that runs next is
+// prefetched (FSDP's forward/backward prefetch; exec/model.cpp's order: embedding, layers, head
+// forward, the reverse backward, where the embedding's backward reads no weights). Peak = the
+// largest pair of consecutive units of a chunk:
+//   2 x layer        where a chunk holds two layers or more (layers > vp),
+//   embedding + layer on the first stage (forward),
+//   head + layer     on the last stage (+ the embedding where a tied head shares its chunk, pp 1),
+// in bytes (units' parameters per rank x compute-dtype bytes, MemoryModel::gathered_*).
+Bytes zero3_gathered_bytes(const MemoryModel& mm, int stage, int layers);
 
 // The memory of pipeline stage `stage` holding `params` parameters per rank and `layers` layers.
 StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int layers);

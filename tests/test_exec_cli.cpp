@@ -71,6 +71,29 @@ TEST(ExecCli, CpuRunRecordsTheDtypeItRan) {
   fs::remove_all(dir);
 }
 
+// --cpu-autocast on runs a bf16 plan on the CPU under CPU autocast (fp32 master weights), and the
+// measurement then records bf16 as the dtype run, with nothing requested beside it; fp8 it refuses.
+TEST(ExecCli, CpuAutocastRunsAndRecordsBf16) {
+  const fs::path dir = fs::temp_directory_path() / ("trainplan_exec_cli_autocast_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path m = dir / "m.json";
+  const std::string plan = std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
+                           "/exec/tiny-gpt.json --cluster cpu-local --global-batch 2 --micro-batch 1 --steps 1 "
+                           "--warmup 0 --cpu-autocast on";
+  auto er = run_merged(plan + " --dtype bf16 --json " + m.string());
+  ASSERT_EQ(er.code, 0) << er.output;
+  std::ifstream f(m);
+  ASSERT_TRUE(f.good()) << m;
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j.at("strategy").at("dtype"), "bf16");
+  EXPECT_FALSE(j.at("run").contains("requested_dtype")) << j.at("run").dump();
+  EXPECT_EQ(j.at("environment").at("compute_dtype"), "bf16 (autocast, fp32 master)");
+  auto bad = run_merged(plan + " --dtype fp8");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--cpu-autocast on"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
+}
+
 // Under torchrun each process is one rank, told so by the environment; rank 0 serves the store.
 TEST(ExecCli, TorchrunEnvironmentRanksRendezvous) {
   const int port = 20000 + static_cast<int>(getpid() % 20000);

@@ -134,11 +134,23 @@ TEST(MemoryModel, PredictStagesAreTheMemoryModels) {
     EXPECT_EQ(e.per_stage[i].activations, want.activations);
     EXPECT_EQ(e.per_stage[i].other, want.other);
   }
-  // ZeRO-3 holds two gathered layers: 2 x a rank's params per layer x 2 bytes; the runtime apart.
-  // A rank's layer: the tp-split weights and column-parallel biases / 2, plus the replicated two
-  // LayerNorms (4h) and row-parallel biases (2h) whole: (params - 6h) / 2 + 6h.
-  const double h = m.hidden;
-  EXPECT_DOUBLE_EQ(mm.other, 2 * ((g.params_per_layer() - 6 * h) / 2 + 6 * h) * 2);
+  // ZeRO-3's gathered units in bf16 (2 B per parameter). A rank's layer: the tp-split weights and
+  // column-parallel biases / 2, plus the replicated two LayerNorms (4h) and row-parallel biases
+  // (2h) whole: (params - 6h) / 2 + 6h. The embedding: the vocabulary-split table V h / 2 and the
+  // learned positions (seq x h) whole; the head: the final LayerNorm (2h) and, tied over two
+  // stages, the last stage's own copy of the table.
+  const double h = m.hidden, table = m.vocab * h / 2;
+  const double layer = ((g.params_per_layer() - 6 * h) / 2 + 6 * h) * 2;
+  EXPECT_DOUBLE_EQ(mm.gathered_layer, layer);
+  EXPECT_DOUBLE_EQ(mm.gathered_embedding, (table + 2048 * h) * 2);
+  EXPECT_DOUBLE_EQ(mm.gathered_head, (2 * h + table) * 2);
+  EXPECT_FALSE(mm.head_reads_embedding);
+  // The 51200-word table outweighs a layer: stage 0 peaks at the embedding and the first layer in
+  // flight together, stage 1 at the head and the last layer (not at two layers).
+  ASSERT_GT(mm.gathered_embedding, layer);
+  ASSERT_GT(mm.gathered_head, layer);
+  EXPECT_DOUBLE_EQ(e.per_stage[0].other, mm.gathered_embedding + layer);
+  EXPECT_DOUBLE_EQ(e.per_stage[1].other, mm.gathered_head + layer);
   EXPECT_DOUBLE_EQ(mm.runtime, c.runtime_overhead);
   EXPECT_DOUBLE_EQ(e.per_stage[0].runtime, c.runtime_overhead);
 }
@@ -182,6 +194,53 @@ TEST(MemoryModel, ProfileLayerActivationsCountWhatTheStackSaves) {
   // Under full recomputation only the fp32 layer input stays.
   s.recompute = Recompute::full;
   EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(gl, exec_like(), s), 4 * h * tokens);
+}
+
+// ZeRO-3's gathered units per stage (hand-worked): the largest pair of consecutive units of a chunk.
+TEST(MemoryModel, Zero3GatheredUnitsPerStage) {
+  MemoryModel mm;
+  mm.pp = 3;
+  mm.gathered_layer = 10;
+  mm.gathered_embedding = 25;
+  mm.gathered_head = 7;
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 0, 2), 35);  // embedding + layer 25 + 10 > two layers 20
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 1, 2), 20);  // two layers
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 1, 1), 10);  // one layer: never two at once
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 2, 2), 20);  // two layers 20 > head + layer 17
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 2, 1), 17);  // head + layer
+  mm.gathered_head = 40;                                 // a large vocabulary's head
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 2, 4), 50);
+  // Interleaved (vp 2): two layers over two chunks are one per chunk, three put two in one chunk.
+  mm.vp = 2;
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 1, 2), 10);
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 1, 3), 20);
+  // One stage with a tied head: its backward starts with the head, the embedding it reads and the
+  // prefetched last layer in flight: 40 + 25 + 10.
+  mm.pp = 1;
+  mm.vp = 1;
+  mm.head_reads_embedding = true;
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 0, 2), 75);
+  mm.gathered_layer = mm.gathered_embedding = mm.gathered_head = 0;  // no ZeRO-3
+  EXPECT_DOUBLE_EQ(zero3_gathered_bytes(mm, 0, 2), 0);
+}
+
+// ZeRO-3 gathers in the compute dtype: 2 B per parameter under bf16 even where the stack keeps
+// fp32 parameters (4 B master weights), 4 B in fp32 training; nothing without ZeRO-3.
+TEST(MemoryModel, Zero3GathersInTheComputeDtype) {
+  const ModelSpec m = gpt(4, 256, 4, 128, 1000);
+  const LayerGraph g(m, 128);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s;
+  s.dp = 2, s.zero = 3, s.micro_batch = 1, s.global_batch = 2, s.seq_len = 128, s.dtype = Dtype::bf16;
+  const double layer = g.params_per_layer_per_rank(1);
+  const MemoryModel bf16 = memory_model(g, c, exec_like(), s);
+  EXPECT_EQ(bf16.per_param.weight, 4);  // the fp32 master weights
+  EXPECT_DOUBLE_EQ(bf16.gathered_layer, 2 * layer);
+  EXPECT_TRUE(bf16.head_reads_embedding);  // tied, one stage
+  s.dtype = Dtype::fp32;
+  EXPECT_DOUBLE_EQ(memory_model(g, c, exec_like(), s).gathered_layer, 4 * layer);
+  s.zero = 2;
+  EXPECT_DOUBLE_EQ(memory_model(g, c, exec_like(), s).gathered_layer, 0);
 }
 
 TEST(MemoryModel, PeakIsTheLargerOfBackwardAndOptimizerAndTheAllocatorScalesTensors) {
