@@ -6,7 +6,6 @@
 #include <array>
 #include <string>
 #include <cmath>
-#include <numeric>
 #include <span>
 
 #include "sim/check.hpp"
@@ -378,10 +377,13 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   std::fill(stage_params.begin(), stage_params.end(), 0.0);
   const Seconds call = cluster.collectives.call_overhead;
   int first_layer = 0;
-  for (int v = 0; v < nchunks; ++v) {
+  // The chunks' layers and their costs, n x one layer's (chunk v sits on stage v % pp as its chunk
+  // v / pp there, counted rather than divided: this runs for every chunk of every strategy a
+  // search predicts).
+  for (int v = 0, stage = 0, chunk = 0; v < nchunks; ++v) {
     ChunkCost& c = out.chunks[v];
-    c.stage = v % s.pp;
-    c.chunk = v / s.pp;
+    c.stage = stage;
+    c.chunk = chunk;
     c.first_layer = first_layer;
     c.layers = split[v];
     first_layer += split[v];
@@ -396,20 +398,28 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
     c.cp_forward = n * layer.cp_forward;
     c.cp_backward = n * layer.cp_backward;
     c.params = n * layer.params;
-    c.zero3_gather = 0;
-    c.dp_reduce = 0;
-    const std::array<const EndCost*, 2> ends{c.has_embedding ? &pre : nullptr, c.has_head ? &post : nullptr};
-    for (const EndCost* e : ends) {
-      if (!e) continue;
-      c.forward += e->forward;
-      c.backward += e->backward;
-      c.tp_forward += e->tp_forward;
-      c.tp_backward += e->tp_backward;
-      c.params += e->params;
+    if (++stage == s.pp) {
+      stage = 0;
+      ++chunk;
     }
+  }
+  // The end ops on the first and last chunk.
+  auto add_end = [](ChunkCost& c, const EndCost& e) {
+    c.forward += e.forward;
+    c.backward += e.backward;
+    c.tp_forward += e.tp_forward;
+    c.tp_backward += e.tp_backward;
+    c.params += e.params;
+  };
+  add_end(out.chunks.front(), pre);
+  add_end(out.chunks.back(), post);
+  const bool cast_per_micro_batch = sw.weight_cast_per_micro_batch;
+  for (int v = 0; v < nchunks; ++v) {
+    ChunkCost& c = out.chunks[v];
+    const double n = c.layers;
     stage_params[c.stage] += c.params;
     // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
-    if (sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
+    if (cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
     c.grad_bytes = c.params * state.grad;
     // The chunk's compression cost: n x the layer's, plus its end ops'. Uncompressed only the wire
     // bytes are used, summed in the same order.
@@ -429,6 +439,8 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
       c.dp_reduce = out.chunks[v - 1].dp_reduce;
       continue;
     }
+    c.zero3_gather = 0;
+    c.dp_reduce = 0;
     if (s.uses_ps()) {
       // Push the (compressed) gradients, pull the 16-bit parameters: per round one call and a
       // message each way (param_server.hpp).
@@ -609,44 +621,52 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
 
   // Per stage and micro-batch: work W_i = forward + backward (+ recompute, TP/CP exposure) and
   // the stage's p2p transfers (one in and one out per chunk and direction, overlapped pairwise).
-  // No member initialisers: the inline buffer below is zeroed only as far as it is used.
   struct StageSum {
     Seconds compute, recompute, tp, cp, pp, fwd, bwd;
     Seconds zero_mb, zero_mb_exposed, dp_step;
     double params;
     int layers;
-    Seconds work() const { return compute + recompute + tp + cp + pp + zero_mb_exposed; }
+    Seconds work;  // compute + recompute + tp + cp + pp + zero_mb_exposed
   };
-  // Per-stage sums; on the stack for the usual pipeline depths (predict runs millions of times in
-  // a search), on the heap beyond.
-  constexpr int kInline = 64;
-  StageSum inline_sums[kInline];
-  std::vector<StageSum> heap_sums(s.pp > kInline ? s.pp : 0);
-  const std::span<StageSum> st = s.pp > kInline ? std::span<StageSum>(heap_sums) : std::span<StageSum>(inline_sums, s.pp);
-  for (StageSum& t : st) t = StageSum{};
-  for (const auto& c : costs.chunks) {
-    StageSum& t = st[c.stage];
-    t.compute += c.forward + c.backward;
-    t.recompute += c.recompute;
-    t.tp += c.tp_forward + c.tp_backward;
-    t.cp += c.cp_forward + c.cp_backward;
-    t.fwd += c.forward + c.tp_forward + c.cp_forward;
-    t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward;
-    t.params += c.params;
-    t.layers += c.layers;
-    if (s.zero == 3) t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
-    else if (s.zero == 2) t.zero_mb += c.dp_reduce;
-    else t.dp_step += c.dp_reduce;
-  }
-  for (auto& t : st) {
-    // Without interleaving, the forward send to the next stage and the gradient sent back lie on
-    // the 1F1B/GPipe dependency chain: two transfers per micro-batch whatever the sender overlaps.
-    // Interleaving leaves other chunks' work to run meanwhile, so there the stack's p2p overlap
-    // share decides (software "overlap.pp_interleaved").
-    if (s.pp > 1) {
-      const double rate = s.schedule == ScheduleKind::interleaved ? costs.overlap_cost_rate(costs.pp_overlap) : 1.0;
-      t.pp = 2 * s.vp * costs.p2p * rate;
+  // Without interleaving, the forward send to the next stage and the gradient sent back lie on
+  // the 1F1B/GPipe dependency chain: two transfers per micro-batch whatever the sender overlaps.
+  // Interleaving leaves other chunks' work to run meanwhile, so there the stack's p2p overlap
+  // share decides (software "overlap.pp_interleaved").
+  const double pp_rate = s.schedule == ScheduleKind::interleaved ? costs.overlap_cost_rate(costs.pp_overlap) : 1.0;
+  // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file, the
+  // allocator's behaviour and the safety margin from the software profile.
+  const MemoryModel& mm = costs.memory;
+  e.per_stage.resize(s.pp);
+  e.stage_layers.resize(s.pp);
+  // One pass over the stages (predict runs millions of times in a search): each stage's sums,
+  // then what the step takes from them in stage order -- the busiest stage (the first of the
+  // largest W_i), sum_i W_i, the DP exposure -- and the stage's memory.
+  StageSum b{};  // the busiest stage
+  Seconds work_sum = 0, step_exposed = 0, dp_total = 0;
+  int worst = 0;  // the fullest stage (the first of the largest totals)
+  Bytes worst_total = 0;
+  // Chunks are ordered by virtual stage (chunks[chunk * pp + stage], as simulate() checks too), so
+  // stage i sums chunks i, i + pp, i + 2 pp, ... in chunk order.
+  const std::size_t nchunks = costs.chunks.size();
+  const std::size_t pp = static_cast<std::size_t>(s.pp);
+  for (std::size_t i = 0; i < pp; ++i) {
+    StageSum t{};
+    for (std::size_t v = i; v < nchunks; v += pp) {
+      const ChunkCost& c = costs.chunks[v];
+      TRAINPLAN_CHECK(c.stage == static_cast<int>(i), "step costs must be ordered by virtual stage (chunks[chunk * pp + stage])");
+      t.compute += c.forward + c.backward;
+      t.recompute += c.recompute;
+      t.tp += c.tp_forward + c.tp_backward;
+      t.cp += c.cp_forward + c.cp_backward;
+      t.fwd += c.forward + c.tp_forward + c.cp_forward;
+      t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward;
+      t.params += c.params;
+      t.layers += c.layers;
+      if (s.zero == 3) t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
+      else if (s.zero == 2) t.zero_mb += c.dp_reduce;
+      else t.dp_step += c.dp_reduce;
     }
+    if (s.pp > 1) t.pp = 2 * s.vp * costs.p2p * pp_rate;
     // ZeRO-3 gathers parameters ahead of the forward and the backward (prefetched, so hidden
     // behind compute up to its length) and reduce-scatters gradients during the backward;
     // ZeRO-2 only the latter. Only what outlasts the compute it overlaps is exposed.
@@ -657,12 +677,23 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
     } else if (s.zero == 2) {
       t.zero_mb_exposed = exposed(costs, t.zero_mb, t.bwd, costs.overlap.dp);
     }
+    t.work = t.compute + t.recompute + t.tp + t.cp + t.pp + t.zero_mb_exposed;
+    work_sum += t.work;
+    if (i == 0 || b.work < t.work) b = t;
+    // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
+    // as soon as their layer's gradients exist).
+    step_exposed = std::max(step_exposed, exposed(costs, t.dp_step, t.bwd, costs.overlap.dp));
+    dp_total = std::max(dp_total, t.dp_step + m * t.zero_mb);
+    e.stage_layers[i] = t.layers;
+    StageMemory& mem = e.per_stage[i];
+    mem = stage_memory(mm, static_cast<int>(i), t.params, t.layers);
+    const Bytes total = mem.total();
+    e.peak_memory = std::max(e.peak_memory, total);
+    if (i == 0 || worst_total < total) {
+      worst = static_cast<int>(i);
+      worst_total = total;
+    }
   }
-  const auto busiest = std::max_element(st.begin(), st.end(), [](const StageSum& a, const StageSum& b) {
-    return a.work() < b.work();
-  });
-  const Seconds work_sum = std::accumulate(st.begin(), st.end(), 0.0, [](Seconds acc, const StageSum& t) { return acc + t.work(); });
-  const StageSum& b = *busiest;
 
   // Pipeline: the busiest stage runs m micro-batches back to back; filling and draining the
   // pipeline adds the other stages' work once, shortened v-fold by interleaving. For uniform
@@ -673,15 +704,8 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   t.tp_comm = m * b.tp;
   t.cp_comm = m * b.cp;
   t.pp_comm = m * b.pp;
-  t.bubble = (work_sum - b.work()) / s.vp;
-  // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
-  // as soon as their layer's gradients exist); the updated-parameter all-gather of ZeRO 1/2
-  // follows the optimizer step.
-  Seconds step_exposed = 0, dp_total = 0;
-  for (const auto& stage : st) {
-    step_exposed = std::max(step_exposed, exposed(costs, stage.dp_step, stage.bwd, costs.overlap.dp));
-    dp_total = std::max(dp_total, stage.dp_step + m * stage.zero_mb);
-  }
+  t.bubble = (work_sum - b.work) / s.vp;
+  // The updated-parameter all-gather of ZeRO 1/2 follows the optimizer step.
   t.dp_comm = dp_total + costs.dp_param_gather;
   // The ZeRO-1/2 parameter all-gather overlaps the next step's first forward where the stack
   // overlaps it (Megatron --overlap-param-gather).
@@ -689,27 +713,16 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   t.optimizer = costs.optimizer;
   t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
 
-  // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file, the
-  // allocator's behaviour and the safety margin from the software profile.
-  const MemoryModel& mm = costs.memory;
-  e.per_stage.resize(s.pp);
-  e.stage_layers.resize(s.pp);
-  for (int i = 0; i < s.pp; ++i) {
-    e.stage_layers[i] = st[i].layers;
-    e.per_stage[i] = stage_memory(mm, i, st[i].params, st[i].layers);
-    e.peak_memory = std::max(e.peak_memory, e.per_stage[i].total());
-  }
   // A plan must leave the profile's safety margin of the GPU's memory free: the model's error on
   // measured peaks (see software/*.json "allocator") must not turn a predicted fit into an OOM.
   const double margin = mm.safety_margin;
   if (e.peak_memory > e.capacity * (1 - margin)) {
-    const auto worst = std::max_element(e.per_stage.begin(), e.per_stage.end(),
-                                        [](const StageMemory& a, const StageMemory& b) { return a.total() < b.total(); });
+    const StageMemory& fullest = e.per_stage[worst];
     e.feasible = false;
     e.infeasible.push_back({.reason = InfeasibleReason::out_of_memory,
                             .detail = {},
-                            .stage = worst->stage,
-                            .needed = worst->total(),
+                            .stage = fullest.stage,
+                            .needed = fullest.total(),
                             .available = e.capacity,
                             .margin = margin});
   }

@@ -414,7 +414,12 @@ bool better(const Ranked& a, const Ranked& b) { return rank_key(a) < rank_key(b)
 
 // True when keep_best would keep (value, e) in `list` (so that it is copied only then).
 bool would_keep(const std::vector<Ranked>& list, std::size_t k, double value, const Estimate& e) {
-  return list.size() < k || rank_key(value, e) < rank_key(list.back());
+  if (list.size() < k) return true;
+  // rank_key's order, its first member (the value) compared before the others are built.
+  const Ranked& last = list.back();
+  if (value < last.value) return true;
+  if (last.value < value) return false;
+  return rank_key(value, e) < rank_key(last);
 }
 
 // Keeps the k best by `better`.
