@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstdint>
 #include <string>
 #include <cmath>
 #include <span>
@@ -341,8 +343,6 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   const Link dp_link = group_link(cluster, dp_group, dp_stride);
 
   const int nchunks = s.pp * s.vp;
-  // Layers per chunk: the split of these inputs kept in out's memo, or computed into it.
-  const std::span<const int> split = memo_split(out, graph.model().layers, nchunks, layer.total(), pre.total(), post.total());
   const StateBytes state = state_bytes(s);
   // Gradient compression (compression.hpp): bytes on the wire and extra compute of one layer and
   // of the end ops; parameter servers (param_server.hpp) replace the DP collective.
@@ -367,68 +367,102 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   // storage is kept (search predicts millions of steps into the same StepCosts).
   out.ps_servers = 0;
   out.dp_param_gather = 0;
-  out.chunks.resize(nchunks);
-  // Parameters per stage, summed in chunk order (stage i holds chunks i, i + pp, i + 2 pp, ...).
-  constexpr int kInlineStages = 64;
-  double inline_stage_params[kInlineStages];
-  std::vector<double> heap_stage_params(s.pp > kInlineStages ? s.pp : 0);
-  const std::span<double> stage_params = s.pp > kInlineStages ? std::span<double>(heap_stage_params)
-                                                               : std::span<double>(inline_stage_params, s.pp);
-  std::fill(stage_params.begin(), stage_params.end(), 0.0);
   const Seconds call = cluster.collectives.call_overhead;
-  int first_layer = 0;
-  // The chunks' layers and their costs, n x one layer's (chunk v sits on stage v % pp as its chunk
-  // v / pp there, counted rather than divided: this runs for every chunk of every strategy a
-  // search predicts).
-  for (int v = 0, stage = 0, chunk = 0; v < nchunks; ++v) {
-    ChunkCost& c = out.chunks[v];
-    c.stage = stage;
-    c.chunk = chunk;
-    c.first_layer = first_layer;
-    c.layers = split[v];
-    first_layer += split[v];
-    c.has_embedding = v == 0;
-    c.has_head = v == nchunks - 1;
-    const double n = c.layers;
-    c.forward = n * layer.forward;
-    c.backward = n * layer.backward;
-    c.recompute = n * layer.recompute;
-    c.tp_forward = n * layer.tp_forward;
-    c.tp_backward = n * layer.tp_backward;
-    c.cp_forward = n * layer.cp_forward;
-    c.cp_backward = n * layer.cp_backward;
-    c.params = n * layer.params;
-    if (++stage == s.pp) {
-      stage = 0;
-      ++chunk;
+  // The chunks' fields that depend on neither ZeRO nor the DP group: from the memo when it holds
+  // them for these inputs (bit for bit: every input of those fields; not with per-micro-batch
+  // weight casts, which look up the cluster's tables, or with compression), else computed here.
+  const bool memoizable = plain && !sw.weight_cast_per_micro_batch;
+  std::array<std::uint64_t, StepCosts::ChunkMemo::kInputs> inputs{};
+  StepCosts::ChunkMemo* memo = nullptr;
+  if (memoizable) {
+    std::size_t k = 0;
+    for (const double x : {layer.forward, layer.backward, layer.recompute, layer.tp_forward, layer.tp_backward,
+                           layer.cp_forward, layer.cp_backward, layer.params, pre.forward, pre.backward, pre.tp_forward,
+                           pre.tp_backward, pre.params, post.forward, post.backward, post.tp_forward, post.tp_backward,
+                           post.params, state.grad})
+      inputs[k++] = std::bit_cast<std::uint64_t>(x);
+    for (const int x : {graph.model().layers, nchunks, s.pp}) inputs[k++] = static_cast<std::uint64_t>(x);
+    TRAINPLAN_CHECK(k == inputs.size(), "chunk memo inputs");
+    for (StepCosts::ChunkMemo& m : out.chunk_memo)
+      if (m.valid && m.inputs == inputs) memo = &m;
+  }
+  double busiest_params = 0;
+  if (memo) {
+    out.chunks = memo->chunks;
+    busiest_params = memo->busiest_params;
+  } else {
+    out.chunks.resize(nchunks);
+    // Layers per chunk: the split of these inputs kept in out's memo, or computed into it.
+    const std::span<const int> split = memo_split(out, graph.model().layers, nchunks, layer.total(), pre.total(), post.total());
+    // Parameters per stage, summed in chunk order (stage i holds chunks i, i + pp, i + 2 pp, ...).
+    constexpr int kInlineStages = 64;
+    double inline_stage_params[kInlineStages];
+    std::vector<double> heap_stage_params(s.pp > kInlineStages ? s.pp : 0);
+    const std::span<double> stage_params = s.pp > kInlineStages ? std::span<double>(heap_stage_params)
+                                                                 : std::span<double>(inline_stage_params, s.pp);
+    std::fill(stage_params.begin(), stage_params.end(), 0.0);
+    int first_layer = 0;
+    // The chunks' layers and their costs, n x one layer's (chunk v sits on stage v % pp as its
+    // chunk v / pp there, counted rather than divided: this runs for every chunk of every
+    // strategy a search predicts).
+    for (int v = 0, stage = 0, chunk = 0; v < nchunks; ++v) {
+      ChunkCost& c = out.chunks[v];
+      c.stage = stage;
+      c.chunk = chunk;
+      c.first_layer = first_layer;
+      c.layers = split[v];
+      first_layer += split[v];
+      c.has_embedding = v == 0;
+      c.has_head = v == nchunks - 1;
+      const double n = c.layers;
+      c.forward = n * layer.forward;
+      c.backward = n * layer.backward;
+      c.recompute = n * layer.recompute;
+      c.tp_forward = n * layer.tp_forward;
+      c.tp_backward = n * layer.tp_backward;
+      c.cp_forward = n * layer.cp_forward;
+      c.cp_backward = n * layer.cp_backward;
+      c.params = n * layer.params;
+      if (++stage == s.pp) {
+        stage = 0;
+        ++chunk;
+      }
+    }
+    // The end ops on the first and last chunk.
+    auto add_end = [](ChunkCost& c, const EndCost& e) {
+      c.forward += e.forward;
+      c.backward += e.backward;
+      c.tp_forward += e.tp_forward;
+      c.tp_backward += e.tp_backward;
+      c.params += e.params;
+    };
+    add_end(out.chunks.front(), pre);
+    add_end(out.chunks.back(), post);
+    const bool cast_per_micro_batch = sw.weight_cast_per_micro_batch;
+    for (ChunkCost& c : out.chunks) {
+      stage_params[c.stage] += c.params;
+      // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
+      if (cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
+      c.grad_bytes = c.params * state.grad;
+    }
+    for (const double params : stage_params) busiest_params = std::max(busiest_params, params);
+    if (memoizable) {
+      StepCosts::ChunkMemo& m = out.chunk_memo[static_cast<std::size_t>(out.chunk_memo_next)];
+      out.chunk_memo_next = (out.chunk_memo_next + 1) % static_cast<int>(out.chunk_memo.size());
+      m.inputs = inputs;
+      m.chunks = out.chunks;
+      m.busiest_params = busiest_params;
+      m.valid = true;
     }
   }
-  // The end ops on the first and last chunk.
-  auto add_end = [](ChunkCost& c, const EndCost& e) {
-    c.forward += e.forward;
-    c.backward += e.backward;
-    c.tp_forward += e.tp_forward;
-    c.tp_backward += e.tp_backward;
-    c.params += e.params;
-  };
-  add_end(out.chunks.front(), pre);
-  add_end(out.chunks.back(), post);
-  const bool cast_per_micro_batch = sw.weight_cast_per_micro_batch;
+  // The DP/ZeRO collectives of each chunk.
   for (int v = 0; v < nchunks; ++v) {
     ChunkCost& c = out.chunks[v];
     const double n = c.layers;
-    stage_params[c.stage] += c.params;
-    // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
-    if (cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
-    c.grad_bytes = c.params * state.grad;
     // The chunk's compression cost: n x the layer's, plus its end ops'. Uncompressed only the wire
-    // bytes are used, summed in the same order.
+    // bytes are used (below), summed in the same order.
     CompressionCost cc;
-    if (plain) {
-      cc.wire = n * layer_cc.wire;
-      if (c.has_embedding) cc.wire += pre_cc.wire;
-      if (c.has_head) cc.wire += post_cc.wire;
-    } else {
+    if (!plain) {
       cc = n * layer_cc;
       if (c.has_embedding) cc += pre_cc;
       if (c.has_head) cc += post_cc;
@@ -441,6 +475,11 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
     }
     c.zero3_gather = 0;
     c.dp_reduce = 0;
+    if (plain) {
+      cc.wire = n * layer_cc.wire;
+      if (c.has_embedding) cc.wire += pre_cc.wire;
+      if (c.has_head) cc.wire += post_cc.wire;
+    }
     if (s.uses_ps()) {
       // Push the (compressed) gradients, pull the 16-bit parameters: per round one call and a
       // message each way (param_server.hpp).
@@ -471,8 +510,6 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   }
 
   out.p2p = p2p_time(cluster, lc, s.pp, layout.stride(Dim::pp));
-  double busiest_params = 0;
-  for (const double params : stage_params) busiest_params = std::max(busiest_params, params);
   const double opt_share = s.zero >= 1 ? 1.0 / dp_group : 1.0;
   // The optimizer as the software runs it over the parameters this rank updates; weight casts and
   // gradient-buffer upkeep once a step (where not every micro-batch). With parameter servers the

@@ -13,6 +13,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -93,6 +94,19 @@ struct StepCosts {
   };
   std::array<SplitMemo, 8> split_memo;
   int split_memo_next = 0;  // entry to replace next (round robin)
+  // Scratch too: the chunks' fields that do not depend on ZeRO, the DP group or the schedule
+  // (position, compute, TP/CP, parameters, gradient bytes) for the inputs they were computed from,
+  // bit for bit (ChunkMemo::inputs), and the most parameters a stage holds. A search predicts each
+  // layer-cost setting under every ZeRO stage; for the same inputs these are copied, not recomputed.
+  struct ChunkMemo {
+    static constexpr int kInputs = 22;
+    std::array<std::uint64_t, kInputs> inputs{};  // see step_costs (predict.cpp)
+    bool valid = false;
+    std::vector<ChunkCost> chunks;
+    double busiest_params = 0;
+  };
+  std::array<ChunkMemo, 4> chunk_memo;
+  int chunk_memo_next = 0;  // entry to replace next (round robin)
 };
 
 // Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.
