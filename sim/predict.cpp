@@ -371,7 +371,7 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   // The chunks' fields that depend on neither ZeRO nor the DP group: from the memo when it holds
   // them for these inputs (bit for bit: every input of those fields; not with per-micro-batch
   // weight casts, which look up the cluster's tables, or with compression), else computed here.
-  const bool memoizable = plain && !sw.weight_cast_per_micro_batch;
+  const bool memoizable = out.memoize_chunks && plain && !sw.weight_cast_per_micro_batch;
   std::array<std::uint64_t, StepCosts::ChunkMemo::kInputs> inputs{};
   StepCosts::ChunkMemo* memo = nullptr;
   if (memoizable) {

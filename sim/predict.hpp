@@ -107,6 +107,9 @@ struct StepCosts {
   };
   std::array<ChunkMemo, 4> chunk_memo;
   int chunk_memo_next = 0;  // entry to replace next (round robin)
+  // Whether step_costs keeps chunk memos: for a scratch that many strategies are predicted into
+  // (search's); off for one prediction, where storing a memo costs more than it saves.
+  bool memoize_chunks = false;
 };
 
 // Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.

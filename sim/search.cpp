@@ -155,7 +155,9 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
 // into, so that predicting a layout allocates nothing.
 class Worker {
  public:
-  explicit Worker(const Problem& p) : slot_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, -1) {}
+  explicit Worker(const Problem& p) : slot_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, -1) {
+    costs.memoize_chunks = true;
+  }
 
   // Layer costs of (tp, cp, micro-batch index, recompute, sp) of layout `l`. The reference stays
   // valid for the worker's life (a deque does not move its elements as it grows).
