@@ -368,12 +368,11 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   out.ps_servers = 0;
   out.dp_param_gather = 0;
   const Seconds call = cluster.collectives.call_overhead;
-  // The chunks' fields that depend on neither ZeRO nor the DP group: from the memo when it holds
-  // them for these inputs (bit for bit: every input of those fields; not with per-micro-batch
-  // weight casts, which look up the cluster's tables, or with compression), else computed here.
+  // The chunks' fields that depend on neither ZeRO nor the DP group: as the last call left them
+  // when it had the same inputs (bit for bit: every input of those fields; not with per-micro-
+  // batch weight casts, which look up the cluster's tables, or with compression), else computed.
   const bool memoizable = out.memoize_chunks && plain && !sw.weight_cast_per_micro_batch;
-  std::array<std::uint64_t, StepCosts::ChunkMemo::kInputs> inputs{};
-  StepCosts::ChunkMemo* memo = nullptr;
+  std::array<std::uint64_t, 22> inputs{};
   if (memoizable) {
     std::size_t k = 0;
     for (const double x : {layer.forward, layer.backward, layer.recompute, layer.tp_forward, layer.tp_backward,
@@ -383,13 +382,11 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
       inputs[k++] = std::bit_cast<std::uint64_t>(x);
     for (const int x : {graph.model().layers, nchunks, s.pp}) inputs[k++] = static_cast<std::uint64_t>(x);
     TRAINPLAN_CHECK(k == inputs.size(), "chunk memo inputs");
-    for (StepCosts::ChunkMemo& m : out.chunk_memo)
-      if (m.valid && m.inputs == inputs) memo = &m;
   }
   double busiest_params = 0;
-  if (memo) {
-    out.chunks = memo->chunks;
-    busiest_params = memo->busiest_params;
+  if (memoizable && out.chunk_inputs_valid && out.chunk_inputs == inputs &&
+      out.chunks.size() == static_cast<std::size_t>(nchunks)) {
+    busiest_params = out.chunk_busiest_params;
   } else {
     out.chunks.resize(nchunks);
     // Layers per chunk: the split of these inputs kept in out's memo, or computed into it.
@@ -446,14 +443,9 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
       c.grad_bytes = c.params * state.grad;
     }
     for (const double params : stage_params) busiest_params = std::max(busiest_params, params);
-    if (memoizable) {
-      StepCosts::ChunkMemo& m = out.chunk_memo[static_cast<std::size_t>(out.chunk_memo_next)];
-      out.chunk_memo_next = (out.chunk_memo_next + 1) % static_cast<int>(out.chunk_memo.size());
-      m.inputs = inputs;
-      m.chunks = out.chunks;
-      m.busiest_params = busiest_params;
-      m.valid = true;
-    }
+    out.chunk_inputs_valid = memoizable;
+    out.chunk_inputs = inputs;
+    out.chunk_busiest_params = busiest_params;
   }
   // The DP/ZeRO collectives of each chunk.
   for (int v = 0; v < nchunks; ++v) {

@@ -94,22 +94,16 @@ struct StepCosts {
   };
   std::array<SplitMemo, 8> split_memo;
   int split_memo_next = 0;  // entry to replace next (round robin)
-  // Scratch too: the chunks' fields that do not depend on ZeRO, the DP group or the schedule
-  // (position, compute, TP/CP, parameters, gradient bytes) for the inputs they were computed from,
-  // bit for bit (ChunkMemo::inputs), and the most parameters a stage holds. A search predicts each
-  // layer-cost setting under every ZeRO stage; for the same inputs these are copied, not recomputed.
-  struct ChunkMemo {
-    static constexpr int kInputs = 22;
-    std::array<std::uint64_t, kInputs> inputs{};  // see step_costs (predict.cpp)
-    bool valid = false;
-    std::vector<ChunkCost> chunks;
-    double busiest_params = 0;
-  };
-  std::array<ChunkMemo, 4> chunk_memo;
-  int chunk_memo_next = 0;  // entry to replace next (round robin)
-  // Whether step_costs keeps chunk memos: for a scratch that many strategies are predicted into
-  // (search's); off for one prediction, where storing a memo costs more than it saves.
+  // Scratch too, with memoize_chunks: the inputs, bit for bit, of the chunks' fields that depend
+  // on neither ZeRO nor the DP group (position, compute, TP/CP, parameters, gradient bytes) as
+  // step_costs last wrote them into `chunks`, and the most parameters a stage holds. A search
+  // predicts each layer-cost setting under every ZeRO stage in turn; for the same inputs those
+  // fields are left as they are and only the collectives are computed again. So set
+  // memoize_chunks only on a scratch nothing else writes into between calls (search's worker).
   bool memoize_chunks = false;
+  bool chunk_inputs_valid = false;
+  std::array<std::uint64_t, 22> chunk_inputs{};  // see step_costs (predict.cpp)
+  double chunk_busiest_params = 0;
 };
 
 // Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.

@@ -156,7 +156,7 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
 class Worker {
  public:
   explicit Worker(const Problem& p) : slot_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, -1) {
-    costs.memoize_chunks = true;
+    for (StepCosts& c : costs_) c.memoize_chunks = true;
   }
 
   // Layer costs of (tp, cp, micro-batch index, recompute, sp) of layout `l`. The reference stays
@@ -172,10 +172,13 @@ class Worker {
     return keys_[static_cast<std::size_t>(slot_[i])];
   }
 
-  StepCosts costs;    // predict's scratch
+  // predict's scratch for a strategy: one per (recompute, sp) -- the settings' innermost digits,
+  // so that each sees one layer-cost setting under the ZeRO stages in turn (StepCosts's memos).
+  StepCosts& costs(const Strategy& s) { return costs_[static_cast<std::size_t>(s.recompute) * 2 + s.sequence_parallel]; }
   Estimate estimate;  // the last prediction
 
  private:
+  std::array<StepCosts, 6> costs_;
   std::vector<int> slot_;        // index into keys_ by (tp, cp, micro-batch, recompute, sp); -1: not yet
   std::deque<LayerCosts> keys_;  // the layer costs met so far
 };
@@ -490,7 +493,7 @@ void evaluate(const Problem& p, const Strategy& s, const LayerCosts& lc, WorkerR
   const SearchOptions& o = p.options;
   Estimate& e = worker.estimate;
   if (o.evaluate) e = o.evaluate(s);
-  else predict(p.graph, p.cluster, p.software, s, lc, worker.costs, e);
+  else predict(p.graph, p.cluster, p.software, s, lc, worker.costs(s), e);
   ++w.stats.evaluated;
   if (!e.feasible) {
     TRAINPLAN_CHECK(!e.infeasible.empty(), "an infeasible estimate must say why");
