@@ -680,21 +680,25 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   const std::size_t pp = static_cast<std::size_t>(s.pp);
   for (std::size_t i = 0; i < pp; ++i) {
     StageSum t{};
-    for (std::size_t v = i; v < nchunks; v += pp) {
-      const ChunkCost& c = costs.chunks[v];
-      TRAINPLAN_CHECK(c.stage == static_cast<int>(i), "step costs must be ordered by virtual stage (chunks[chunk * pp + stage])");
-      t.compute += c.forward + c.backward;
-      t.recompute += c.recompute;
-      t.tp += c.tp_forward + c.tp_backward;
-      t.cp += c.cp_forward + c.cp_backward;
-      t.fwd += c.forward + c.tp_forward + c.cp_forward;
-      t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward;
-      t.params += c.params;
-      t.layers += c.layers;
-      if (s.zero == 3) t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
-      else if (s.zero == 2) t.zero_mb += c.dp_reduce;
-      else t.dp_step += c.dp_reduce;
-    }
+    // `add_dp` adds a chunk's DP/ZeRO traffic where the ZeRO stage puts it (chosen once per stage).
+    auto sum_chunks = [&](auto add_dp) {
+      for (std::size_t v = i; v < nchunks; v += pp) {
+        const ChunkCost& c = costs.chunks[v];
+        TRAINPLAN_CHECK(c.stage == static_cast<int>(i), "step costs must be ordered by virtual stage (chunks[chunk * pp + stage])");
+        t.compute += c.forward + c.backward;
+        t.recompute += c.recompute;
+        t.tp += c.tp_forward + c.tp_backward;
+        t.cp += c.cp_forward + c.cp_backward;
+        t.fwd += c.forward + c.tp_forward + c.cp_forward;
+        t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward;
+        t.params += c.params;
+        t.layers += c.layers;
+        add_dp(c);
+      }
+    };
+    if (s.zero == 3) sum_chunks([&](const ChunkCost& c) { t.zero_mb += 2 * c.zero3_gather + c.dp_reduce; });
+    else if (s.zero == 2) sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
+    else sum_chunks([&](const ChunkCost& c) { t.dp_step += c.dp_reduce; });
     if (s.pp > 1) t.pp = 2 * s.vp * costs.p2p * pp_rate;
     // ZeRO-3 gathers parameters ahead of the forward and the backward (prefetched, so hidden
     // behind compute up to its length) and reduce-scatters gradients during the backward;
