@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstdint>
 #include <string>
 #include <cmath>
-#include <numeric>
 #include <span>
 
 #include "sim/check.hpp"
@@ -342,8 +343,6 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   const Link dp_link = group_link(cluster, dp_group, dp_stride);
 
   const int nchunks = s.pp * s.vp;
-  // Layers per chunk: the split of these inputs kept in out's memo, or computed into it.
-  const std::span<const int> split = memo_split(out, graph.model().layers, nchunks, layer.total(), pre.total(), post.total());
   const StateBytes state = state_bytes(s);
   // Gradient compression (compression.hpp): bytes on the wire and extra compute of one layer and
   // of the end ops; parameter servers (param_server.hpp) replace the DP collective.
@@ -368,57 +367,94 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   // storage is kept (search predicts millions of steps into the same StepCosts).
   out.ps_servers = 0;
   out.dp_param_gather = 0;
-  out.chunks.resize(nchunks);
-  // Parameters per stage, summed in chunk order (stage i holds chunks i, i + pp, i + 2 pp, ...).
-  constexpr int kInlineStages = 64;
-  double inline_stage_params[kInlineStages];
-  std::vector<double> heap_stage_params(s.pp > kInlineStages ? s.pp : 0);
-  const std::span<double> stage_params = s.pp > kInlineStages ? std::span<double>(heap_stage_params)
-                                                               : std::span<double>(inline_stage_params, s.pp);
-  std::fill(stage_params.begin(), stage_params.end(), 0.0);
   const Seconds call = cluster.collectives.call_overhead;
-  int first_layer = 0;
+  // The chunks' fields that depend on neither ZeRO nor the DP group: as the last call left them
+  // when it had the same inputs (bit for bit: every input of those fields; not with per-micro-
+  // batch weight casts, which look up the cluster's tables, or with compression), else computed.
+  const bool memoizable = out.memoize_chunks && plain && !sw.weight_cast_per_micro_batch;
+  std::array<std::uint64_t, 22> inputs{};
+  if (memoizable) {
+    std::size_t k = 0;
+    for (const double x : {layer.forward, layer.backward, layer.recompute, layer.tp_forward, layer.tp_backward,
+                           layer.cp_forward, layer.cp_backward, layer.params, pre.forward, pre.backward, pre.tp_forward,
+                           pre.tp_backward, pre.params, post.forward, post.backward, post.tp_forward, post.tp_backward,
+                           post.params, state.grad})
+      inputs[k++] = std::bit_cast<std::uint64_t>(x);
+    for (const int x : {graph.model().layers, nchunks, s.pp}) inputs[k++] = static_cast<std::uint64_t>(x);
+    TRAINPLAN_CHECK(k == inputs.size(), "chunk memo inputs");
+  }
+  double busiest_params = 0;
+  if (memoizable && out.chunk_inputs_valid && out.chunk_inputs == inputs &&
+      out.chunks.size() == static_cast<std::size_t>(nchunks)) {
+    busiest_params = out.chunk_busiest_params;
+  } else {
+    out.chunks.resize(nchunks);
+    // Layers per chunk: the split of these inputs kept in out's memo, or computed into it.
+    const std::span<const int> split = memo_split(out, graph.model().layers, nchunks, layer.total(), pre.total(), post.total());
+    // Parameters per stage, summed in chunk order (stage i holds chunks i, i + pp, i + 2 pp, ...).
+    constexpr int kInlineStages = 64;
+    double inline_stage_params[kInlineStages];
+    std::vector<double> heap_stage_params(s.pp > kInlineStages ? s.pp : 0);
+    const std::span<double> stage_params = s.pp > kInlineStages ? std::span<double>(heap_stage_params)
+                                                                 : std::span<double>(inline_stage_params, s.pp);
+    std::fill(stage_params.begin(), stage_params.end(), 0.0);
+    int first_layer = 0;
+    // The chunks' layers and their costs, n x one layer's (chunk v sits on stage v % pp as its
+    // chunk v / pp there, counted rather than divided: this runs for every chunk of every
+    // strategy a search predicts).
+    for (int v = 0, stage = 0, chunk = 0; v < nchunks; ++v) {
+      ChunkCost& c = out.chunks[v];
+      c.stage = stage;
+      c.chunk = chunk;
+      c.first_layer = first_layer;
+      c.layers = split[v];
+      first_layer += split[v];
+      c.has_embedding = v == 0;
+      c.has_head = v == nchunks - 1;
+      const double n = c.layers;
+      c.forward = n * layer.forward;
+      c.backward = n * layer.backward;
+      c.recompute = n * layer.recompute;
+      c.tp_forward = n * layer.tp_forward;
+      c.tp_backward = n * layer.tp_backward;
+      c.cp_forward = n * layer.cp_forward;
+      c.cp_backward = n * layer.cp_backward;
+      c.params = n * layer.params;
+      if (++stage == s.pp) {
+        stage = 0;
+        ++chunk;
+      }
+    }
+    // The end ops on the first and last chunk.
+    auto add_end = [](ChunkCost& c, const EndCost& e) {
+      c.forward += e.forward;
+      c.backward += e.backward;
+      c.tp_forward += e.tp_forward;
+      c.tp_backward += e.tp_backward;
+      c.params += e.params;
+    };
+    add_end(out.chunks.front(), pre);
+    add_end(out.chunks.back(), post);
+    const bool cast_per_micro_batch = sw.weight_cast_per_micro_batch;
+    for (ChunkCost& c : out.chunks) {
+      stage_params[c.stage] += c.params;
+      // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
+      if (cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
+      c.grad_bytes = c.params * state.grad;
+    }
+    for (const double params : stage_params) busiest_params = std::max(busiest_params, params);
+    out.chunk_inputs_valid = memoizable;
+    out.chunk_inputs = inputs;
+    out.chunk_busiest_params = busiest_params;
+  }
+  // The DP/ZeRO collectives of each chunk.
   for (int v = 0; v < nchunks; ++v) {
     ChunkCost& c = out.chunks[v];
-    c.stage = v % s.pp;
-    c.chunk = v / s.pp;
-    c.first_layer = first_layer;
-    c.layers = split[v];
-    first_layer += split[v];
-    c.has_embedding = v == 0;
-    c.has_head = v == nchunks - 1;
     const double n = c.layers;
-    c.forward = n * layer.forward;
-    c.backward = n * layer.backward;
-    c.recompute = n * layer.recompute;
-    c.tp_forward = n * layer.tp_forward;
-    c.tp_backward = n * layer.tp_backward;
-    c.cp_forward = n * layer.cp_forward;
-    c.cp_backward = n * layer.cp_backward;
-    c.params = n * layer.params;
-    c.zero3_gather = 0;
-    c.dp_reduce = 0;
-    const std::array<const EndCost*, 2> ends{c.has_embedding ? &pre : nullptr, c.has_head ? &post : nullptr};
-    for (const EndCost* e : ends) {
-      if (!e) continue;
-      c.forward += e->forward;
-      c.backward += e->backward;
-      c.tp_forward += e->tp_forward;
-      c.tp_backward += e->tp_backward;
-      c.params += e->params;
-    }
-    stage_params[c.stage] += c.params;
-    // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
-    if (sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
-    c.grad_bytes = c.params * state.grad;
     // The chunk's compression cost: n x the layer's, plus its end ops'. Uncompressed only the wire
-    // bytes are used, summed in the same order.
+    // bytes are used (below), summed in the same order.
     CompressionCost cc;
-    if (plain) {
-      cc.wire = n * layer_cc.wire;
-      if (c.has_embedding) cc.wire += pre_cc.wire;
-      if (c.has_head) cc.wire += post_cc.wire;
-    } else {
+    if (!plain) {
       cc = n * layer_cc;
       if (c.has_embedding) cc += pre_cc;
       if (c.has_head) cc += post_cc;
@@ -428,6 +464,13 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
       c.zero3_gather = out.chunks[v - 1].zero3_gather;
       c.dp_reduce = out.chunks[v - 1].dp_reduce;
       continue;
+    }
+    c.zero3_gather = 0;
+    c.dp_reduce = 0;
+    if (plain) {
+      cc.wire = n * layer_cc.wire;
+      if (c.has_embedding) cc.wire += pre_cc.wire;
+      if (c.has_head) cc.wire += post_cc.wire;
     }
     if (s.uses_ps()) {
       // Push the (compressed) gradients, pull the 16-bit parameters: per round one call and a
@@ -459,8 +502,6 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   }
 
   out.p2p = p2p_time(cluster, lc, s.pp, layout.stride(Dim::pp));
-  double busiest_params = 0;
-  for (const double params : stage_params) busiest_params = std::max(busiest_params, params);
   const double opt_share = s.zero >= 1 ? 1.0 / dp_group : 1.0;
   // The optimizer as the software runs it over the parameters this rank updates; weight casts and
   // gradient-buffer upkeep once a step (where not every micro-batch). With parameter servers the
@@ -609,44 +650,56 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
 
   // Per stage and micro-batch: work W_i = forward + backward (+ recompute, TP/CP exposure) and
   // the stage's p2p transfers (one in and one out per chunk and direction, overlapped pairwise).
-  // No member initialisers: the inline buffer below is zeroed only as far as it is used.
   struct StageSum {
     Seconds compute, recompute, tp, cp, pp, fwd, bwd;
     Seconds zero_mb, zero_mb_exposed, dp_step;
     double params;
     int layers;
-    Seconds work() const { return compute + recompute + tp + cp + pp + zero_mb_exposed; }
+    Seconds work;  // compute + recompute + tp + cp + pp + zero_mb_exposed
   };
-  // Per-stage sums; on the stack for the usual pipeline depths (predict runs millions of times in
-  // a search), on the heap beyond.
-  constexpr int kInline = 64;
-  StageSum inline_sums[kInline];
-  std::vector<StageSum> heap_sums(s.pp > kInline ? s.pp : 0);
-  const std::span<StageSum> st = s.pp > kInline ? std::span<StageSum>(heap_sums) : std::span<StageSum>(inline_sums, s.pp);
-  for (StageSum& t : st) t = StageSum{};
-  for (const auto& c : costs.chunks) {
-    StageSum& t = st[c.stage];
-    t.compute += c.forward + c.backward;
-    t.recompute += c.recompute;
-    t.tp += c.tp_forward + c.tp_backward;
-    t.cp += c.cp_forward + c.cp_backward;
-    t.fwd += c.forward + c.tp_forward + c.cp_forward;
-    t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward;
-    t.params += c.params;
-    t.layers += c.layers;
-    if (s.zero == 3) t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
-    else if (s.zero == 2) t.zero_mb += c.dp_reduce;
-    else t.dp_step += c.dp_reduce;
-  }
-  for (auto& t : st) {
-    // Without interleaving, the forward send to the next stage and the gradient sent back lie on
-    // the 1F1B/GPipe dependency chain: two transfers per micro-batch whatever the sender overlaps.
-    // Interleaving leaves other chunks' work to run meanwhile, so there the stack's p2p overlap
-    // share decides (software "overlap.pp_interleaved").
-    if (s.pp > 1) {
-      const double rate = s.schedule == ScheduleKind::interleaved ? costs.overlap_cost_rate(costs.pp_overlap) : 1.0;
-      t.pp = 2 * s.vp * costs.p2p * rate;
-    }
+  // Without interleaving, the forward send to the next stage and the gradient sent back lie on
+  // the 1F1B/GPipe dependency chain: two transfers per micro-batch whatever the sender overlaps.
+  // Interleaving leaves other chunks' work to run meanwhile, so there the stack's p2p overlap
+  // share decides (software "overlap.pp_interleaved").
+  const double pp_rate = s.schedule == ScheduleKind::interleaved ? costs.overlap_cost_rate(costs.pp_overlap) : 1.0;
+  // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file, the
+  // allocator's behaviour and the safety margin from the software profile.
+  const MemoryModel& mm = costs.memory;
+  e.per_stage.resize(s.pp);
+  e.stage_layers.resize(s.pp);
+  // One pass over the stages (predict runs millions of times in a search): each stage's sums,
+  // then what the step takes from them in stage order -- the busiest stage (the first of the
+  // largest W_i), sum_i W_i, the DP exposure -- and the stage's memory.
+  StageSum b{};  // the busiest stage
+  Seconds work_sum = 0, step_exposed = 0, dp_total = 0;
+  int worst = 0;  // the fullest stage (the first of the largest totals)
+  Bytes worst_total = 0;
+  // Chunks are ordered by virtual stage (chunks[chunk * pp + stage], as simulate() checks too), so
+  // stage i sums chunks i, i + pp, i + 2 pp, ... in chunk order.
+  const std::size_t nchunks = costs.chunks.size();
+  const std::size_t pp = static_cast<std::size_t>(s.pp);
+  for (std::size_t i = 0; i < pp; ++i) {
+    StageSum t{};
+    // `add_dp` adds a chunk's DP/ZeRO traffic where the ZeRO stage puts it (chosen once per stage).
+    auto sum_chunks = [&](auto add_dp) {
+      for (std::size_t v = i; v < nchunks; v += pp) {
+        const ChunkCost& c = costs.chunks[v];
+        TRAINPLAN_CHECK(c.stage == static_cast<int>(i), "step costs must be ordered by virtual stage (chunks[chunk * pp + stage])");
+        t.compute += c.forward + c.backward;
+        t.recompute += c.recompute;
+        t.tp += c.tp_forward + c.tp_backward;
+        t.cp += c.cp_forward + c.cp_backward;
+        t.fwd += c.forward + c.tp_forward + c.cp_forward;
+        t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward;
+        t.params += c.params;
+        t.layers += c.layers;
+        add_dp(c);
+      }
+    };
+    if (s.zero == 3) sum_chunks([&](const ChunkCost& c) { t.zero_mb += 2 * c.zero3_gather + c.dp_reduce; });
+    else if (s.zero == 2) sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
+    else sum_chunks([&](const ChunkCost& c) { t.dp_step += c.dp_reduce; });
+    if (s.pp > 1) t.pp = 2 * s.vp * costs.p2p * pp_rate;
     // ZeRO-3 gathers parameters ahead of the forward and the backward (prefetched, so hidden
     // behind compute up to its length) and reduce-scatters gradients during the backward;
     // ZeRO-2 only the latter. Only what outlasts the compute it overlaps is exposed.
@@ -657,12 +710,23 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
     } else if (s.zero == 2) {
       t.zero_mb_exposed = exposed(costs, t.zero_mb, t.bwd, costs.overlap.dp);
     }
+    t.work = t.compute + t.recompute + t.tp + t.cp + t.pp + t.zero_mb_exposed;
+    work_sum += t.work;
+    if (i == 0 || b.work < t.work) b = t;
+    // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
+    // as soon as their layer's gradients exist).
+    step_exposed = std::max(step_exposed, exposed(costs, t.dp_step, t.bwd, costs.overlap.dp));
+    dp_total = std::max(dp_total, t.dp_step + m * t.zero_mb);
+    e.stage_layers[i] = t.layers;
+    StageMemory& mem = e.per_stage[i];
+    mem = stage_memory(mm, static_cast<int>(i), t.params, t.layers);
+    const Bytes total = mem.total();
+    e.peak_memory = std::max(e.peak_memory, total);
+    if (i == 0 || worst_total < total) {
+      worst = static_cast<int>(i);
+      worst_total = total;
+    }
   }
-  const auto busiest = std::max_element(st.begin(), st.end(), [](const StageSum& a, const StageSum& b) {
-    return a.work() < b.work();
-  });
-  const Seconds work_sum = std::accumulate(st.begin(), st.end(), 0.0, [](Seconds acc, const StageSum& t) { return acc + t.work(); });
-  const StageSum& b = *busiest;
 
   // Pipeline: the busiest stage runs m micro-batches back to back; filling and draining the
   // pipeline adds the other stages' work once, shortened v-fold by interleaving. For uniform
@@ -673,15 +737,8 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   t.tp_comm = m * b.tp;
   t.cp_comm = m * b.cp;
   t.pp_comm = m * b.pp;
-  t.bubble = (work_sum - b.work()) / s.vp;
-  // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
-  // as soon as their layer's gradients exist); the updated-parameter all-gather of ZeRO 1/2
-  // follows the optimizer step.
-  Seconds step_exposed = 0, dp_total = 0;
-  for (const auto& stage : st) {
-    step_exposed = std::max(step_exposed, exposed(costs, stage.dp_step, stage.bwd, costs.overlap.dp));
-    dp_total = std::max(dp_total, stage.dp_step + m * stage.zero_mb);
-  }
+  t.bubble = (work_sum - b.work) / s.vp;
+  // The updated-parameter all-gather of ZeRO 1/2 follows the optimizer step.
   t.dp_comm = dp_total + costs.dp_param_gather;
   // The ZeRO-1/2 parameter all-gather overlaps the next step's first forward where the stack
   // overlaps it (Megatron --overlap-param-gather).
@@ -689,27 +746,16 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   t.optimizer = costs.optimizer;
   t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
 
-  // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file, the
-  // allocator's behaviour and the safety margin from the software profile.
-  const MemoryModel& mm = costs.memory;
-  e.per_stage.resize(s.pp);
-  e.stage_layers.resize(s.pp);
-  for (int i = 0; i < s.pp; ++i) {
-    e.stage_layers[i] = st[i].layers;
-    e.per_stage[i] = stage_memory(mm, i, st[i].params, st[i].layers);
-    e.peak_memory = std::max(e.peak_memory, e.per_stage[i].total());
-  }
   // A plan must leave the profile's safety margin of the GPU's memory free: the model's error on
   // measured peaks (see software/*.json "allocator") must not turn a predicted fit into an OOM.
   const double margin = mm.safety_margin;
   if (e.peak_memory > e.capacity * (1 - margin)) {
-    const auto worst = std::max_element(e.per_stage.begin(), e.per_stage.end(),
-                                        [](const StageMemory& a, const StageMemory& b) { return a.total() < b.total(); });
+    const StageMemory& fullest = e.per_stage[worst];
     e.feasible = false;
     e.infeasible.push_back({.reason = InfeasibleReason::out_of_memory,
                             .detail = {},
-                            .stage = worst->stage,
-                            .needed = worst->total(),
+                            .stage = fullest.stage,
+                            .needed = fullest.total(),
                             .available = e.capacity,
                             .margin = margin});
   }

@@ -13,6 +13,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -93,6 +94,16 @@ struct StepCosts {
   };
   std::array<SplitMemo, 8> split_memo;
   int split_memo_next = 0;  // entry to replace next (round robin)
+  // Scratch too, with memoize_chunks: the inputs, bit for bit, of the chunks' fields that depend
+  // on neither ZeRO nor the DP group (position, compute, TP/CP, parameters, gradient bytes) as
+  // step_costs last wrote them into `chunks`, and the most parameters a stage holds. A search
+  // predicts each layer-cost setting under every ZeRO stage in turn; for the same inputs those
+  // fields are left as they are and only the collectives are computed again. So set
+  // memoize_chunks only on a scratch nothing else writes into between calls (search's worker).
+  bool memoize_chunks = false;
+  bool chunk_inputs_valid = false;
+  std::array<std::uint64_t, 22> chunk_inputs{};  // see step_costs (predict.cpp)
+  double chunk_busiest_params = 0;
 };
 
 // Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.

@@ -155,7 +155,9 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
 // into, so that predicting a layout allocates nothing.
 class Worker {
  public:
-  explicit Worker(const Problem& p) : slot_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, -1) {}
+  explicit Worker(const Problem& p) : slot_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, -1) {
+    for (StepCosts& c : costs_) c.memoize_chunks = true;
+  }
 
   // Layer costs of (tp, cp, micro-batch index, recompute, sp) of layout `l`. The reference stays
   // valid for the worker's life (a deque does not move its elements as it grows).
@@ -170,10 +172,13 @@ class Worker {
     return keys_[static_cast<std::size_t>(slot_[i])];
   }
 
-  StepCosts costs;    // predict's scratch
+  // predict's scratch for a strategy: one per (recompute, sp) -- the settings' innermost digits,
+  // so that each sees one layer-cost setting under the ZeRO stages in turn (StepCosts's memos).
+  StepCosts& costs(const Strategy& s) { return costs_[static_cast<std::size_t>(s.recompute) * 2 + s.sequence_parallel]; }
   Estimate estimate;  // the last prediction
 
  private:
+  std::array<StepCosts, 6> costs_;
   std::vector<int> slot_;        // index into keys_ by (tp, cp, micro-batch, recompute, sp); -1: not yet
   std::deque<LayerCosts> keys_;  // the layer costs met so far
 };
@@ -414,7 +419,12 @@ bool better(const Ranked& a, const Ranked& b) { return rank_key(a) < rank_key(b)
 
 // True when keep_best would keep (value, e) in `list` (so that it is copied only then).
 bool would_keep(const std::vector<Ranked>& list, std::size_t k, double value, const Estimate& e) {
-  return list.size() < k || rank_key(value, e) < rank_key(list.back());
+  if (list.size() < k) return true;
+  // rank_key's order, its first member (the value) compared before the others are built.
+  const Ranked& last = list.back();
+  if (value < last.value) return true;
+  if (last.value < value) return false;
+  return rank_key(value, e) < rank_key(last);
 }
 
 // Keeps the k best by `better`.
@@ -483,7 +493,7 @@ void evaluate(const Problem& p, const Strategy& s, const LayerCosts& lc, WorkerR
   const SearchOptions& o = p.options;
   Estimate& e = worker.estimate;
   if (o.evaluate) e = o.evaluate(s);
-  else predict(p.graph, p.cluster, p.software, s, lc, worker.costs, e);
+  else predict(p.graph, p.cluster, p.software, s, lc, worker.costs(s), e);
   ++w.stats.evaluated;
   if (!e.feasible) {
     TRAINPLAN_CHECK(!e.infeasible.empty(), "an infeasible estimate must say why");
