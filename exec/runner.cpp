@@ -186,6 +186,7 @@ void ScheduleRunner::setup() {
   ms.grad_buffer = !(s_.zero >= 2 && replicas > 1);  // ZeRO-2/3: gradients reduced bucket by bucket
   ms.unit_buffers = s_.zero == 3 && replicas > 1;     // ZeRO-3: parameters gathered unit by unit
   ms.device = device_;
+  ms.fused_kernels = opt_.fused_kernels;
   AdamWSettings adam;
   adam.lr = opt_.lr;
   LossScaling scaling;
@@ -429,6 +430,7 @@ Measurement ScheduleRunner::collect() {
                                      : s_.dtype == Dtype::fp16 ? "fp16 (autocast, fp32 master)"
                                                                : "fp32"},
                    {"data", opt_.data_file.empty() ? "synthetic" : opt_.data_file},
+                   {"fused_kernels", opt_.fused_kernels ? "on" : "off"},
                    {"vocab_padding",
                     {{"vocab", plan_.model.vocab},
                      {"padded_vocab", padded_vocab(plan_.model.vocab, s_.tp)},
