@@ -127,20 +127,26 @@ std::pair<at::Tensor, at::Tensor> rope_tables(int64_t S, int64_t D) {
   return {emb.cos(), emb.sin()};
 }
 
+// Tables of any values (cos[i] != cos[i + D/2]): the kernels take the rotate-half form in
+// general, not only the model's repeated frequencies.
+std::pair<at::Tensor, at::Tensor> random_tables(int64_t S, int64_t D) { return {at::randn({S, D}), at::randn({S, D})}; }
+
 TEST(ExecFused, RopeMatchesComposite) {
   at::manual_seed(4);
   // [S, B, N, D]: odd S, B, N; head dims 64 and 6 (D/2 odd).
   for (auto [S, B, N, D] : std::vector<std::array<int64_t, 4>>{{5, 3, 7, 64}, {9, 1, 3, 6}, {1, 2, 1, 128}}) {
-    const at::Tensor x = at::randn({S, B, N, D});
-    auto [cos, sin] = rope_tables(S, D);
-    const Fn fused = [cos = cos, sin = sin](const std::vector<at::Tensor>& in) { return fused_rope(in[0], cos, sin); };
-    const Fn comp = [cos = cos, sin = sin](const std::vector<at::Tensor>& in) {
-      return rope_reference(in[0], cos, sin);
-    };
-    const std::string what = "rope " + std::to_string(S) + "x" + std::to_string(B) + "x" + std::to_string(N) + "x" +
-                             std::to_string(D);
-    expect_matches(fused, comp, {x}, at::kFloat, kFp32Tol, what + " fp32");
-    expect_matches(fused, comp, {x}, at::kBFloat16, kBf16Tol, what + " bf16");
+    for (bool model_tables : {true, false}) {
+      const at::Tensor x = at::randn({S, B, N, D});
+      auto [cos, sin] = model_tables ? rope_tables(S, D) : random_tables(S, D);
+      const Fn fused = [cos = cos, sin = sin](const std::vector<at::Tensor>& in) { return fused_rope(in[0], cos, sin); };
+      const Fn comp = [cos = cos, sin = sin](const std::vector<at::Tensor>& in) {
+        return rope_reference(in[0], cos, sin);
+      };
+      const std::string what = "rope " + std::to_string(S) + "x" + std::to_string(B) + "x" + std::to_string(N) + "x" +
+                               std::to_string(D) + (model_tables ? "" : " (random tables)");
+      expect_matches(fused, comp, {x}, at::kFloat, kFp32Tol, what + " fp32");
+      expect_matches(fused, comp, {x}, at::kBFloat16, kBf16Tol, what + " bf16");
+    }
   }
 }
 
@@ -221,7 +227,7 @@ TEST(ExecFused, BackwardsMatchFiniteDifferencesInDouble) {
                    {at::randn({3, 10}), at::randn({10})}, "rmsnorm");
   expect_gradcheck([](const std::vector<at::Tensor>& in) { return fused_layer_norm(in[0], in[1], in[2], 1e-5); },
                    {at::randn({3, 10}), at::randn({10}), at::randn({10})}, "layernorm");
-  auto [cos, sin] = rope_tables(3, 6);
+  auto [cos, sin] = random_tables(3, 6);
   expect_gradcheck([cos = cos, sin = sin](const std::vector<at::Tensor>& in) { return fused_rope(in[0], cos, sin); },
                    {at::randn({3, 2, 2, 6})}, "rope");
   expect_gradcheck([](const std::vector<at::Tensor>& in) { return fused_swiglu(in[0]); }, {at::randn({3, 2, 10}) * 2},
