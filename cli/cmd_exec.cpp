@@ -62,6 +62,11 @@ const char* kExecFlags = R"(execution:
                             inf/NaN gradients is skipped and halves it
   --bucket-mb X             data-parallel gradient bucket in MiB of fp32 gradients (default 16); ZeRO-2/3
                             hold at most two buckets of gradients beyond their shard
+  --fused-kernels on|off    run RMSNorm/LayerNorm, RoPE and SwiGLU/GELU as trainplan's fused kernels
+                            (exec/kernels: one kernel forward and one backward each; CUDA on GPUs, the
+                            same math in CPU loops on the CPU) instead of LibTorch op composites
+                            (default off: not yet shown to be faster on a GPU); recorded as
+                            environment.fused_kernels in the JSON
   --data FILE               train on a little-endian uint16 token file instead of synthetic tokens
   --timeout SECONDS         collective/rendezvous timeout; a dead or hung rank stops the job (default 30)
   --json FILE               write the trainplan/measurement/v1 JSON to FILE ("status": "ok"; a failed
@@ -195,7 +200,10 @@ Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions&
   m.device = cuda_device ? "cuda" : "cpu";
   m.warmup = o.warmup;
   m.seed = o.seed;
-  m.environment = {{"backend", o.backend}, {"device", m.device}, {"ranks", world}};
+  m.environment = {{"backend", o.backend},
+                   {"device", m.device},
+                   {"ranks", world},
+                   {"fused_kernels", o.fused_kernels ? "on" : "off"}};
   return m;
 }
 
@@ -249,6 +257,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
   o.device = f.get_choice("device", cuda ? "cuda" : "cpu", {"cpu", "cuda"});
   o.backend = f.get_choice("backend", o.device == "cuda" ? "nccl" : "gloo", {"nccl", "gloo"});
   o.bucket_bytes = f.get_double("bucket-mb", 16, 1.0 / 1024, 65536) * (1 << 20);
+  o.fused_kernels = f.get_choice("fused-kernels", "off", {"on", "off"}) == "on";
   o.data_file = f.get_or("data", "");
   o.dump_params = f.get_or("dump-params", "");
   o.dump_grads = f.get_or("dump-grads", "");

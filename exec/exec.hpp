@@ -25,6 +25,7 @@ struct ExecOptions {
   double loss_scale = 65536;   // fp16: initial dynamic loss scale
   int loss_scale_window = 2000;  // fp16: good steps before the scale grows
   double bucket_bytes = 16.0 * (1 << 20);  // DP gradient bucket (fp32 bytes)
+  bool fused_kernels = false;  // norms, RoPE, SwiGLU/GELU as exec/kernels/fused_ops (ModelSettings)
   std::string data_file;       // optional: little-endian uint16 token file; empty: synthetic
   std::string dump_params;     // debug: write this rank's parameters to <dump_params>.rank<R>
   std::string dump_grads;      // debug: ...and the reduced gradients of the first step to <dump_grads>.rank<R>

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "exec/kernels/cross_entropy.hpp"
+#include "exec/kernels/fused_ops.hpp"
 #include "exec/kernels/ring_attention.hpp"
 
 namespace trainplan::exec {
@@ -284,6 +285,8 @@ void ModelChunk::materialize() {
 
 at::Tensor ModelChunk::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
   const int64_t h = s_.spec.hidden;
+  if (s_.fused_kernels)
+    return s_.spec.norm == Norm::layernorm ? fused_layer_norm(x, w, b, 1e-5) : fused_rms_norm(x, w, 1e-5);
   // 16-bit ZeRO-3 parameters (ModelSettings::unit_dtype) normalise in the stream's dtype, as
   // autocast runs layer_norm in fp32 on CUDA (no cast for fp32 parameters).
   if (s_.spec.norm == Norm::layernorm)
@@ -331,7 +334,11 @@ at::Tensor ModelChunk::layer_forward(const Layer& l, const at::Tensor& x) const 
   auto q = qkv.narrow(-1, 0, qw).view({s, b, heads_local_, head_dim_});
   auto k = qkv.narrow(-1, qw, kvw).view({s, b, kv_local_, head_dim_});
   auto v = qkv.narrow(-1, qw + kvw, kvw).view({s, b, kv_local_, head_dim_});
-  if (rope_cos_.defined()) {
+  if (rope_cos_.defined() && s_.fused_kernels) {
+    const at::Tensor cos = rope_cos_.view({rope_cos_.size(0), head_dim_}), sin = rope_sin_.view(cos.sizes());
+    q = fused_rope(q, cos, sin);
+    k = fused_rope(k, cos, sin);
+  } else if (rope_cos_.defined()) {
     q = q * rope_cos_ + rotate_half(q) * rope_sin_;
     k = k * rope_cos_ + rotate_half(k) * rope_sin_;
   }
@@ -345,8 +352,11 @@ at::Tensor ModelChunk::layer_forward(const Layer& l, const at::Tensor& x) const 
   auto h2 = to_tp(norm(x1, P(l.ln2_w), P(l.ln2_b)));
   at::Tensor a;
   if (gpt) {
-    a = at::gelu(at::linear(h2, P(l.w1), P(l.b1)), "tanh");
-  } else {  // SwiGLU: gate and up from one GEMM
+    auto h1 = at::linear(h2, P(l.w1), P(l.b1));
+    a = s_.fused_kernels ? fused_gelu(h1) : at::gelu(h1, "tanh");
+  } else if (s_.fused_kernels) {  // SwiGLU: gate and up from one GEMM
+    a = fused_swiglu(at::linear(h2, P(l.wgu)));
+  } else {
     auto gu = at::linear(h2, P(l.wgu));
     const int64_t f = gu.size(-1) / 2;
     a = at::silu(gu.narrow(-1, 0, f)) * gu.narrow(-1, f, f);

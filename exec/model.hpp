@@ -116,6 +116,11 @@ struct ModelSettings {
   // 16-bit GEMM output, the gradient's cast) against eager PyTorch's ~12 B per logit of the whole
   // micro-batch.
   int64_t loss_chunk_bytes = int64_t(1) << 30;
+  // --fused-kernels on: RMSNorm/LayerNorm, RoPE, SwiGLU and GELU run as the fused ops of
+  // exec/kernels/fused_ops.hpp (one kernel forward, one backward; CUDA kernels on GPUs, the same
+  // math in CPU loops on the CPU) instead of composites of LibTorch ops. Same math; results agree
+  // to rounding (tests/test_exec_fused.cpp).
+  bool fused_kernels = false;
 };
 
 // Tokens of one sequence a rank holds between layers: seq / cp, and of those 1/tp with sequence

@@ -195,6 +195,7 @@ void ScheduleRunner::setup() {
   ms.unit_buffers = s_.zero == 3 && replicas > 1;     // ZeRO-3: parameters gathered unit by unit
   ms.unit_dtype = compute_dtype();                    // ...in the compute dtype (16-bit under mixed precision)
   ms.device = device_;
+  ms.fused_kernels = opt_.fused_kernels;
   AdamWSettings adam;
   adam.lr = opt_.lr;
   LossScaling scaling;
@@ -437,6 +438,7 @@ Measurement ScheduleRunner::collect() {
                                      : s_.dtype == Dtype::bf16 ? "bf16 (autocast, fp32 master)"
                                                                : "fp16 (autocast, fp32 master)"},
                    {"data", opt_.data_file.empty() ? "synthetic" : opt_.data_file},
+                   {"fused_kernels", opt_.fused_kernels ? "on" : "off"},
                    {"vocab_padding",
                     {{"vocab", plan_.model.vocab},
                      {"padded_vocab", padded_vocab(plan_.model.vocab, s_.tp)},
