@@ -51,8 +51,12 @@ Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, G
   // Misaligned operands: every pass reads or writes a matrix whose rows are N or K elements long
   // (X, W and Y are M x K, N x K and M x N, row-major), so either one off a 16-byte multiple puts
   // the whole GEMM on the unaligned kernels (the tables measure aligned shapes only).
-  const double per_16_bytes = 16 / (fp8 ? 1.0 : activation_bytes(dtype));
-  if (std::fmod(n, per_16_bytes) != 0 || std::fmod(k, per_16_bytes) != 0) time *= t.misaligned_gemm_slowdown;
+  const long long per_16_bytes = fp8 ? 16 : dtype == Dtype::fp32 ? 4 : 8;  // elements (a power of two)
+  const auto aligned = [per_16_bytes](double x) {
+    const auto whole = static_cast<long long>(x);
+    return static_cast<double>(whole) == x && (whole & (per_16_bytes - 1)) == 0;
+  };
+  if (!aligned(n) || !aligned(k)) time *= t.misaligned_gemm_slowdown;
   // Roofline floor: both inputs read and the result written once at the measured streaming
   // bandwidth; 16-bit elements, FP8 inputs 1 byte (the result stays 16-bit). The result is
   // M x N forward, M x K for the input gradient and N x K for the weight gradient.
