@@ -374,6 +374,15 @@ CalibrationResult calibrate(const CalibrateOptions& opts) {
 
   // GEMMs y = x W^T on M tokens, N outputs, K inputs: forward x W^T, dgrad dy W, wgrad dy^T x
   // (as ops_bench.py times them), 2 m n k FLOPs each.
+  auto time_gemm = [&](GemmPoint& p) {
+    auto x = torch::randn({p.m, p.k}, to), w = torch::randn({p.n, p.k}, to), dy = torch::randn({p.m, p.n}, to);
+    auto y = torch::empty({p.m, p.n}, to), dx = torch::empty({p.m, p.k}, to), dw = torch::empty({p.n, p.k}, to);
+    p.flops = 2.0 * p.m * p.n * p.k;
+    p.median = timed([&] { at::mm_out(y, x, w.t()); });
+    p.dgrad = timed([&] { at::mm_out(dx, dy, w); });
+    p.wgrad = timed([&] { at::mm_out(dw, dy.t(), x); });
+    p.rate = p.flops / p.median;
+  };
   std::vector<CalibrateOptions::Shape> shapes = o.model_shapes;
   shapes.insert(shapes.end(), o.gemm_shapes.begin(), o.gemm_shapes.end());
   for (const auto& sh : shapes) {
@@ -383,13 +392,8 @@ CalibrationResult calibrate(const CalibrateOptions& opts) {
       if (same->label.find(sh.label) == std::string::npos) same->label += ", " + sh.label;
       continue;
     }
-    auto x = torch::randn({sh.m, sh.k}, to), w = torch::randn({sh.n, sh.k}, to), dy = torch::randn({sh.m, sh.n}, to);
-    auto y = torch::empty({sh.m, sh.n}, to), dx = torch::empty({sh.m, sh.k}, to), dw = torch::empty({sh.n, sh.k}, to);
-    GemmPoint p{sh.m, sh.n, sh.k, 2.0 * sh.m * sh.n * sh.k, 0, 0, 0, 0, sh.label};
-    p.median = timed([&] { at::mm_out(y, x, w.t()); });
-    p.dgrad = timed([&] { at::mm_out(dx, dy, w); });
-    p.wgrad = timed([&] { at::mm_out(dw, dy.t(), x); });
-    p.rate = p.flops / p.median;
+    GemmPoint p{sh.m, sh.n, sh.k, 0, 0, 0, 0, 0, sh.label};
+    time_gemm(p);
     r.best_gemm_rate = std::max(r.best_gemm_rate, p.rate);
     r.gemm.push_back(p);
   }
@@ -402,10 +406,9 @@ CalibrationResult calibrate(const CalibrateOptions& opts) {
   {
     const int m = cuda ? 8192 : 256, n = cuda ? 8192 : 256, k = cuda ? 2048 : 256;
     auto three = [&](int nn) {
-      auto x = torch::randn({m, k}, to), w = torch::randn({nn, k}, to), dy = torch::randn({m, nn}, to);
-      auto y = torch::empty({m, nn}, to), dx = torch::empty({m, k}, to), dw = torch::empty({nn, k}, to);
-      return timed([&] { at::mm_out(y, x, w.t()); }) + timed([&] { at::mm_out(dx, dy, w); }) +
-             timed([&] { at::mm_out(dw, dy.t(), x); });
+      GemmPoint p{m, nn, k, 0, 0, 0, 0, 0, "misaligned"};
+      time_gemm(p);
+      return p.median + p.dgrad + p.wgrad;
     };
     const Seconds aligned = three(n), misaligned = three(n - 1);
     r.misaligned_gemm_slowdown = std::max(1.0, misaligned / aligned);
