@@ -62,6 +62,20 @@ TP_HD void rope_pair_backward(T dy1, T dy2, T c1, T s1, T c2, T s2, T& dx1, T& d
   dx1 = dy1 * c1 + dy2 * s2;
   dx2 = dy2 * c2 - dy1 * s1;
 }
+// Pair i < h of one row: reads xr[i], xr[i + h] (stored type S), the row's tables c, s (the
+// position's cos and sin, accumulation type T), writes yr[i], yr[i + h]; the forward map or, with
+// `backward`, its transpose. The CPU loop and the CUDA kernel both run exactly this.
+template <class S, class T>
+TP_HD void rope_apply(const S* xr, const T* c, const T* s, S* yr, long long i, long long h, bool backward) {
+  const T x1 = static_cast<T>(xr[i]), x2 = static_cast<T>(xr[i + h]);
+  T y1, y2;
+  if (backward)
+    rope_pair_backward(x1, x2, c[i], s[i], c[i + h], s[i + h], y1, y2);
+  else
+    rope_pair(x1, x2, c[i], s[i], c[i + h], s[i + h], y1, y2);
+  yr[i] = static_cast<S>(y1);
+  yr[i + h] = static_cast<S>(y2);
+}
 
 // SwiGLU (Shazeer 2020): a = silu(g) * u, silu(g) = g * sigmoid(g).
 //   da/dg = u * sigmoid(g) * (1 + g * (1 - sigmoid(g))),   da/du = silu(g).

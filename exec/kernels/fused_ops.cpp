@@ -135,16 +135,7 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
         const scalar_t* xr = xp + s * s0 + b * s1 + n * s2;
         const acc_t* c = cp + s * D;
         const acc_t* sn = sp + s * D;
-        for (int64_t i = 0; i < half; ++i) {
-          const acc_t x1 = static_cast<acc_t>(xr[i]), x2 = static_cast<acc_t>(xr[i + half]);
-          acc_t y1, y2;
-          if (backward)
-            fm::rope_pair_backward(x1, x2, c[i], sn[i], c[i + half], sn[i + half], y1, y2);
-          else
-            fm::rope_pair(x1, x2, c[i], sn[i], c[i + half], sn[i + half], y1, y2);
-          yp[r * D + i] = static_cast<scalar_t>(y1);
-          yp[r * D + i + half] = static_cast<scalar_t>(y2);
-        }
+        for (int64_t i = 0; i < half; ++i) fm::rope_apply(xr, c, sn, yp + r * D, i, half, backward);
       }
     });
   });

@@ -134,14 +134,7 @@ __global__ void rope_kernel(const scalar_t* __restrict__ x, const acc_t* __restr
     const scalar_t* xr = x + s * s0 + b * s1 + n * s2;
     const acc_t* c = cos + s * D;
     const acc_t* sn = sin + s * D;
-    const acc_t x1 = static_cast<acc_t>(xr[i]), x2 = static_cast<acc_t>(xr[i + half]);
-    acc_t y1, y2;
-    if (backward)
-      fm::rope_pair_backward(x1, x2, c[i], sn[i], c[i + half], sn[i + half], y1, y2);
-    else
-      fm::rope_pair(x1, x2, c[i], sn[i], c[i + half], sn[i + half], y1, y2);
-    y[r * D + i] = static_cast<scalar_t>(y1);
-    y[r * D + i + half] = static_cast<scalar_t>(y2);
+    fm::rope_apply(xr, c, sn, y + r * D, i, half, backward);
   }
 }
 
