@@ -18,10 +18,11 @@ namespace {
 namespace fs = std::filesystem;
 
 using trainplan::testing::run_merged;
+using trainplan::testing::ScratchDir;
 
 TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
-  const fs::path dir = fs::temp_directory_path() / ("trainplan_exec_cli_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const ScratchDir scratch;
+  const fs::path& dir = scratch.path();
   const std::string plan = std::string("--model ") + TRAINPLAN_TEST_DATA_DIR +
                            "/exec/tiny-gpt.json --cluster cpu-local --dtype fp32 --global-batch 4 --micro-batch 1"
                            " --gpus 2 --pp 2 --schedule 1f1b";
@@ -48,14 +49,13 @@ TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
   auto cr = run_merged("compare " + p.string() + " " + m.string());
   EXPECT_EQ(cr.code, 0) << cr.output;
   EXPECT_NE(cr.output.find("step (median)"), std::string::npos) << cr.output;
-  fs::remove_all(dir);
 }
 
 // On cpu-local the ranks compute in fp32 whatever --dtype asks (issue 13): the measurement's strategy
 // says fp32, the requested bf16 is recorded beside it, and the console says both.
 TEST(ExecCli, CpuRunRecordsTheDtypeItRan) {
-  const fs::path dir = fs::temp_directory_path() / ("trainplan_exec_cli_dtype_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const ScratchDir scratch;
+  const fs::path& dir = scratch.path();
   const fs::path m = dir / "m.json";
   auto er = run_merged(std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
                        "/exec/tiny-gpt.json --cluster cpu-local --dtype bf16 --global-batch 2 --micro-batch 1 "
@@ -68,14 +68,13 @@ TEST(ExecCli, CpuRunRecordsTheDtypeItRan) {
   EXPECT_EQ(j.at("strategy").at("dtype"), "fp32");
   EXPECT_EQ(j.at("run").at("requested_dtype"), "bf16");
   EXPECT_EQ(j.at("environment").at("compute_dtype"), "fp32");
-  fs::remove_all(dir);
 }
 
 // --cpu-autocast on runs a bf16 plan on the CPU under CPU autocast (fp32 master weights), and the
 // measurement then records bf16 as the dtype run, with nothing requested beside it; fp8 it refuses.
 TEST(ExecCli, CpuAutocastRunsAndRecordsBf16) {
-  const fs::path dir = fs::temp_directory_path() / ("trainplan_exec_cli_autocast_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const ScratchDir scratch;
+  const fs::path& dir = scratch.path();
   const fs::path m = dir / "m.json";
   const std::string plan = std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
                            "/exec/tiny-gpt.json --cluster cpu-local --global-batch 2 --micro-batch 1 --steps 1 "
@@ -91,7 +90,6 @@ TEST(ExecCli, CpuAutocastRunsAndRecordsBf16) {
   auto bad = run_merged(plan + " --dtype fp8");
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--cpu-autocast on"), std::string::npos) << bad.output;
-  fs::remove_all(dir);
 }
 
 // Under torchrun each process is one rank, told so by the environment; rank 0 serves the store.
@@ -134,8 +132,8 @@ TEST(ExecCli, DeviceCudaWithGlooRunsOrIsRefusedWithoutGpu) {
 // Vocabulary padding (issue 12): an odd vocabulary runs with tp 2 and the measurement says how many
 // rows were added (the layer graph counts the unpadded vocabulary).
 TEST(ExecCli, OddVocabularyIsPaddedAndReported) {
-  const fs::path dir = fs::temp_directory_path() / ("trainplan_exec_pad_" + std::to_string(getpid()));
-  fs::create_directories(dir);
+  const ScratchDir scratch;
+  const fs::path& dir = scratch.path();
   const fs::path m = dir / "m.json";
   auto r = run_merged(std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
                       "/exec/tiny-gpt-oddvocab.json --cluster cpu-local --dtype fp32 --global-batch 2 --gpus 2"
@@ -146,7 +144,6 @@ TEST(ExecCli, OddVocabularyIsPaddedAndReported) {
   const auto& pad = j.at("environment").at("vocab_padding");
   EXPECT_EQ(pad.at("vocab"), 251);
   EXPECT_EQ(pad.at("padded_vocab"), 256);  // a multiple of 128 * tp
-  fs::remove_all(dir);
 }
 
 TEST(ExecCli, HelpListsExecutionFlags) {
