@@ -4,6 +4,7 @@ microseconds, optionally scaled for another GPU by stated ratios (compute time /
 memory-bound time / HBM-bandwidth ratio) where that GPU was not measured.
 
 usage: python3 make_ops_table.py h100-ops.jsonl SOURCE_TEXT [compute_scale memory_scale [calibrate.txt]] [--latency-correction] > ops.json
+       python3 splice_ops.py ../dgx-h100.json ops.json "SENTENCE"   # write those tables into a topology in place
 
 With a `trainplan calibrate --device cuda` output (calibrate.txt), its square matmuls from 1024^3 up are
 added as GEMM points (only the product a @ b was timed: dgrad and wgrad take the same time, an
