@@ -564,6 +564,34 @@ CalibrationResult calibrate(const CalibrateOptions& opts) {
     auto xd = x.detach(), wd = w.detach();
     r.bare_matmul = timed([&] { at::mm_out(c, xd, wd); });
   }
+
+  // Host time per kernel as a training step issues them: a chain of L square linear layers
+  // (y = y W_i) forward and backward through autograd, timed back to back for two depths. Each
+  // layer past the first adds three kernels (forward, input gradient, weight gradient) whose GPU
+  // time is a few microseconds at this size, so the time is the host's: the slope over depth is
+  // the framework's cost per kernel (a software profile's host.per_kernel_us), and what is left at
+  // depth 0 the fixed cost of one forward + backward() call (autograd engine start-up, loss seed),
+  // which a single-matmul figure would spread over its three kernels.
+  {
+    const long d = cuda ? 256 : 32;
+    const int shallow = 2, deep = 2 + o.host_chain_layers;
+    std::vector<torch::Tensor> ws;
+    for (int i = 0; i < deep; ++i) ws.push_back(torch::randn({d, d}, to).mul_(1.0 / std::sqrt(d)).requires_grad_(true));
+    auto x = torch::randn({d, d}, to);
+    auto chain = [&](int layers) {
+      return [&, layers] {
+        for (int i = 0; i < layers; ++i) ws[i].mutable_grad() = at::Tensor();
+        auto y = x;
+        for (int i = 0; i < layers; ++i) y = torch::mm(y, ws[i]);
+        y.sum().backward();
+      };
+    };
+    const Seconds t_shallow = timed(chain(shallow)), t_deep = timed(chain(deep));
+    r.host_chain_layers = {shallow, deep};
+    r.host_chain_dim = static_cast<int>(d);
+    r.host_per_kernel = std::max(0.0, (t_deep - t_shallow) / (3.0 * (deep - shallow)));
+    r.backward_call_overhead = std::max(0.0, t_shallow - (3.0 * shallow - 1) * r.host_per_kernel);
+  }
   return r;
 }
 

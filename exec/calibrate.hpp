@@ -30,6 +30,7 @@ struct CalibrateOptions {
   std::vector<int> attention_head_dims;  // empty: 64 and 128
   std::vector<Bytes> mem_bytes;        // memory-bound kernels' input sizes; empty: a default ladder
   int launches = 2000;                 // back-to-back tiny kernels per kernel-floor sample
+  int host_chain_layers = 16;          // layers the deep chain of the host-time test adds
   Bytes copy_bytes = 0;                // size of the copied buffer; 0: a default
   int link_ranks = 2;                  // local processes in the all-reduce test; < 2: skip it
   std::string link_backend = "gloo";   // "gloo" | "nccl"

@@ -144,7 +144,7 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
   std::string measured = fmt::format(
       "Measured by `{}` on {} (LibTorch {}): {} forward matmul median rates (the fastest shape per FLOP count) {}; "
       "{}; copy {:.1f} GB/s; causal SDPA {:.2f} TFLOP/s at {:.3g} FLOPs; kernel floor {:.2f} us; a {}x{}x{} matmul through autograd (fwd + bwd, 3 kernels) {:.1f} us vs {:.1f} us for one bare "
-      "kernel (framework cost per op, not modelled by this schema); ",
+      "kernel; host time per kernel {:.1f} us (slope of a chain of linears through autograd, 3 kernels per layer; a software profile's host.per_kernel_us, not this schema's) and {:.1f} us fixed per forward + backward() call; ",
       in.command, in.date, r.torch_version, r.dtype,
       fmt::join([&] {
         std::vector<std::string> v;
@@ -156,7 +156,7 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
            : fmt::format("efficiency relative to {} ({:.4g} TFLOP/s)",
                          in.peak_tflops ? "--peak-tflops" : "the best measured rate", peak / kTera),
       r.copy_bandwidth / kGB, r.attention_rate / kTera, r.attention_flops, r.kernel_floor / kMicro, r.autograd_m, r.autograd_n, r.autograd_k,
-      r.autograd_matmul / kMicro, r.bare_matmul / kMicro);
+      r.autograd_matmul / kMicro, r.bare_matmul / kMicro, r.host_per_kernel / kMicro, r.backward_call_overhead / kMicro);
   if (r.link.measured) {
     measured += fmt::format("link: {}; fitted latency {:.1f} us, bus bandwidth {:.3f} GB/s.", r.link.note,
                             r.link.latency / kMicro, r.link.bus_bandwidth / kGB);
@@ -267,6 +267,13 @@ void print_calibration(std::ostream& os, const CalibrationResult& r) {
                     r.attention_flops);
   os << fmt::format("matmul {}x{}x{} through autograd (forward + backward, 3 kernels): {:.1f} us; one bare kernel: {:.1f} us\n",
                     r.autograd_m, r.autograd_n, r.autograd_k, r.autograd_matmul / kMicro, r.bare_matmul / kMicro);
+  if (r.host_chain_dim > 0) {
+    os << fmt::format("host time per kernel: {:.1f} us (a chain of {}^2 linears through autograd, {} vs {} layers, 3 "
+                      "kernels per layer; a software profile's host.per_kernel_us); fixed cost per forward + "
+                      "backward() call: {:.1f} us\n",
+                      r.host_per_kernel / kMicro, r.host_chain_dim, r.host_chain_layers[1], r.host_chain_layers[0],
+                      r.backward_call_overhead / kMicro);
+  }
   if (r.baseline_rss > 0) os << fmt::format("resident set after start-up: {:.1f} MB\n", r.baseline_rss / 1e6);
   if (r.link.measured) {
     os << fmt::format("all-reduce over {} ranks:\n", r.link.ranks);

@@ -5,6 +5,7 @@
 // Benchmark practice (DESIGN.md convention 8): every figure is the median of `repeats` timed runs
 // after `warmup` untimed ones; on CUDA each run is bracketed by device synchronisation.
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,14 @@ struct CalibrationResult {
   Seconds autograd_matmul = 0;
   Seconds bare_matmul = 0;        // one mm_out of the same shape
   int autograd_m = 0, autograd_n = 0, autograd_k = 0;
+  // Host time per kernel: the slope of a chain of host_chain_dim-square linear layers' forward +
+  // backward time between host_chain_layers[0] and [1] layers, per added kernel (three per layer);
+  // backward_call_overhead is what is left of the shallow chain's time: the fixed cost of one
+  // forward + backward() call. Software profiles take the first as host.per_kernel_us.
+  Seconds host_per_kernel = 0;
+  Seconds backward_call_overhead = 0;
+  std::array<int, 2> host_chain_layers{};
+  int host_chain_dim = 0;
   Bytes baseline_rss = 0;              // this process's resident set after LibTorch start-up (CPU)
   std::string torch_version;
   LinkResult link;

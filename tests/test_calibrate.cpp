@@ -86,6 +86,15 @@ TEST_F(CalibrateCli, CpuWritesALoadableTopology) {
   EXPECT_GT(c.node.bandwidth, 0);
   EXPECT_TRUE(c.network.empty());
   EXPECT_NE(c.calibration.find("trainplan calibrate --cpu"), std::string::npos) << c.calibration;
+  // The host time per kernel (a software profile's host.per_kernel_us) is measured as a slope over
+  // a chain of linears and reported with the fixed cost per backward() call, in the text and the file.
+  EXPECT_NE(c.calibration.find("host time per kernel"), std::string::npos) << c.calibration;
+  const auto at = r.err.find("host time per kernel: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const double per_kernel_us = std::stod(r.err.substr(at + std::string("host time per kernel: ").size()));
+  EXPECT_GT(per_kernel_us, 0) << r.err;
+  EXPECT_LT(per_kernel_us, 10000) << r.err;  // a CPU matmul of 32^2 with autograd: microseconds, not milliseconds
+  EXPECT_NE(r.err.find("fixed cost per forward + backward() call: "), std::string::npos) << r.err;
   // The Gloo all-reduce between two local processes either ran or says why not.
   EXPECT_TRUE(c.node.name == "loopback-gloo" || c.source.find("NOT measured") != std::string::npos) << r.err;
 }
