@@ -96,8 +96,8 @@ const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
     {"llama-1b mb2 gb32", {0.20, "M = 4096 tokens: log-space interpolation between the M = 2048 and 8192 rows "
                                  "underrates GEMMs there (ops_bench.py's M = 2048 figures include the launch "
                                  "latency of a call timed from an idle GPU)"}},
-    {"gpt2-medium mb8 gb64 compile", {0.30, "torch.compile fuses norms, residuals and the loss further than Megatron-core"}},
-    {"llama-1b mb4 gb32 compile", {0.25, "torch.compile fuses RoPE, SwiGLU and the loss further than Megatron-core"}},
+    {"gpt2-medium mb8 gb64 compile", {0.22, "torch.compile fuses the norms and residual adds into neighbouring kernels and the "
+                                            "loss into one online-softmax pass, further than Megatron-core"}},
 };
 
 // The rows a constant was fitted on: they are printed and held to the tolerance, but they validate
