@@ -138,6 +138,14 @@ LinearCost attention_core(const Ctx& x) {
     const double cp = x.s.cp, launches = 2 * cp - 1;
     out.fwd = {cp * x.c.ops.attention_fwd(s / cp, d, batch_heads), launches * x.sw.attention_kernels_fwd};
     out.bwd = {cp * x.c.ops.attention_bwd(s / cp, d, batch_heads), launches * x.sw.attention_kernels_bwd};
+    if (x.s.cp > 1) {
+      // Each of the cp ring steps merges its partial output into the running one by the log-sum-exp
+      // rescaling (forward, over the q-sized output) and adds its partial dQ, dK, dV into the
+      // accumulators (backward): memory-bound passes the flash kernels themselves do not make.
+      const double q = static_cast<double>(x.m.q_width()) / x.s.tp, kv = static_cast<double>(x.m.kv_width()) / x.s.tp;
+      out.fwd += cp * mem_fwd(x, x.sw.mem.cp_merge, x.tokens * q * x.act);
+      out.bwd += cp * mem_bwd(x, x.sw.mem.cp_merge, x.tokens * (q + 2 * kv) * x.act);
+    }
     return out;
   }
   // Standard (Megatron 2021): scores = Q K^T over the full s x s (masked, not skipped), then

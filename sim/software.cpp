@@ -78,6 +78,7 @@ Software parse_software(const json& j, const std::string& file) {
     s.mem.rope = parse_mem_op(m.object("rope"));
     s.mem.attention_copies = parse_mem_op(m.object("attention_copies"));
     s.mem.gqa_expand = parse_mem_op(m.object("gqa_expand"));
+    s.mem.cp_merge = parse_mem_op(m.object("cp_merge"));
     s.mem.autocast_cast = parse_mem_op(m.object("autocast_cast"));
     s.mem.cross_entropy = parse_mem_op(m.object("cross_entropy"));
     s.mem.embedding = parse_mem_op(m.object("embedding"));

@@ -34,6 +34,9 @@ struct MemOps {
   MemOpImpl rope;               // rotary embedding of q and k; tensor: tokens x (q + k) activations
   MemOpImpl attention_copies;   // layout copies around the attention kernel; tokens x hidden
   MemOpImpl gqa_expand;         // K/V repeated to every query head (GQA models only); tokens x hidden
+  MemOpImpl cp_merge;           // context parallelism, per ring step: merging the step's partial attention output
+                                // (forward; tensor: tokens x q) and accumulating dQ, dK, dV (backward;
+                                // tensor: tokens x (q + 2 kv))
   MemOpImpl autocast_cast;      // each cast of the fp32 stream to 16 bits before a GEMM; tokens x hidden
   MemOpImpl cross_entropy;      // loss over the vocabulary; tensor: 16-bit logits
   MemOpImpl embedding;          // token lookup; tensor: tokens x hidden activations

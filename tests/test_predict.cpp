@@ -66,6 +66,32 @@ TEST(Predict, VocabularyPaddingAndMisalignedGemms) {
   EXPECT_NEAR(ratio(Dtype::bf16), c.ops.misaligned_gemm_slowdown * 1028.0 / 1024, 1e-2);
 }
 
+TEST(Predict, ContextParallelMergesEachRingStep) {
+  // With cp > 1 each of the cp ring steps merges its partial attention output (forward, over the
+  // q-sized tensor) and adds its dQ, dK, dV into accumulators (backward, over q + 2 kv): the
+  // profile's cp_merge passes, nothing at cp = 1.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  ModelSpec m = gpt(4, 2048, 16, 4096, 32000);
+  m.kv_heads = 4;  // GQA: kv is a quarter of q
+  const LayerGraph g(m, 4096);
+  Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  Software none = sw;
+  none.mem.cp_merge = MemOpImpl{sw.mem.cp_merge.kernel, 0, 0, 0, 0};
+  Strategy s = layout(1, 1, 1, 1, 8, 4096);
+  const OpCosts one = op_costs(g, c, sw, s);
+  EXPECT_DOUBLE_EQ(one.layer.fwd.gpu, op_costs(g, c, none, s).layer.fwd.gpu);
+  s.cp = 2;
+  const OpCosts with = op_costs(g, c, sw, s), without = op_costs(g, c, none, s);
+  const double tokens = 4096 / 2, q = 2048, kv = 512;
+  EXPECT_NEAR(with.layer.fwd.gpu - without.layer.fwd.gpu,
+              2 * sw.mem.cp_merge.passes_fwd * c.ops.memory_fwd(sw.mem.cp_merge.kernel, tokens * q * 2), 1e-12);
+  EXPECT_NEAR(with.layer.bwd.gpu - without.layer.bwd.gpu,
+              2 * sw.mem.cp_merge.passes_bwd * c.ops.memory_bwd(sw.mem.cp_merge.kernel, tokens * (q + 2 * kv) * 2),
+              1e-12);
+  EXPECT_DOUBLE_EQ(with.layer.fwd.kernels - without.layer.fwd.kernels, 2.0 * sw.mem.cp_merge.kernels_fwd);
+  EXPECT_GT(predict(g, c, sw, s).time.step, predict(g, c, none, s).time.step);
+}
+
 TEST(Predict, Fp32GradientAccumulationAddsTwoBytesPerParameter) {
   const ModelSpec m = gpt(4, 1024, 16, 1024, 1000);
   const LayerGraph g(m, 1024);
