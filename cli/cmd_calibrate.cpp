@@ -18,6 +18,7 @@
 #include "sim/json_reader.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/model_spec.hpp"
+#include "sim/software.hpp"
 
 namespace trainplan::cli {
 
@@ -50,6 +51,11 @@ options:
                            size and bandwidth) from this built-in cluster or file; required on CUDA
   --name NAME              topology name (default: cpu-local on CPU, <base>-calibrated on CUDA)
   --out FILE               write the topology JSON to FILE (default: print it)
+  --software-out FILE      also write a software profile: --software-base with host.per_kernel_us
+                           replaced by the host time per kernel measured here (the slope of a
+                           chain of linear layers through autograd, 3 kernels per layer)
+  --software-base NAME|FILE  the profile --software-out starts from (default trainplan-exec, the
+                           LibTorch stack this measurement runs on)
   --peak-tflops X          peak the GEMM efficiencies are relative to (default: the best measured
                            rate on CPU, the base's bf16 peak on CUDA)
   --threads T              CPU threads per rank (default 1)
@@ -250,7 +256,23 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   o.warmup = static_cast<int>(f.get_int("warmup", 3, 0, 1000));
   o.repeats = static_cast<int>(f.get_int("repeats", 10, 1, 10000));
   const std::optional<JsonOutput> out = open_json_output("out", out_path);  // before measuring
-  check_outputs_apart(f, {"out"});
+  // The software profile --software-out writes: read and checked now, before any measuring.
+  const auto software_out_path = f.get("software-out");
+  const auto software_base = f.get("software-base");
+  if (software_base && !software_out_path) throw InputError("--software-base: needs --software-out (the file to write)");
+  std::optional<json> software_json;
+  std::string software_base_name = software_base.value_or("trainplan-exec");
+  if (software_out_path) {
+    const std::filesystem::path p = software_file(software_base_name, ctx.data_dir, "--software-base");
+    try {
+      software_json = read_json_file(p);
+      (void)parse_software(*software_json, p.string());
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--software-base {}: {}", software_base_name, e.what()));
+    }
+  }
+  const std::optional<JsonOutput> software_out = open_json_output("software-out", software_out_path);
+  check_outputs_apart(f, {"out", "software-out"});
   f.finish();
 
   // Memory bound, before any LibTorch call: each measurement must fit in half of the device's
@@ -295,11 +317,20 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
     throw InputError(fmt::format("the calibrated topology would not load (check --base and --ranks-per-node): {}",
                                  e.what()));
   }
+  std::optional<json> software;
+  if (software_out) {
+    software = calibrated_software(*software_json, software_base_name, r, in);
+    (void)parse_software(*software, *software_out_path);  // what we write must load
+  }
   if (out) {
     out->write(topology);
     ctx.err << "wrote " << *out_path << "\n";
   } else {
     ctx.out << topology.dump(2) << "\n";
+  }
+  if (software_out) {
+    software_out->write(*software);
+    ctx.err << "wrote " << *software_out_path << "\n";
   }
   return 0;
 }

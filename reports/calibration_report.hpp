@@ -30,6 +30,12 @@ struct TopologyInputs {
 // and power). Every figure's origin is written into its "calibration" / "source" text.
 nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInputs& in);
 
+// A software profile (software/*.json schema): `base` (the raw profile named `base_name`) with
+// host.per_kernel_us replaced by the measured host time per kernel, renamed <name>-calibrated,
+// and a sentence on where the figure came from appended to its "assumptions".
+nlohmann::json calibrated_software(const nlohmann::json& base, const std::string& base_name, const CalibrationResult& r,
+                                   const TopologyInputs& in);
+
 // The measured figures as a table (matmul rates, copy bandwidth, SDPA, framework cost, link).
 void print_calibration(std::ostream& os, const CalibrationResult& r);
 

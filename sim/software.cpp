@@ -128,16 +128,21 @@ Software parse_software(const json& j, const std::string& file) {
   return s;
 }
 
-Software load_software(const std::string& name_or_path, const std::filesystem::path& data_dir) {
+std::filesystem::path software_file(const std::string& name_or_path, const std::filesystem::path& data_dir,
+                                    const std::string& flag) {
   std::filesystem::path path = name_or_path;
   const bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";
-  if (!looks_like_path) {
-    path = data_dir / "software" / (name_or_path + ".json");
-    if (!std::filesystem::exists(path)) {
-      throw InputError(fmt::format("--software {}: not a built-in software profile (one of: {}) and not a file",
-                                   name_or_path, fmt::join(builtin_software(data_dir), ", ")));
-    }
+  if (looks_like_path) return path;
+  path = data_dir / "software" / (name_or_path + ".json");
+  if (!std::filesystem::exists(path)) {
+    throw InputError(fmt::format("{} {}: not a built-in software profile (one of: {}) and not a file", flag,
+                                 name_or_path, fmt::join(builtin_software(data_dir), ", ")));
   }
+  return path;
+}
+
+Software load_software(const std::string& name_or_path, const std::filesystem::path& data_dir) {
+  const std::filesystem::path path = software_file(name_or_path, data_dir);
   return parse_software(read_json_file(path), path.string());
 }
 

@@ -114,6 +114,9 @@ inline constexpr const char* kSoftwareSchema = "trainplan/software/v1";
 Software parse_software(const nlohmann::json& j, const std::string& file);
 // `name_or_path` is a built-in name (software/<name>.json under data_dir) or a path.
 Software load_software(const std::string& name_or_path, const std::filesystem::path& data_dir);
+// The file load_software reads for `name_or_path` (`flag` names it in the error for an unknown name).
+std::filesystem::path software_file(const std::string& name_or_path, const std::filesystem::path& data_dir,
+                                    const std::string& flag = "--software");
 std::vector<std::string> builtin_software(const std::filesystem::path& data_dir);
 
 // The profile predict, search and simulate use when none is named: Megatron-core, the stack the

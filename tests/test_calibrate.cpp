@@ -16,6 +16,7 @@
 
 #include "sim/check.hpp"
 #include "sim/cluster.hpp"
+#include "sim/software.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/op_costs.hpp"
 #include "sim/op_time.hpp"
@@ -136,6 +137,43 @@ TEST_F(CalibrateCli, PredictUsesTheMeasuredTables) {
   const double base = trainplan::read_json_file(pj)["time"]["compute_s"].get<double>();
   const double slower = trainplan::read_json_file(sj)["time"]["compute_s"].get<double>();
   EXPECT_GT(slower, base);
+}
+
+// --software-out writes the base software profile with host.per_kernel_us replaced by the measured
+// host time per kernel; predict takes the file as --software.
+TEST_F(CalibrateCli, SoftwareOutCarriesTheMeasuredHostTimePerKernel) {
+  const fs::path topo = dir_ / "cpu.json", sw = dir_ / "sw.json";
+  Result r = run("calibrate --cpu" + kTiny + " --link-ranks 0 --out " + topo.string() + " --software-base pytorch-eager" +
+                 " --software-out " + sw.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto at = r.err.find("host time per kernel: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const double printed_us = std::stod(r.err.substr(at + std::string("host time per kernel: ").size()));
+  const trainplan::Software s = trainplan::load_software(sw.string(), TRAINPLAN_SOURCE_DIR);
+  EXPECT_NEAR(s.host_per_kernel, printed_us * 1e-6, 0.051e-6);
+  EXPECT_EQ(s.name, "pytorch-eager-calibrated");
+  // Everything but the host time, the name and the assumptions is the base's.
+  nlohmann::json written = trainplan::read_json_file(sw), base = trainplan::read_json_file(
+                                                                fs::path(TRAINPLAN_SOURCE_DIR) / "software/pytorch-eager.json");
+  EXPECT_NE(written["assumptions"].get<std::string>().find("was 9.9 in pytorch-eager"), std::string::npos);
+  for (auto* j : {&written, &base}) {
+    j->erase("assumptions");
+    j->erase("name");
+    (*j)["host"].erase("per_kernel_us");
+  }
+  EXPECT_EQ(written, base);
+  r = run("predict --model tiny-gpt --cluster " + topo.string() + " --gpus 1 --global-batch 8 --dtype fp32 --software " + sw.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST_F(CalibrateCli, SoftwareBaseNeedsSoftwareOutAndAProfile) {
+  Result r = run("calibrate --cpu --software-base megatron-core");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--software-base: needs --software-out"), std::string::npos) << r.err;
+  r = run("calibrate --cpu --software-base no-such-stack --software-out " + (dir_ / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--software-base no-such-stack: not a built-in software profile"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "x.json"));
 }
 
 TEST_F(CalibrateCli, WithoutLinkTestSaysSo) {
