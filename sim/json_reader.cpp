@@ -138,7 +138,11 @@ std::optional<double> JsonObject::optional_number(const std::string& key, double
 
 long long JsonObject::integer(const std::string& key, long long lo, long long hi) const {
   const json& v = need(key);
-  if (!v.is_number_integer()) throw error(key, "must be an integer");
+  if (!v.is_number_integer()) {
+    // 1e3 or 8.0: a whole number written as a real; say how to write it.
+    const bool whole_real = v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>());
+    throw error(key, whole_real ? "must be an integer, written without a decimal point or exponent" : "must be an integer");
+  }
   long long x = v.get<long long>();
   if (x < lo || x > hi) throw error(key, fmt::format("must be in [{}, {}]", lo, hi));
   return x;

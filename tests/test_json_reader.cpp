@@ -187,7 +187,7 @@ TEST(JsonObject, IntegerRejectsFractionsFloatsAndStrings) {
   json j = {{"a", 2.5}, {"b", 2.0}, {"c", "2"}};
   JsonObject o(j, "f.json");
   EXPECT_EQ(input_error([&] { o.integer("a", 1, 100); }), "f.json: a = 2.5, must be an integer");
-  EXPECT_EQ(input_error([&] { o.integer("b", 1, 100); }), "f.json: b = 2.0, must be an integer");
+  EXPECT_EQ(input_error([&] { o.integer("b", 1, 100); }), "f.json: b = 2.0, must be an integer, written without a decimal point or exponent");
   EXPECT_EQ(input_error([&] { o.integer("c", 1, 100); }), "f.json: c = \"2\", must be an integer");
 }
 
