@@ -17,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -313,8 +314,9 @@ std::vector<double> expect_gathered_matches_predict(const ExecRun& run, const st
     // embedding or the head is all its two units).
     const int layers = p3.at("memory").at("per_stage").at(stage).at("layers");
     const int units = layers + (stage == 0 ? 1 : 0) + (stage == static_cast<int>(per_stage.size()) - 1 ? 1 : 0);
-    if (units > 2)
+    if (units > 2) {
       EXPECT_LT(gathered, stage_bytes) << layout << ": rank " << got.at("rank") << " held its whole stage gathered";
+    }
   }
   return per_stage;
 }
@@ -422,6 +424,15 @@ TEST(ExecEquivalence, Zero1DataParallel2) {
 TEST(ExecEquivalence, Zero2DataParallel2) {
   expect_equivalent_and_states("tiny-gpt", 2, "--zero 2", "zero2", kSmallBuckets);
 }
+// Runs `layout` (ZeRO-3) against the single-rank run and returns predict's per-stage gathered terms,
+// checked against exec's peaks; nothing where exec wrote no measurement.
+std::optional<std::vector<double>> expect_zero3_gathered(const std::string& model, int ranks, const std::string& layout,
+                                                         const std::string& tag, const std::string& exec_flags = "") {
+  ExecRun run;
+  expect_equivalent(model, ranks, layout, tag, &run, exec_flags);
+  if (run.measurement.is_null()) return std::nullopt;
+  return expect_gathered_matches_predict(run, model, ranks, layout, tag);
+}
 TEST(ExecEquivalence, Zero2OneBucketDataParallel2) { expect_equivalent("tiny-gpt", 2, "--zero 2", "zero2onebucket"); }
 TEST(ExecEquivalence, Zero3DataParallel2) {
   expect_equivalent_and_states("tiny-gpt", 2, "--zero 3", "zero3", kSmallBuckets);
@@ -436,16 +447,10 @@ TEST(ExecEquivalence, Zero3FourLayersGathersUnitByUnit) {
 }
 // Full recomputation re-runs each layer inside its backward: the layer must be gathered then.
 TEST(ExecEquivalence, Zero3FullRecomputation) {
-  ExecRun run;
-  expect_equivalent("tiny-gpt-4l", 2, "--zero 3 --recompute full", "zero3_full", &run);
-  if (!run.measurement.is_null()) expect_gathered_matches_predict(run, "tiny-gpt-4l", 2, "--zero 3 --recompute full", "zero3_full");
+  expect_zero3_gathered("tiny-gpt-4l", 2, "--zero 3 --recompute full", "zero3_full");
 }
 // Llama style: fused q/k/v with grouped-query widths and fused gate/up, gathered unit by unit.
-TEST(ExecEquivalence, Zero3LlamaStyleDataParallel2) {
-  ExecRun run;
-  expect_equivalent("tiny-llama", 2, "--zero 3", "llama_zero3", &run);
-  if (!run.measurement.is_null()) expect_gathered_matches_predict(run, "tiny-llama", 2, "--zero 3", "llama_zero3");
-}
+TEST(ExecEquivalence, Zero3LlamaStyleDataParallel2) { expect_zero3_gathered("tiny-llama", 2, "--zero 3", "llama_zero3"); }
 // ZeRO-3 with TP and sequence parallelism: each TP rank gathers its own shards' units.
 TEST(ExecEquivalence, Zero3DataParallel2TensorParallel2SequenceParallel) {
   expect_equivalent("tiny-gpt", 4, "--zero 3 --tp 2 --sequence-parallel on", "zero3tp2sp", nullptr, kSmallBuckets);
@@ -499,37 +504,31 @@ TEST(ExecEquivalence, Zero3DataParallel2Pipeline2) {
 // parameters (q/k/v 128 x 64, output 64 x 64, gate/up 256 x 64, down 64 x 128, two norms 64), the
 // embedding 256 x 64 = 16384, the head 64 + 16384; 4 B each in fp32.
 TEST(ExecEquivalence, Zero3Pipeline2GathersEmbeddingAndHeadWithALayer) {
-  const std::string layout = "--zero 3 --pp 2 --schedule 1f1b";
-  ExecRun run;
-  expect_equivalent("tiny-llama", 4, layout, "llama_zero3pp2", &run, kSmallBuckets);
-  if (run.measurement.is_null()) return;
-  const auto per_stage = expect_gathered_matches_predict(run, "tiny-llama", 4, layout, "llama_zero3pp2");
-  ASSERT_EQ(per_stage.size(), 2u);
-  EXPECT_DOUBLE_EQ(per_stage[0], (16384 + 36992) * 4.0);
-  EXPECT_DOUBLE_EQ(per_stage[1], (16448 + 36992) * 4.0);
+  const auto per_stage =
+      expect_zero3_gathered("tiny-llama", 4, "--zero 3 --pp 2 --schedule 1f1b", "llama_zero3pp2", kSmallBuckets);
+  if (!per_stage) return;
+  ASSERT_EQ(per_stage->size(), 2u);
+  EXPECT_DOUBLE_EQ((*per_stage)[0], (16384 + 36992) * 4.0);
+  EXPECT_DOUBLE_EQ((*per_stage)[1], (16448 + 36992) * 4.0);
 }
 // A small model with a large vocabulary: the LM head is the largest unit, and the peak is the head
 // with the last layer (prefetched for the backward), not two layers: head 64 + 2048 x 64 = 131136
 // parameters + layer 36992, against two layers 73984.
 TEST(ExecEquivalence, Zero3LargeVocabularyHeadIsTheLargestUnit) {
-  ExecRun run;
-  expect_equivalent("tiny-llama-bigvocab", 2, "--zero 3", "bigvocab_zero3", &run);
-  if (run.measurement.is_null()) return;
-  const auto per_stage = expect_gathered_matches_predict(run, "tiny-llama-bigvocab", 2, "--zero 3", "bigvocab_zero3");
-  ASSERT_EQ(per_stage.size(), 1u);
-  EXPECT_DOUBLE_EQ(per_stage[0], (131136 + 36992) * 4.0);
+  const auto per_stage = expect_zero3_gathered("tiny-llama-bigvocab", 2, "--zero 3", "bigvocab_zero3");
+  if (!per_stage) return;
+  ASSERT_EQ(per_stage->size(), 1u);
+  EXPECT_DOUBLE_EQ((*per_stage)[0], (131136 + 36992) * 4.0);
 }
 // A tied head on the embedding's chunk reads the embedding's unit: the backward starts with the
 // head, the table and the last layer (prefetched) in flight together. tiny-gpt-bigvocab: the
 // table 2048 x 64 = 131072 + positions 64 x 64 = 4096, the head's LayerNorm 128, a layer 49984 in
 // predict's graph (exec's lacks the 64-element key bias).
 TEST(ExecEquivalence, Zero3TiedHeadHoldsTheEmbeddingWithTheLastLayer) {
-  ExecRun run;
-  expect_equivalent("tiny-gpt-bigvocab", 2, "--zero 3", "tied_bigvocab_zero3", &run);
-  if (run.measurement.is_null()) return;
-  const auto per_stage = expect_gathered_matches_predict(run, "tiny-gpt-bigvocab", 2, "--zero 3", "tied_bigvocab_zero3");
-  ASSERT_EQ(per_stage.size(), 1u);
-  EXPECT_DOUBLE_EQ(per_stage[0], (131072 + 4096 + 128 + 49984) * 4.0);
+  const auto per_stage = expect_zero3_gathered("tiny-gpt-bigvocab", 2, "--zero 3", "tied_bigvocab_zero3");
+  if (!per_stage) return;
+  ASSERT_EQ(per_stage->size(), 1u);
+  EXPECT_DOUBLE_EQ((*per_stage)[0], (131072 + 4096 + 128 + 49984) * 4.0);
 }
 // Mixed precision (issue 12): ZeRO-3 gathers each unit in bf16 (each owner casts its fp32 master
 // part, 2 B per parameter), as FSDP and Megatron do, and predict counts 2 B. CPU ranks compute
@@ -713,9 +712,10 @@ void expect_fused_equivalent(const std::string& model, int ranks, const std::str
   if (run.measurement.is_null()) return;
   EXPECT_EQ(run.measurement.at("environment").at("fused_kernels"), "on");
   EXPECT_EQ(reference(model).measurement.at("environment").at("fused_kernels"), "off");
-  if (ranks == 1)
+  if (ranks == 1) {
     EXPECT_GT(worst_relative_difference(reference(model).params, run.params), 0)
         << layout << ": bit-identical to the composite run: the fused kernels did not run";
+  }
 }
 TEST(ExecEquivalence, FusedKernelsGptStyle) { expect_fused_equivalent("tiny-gpt", 1, "", "fused_gpt"); }
 TEST(ExecEquivalence, FusedKernelsLlamaStyle) { expect_fused_equivalent("tiny-llama", 1, "", "fused_llama"); }
