@@ -102,26 +102,30 @@ PassCost mem_bwd(const Ctx& x, const MemOpImpl& impl, Bytes bytes) {
   return {std::max(t, impl.kernels_bwd * x.c.ops.kernel_floor), static_cast<double>(impl.kernels_bwd)};
 }
 
-// One linear layer's GEMM(s): forward x W^T, backward dgrad + wgrad, on M tokens, N outputs, K
-// inputs, split into `parts` equal GEMMs along N where the stack does not fuse them. FP8 adds the
-// quantization of each GEMM input (forward: the activation; backward: the output gradient).
+// One linear layer's GEMM(s) in `dtype`: forward x W^T, backward dgrad + wgrad, on M tokens, N
+// outputs, K inputs, split into `parts` equal GEMMs along N where the stack does not fuse them. FP8
+// adds the quantization of each GEMM input (forward: the activation; backward: the output gradient).
 struct LinearCost {
   PassCost fwd, bwd;
 };
-LinearCost linear(const Ctx& x, double m, double n, double k, int parts = 1) {
+LinearCost linear_in(const Ctx& x, Dtype dtype, double m, double n, double k, int parts = 1) {
   LinearCost out;
   const double np = n / parts;
   const double kernels = static_cast<double>(parts) * x.sw.gemm_kernels;
   const Seconds floor = x.c.ops.kernel_floor;
-  out.fwd = {parts * std::max(floor, gemm_time(x.c, x.s.dtype, m, np, k, GemmPass::fwd)), kernels};
-  out.bwd = {parts * (std::max(floor, gemm_time(x.c, x.s.dtype, m, np, k, GemmPass::dgrad)) +
-                      std::max(floor, gemm_time(x.c, x.s.dtype, m, np, k, GemmPass::wgrad))),
+  out.fwd = {parts * std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::fwd)), kernels};
+  out.bwd = {parts * (std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::dgrad)) +
+                      std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::wgrad))),
              2 * kernels};
-  if (x.s.dtype == Dtype::fp8 && x.sw.fp8_quantize_passes > 0) {
+  if (dtype == Dtype::fp8 && x.sw.fp8_quantize_passes > 0) {
     out.fwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.act), 1};
     out.bwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.act), 1};
   }
   return out;
+}
+// A linear layer of the transformer, in the training dtype.
+LinearCost linear(const Ctx& x, double m, double n, double k, int parts = 1) {
+  return linear_in(x, x.s.dtype, m, n, k, parts);
 }
 
 // The attention core for one micro-batch on one rank: causal flash attention from the measured
@@ -271,7 +275,10 @@ OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, cons
   // Head: final norm, LM head GEMM [h -> V/tp], loss on the 16-bit logits.
   out.post.fwd = norm_f;
   out.post.bwd = norm_b;
-  const LinearCost head = linear(x, x.tokens, V / tp, h);
+  // Under FP8 the head stays in 16 bits unless the stack quantizes it too (Megatron-core's output
+  // layer is not a Transformer Engine module; software precision.fp8_lm_head).
+  const Dtype head_dtype = s.dtype == Dtype::fp8 && !sw.fp8_lm_head ? Dtype::bf16 : s.dtype;
+  const LinearCost head = linear_in(x, head_dtype, x.tokens, V / tp, h);
   out.post.fwd += head.fwd;
   out.post.bwd += head.bwd;
   const Bytes logits = x.tokens * V / tp * x.act;

@@ -49,6 +49,7 @@ Software parse_software(const json& j, const std::string& file) {
     s.autocast_casts_inputs = p.boolean("autocast_casts_gemm_inputs");
     s.weight_cast_per_micro_batch = p.boolean("weight_cast_per_micro_batch");
     s.fp8_saved_gemm_input_bytes = p.number("fp8_saved_gemm_input_bytes", 1, 4);
+    s.fp8_lm_head = p.boolean("fp8_lm_head");
     p.finish();
   }
   {

@@ -94,6 +94,7 @@ struct Software {
   bool autocast_casts_inputs = false;  // each GEMM reading the fp32 stream casts it to 16 bits first
   bool weight_cast_per_micro_batch = false;  // weight casts every micro-batch (else once a step)
   double fp8_saved_gemm_input_bytes = 2;  // --dtype fp8: bytes per element of each saved GEMM input
+  bool fp8_lm_head = false;     // --dtype fp8: the LM head GEMM runs in FP8 too (else in 16 bits)
   bool wgrad_accumulate_fused = true;  // weight gradients accumulate in the GEMM (no extra pass)
   int gemm_kernels = 1;         // kernels per GEMM call (bias epilogue, casts)
   int vocab_multiple = 1;       // vocabulary padded to a multiple of this x tp (Megatron: 128)

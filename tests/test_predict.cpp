@@ -92,6 +92,35 @@ TEST(Predict, ContextParallelMergesEachRingStep) {
   EXPECT_GT(predict(g, c, sw, s).time.step, predict(g, c, none, s).time.step);
 }
 
+TEST(Predict, Fp8LeavesTheLmHeadIn16BitsUnlessTheStackQuantizesIt) {
+  // Megatron-core's output layer is not a Transformer Engine module: under --dtype fp8 the
+  // transformer layers' GEMMs run in FP8 and the head's in bf16 (no quantize passes either).
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = gpt(4, 4096, 32, 2048, 50304);
+  const LayerGraph g(m, 2048);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  ASSERT_FALSE(sw.fp8_lm_head);
+  Software quantized = sw;
+  quantized.fp8_lm_head = true;
+  Strategy s = layout(1, 1, 1, 4, 8);  // micro-batches of 4 x 2048 tokens
+  const OpCosts bf16 = op_costs(g, c, sw, s);
+  s.dtype = Dtype::fp8;
+  const OpCosts fp8 = op_costs(g, c, sw, s), all_fp8 = op_costs(g, c, quantized, s);
+  EXPECT_DOUBLE_EQ(fp8.post.fwd.gpu, bf16.post.fwd.gpu);
+  EXPECT_DOUBLE_EQ(fp8.post.bwd.gpu, bf16.post.bwd.gpu);
+  EXPECT_DOUBLE_EQ(fp8.layer.fwd.gpu, all_fp8.layer.fwd.gpu);  // only the head differs
+  EXPECT_LT(fp8.layer.fwd.gpu, bf16.layer.fwd.gpu);
+  // Quantizing the head: its forward GEMM at the FP8 rule plus one quantize pass over its input.
+  const double tokens = 4 * 2048, head_in = tokens * 4096 * 2;
+  EXPECT_NEAR(all_fp8.post.fwd.gpu - fp8.post.fwd.gpu,
+              gemm_time(c, Dtype::fp8, tokens, 50304, 4096, GemmPass::fwd) -
+                  gemm_time(c, Dtype::bf16, tokens, 50304, 4096, GemmPass::fwd) +
+                  sw.fp8_quantize_passes * c.ops.memory_fwd(MemKernel::add, head_in),
+              1e-12);
+  EXPECT_LT(all_fp8.post.fwd.gpu, fp8.post.fwd.gpu);
+  EXPECT_GT(predict(g, c, sw, s).time.step, predict(g, c, quantized, s).time.step);
+}
+
 TEST(Predict, Fp32GradientAccumulationAddsTwoBytesPerParameter) {
   const ModelSpec m = gpt(4, 1024, 16, 1024, 1000);
   const LayerGraph g(m, 1024);
