@@ -35,12 +35,14 @@ Measures what one device delivers and writes a topology file (topologies/*.json 
   adamw_fused, adamw_foreach) by input bytes, kernel_floor_us from back-to-back tiny kernels,
   and misaligned_gemm_slowdown from one GEMM with an odd N against the aligned one (CUDA events
   on a GPU, wall clock on CPU);
-  matmul FLOP/s by size (fp32 on CPU, bf16 on CUDA) -> gpu.gemm_efficiency relative to the peak,
-  copy bandwidth (one large tensor copy)          -> gpu.hbm_bandwidth_gbps (CPU) or
-                                                     gpu.memory_efficiency (CUDA, vs the base's),
-  fused attention (SDPA) FLOP/s                   -> gpu.attention_efficiency,
-  all-reduce between local processes              -> node.link bandwidth and latency
-  (Gloo over 127.0.0.1 on CPU; NCCL with --gpus N >= 2 on CUDA).
+  all-reduce between local processes       -> node.link bandwidth and latency
+  (Gloo over 127.0.0.1 on CPU; NCCL with --gpus N >= 2 on CUDA);
+  on CPU also: the best matmul FLOP/s      -> gpu.peak_tflops.fp32 (unless --peak-tflops),
+  copy bandwidth (one large tensor copy)   -> gpu.hbm_bandwidth_gbps,
+  host RAM / --ranks-per-node              -> gpu.hbm_gb,
+  resident set after start-up              -> runtime_overhead_gb.
+The matmul rates (TFLOP/s), copy bandwidth and SDPA rate are printed and quoted in the file's
+"calibration" text. On CUDA the fields not measured (all but "ops" and node.link) are the base's.
 Each figure is the median of --repeats timed runs after --warmup untimed ones.
 On CPU one "device" is what one rank gets: --threads cores' worth of intra-op threads.
 
@@ -56,8 +58,8 @@ options:
                            chain of linear layers through autograd, 3 kernels per layer)
   --software-base NAME|FILE  the profile --software-out starts from (default trainplan-exec, the
                            LibTorch stack this measurement runs on)
-  --peak-tflops X          peak the GEMM efficiencies are relative to (default: the best measured
-                           rate on CPU, the base's bf16 peak on CUDA)
+  --peak-tflops X          CPU: gpu.peak_tflops.fp32, the peak MFU is relative to (default: the
+                           best measured matmul rate; on CUDA the peaks are the base's)
   --threads T              CPU threads per rank (default 1)
   --ranks-per-node N       CPU: ranks sharing this host, node.gpus (default 4)
   --price-usd X            CPU: assumed price per rank-hour (default 0, or the base's)
@@ -191,8 +193,9 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   in.name = f.get_or("name", cuda ? in.base_name + "-calibrated" : "cpu-local");
   const auto out_path = f.get("out");
   // From a slow CPU core (~0.01 TFLOP/s fp32) to ~10x the fp8 peak of today's largest GPUs: a
-  // value outside is a unit mistake and would make every calibrated efficiency absurd.
+  // value outside is a unit mistake and would make the fp32 peak, and so MFU, absurd.
   if (f.has("peak-tflops")) in.peak_tflops = f.get_double("peak-tflops", 0, 0.01, 50000);
+  if (cuda && in.peak_tflops) throw InputError("--peak-tflops: CUDA takes the datasheet peaks from --base");
   o.threads = static_cast<int>(f.get_int("threads", 1, 1, 1024));
   in.ranks_per_node = static_cast<int>(f.get_int("ranks-per-node", 4, 1, 1024));
   if (f.has("price-usd")) in.price_usd = f.get_double("price-usd", 0, 0, 1e6);

@@ -19,11 +19,11 @@ std::string shape_text(const GemmPoint& p) {
   return p.m == p.n && p.n == p.k ? fmt::format("{}^3", p.m) : fmt::format("{}x{}x{}", p.m, p.n, p.k);
 }
 
-// Efficiency in (0, 1]: achieved / peak, clamped (a figure above the stated peak counts as 1).
+// Link efficiency in (0, 1]: achieved / datasheet bandwidth, clamped (above the datasheet counts as 1).
 double efficiency(double achieved, double peak) { return std::clamp(achieved / peak, 1e-4, 1.0); }
 
-// The forward matmuls as a rate-by-FLOPs curve (gpu.gemm_efficiency): of shapes with equal
-// FLOPs the fastest, ascending FLOPs.
+// The forward matmul rates for the "calibration" text: of shapes with equal FLOPs the fastest,
+// ascending FLOPs.
 std::vector<GemmPoint> by_flops(std::vector<GemmPoint> gemm) {
   std::sort(gemm.begin(), gemm.end(), [](const GemmPoint& x, const GemmPoint& y) {
     return x.flops != y.flops ? x.flops < y.flops : x.rate > y.rate;
@@ -32,14 +32,6 @@ std::vector<GemmPoint> by_flops(std::vector<GemmPoint> gemm) {
              gemm.end());
   return gemm;
 }
-
-// Matmul efficiency at `flops` on the measured curve (the loader's interpolation).
-double curve_at(const std::vector<GemmPoint>& gemm, double peak, double flops) {
-  GpuSpec g;
-  for (const auto& p : by_flops(gemm)) g.gemm_efficiency.push_back({p.flops, efficiency(p.rate, peak)});
-  return g.matmul_efficiency(flops);
-}
-
 
 // How every device figure was taken, for the "source" texts.
 std::string method(const CalibrationResult& r) {
@@ -130,21 +122,9 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
   const bool cuda = in.device == "cuda";
   json t = in.base ? *in.base : json::object();
   t["name"] = in.name;
-  double peak = 0;
-  if (in.peak_tflops) {
-    peak = *in.peak_tflops * kTera;
-  } else if (cuda) {
-    peak = t["gpu"]["peak_tflops"]["bf16"].get<double>() * kTera;
-  } else {
-    peak = r.best_gemm_rate;
-  }
-  json curve = json::array();
-  for (const auto& p : by_flops(r.gemm)) curve.push_back({{"flops", p.flops}, {"efficiency", efficiency(p.rate, peak)}});
-  const double attention_eff = efficiency(r.attention_rate, peak * curve_at(r.gemm, peak, r.attention_flops));
-
   std::string measured = fmt::format(
       "Measured by `{}` on {} (LibTorch {}): {} forward matmul median rates (the fastest shape per FLOP count) {}; "
-      "{}; copy {:.1f} GB/s; causal SDPA {:.2f} TFLOP/s at {:.3g} FLOPs; kernel floor {:.2f} us; a {}x{}x{} matmul through autograd (fwd + bwd, 3 kernels) {:.1f} us vs {:.1f} us for one bare "
+      "copy {:.1f} GB/s; causal SDPA {:.2f} TFLOP/s at {:.3g} FLOPs; kernel floor {:.2f} us; a {}x{}x{} matmul through autograd (fwd + bwd, 3 kernels) {:.1f} us vs {:.1f} us for one bare "
       "kernel; host time per kernel {:.1f} us (slope of a chain of linears through autograd, 3 kernels per layer; a software profile's host.per_kernel_us, not this schema's) and {:.1f} us fixed per forward + backward() call; ",
       in.command, in.date, r.torch_version, r.dtype,
       fmt::join([&] {
@@ -153,9 +133,6 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
         return v;
       }(),
                 ", "),
-      cuda ? fmt::format("efficiency relative to {:.4g} TFLOP/s", peak / kTera)
-           : fmt::format("efficiency relative to {} ({:.4g} TFLOP/s)",
-                         in.peak_tflops ? "--peak-tflops" : "the best measured rate", peak / kTera),
       r.copy_bandwidth / kGB, r.attention_rate / kTera, r.attention_flops, r.kernel_floor / kMicro, r.autograd_m, r.autograd_n, r.autograd_k,
       r.autograd_matmul / kMicro, r.bare_matmul / kMicro, r.host_per_kernel / kMicro, r.backward_call_overhead / kMicro);
   if (r.link.measured) {
@@ -173,17 +150,15 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
                         {"source", "not measured: the fitted link latency includes the per-call cost"}};
   }
   if (cuda) {
-    json& g = t["gpu"];
-    g["gemm_efficiency"] = curve;
-    g["attention_efficiency"] = attention_eff;
-    g["memory_efficiency"] = efficiency(r.copy_bandwidth, g["hbm_bandwidth_gbps"].get<double>() * kGB);
     if (r.link.measured) {
       json& l = t["node"]["link"];
       l["efficiency"] = efficiency(r.link.bus_bandwidth, l["bandwidth_gbps"].get<double>() * kGB);
       l["latency_us"] = r.link.latency / kMicro;
     }
-    t["calibration"] = fmt::format("gemm_efficiency, attention_efficiency, memory_efficiency{} calibrated on one {}. {}",
-                                   r.link.measured ? " and node.link efficiency/latency" : "", in.base_name, measured);
+    t["calibration"] = fmt::format(
+        "Measured on one {}: the ops tables (ops.source){}; nothing is fitted on training runs, the other fields are "
+        "the base's. {}",
+        in.base_name, r.link.measured ? " and node.link efficiency and latency" : "", measured);
     return t;
   }
 
@@ -220,15 +195,18 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
       "= host RAM / ranks.{}{}",
       r.device_name, in.base ? "fields not measured from " + in.base_name : "measured, no datasheet", in.ranks_per_node,
       r.threads, cost_note, link_note);
-  t["calibration"] = "Every figure from trainplan calibrate on this host. " + measured;
+  t["calibration"] = fmt::format(
+      "Measured by trainplan calibrate on this host: the ops tables (ops.source){}, gpu.hbm_bandwidth_gbps (the copy "
+      "bandwidth), gpu.hbm_gb (host RAM / ranks) and runtime_overhead_gb (the start-up resident set); "
+      "gpu.peak_tflops.fp32 is {}; nothing is fitted on training runs. {}",
+      r.link.measured ? ", the link" : "", in.peak_tflops ? "--peak-tflops" : "the best measured matmul rate", measured);
   json gpu = in.base ? t["gpu"] : json::object();
   gpu["name"] = fmt::format("{} x{} thread(s)", r.device_name, r.threads);
+  // The fp32 peak: --peak-tflops, else the best measured matmul rate.
+  const double peak = in.peak_tflops ? *in.peak_tflops * kTera : r.best_gemm_rate;
   gpu["peak_tflops"] = {{"bf16", 0.0}, {"fp16", 0.0}, {"fp8", 0.0}, {"fp32", peak / kTera}};
   gpu["hbm_gb"] = in.host_memory / in.ranks_per_node / kGB;
   gpu["hbm_bandwidth_gbps"] = r.copy_bandwidth / kGB;
-  gpu["memory_efficiency"] = 1.0;  // the bandwidth above is already the achieved one
-  gpu["attention_efficiency"] = attention_eff;
-  gpu["gemm_efficiency"] = curve;
   t["gpu"] = gpu;
   t["node"] = {{"gpus", in.ranks_per_node}, {"link", link}};
   if (!in.base) t["network"] = json::array();

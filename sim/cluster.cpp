@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
@@ -33,18 +31,6 @@ FlopsPerSecond GpuSpec::peak(Dtype d) const {
     case Dtype::fp32: return peak_fp32;
   }
   return 0;
-}
-
-double GpuSpec::matmul_efficiency(Flops op_flops) const {
-  const auto& c = gemm_efficiency;
-  TRAINPLAN_CHECK(!c.empty(), "GpuSpec::gemm_efficiency needs at least one point");
-  if (op_flops <= c.front().flops) return c.front().efficiency;
-  if (op_flops >= c.back().flops) return c.back().efficiency;
-  auto hi = std::upper_bound(c.begin(), c.end(), op_flops,
-                             [](Flops f, const EfficiencyPoint& p) { return f < p.flops; });
-  auto lo = hi - 1;
-  double t = std::log(op_flops / lo->flops) / std::log(hi->flops / lo->flops);
-  return lo->efficiency + t * (hi->efficiency - lo->efficiency);
 }
 
 int Cluster::max_gpus() const { return network.empty() ? gpus_per_node : network.back().span_gpus; }
@@ -80,16 +66,13 @@ Cluster parse_cluster(const json& j, const std::string& file) {
     peak.finish();
     c.gpu.hbm = g.number("hbm_gb", 0, 1e6, true) * kGB;
     c.gpu.hbm_bandwidth = g.number("hbm_bandwidth_gbps", 0, 1e6, true) * kGB;
-    c.gpu.memory_efficiency = g.number("memory_efficiency", 0, 1, true);
-    c.gpu.attention_efficiency = g.number("attention_efficiency", 0, 1, true);
-    auto points = g.objects("gemm_efficiency", 1);
-    for (const auto& p : points) {
-      EfficiencyPoint e{p.number("flops", 0, 1e30, true), p.number("efficiency", 0, 1, true)};
-      if (!c.gpu.gemm_efficiency.empty() && e.flops <= c.gpu.gemm_efficiency.back().flops) {
-        throw p.error("flops", "must increase along gpu.gemm_efficiency");
+    // Removed in favour of the measured "ops" tables; a file that still sets one would expect
+    // it to change the prediction.
+    for (const char* removed : {"gemm_efficiency", "attention_efficiency", "memory_efficiency"}) {
+      if (g.has(removed)) {
+        throw InputError(fmt::format("{}: {} was removed: step times come from the measured ops tables; delete the key",
+                                     g.file(), g.field(removed)));
       }
-      p.finish();
-      c.gpu.gemm_efficiency.push_back(e);
     }
     g.finish();
   }

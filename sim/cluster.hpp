@@ -11,22 +11,13 @@
 
 namespace trainplan {
 
-struct EfficiencyPoint {
-  Flops flops = 0;          // FLOPs of one matmul kernel
-  double efficiency = 0;    // achieved / peak at that size
-};
-
 struct GpuSpec {
   std::string name;
   FlopsPerSecond peak_bf16 = 0, peak_fp16 = 0, peak_fp8 = 0, peak_fp32 = 0;  // dense; 0 = unsupported
   Bytes hbm = 0;
   BytesPerSecond hbm_bandwidth = 0;
-  double memory_efficiency = 1;              // achieved / peak HBM bandwidth for memory-bound kernels
-  std::vector<EfficiencyPoint> gemm_efficiency;  // sorted by flops; log-linear in between, flat outside
-  double attention_efficiency = 1;           // fused attention kernel relative to matmul efficiency
 
   FlopsPerSecond peak(Dtype d) const;
-  double matmul_efficiency(Flops op_flops) const;
 };
 
 // One level of interconnect. Bandwidth is per GPU and per direction.
@@ -50,7 +41,7 @@ inline constexpr const char* kClusterSchema = "trainplan/cluster/v2";
 struct Cluster {
   std::string name;
   std::string source;
-  std::string calibration;    // what the efficiency figures were fitted on
+  std::string calibration;    // what in the file was measured, fitted or assumed, and on what
   GpuSpec gpu;
   OpCostTables ops;           // measured kernel times of this GPU (op_costs.hpp)
   CollectiveCosts collectives;

@@ -45,7 +45,7 @@ struct OpSpec {
   OpKind kind = OpKind::norm;
   int layer = -1;        // transformer layer index; -1 before the first layer, `layers` after the last
   Split split = Split::tensor;
-  bool matmul = false;   // compute-bound kernel timed with the GPU's matmul efficiency curve
+  bool matmul = false;   // compute-bound kernel (a GEMM or attention), timed from the ops tables
   Flops flops_per_token = 0;        // forward FLOPs per token (backward: 2x)
   double traffic_elems_per_token = 0;  // forward memory traffic, in activation elements per token
   double params = 0;                // parameters owned by the op

@@ -1,14 +1,15 @@
-// Unit tests for sim/cluster: the shipped topologies, unit conversion at load, the matmul
-// efficiency curve, and every bad cluster file the loader must reject with a one-line message.
+// Unit tests for sim/cluster: the shipped topologies, unit conversion at load, the removed
+// efficiency keys, and every bad cluster file the loader must reject with a one-line message.
 #include "sim/cluster.hpp"
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <utility>
 
+#include "reports/calibration_report.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
 #include "test_helpers.hpp"
@@ -36,7 +37,7 @@ TEST(Topologies, EveryShippedFileLoadsAndIsNamedLikeItsFile) {
     const Cluster c = load_cluster(e.path().string(), kSource);
     EXPECT_EQ(c.name, e.path().stem().string());
     EXPECT_GT(c.source.size(), 40u);       // cites its datasheets
-    EXPECT_GT(c.calibration.size(), 40u);  // says what the efficiencies were fitted on
+    EXPECT_GT(c.calibration.size(), 40u);  // says what was measured, fitted or assumed
     if (!c.network.empty()) {  // GPU clusters; cpu-local describes one CPU host for exec runs
       EXPECT_GT(c.gpu.peak_bf16, 100e12);
       EXPECT_GT(c.gpu.hbm, 16e9);
@@ -66,7 +67,7 @@ TEST(Topologies, APcieBoxWithoutNvlinkShips) {
 }
 
 TEST(Topologies, DgxA100_80gDatasheetFiguresConvertToSiUnits) {
-  // Only datasheet figures here; the efficiencies in this file are the lead's calibration.
+  // Only datasheet figures here.
   const Cluster c = load_cluster("dgx-a100-80g", kSource);
   EXPECT_EQ(c.gpu.name, "A100-SXM4-80GB");
   EXPECT_DOUBLE_EQ(c.gpu.peak(Dtype::bf16), 312e12);
@@ -89,16 +90,11 @@ TEST(Topologies, DgxA100_40gDiffersFrom80gOnlyInMemory) {
   EXPECT_DOUBLE_EQ(a.gpu.hbm_bandwidth, 1555e9);
   EXPECT_DOUBLE_EQ(a.gpu.peak_bf16, b.gpu.peak_bf16);
   EXPECT_DOUBLE_EQ(a.node.bandwidth, b.node.bandwidth);
-  // dgx-a100-40g's calibration field says its efficiencies are copies of dgx-a100-80g's fit:
-  // when the 80g file is recalibrated, copy the new figures into the 40g file.
-  const char* why = "dgx-a100-40g must carry dgx-a100-80g's calibration (see its calibration field)";
-  EXPECT_DOUBLE_EQ(a.gpu.memory_efficiency, b.gpu.memory_efficiency) << why;
-  EXPECT_DOUBLE_EQ(a.gpu.attention_efficiency, b.gpu.attention_efficiency) << why;
-  ASSERT_EQ(a.gpu.gemm_efficiency.size(), b.gpu.gemm_efficiency.size()) << why;
-  for (std::size_t i = 0; i < a.gpu.gemm_efficiency.size(); ++i) {
-    EXPECT_DOUBLE_EQ(a.gpu.gemm_efficiency[i].flops, b.gpu.gemm_efficiency[i].flops) << why;
-    EXPECT_DOUBLE_EQ(a.gpu.gemm_efficiency[i].efficiency, b.gpu.gemm_efficiency[i].efficiency) << why;
-  }
+  // dgx-a100-40g's calibration field says its link efficiencies, collective costs and runtime
+  // overhead are dgx-a100-80g's: when the 80g file changes them, copy the new figures.
+  const char* why = "dgx-a100-40g must carry dgx-a100-80g's priors (see its calibration field)";
+  EXPECT_DOUBLE_EQ(a.collectives.call_overhead, b.collectives.call_overhead) << why;
+  EXPECT_DOUBLE_EQ(a.collectives.overlap_slowdown, b.collectives.overlap_slowdown) << why;
   EXPECT_DOUBLE_EQ(a.node.efficiency, b.node.efficiency) << why;
   ASSERT_EQ(a.network.size(), b.network.size()) << why;
   for (std::size_t i = 0; i < a.network.size(); ++i) {
@@ -117,12 +113,6 @@ TEST(Topologies, DgxH100EveryFieldInSiUnits) {
   EXPECT_DOUBLE_EQ(c.gpu.peak(Dtype::fp32), 67e12);
   EXPECT_DOUBLE_EQ(c.gpu.hbm, 80e9);
   EXPECT_DOUBLE_EQ(c.gpu.hbm_bandwidth, 3350e9);
-  EXPECT_DOUBLE_EQ(c.gpu.memory_efficiency, 0.9);  // 3.0 TB/s measured copy / 3.35 TB/s
-  // The end-to-end curve is dgx-a100-80g's at FLOPs scaled by the peak ratio, and stays below the
-  // raw matmul measurement (798 TFLOP/s on a 2·8192³ FLOP matmul, 0.81 of 989.5).
-  const Cluster a100 = load_cluster("dgx-a100-80g", kSource);
-  EXPECT_NEAR(c.gpu.matmul_efficiency(3.2e12), a100.gpu.matmul_efficiency(1e12), 1e-12);
-  EXPECT_LE(c.gpu.matmul_efficiency(2.0 * 8192.0 * 8192.0 * 8192.0), 798.0 / 989.5);
   EXPECT_EQ(c.gpus_per_node, 8);
   EXPECT_DOUBLE_EQ(c.node.bandwidth, 450e9);  // 900 GB/s NVLink 4 is both directions together
   EXPECT_DOUBLE_EQ(c.node.latency, 3e-6);
@@ -145,16 +135,14 @@ TEST(Topologies, DgxH200IsAnH100WithMoreAndFasterMemory) {
   EXPECT_EQ(h200.max_gpus(), h100.max_gpus());
 }
 
-// ---- units and the efficiency curve, on a cluster written here --------------------------------
+// ---- units and the removed keys, on a cluster written here -------------------------------------
 
 json small_cluster() {
   return json::parse(R"({
     "schema": "trainplan/cluster/v2",
     "name": "toy", "source": "test", "calibration": "none",
     "gpu": {"name": "G", "peak_tflops": {"bf16": 100, "fp16": 50, "fp8": 0, "fp32": 10},
-            "hbm_gb": 16, "hbm_bandwidth_gbps": 1000, "memory_efficiency": 0.5, "attention_efficiency": 0.9,
-            "gemm_efficiency": [{"flops": 1e9, "efficiency": 0.3}, {"flops": 1e10, "efficiency": 0.5},
-                                {"flops": 1e11, "efficiency": 0.7}]},
+            "hbm_gb": 16, "hbm_bandwidth_gbps": 1000},
     "ops": {"source": "test", "dtype": "bf16", "kernel_floor_us": 5,
             "gemm": [{"m": 1024, "n": 1024, "k": 1024, "fwd_us": 100, "dgrad_us": 100, "wgrad_us": 100}],
             "attention": [{"seq": 1024, "head_dim": 64, "batch_heads": 16, "fwd_us": 100, "fwd_bwd_us": 350}],
@@ -174,8 +162,6 @@ TEST(ParseCluster, ConvertsFileUnitsOnce) {
   EXPECT_DOUBLE_EQ(c.gpu.peak(Dtype::fp32), 10e12);
   EXPECT_DOUBLE_EQ(c.gpu.hbm, 16e9);
   EXPECT_DOUBLE_EQ(c.gpu.hbm_bandwidth, 1e12);
-  EXPECT_DOUBLE_EQ(c.gpu.memory_efficiency, 0.5);
-  EXPECT_DOUBLE_EQ(c.gpu.attention_efficiency, 0.9);
   EXPECT_EQ(c.gpus_per_node, 4);
   EXPECT_EQ(c.node.name, "pcie");
   EXPECT_EQ(c.node.span_gpus, 4);
@@ -231,64 +217,110 @@ TEST(ParseCluster, NoNetworkMeansOneNode) {
   EXPECT_EQ(parse_cluster(j, "toy.json").max_gpus(), 4);
 }
 
-TEST(MatmulEfficiency, FlatOutsideTheCurve) {
-  const Cluster c = parse_cluster(small_cluster(), "toy.json");
-  EXPECT_DOUBLE_EQ(c.gpu.matmul_efficiency(1e6), 0.3);
-  EXPECT_DOUBLE_EQ(c.gpu.matmul_efficiency(1e9), 0.3);
-  EXPECT_DOUBLE_EQ(c.gpu.matmul_efficiency(1e11), 0.7);
-  EXPECT_DOUBLE_EQ(c.gpu.matmul_efficiency(1e15), 0.7);
-}
-
-TEST(MatmulEfficiency, ExactAtThePoints) {
-  const Cluster c = parse_cluster(small_cluster(), "toy.json");
-  EXPECT_NEAR(c.gpu.matmul_efficiency(1e10), 0.5, 1e-12);
-}
-
-TEST(MatmulEfficiency, LogLinearBetweenPoints) {
-  const Cluster c = parse_cluster(small_cluster(), "toy.json");
-  // 10^9.5 is half-way from 1e9 to 1e10 in log space: 0.3 + 0.5·(0.5 − 0.3) = 0.4.
-  EXPECT_NEAR(c.gpu.matmul_efficiency(std::pow(10.0, 9.5)), 0.4, 1e-12);
-  // 10^10.25 is a quarter of the way from 1e10 to 1e11: 0.5 + 0.25·0.2 = 0.55.
-  EXPECT_NEAR(c.gpu.matmul_efficiency(std::pow(10.0, 10.25)), 0.55, 1e-12);
-  // Linear in flops would give 0.3 + (2e9 − 1e9)/(9e9)·0.2 = 0.322; log-linear gives log10(2)·0.2.
-  EXPECT_NEAR(c.gpu.matmul_efficiency(2e9), 0.3 + std::log10(2.0) * 0.2, 1e-12);
-}
-
-TEST(MatmulEfficiency, OnePointIsAConstant) {
+// gemm_efficiency, attention_efficiency and memory_efficiency were read by an earlier cost model;
+// step times now come from the measured ops tables. A file that still sets one expects it to
+// matter, so it is refused (exit 2 in the CLI), naming the field, rather than ignored.
+TEST(ParseCluster, RemovedEfficiencyKeysAreRejected) {
+  const std::pair<const char*, json> removed[] = {
+      {"gemm_efficiency", json::parse(R"([{"flops": 1e9, "efficiency": 0.3}, {"flops": 1e11, "efficiency": 0.7}])")},
+      {"attention_efficiency", 0.9},
+      {"memory_efficiency", 0.5}};
+  for (const auto& [key, value] : removed) {
+    json j = small_cluster();
+    j["gpu"][key] = value;
+    EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+              std::string("toy.json: gpu.") + key +
+                  " was removed: step times come from the measured ops tables; delete the key");
+  }
+  // Only under "gpu": elsewhere such a key is an unknown key like any other.
   json j = small_cluster();
-  j["gpu"]["gemm_efficiency"] = json::parse(R"([{"flops": 1e10, "efficiency": 0.6}])");
-  const Cluster c = parse_cluster(j, "toy.json");
-  EXPECT_DOUBLE_EQ(c.gpu.matmul_efficiency(1), 0.6);
-  EXPECT_DOUBLE_EQ(c.gpu.matmul_efficiency(1e20), 0.6);
+  j["memory_efficiency"] = 0.5;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: memory_efficiency is not a known key");
 }
 
-TEST(MatmulEfficiency, EmptyCurveIsAnInternalError) {
-  GpuSpec g;  // built in code without points: a bug, not bad input
-  EXPECT_THROW(g.matmul_efficiency(1e9), std::logic_error);
+TEST(Topologies, NoShippedFileCarriesARemovedKey) {
+  for (const auto& e : fs::directory_iterator(kSource / "topologies")) {
+    if (e.path().extension() != ".json") continue;
+    const json j = read_json_file(e.path());
+    for (const char* key : {"gemm_efficiency", "attention_efficiency", "memory_efficiency"}) {
+      EXPECT_FALSE(j.at("gpu").contains(key)) << e.path() << ": gpu." << key;
+    }
+    EXPECT_NO_THROW(load_cluster(e.path().string(), kSource)) << e.path();
+  }
+}
+
+// ---- `trainplan calibrate`'s topology file (reports/calibration_report.cpp) -------------------
+
+// One point per table, as a device would have measured it.
+CalibrationResult measured_device(const std::string& dtype) {
+  CalibrationResult r;
+  r.device_name = "Test device";
+  r.dtype = dtype;
+  r.threads = 1;
+  GemmPoint g;
+  g.m = g.n = g.k = 1024;
+  g.flops = 2.0 * 1024 * 1024 * 1024;
+  g.median = g.dgrad = g.wgrad = 100e-6;
+  g.rate = g.flops / g.median;
+  g.label = "square";
+  r.gemm = {g};
+  r.best_gemm_rate = g.rate;
+  r.copy_bandwidth = 1e12;
+  r.attention = {{1024, 64, 16, 100e-6, 350e-6}};
+  r.attention_flops = 1e9;
+  r.attention_rate = 1e13;
+  r.memory = {{"add", 1e6, 10e-6, 20e-6}};
+  r.kernel_floor = 5e-6;
+  r.kernel_floor_launches = 2000;
+  r.misaligned_gemm_slowdown = 1.5;
+  r.misaligned_m = r.misaligned_n = r.misaligned_k = 256;
+  r.timing = "test";
+  r.warmup = 1;
+  r.repeats = 3;
+  r.torch_version = "test";
+  r.link.note = "not measured (test)";
+  return r;
+}
+
+TEST(CalibratedTopology, WritesNoRemovedKeyAndLoads) {
+  for (const bool cuda : {true, false}) {
+    SCOPED_TRACE(cuda ? "cuda" : "cpu");
+    TopologyInputs in;
+    in.name = "calibrated";
+    in.command = "trainplan calibrate (test)";
+    in.device = cuda ? "cuda" : "cpu";
+    in.date = "today";
+    in.host_memory = 16e9;
+    if (cuda) {
+      in.base = read_json_file(kSource / "topologies" / "dgx-h100.json");
+      in.base_name = "dgx-h100";
+    }
+    const json t = calibrated_topology(measured_device(cuda ? "bf16" : "fp32"), in);
+    for (const char* key : {"gemm_efficiency", "attention_efficiency", "memory_efficiency"}) {
+      EXPECT_FALSE(t.at("gpu").contains(key)) << key;
+      EXPECT_EQ(t.at("calibration").get<std::string>().find(key), std::string::npos) << key;
+    }
+    if (cuda) {
+      EXPECT_EQ(t.at("gpu"), in.base->at("gpu"));  // the datasheet figures, untouched
+    }
+    const Cluster c = parse_cluster(t, "calibrated.json");
+    EXPECT_TRUE(Contains(c.calibration, "the ops tables (ops.source)")) << c.calibration;
+    EXPECT_TRUE(Contains(c.calibration, "nothing is fitted on training runs")) << c.calibration;
+    EXPECT_TRUE(Contains(c.calibration, "1024^3 21.5 TFLOP/s")) << c.calibration;  // the measured rate
+  }
 }
 
 // ---- bad inputs, in code ---------------------------------------------------------------------
 
-TEST(ParseCluster, EmptyEfficiencyCurveIsRejected) {
+TEST(ParseCluster, LinkEfficiencyOutsideZeroOneIsRejected) {
   json j = small_cluster();
-  j["gpu"]["gemm_efficiency"] = json::array();
-  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
-            "toy.json: gpu.gemm_efficiency = [], must hold at least 1 entries");
-}
-
-TEST(ParseCluster, EfficiencyAboveOneIsRejected) {
-  json j = small_cluster();
-  j["gpu"]["gemm_efficiency"][1]["efficiency"] = 1.01;
-  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
-            "toy.json: gpu.gemm_efficiency[1].efficiency = 1.01, must be in (0, 1]");
-  j = small_cluster();
   j["node"]["link"]["efficiency"] = 0;
   EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
             "toy.json: node.link.efficiency = 0, must be in (0, 1]");
   j = small_cluster();
-  j["gpu"]["memory_efficiency"] = 2;
+  j["network"][0]["efficiency"] = 1.01;
   EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
-            "toy.json: gpu.memory_efficiency = 2, must be in (0, 1]");
+            "toy.json: network[0].efficiency = 1.01, must be in (0, 1]");
 }
 
 TEST(ParseCluster, FirstTierMustSpanAtLeastANode) {
@@ -338,8 +370,8 @@ INSTANTIATE_TEST_SUITE_P(
     Files, BadClusterFile,
     ::testing::Values(
         BadFile{"cluster_link_efficiency.json", "network[1].efficiency = 1.3, must be in (0, 1]"},
-        BadFile{"cluster_gemm_not_increasing.json",
-                "gpu.gemm_efficiency[2].flops = 10000000000.0, must increase along gpu.gemm_efficiency"},
+        BadFile{"cluster_removed_gemm_efficiency.json",
+                "gpu.gemm_efficiency was removed: step times come from the measured ops tables; delete the key"},
         BadFile{"cluster_unknown_key.json", "gpu.tdp_w is not a known key"},
         BadFile{"cluster_missing_key.json", "node.link.latency_us is missing (required key)"},
         BadFile{"cluster_wrong_type.json", "node.gpus = \"8\", must be an integer"},
