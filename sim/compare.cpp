@@ -10,7 +10,9 @@ std::optional<double> percent_error(std::optional<double> predicted, std::option
   if (!predicted || !measured) return std::nullopt;
   if (*measured == 0) return *predicted == 0 ? std::optional<double>(0.0) : std::nullopt;
   if (*predicted == 0) return std::nullopt;  // not predicted (ComparedFigure::error_pct)
-  return 100.0 * (*predicted - *measured) / *measured;
+  // As a ratio, so that figures near the double range (1e308) give their true error, not inf.
+  const double pct = 100.0 * (*predicted / *measured - 1.0);
+  return std::isfinite(pct) ? std::optional<double>(pct) : std::nullopt;
 }
 
 namespace {
