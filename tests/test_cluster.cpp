@@ -74,7 +74,7 @@ TEST(Topologies, DgxA100_80gDatasheetFiguresConvertToSiUnits) {
   EXPECT_DOUBLE_EQ(c.gpu.peak(Dtype::fp16), 312e12);
   EXPECT_DOUBLE_EQ(c.gpu.peak(Dtype::fp8), 0);  // A100 has no fp8 tensor cores
   EXPECT_DOUBLE_EQ(c.gpu.peak(Dtype::fp32), 19.5e12);
-  EXPECT_DOUBLE_EQ(c.gpu.hbm, 80e9);
+  EXPECT_DOUBLE_EQ(c.gpu.hbm, 84.99e9);  // 79.15 GiB, as CUDA reports the "80GB" part
   EXPECT_DOUBLE_EQ(c.gpu.hbm_bandwidth, 2039e9);
   EXPECT_EQ(c.gpus_per_node, 8);
   EXPECT_EQ(c.node.span_gpus, 8);
@@ -86,7 +86,7 @@ TEST(Topologies, DgxA100_80gDatasheetFiguresConvertToSiUnits) {
 TEST(Topologies, DgxA100_40gDiffersFrom80gOnlyInMemory) {
   const Cluster a = load_cluster("dgx-a100-40g", kSource);
   const Cluster b = load_cluster("dgx-a100-80g", kSource);
-  EXPECT_DOUBLE_EQ(a.gpu.hbm, 40e9);
+  EXPECT_DOUBLE_EQ(a.gpu.hbm, 42.51e9);  // 39.59 GiB, as CUDA reports the "40GB" part
   EXPECT_DOUBLE_EQ(a.gpu.hbm_bandwidth, 1555e9);
   EXPECT_DOUBLE_EQ(a.gpu.peak_bf16, b.gpu.peak_bf16);
   EXPECT_DOUBLE_EQ(a.node.bandwidth, b.node.bandwidth);
@@ -111,7 +111,7 @@ TEST(Topologies, DgxH100EveryFieldInSiUnits) {
   EXPECT_DOUBLE_EQ(c.gpu.peak(Dtype::fp16), 989.5e12);
   EXPECT_DOUBLE_EQ(c.gpu.peak(Dtype::fp8), 1979e12);
   EXPECT_DOUBLE_EQ(c.gpu.peak(Dtype::fp32), 67e12);
-  EXPECT_DOUBLE_EQ(c.gpu.hbm, 80e9);
+  EXPECT_DOUBLE_EQ(c.gpu.hbm, 84.94e9);  // 79.11 GiB, as CUDA reports the "80GB" part
   EXPECT_DOUBLE_EQ(c.gpu.hbm_bandwidth, 3350e9);
   EXPECT_EQ(c.gpus_per_node, 8);
   EXPECT_DOUBLE_EQ(c.node.bandwidth, 450e9);  // 900 GB/s NVLink 4 is both directions together
@@ -127,7 +127,7 @@ TEST(Topologies, DgxH100EveryFieldInSiUnits) {
 TEST(Topologies, DgxH200IsAnH100WithMoreAndFasterMemory) {
   const Cluster h100 = load_cluster("dgx-h100", kSource);
   const Cluster h200 = load_cluster("dgx-h200", kSource);
-  EXPECT_DOUBLE_EQ(h200.gpu.hbm, 141e9);
+  EXPECT_DOUBLE_EQ(h200.gpu.hbm, 150.11e9);  // 139.80 GiB, as CUDA reports the "141GB" part
   EXPECT_DOUBLE_EQ(h200.gpu.hbm_bandwidth, 4800e9);
   EXPECT_DOUBLE_EQ(h200.gpu.peak_bf16, h100.gpu.peak_bf16);
   EXPECT_DOUBLE_EQ(h200.gpu.peak_fp8, h100.gpu.peak_fp8);
