@@ -45,6 +45,7 @@ std::vector<OpSpec> transformer_layer(const ModelSpec& m, int seq, int layer) {
   const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width());
   const bool bias = m.norm == Norm::layernorm;
   const bool swiglu = m.activation == Activation::swiglu;
+  const bool dropout = m.dropout > 0;
   const double norm_params = bias ? 2 * h : h;
   auto name = [&](const char* n) { return fmt::format("layer{}.{}", layer, n); };
   std::vector<OpSpec> ops;
@@ -69,8 +70,9 @@ std::vector<OpSpec> transformer_layer(const ModelSpec& m, int seq, int layer) {
   attn.flops_per_token = 4 * s * q;  // QK^T and softmax*V over the full (unmasked) sequence
   attn.traffic_elems_per_token = 2 * q + 2 * kv;   // reads Q, K, V, writes the output
   attn.saved_tensor_elems_per_token = q + 2 * kv;  // Q, K, V
-  attn.score_elems_per_token = 2 * a * s;          // softmax output and dropout output
-  attn.score_mask_bytes_per_token = a * s;         // attention dropout mask
+  // Materialised scores keep the softmax output, and with dropout its dropped-out copy and mask.
+  attn.score_elems_per_token = (dropout ? 2 : 1) * a * s;
+  attn.score_mask_bytes_per_token = dropout ? a * s : 0;
   add(attn);
 
   OpSpec out{.name = name("out_proj"), .kind = OpKind::out_proj, .split = Split::tensor, .matmul = true};
@@ -83,7 +85,7 @@ std::vector<OpSpec> transformer_layer(const ModelSpec& m, int seq, int layer) {
 
   OpSpec res1{.name = name("residual1"), .kind = OpKind::residual, .split = Split::sequence};
   res1.traffic_elems_per_token = 3 * h;
-  res1.saved_mask_bytes_per_token = h;
+  res1.saved_mask_bytes_per_token = dropout ? h : 0;  // the branch's dropout mask
   add(res1);
 
   OpSpec norm2 = norm1;
@@ -127,7 +129,7 @@ LayerGraph::LayerGraph(const ModelSpec& model, int seq_len) : model_(model), seq
   emb.traffic_elems_per_token = 2 * h;
   emb.params = V * h + (model.position == Position::learned ? s * h : 0);
   emb.replicated_params = model.position == Position::learned ? s * h : 0;  // not vocabulary-split
-  emb.saved_mask_bytes_per_token = h;  // embedding dropout mask
+  emb.saved_mask_bytes_per_token = model.dropout > 0 ? h : 0;  // embedding dropout mask
   pre_ops_.push_back(emb);
 
   layer_ops_ = transformer_layer(model, seq_len, 0);

@@ -63,6 +63,8 @@ ModelSpec parse_model(const json& j, const std::string& file) {
   auto pos = o.choice("position", {"learned", "rope", "alibi"});
   m.position = pos == "learned" ? Position::learned : pos == "rope" ? Position::rope : Position::alibi;
   m.explicit_head_dim = read_head_dim(o);
+  m.dropout = o.optional_number("dropout", 0, 1).value_or(0.0);
+  if (m.dropout >= 1) throw o.error("dropout", "must be below 1 (a probability of dropping an element)");
   o.optional_string("source");  // where the architecture figures come from; informational
   o.finish();
   check_shape(m, o);
@@ -117,6 +119,11 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   }
   // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
   m.explicit_head_dim = read_head_dim(o);
+  // Dropout: the largest of the config's dropout probabilities (absent or null: none).
+  for (const char* key : {"attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"}) {
+    if (o.has(key)) m.dropout = std::max(m.dropout, o.number(key, 0, 1));
+  }
+  if (m.dropout >= 1) throw o.error("dropout", "probabilities must be below 1");
   m.seq_len_key = type == "gpt2" ? "n_positions" : "max_position_embeddings";
   // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
   // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
@@ -173,6 +180,7 @@ json to_json(const ModelSpec& m) {
               {"activation", to_string(m.activation)}, {"norm", to_string(m.norm)},
               {"tied_embeddings", m.tied_embeddings},  {"position", to_string(m.position)}};
   if (m.explicit_head_dim > 0) j["head_dim"] = m.explicit_head_dim;
+  if (m.dropout > 0) j["dropout"] = m.dropout;
   return j;
 }
 

@@ -32,6 +32,12 @@ struct ModelSpec {
   // kv_heads x d; with an explicit head_dim these need not match hidden (Mistral-NeMo-12B:
   // 32 heads x 128 = 4096 for hidden 5120).
   int explicit_head_dim = 0;
+  // Dropout probability of the training recipe (hidden and attention dropout; "dropout" in a
+  // trainplan file, optional, default 0 as in current LLM pre-training recipes such as Llama's).
+  // With dropout the layers keep 1-byte masks for the backward and, with materialised attention
+  // scores, the dropped-out copy of the scores as well (Korthikanti et al. 2022, Sec. 4.1); a
+  // recipe without dropout keeps neither, whatever the software stack.
+  double dropout = 0;
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
   // Widths of the attention projections, in elements per token: Q (and the attention output that

@@ -66,7 +66,8 @@ struct MemoryProfile {
   double optimizer_extra_bytes = 0; // further persistent optimizer bytes per parameter (e.g. a mask)
   double weight_copy_bytes = 0;     // 16-bit weight copies autocast keeps from forward to backward
   double optimizer_temp_bytes = 0;  // transient bytes per updated parameter during the optimizer step
-  bool dropout_masks = true;        // 1-byte dropout masks are saved (the graph's mask bytes)
+  bool dropout_masks = true;        // the stack applies the model's dropout and saves its 1-byte masks
+                                    // (false: it trains without dropout, as trainplan exec does)
   int rms_norm_saved_stream_tensors = 1;  // stream tensors each RMSNorm saves (2: written as mul(x, rsqrt))
   int attention_output_copies = 0;    // extra tokens x hidden tensors saved around attention
   bool kv_expanded_saved = false;     // K and V are saved repeated to every query head (GQA)

@@ -28,6 +28,7 @@ inline ModelSpec gpt(int layers, int hidden, int heads, int seq = 2048, int voca
   m.norm = Norm::layernorm;
   m.tied_embeddings = true;
   m.position = Position::learned;
+  m.dropout = 0.1;  // GPT-3-style recipes (Megatron-LM's default hidden and attention dropout)
   return m;
 }
 

@@ -88,6 +88,26 @@ TEST(MemoryModel, LayerActivationsAreKorthikantisTable2) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(g, plain(1, false, Recompute::full, Attention::standard), true), none);
 }
 
+// A recipe without dropout (Llama-style) keeps no 1-byte masks and no dropped-out copy of the
+// scores: 32 s b h with flash attention, s b h (32 + 2 a s / h) with materialised scores (the
+// softmax output only), even on a stack that saves masks where there is dropout.
+TEST(MemoryModel, LayerActivationsWithoutDropoutKeepNoMasks) {
+  ModelSpec m = gpt(4, 1024, 16);
+  m.dropout = 0;
+  const LayerGraph g(m, 2048);
+  const double sbh = 2048.0 * 1024;
+  EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(g, plain(1, false, Recompute::none, Attention::flash)), 32 * sbh);
+  EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(g, plain(1, false, Recompute::none, Attention::standard)),
+                   sbh * (32 + 2.0 * 16 * 2048 / 1024));
+  // The embedding's mask goes too: stage 0 holds nothing for the embedding.
+  Strategy s = plain(1, false, Recompute::none, Attention::flash);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  EXPECT_TRUE(sw.memory.dropout_masks);
+  EXPECT_EQ(stage_activation_parts(memory_model(g, c, sw, s), 0, 4).embedding, 0);
+  EXPECT_GT(stage_activation_parts(memory_model(LayerGraph(gpt(4, 1024, 16), 2048), c, sw, s), 0, 4).embedding, 0);
+}
+
 TEST(MemoryModel, StageActivationsAddTheEndStageExtras) {
   MemoryModel mm;
   mm.pp = 2;

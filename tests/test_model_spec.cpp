@@ -242,7 +242,7 @@ TEST(BadModelFile, NotAnObject) {
 
 TEST(BadModelFile, UnknownKey) {
   EXPECT_EQ(input_error([] { load_model(kBad + "model_unknown_key.json", kSource); }),
-            kBad + "model_unknown_key.json: dropout is not a known key");
+            kBad + "model_unknown_key.json: dropout_rate is not a known key");
 }
 
 TEST(BadModelFile, MissingKey) {
@@ -398,6 +398,24 @@ TEST(HfConfig, Qwen2TiesEmbeddingsWhenTheConfigSaysSo) {
   EXPECT_EQ(m.seq_len, 131072);
   EXPECT_TRUE(m.tied_embeddings);
   EXPECT_EQ(m.norm, Norm::rmsnorm);
+}
+
+// Dropout is a property of the training recipe: optional, 0 when absent; a Hugging Face config
+// gives it as attention/hidden/residual/embedding dropout probabilities (the largest is taken).
+TEST(ModelFile, DropoutIsOptionalAndRoundTrips) {
+  json j = to_json(load_model("llama3-8b", kSource));
+  EXPECT_FALSE(j.contains("dropout"));
+  EXPECT_EQ(parse_model(j, "m.json").dropout, 0);
+  EXPECT_EQ(load_model("gpt3-175b", kSource).dropout, 0.1);
+  j["dropout"] = 0.1;
+  EXPECT_EQ(to_json(parse_model(j, "m.json")), j);
+  j["dropout"] = 1;
+  EXPECT_EQ(input_error([&] { parse_model(j, "m.json"); }),
+            "m.json: dropout = 1, must be below 1 (a probability of dropping an element)");
+  j["dropout"] = -0.1;
+  EXPECT_NE(input_error([&] { parse_model(j, "m.json"); }).find("m.json: dropout"), std::string::npos);
+  EXPECT_EQ(load_model(kHf + "llama3-8b/config.json", kSource).dropout, 0);  // "attention_dropout": 0.0
+  EXPECT_EQ(load_model(kHf + "gpt2/config.json", kSource).dropout, 0.1);     // resid/embd/attn_pdrop 0.1
 }
 
 TEST(HfConfig, Gpt2NullInnerMeansFourTimesHidden) {
