@@ -276,6 +276,10 @@ int cmd_exec(const Args& given, const Context& ctx) {
   f.finish();
   const bool is_spawned_rank = std::getenv("TRAINPLAN_EXEC_SPAWNED") != nullptr;
   if (!in.seq_note.empty() && !is_spawned_rank) ctx.err << "trainplan exec: note: " << in.seq_note << "\n";
+  if (in.model.dropout > 0 && !is_spawned_rank) {
+    ctx.err << "trainplan exec: note: " << in.model.name << " has dropout " << in.model.dropout
+            << "; trainplan exec trains without dropout (as its software profile, trainplan-exec, predicts)\n";
+  }
 
   const Strategy& s = in.strategy;
   if (o.device == "cuda" && !cuda) throw InputError("--device cuda: this build has no CUDA or no GPU is visible");
