@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <sstream>
 
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
@@ -103,11 +102,9 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
     s.grad_compression = *parsed;
   }
   if (auto order = f.get("rank-order")) {
-    std::stringstream ss(*order);
-    std::string item;
     bool used[4] = {false, false, false, false};
     int k = 0;
-    while (std::getline(ss, item, ',')) {
+    for (const std::string& item : split_list("rank-order", *order)) {
       auto d = parse_dim(item);
       if (!d || k >= 4 || used[static_cast<int>(*d)]) {
         throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", *order));
