@@ -193,13 +193,15 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   const LayerGraph graph(model, seq);
   const CapacityResult r = plan_capacity(graph, req);
   const CapacityContext cc{model.name, tokens, req.global_batch, seq, req.deadline_days, req.budget_usd};
+  // Everything is computed and rendered before the first line is printed or file written.
+  const auto doc = capacity_to_json(r, cc);
+  check_finite(doc);
+  const std::string html = html_out ? html_page(doc, fmt::format("trainplan capacity: {}", model.name)) : "";
+  const std::string csv = csv_out ? capacity_to_csv(r, cc) : "";
   print_capacity(ctx.out, r, cc);
-  if (json_out || html_out) {
-    const auto doc = capacity_to_json(r, cc);
-    if (json_out) json_out->write(doc);
-    if (html_out) write_html_report(*html_out, doc, fmt::format("trainplan capacity: {}", model.name));
-  }
-  if (csv_out) csv_out->write(capacity_to_csv(r, cc));
+  if (json_out) json_out->write(doc);
+  if (html_out) html_out->write(html);
+  if (csv_out) csv_out->write(csv);
   return r.pareto.empty() ? 3 : 0;
 }
 

@@ -158,6 +158,16 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const Estimate e = refine_with_simulation(analytic, timeline);
   const auto ranks = replica_stage_ranks(s);
 
+  // Everything is computed and rendered before the first line is printed or file written.
+  nlohmann::json simulation = timeline_summary_json(timeline, ranks);
+  if (json_out || html_out) simulation["timeline"] = timeline_events_json(timeline, ranks);  // every event: large
+  const auto doc = prediction_to_json(
+      e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "des"}, {"simulation", simulation}});
+  check_finite(doc);
+  const std::string html = html_out ? html_page(doc, title + " -- simulated step") : "";
+  std::ostringstream trace;
+  if (trace_path) write_chrome_trace(trace, timeline, trace_ranks ? traced : ranks, title);
+
   print_prediction(ctx.out, e, title + " -- simulated step (discrete-event)");
   ctx.out << fmt::format("\nsimulated step time: {} ({} schedule, {} stage(s) x {} chunk(s), {} micro-batches); "
                          "analytic estimate {} (simulated {:+.1f}%)\n",
@@ -167,21 +177,13 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   print_usage_table(ctx.out, timeline, ranks);
 
   if (trace_path) {
-    std::ostringstream trace;
-    write_chrome_trace(trace, timeline, trace_ranks ? traced : ranks, title);
     write_file_atomically(*trace_path, trace.str(), fmt::format("--trace {}", *trace_path));
     int shown = 0;
     for (const auto& stage : trace_ranks ? traced : ranks) shown += static_cast<int>(std::count_if(stage.begin(), stage.end(), [](int r) { return r >= 0; }));
     ctx.out << fmt::format("\ntrace: {} ({} rank{} x {} streams)\n", *trace_path, shown, shown == 1 ? "" : "s", kStreams);
   }
-  if (json_out || html_out) {
-    nlohmann::json simulation = timeline_summary_json(timeline, ranks);
-    simulation["timeline"] = timeline_events_json(timeline, ranks);
-    const auto doc = prediction_to_json(
-        e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "des"}, {"simulation", simulation}});
-    if (json_out) json_out->write(doc);
-    if (html_out) write_html_report(*html_out, doc, title + " -- simulated step");
-  }
+  if (json_out) json_out->write(doc);
+  if (html_out) html_out->write(html);
   return e.feasible ? 0 : 3;
 }
 
