@@ -165,9 +165,10 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   Reliability rel = load_reliability(f.get_or("reliability", "default"), ctx.data_dir);
-  rel.mtbf_gpu_hours = f.get_double("mtbf-hours", rel.mtbf_gpu_hours, 1e-3, 1e12);
-  rel.checkpoint_per_gpu = f.get_double("checkpoint-gbps", rel.checkpoint_per_gpu / kGB, 1e-6, 1e6) * kGB;
-  rel.restart = f.get_double("restart-minutes", rel.restart / 60, 0, 1e6) * 60;
+  rel.mtbf_gpu_hours = f.get_double("mtbf-hours", rel.mtbf_gpu_hours, kMtbfHoursMin, kMtbfHoursMax);
+  rel.checkpoint_per_gpu =
+      f.get_double("checkpoint-gbps", rel.checkpoint_per_gpu / kGB, kCheckpointGbpsMin, kCheckpointGbpsMax) * kGB;
+  rel.restart = f.get_double("restart-minutes", rel.restart / 60, 0, kRestartMinutesMax) * 60;
   req.reliability = rel;
   req.elastic = f.has("elastic");
   SearchSpace dp_space;
