@@ -238,6 +238,10 @@ std::string timeline_chart(const JsonObject& sim) {
       auto [it, added] = stream_row.emplace(s, static_cast<int>(g.rows.size()));
       if (added) g.rows.push_back(fmt::format("stage {} {}", stage, stream_label(s)));
       const double a = start[i].get<double>(), b = end[i].get<double>();
+      if (!(a >= 0 && b >= a && b <= kMaxJsonMagnitude)) {
+        throw InputError(fmt::format("{}: {}[{}] = {} and {}[{}] = {}, must satisfy 0 <= start_s <= end_s <= {:g}",
+                                     st.file(), st.field("start_s"), i, a, st.field("end_s"), i, b, kMaxJsonMagnitude));
+      }
       const long long m = mb[i].get<long long>();
       g.bars.push_back({it->second, static_cast<int>(cat - std::begin(kEventKinds)), a, b,
                         fmt::format("stage {}{}: {}{} {} .. {}", stage, rank_text, k,
@@ -360,8 +364,14 @@ std::string search_body(const JsonObject& root, const std::string& file) {
     }
     for (std::size_t i = 0; i < xs.size(); ++i) {
       if (!xs[i].is_number() || !ys[i].is_number()) throw c.error("step_s", fmt::format("entry {} must be numbers", i));
-      steps.push_back(xs[i].get<double>());
-      bytes.push_back(ys[i].get<double>());
+      const double x = xs[i].get<double>(), y = ys[i].get<double>();
+      if (!(x > 0 && x <= kMaxJsonMagnitude) || !(y >= 0 && y <= kMaxJsonMagnitude)) {
+        throw InputError(fmt::format("{}: {}[{}] = {}, {}[{}] = {}: must be in (0, {:g}] and [0, {:g}]", c.file(),
+                                     c.field("step_s"), i, x, c.field("peak_bytes"), i, y, kMaxJsonMagnitude,
+                                     kMaxJsonMagnitude));
+      }
+      steps.push_back(x);
+      bytes.push_back(y);
     }
     drawn = steps.size();
   }

@@ -184,7 +184,7 @@ Measurement measurement_from_json(const json& j, const std::string& file) {
     StepRecord r;
     r.step = static_cast<int>(s.integer("step", 0, 1 << 30));
     r.wall = s.number("wall_s", 0, kInf, true);
-    r.loss = s.number("loss", -kInf, kInf);
+    r.loss = s.number("loss", 0, kInf);  // cross-entropy: never negative
     JsonObject ph = s.object("phases");
     r.phases = read_phases(ph);
     ph.finish();
