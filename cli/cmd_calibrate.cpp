@@ -170,6 +170,7 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   TopologyInputs in;
   in.device = o.device;
   double device_memory = 0;  // bytes of memory the measurements may use (half of it, below)
+  std::vector<int> base_spans;  // the --base network tiers' GPU spans
   if (const auto base = f.get("base")) {
     Cluster c;
     try {
@@ -184,6 +185,7 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
     in.base = read_json_file(is_path ? std::filesystem::path(*base)
                                      : ctx.data_dir / "topologies" / (*base + ".json"));
     in.base_name = c.name;
+    for (const LinkTier& t : c.network) base_spans.push_back(t.span_gpus);
     if (cuda) device_memory = c.gpu.hbm;
   } else if (cuda) {
     throw InputError("--base is required with --device cuda (the GPU's datasheet peak, memory and links come from it)");
@@ -197,6 +199,15 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   if (cuda && in.peak_tflops) throw InputError("--peak-tflops: CUDA takes the datasheet peaks from --base");
   o.threads = static_cast<int>(f.get_int("threads", 1, 1, 1024));
   in.ranks_per_node = static_cast<int>(f.get_int("ranks-per-node", 4, 1, 1024));
+  // On CPU the node becomes --ranks-per-node ranks under the base's network tiers, which must span
+  // whole nodes of them; checked now rather than when the written topology is re-read after minutes.
+  for (int span : cuda ? std::vector<int>{} : base_spans) {
+    if (span < in.ranks_per_node || span % in.ranks_per_node != 0) {
+      throw InputError(fmt::format("--ranks-per-node {}: the --base network tier spanning {} GPUs is not a whole number "
+                                   "of such nodes",
+                                   in.ranks_per_node, span));
+    }
+  }
   if (f.has("price-usd")) in.price_usd = f.get_double("price-usd", 0, 0, 1e6);
   if (f.has("power-w")) in.power_w = f.get_double("power-w", 0, 0, 1e6);
   in.cost_source = f.get_text("cost-source", "");
