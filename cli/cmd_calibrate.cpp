@@ -4,10 +4,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <fstream>
-#include <sstream>
 
 #include "exec/calibrate.hpp"
 #include "reports/calibration_report.hpp"
@@ -93,24 +93,15 @@ std::vector<double> number_list(const Flags& f, const std::string& flag, double 
   std::vector<double> out;
   const auto v = f.get(flag);
   if (!v) return out;
-  std::stringstream in(*v);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    std::size_t used = 0;
-    double x = 0;
-    try {
-      x = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
+  for (const std::string& item : split_list(flag, *v)) {
+    const auto x = parse_decimal(item);
+    if (!x || *x < lo || *x > hi) {
+      throw InputError(fmt::format("--{} {}: each entry must be a decimal number in [{}, {}]", flag, *v, lo, hi));
     }
-    if (used == 0 || used != item.size() || !(x >= lo && x <= hi)) {
-      throw InputError(fmt::format("--{} {}: each entry must be a number in [{}, {}]", flag, *v, lo, hi));
-    }
-    out.push_back(x);
+    out.push_back(*x);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
-  if (out.empty()) throw InputError(fmt::format("--{}: needs at least one number", flag));
   return out;
 }
 
@@ -119,16 +110,23 @@ std::vector<exec::CalibrateOptions::Shape> shape_list(const Flags& f, const std:
   std::vector<exec::CalibrateOptions::Shape> out;
   const auto v = f.get(flag);
   if (!v) return out;
-  std::stringstream in(*v);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    exec::CalibrateOptions::Shape s;
-    char x1 = 0, x2 = 0;
-    std::istringstream one(item);
-    if (!(one >> s.m >> x1 >> s.n >> x2 >> s.k) || x1 != 'x' || x2 != 'x' || !one.eof() || s.m < 1 || s.n < 1 ||
-        s.k < 1 || s.m > 1 << 20 || s.n > 1 << 20 || s.k > 1 << 20) {
-      throw InputError(fmt::format("--{} {}: each entry must be MxNxK with sizes in [1, 1048576]", flag, *v));
+  for (const std::string& item : split_list(flag, *v)) {
+    // Three whole numbers in [1, 2^20] joined by 'x', nothing else.
+    int dims[3] = {0, 0, 0};
+    const char* p = item.data();
+    const char* const end = item.data() + item.size();
+    bool ok = true;
+    for (int d = 0; d < 3 && ok; ++d) {
+      const auto [next, ec] = std::from_chars(p, end, dims[d]);
+      ok = ec == std::errc() && next != p && dims[d] >= 1 && dims[d] <= (1 << 20) &&
+           (d == 2 ? next == end : next != end && *next == 'x');
+      p = next + 1;
     }
+    if (!ok) throw InputError(fmt::format("--{} {}: each entry must be MxNxK with sizes in [1, 1048576]", flag, *v));
+    exec::CalibrateOptions::Shape s;
+    s.m = dims[0];
+    s.n = dims[1];
+    s.k = dims[2];
     out.push_back(s);
   }
   return out;
@@ -172,6 +170,7 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   TopologyInputs in;
   in.device = o.device;
   double device_memory = 0;  // bytes of memory the measurements may use (half of it, below)
+  std::vector<int> base_spans;  // the --base network tiers' GPU spans
   if (const auto base = f.get("base")) {
     Cluster c;
     try {
@@ -186,11 +185,13 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
     in.base = read_json_file(is_path ? std::filesystem::path(*base)
                                      : ctx.data_dir / "topologies" / (*base + ".json"));
     in.base_name = c.name;
+    for (const LinkTier& t : c.network) base_spans.push_back(t.span_gpus);
     if (cuda) device_memory = c.gpu.hbm;
   } else if (cuda) {
     throw InputError("--base is required with --device cuda (the GPU's datasheet peak, memory and links come from it)");
   }
-  in.name = f.get_or("name", cuda ? in.base_name + "-calibrated" : "cpu-local");
+  // Checked now, not when the measured topology is loaded back after minutes of measuring.
+  in.name = f.get_text("name", cuda ? in.base_name + "-calibrated" : "cpu-local");
   const auto out_path = f.get("out");
   // From a slow CPU core (~0.01 TFLOP/s fp32) to ~10x the fp8 peak of today's largest GPUs: a
   // value outside is a unit mistake and would make the fp32 peak, and so MFU, absurd.
@@ -198,9 +199,18 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   if (cuda && in.peak_tflops) throw InputError("--peak-tflops: CUDA takes the datasheet peaks from --base");
   o.threads = static_cast<int>(f.get_int("threads", 1, 1, 1024));
   in.ranks_per_node = static_cast<int>(f.get_int("ranks-per-node", 4, 1, 1024));
+  // On CPU the node becomes --ranks-per-node ranks under the base's network tiers, which must span
+  // whole nodes of them; checked now rather than when the written topology is re-read after minutes.
+  for (int span : cuda ? std::vector<int>{} : base_spans) {
+    if (span < in.ranks_per_node || span % in.ranks_per_node != 0) {
+      throw InputError(fmt::format("--ranks-per-node {}: the --base network tier spanning {} GPUs is not a whole number "
+                                   "of such nodes",
+                                   in.ranks_per_node, span));
+    }
+  }
   if (f.has("price-usd")) in.price_usd = f.get_double("price-usd", 0, 0, 1e6);
   if (f.has("power-w")) in.power_w = f.get_double("power-w", 0, 0, 1e6);
-  in.cost_source = f.get_or("cost-source", "");
+  in.cost_source = f.get_text("cost-source", "");
   if (cuda && (in.price_usd || in.power_w)) throw InputError("--price-usd/--power-w: CUDA takes price and power from --base");
   const int gpus = static_cast<int>(f.get_int("gpus", 1, 1, 64));
   o.link_ranks = cuda ? (gpus >= 2 ? gpus : 0) : static_cast<int>(f.get_int("link-ranks", 2, 0, 64));
@@ -216,9 +226,8 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   }
   const std::vector<std::string> models = [&] {
     std::vector<std::string> v;
-    std::stringstream list(f.get_or("model", cuda ? "llama2-7b,gpt3-175b" : "tiny-gpt,gpt2"));
-    for (std::string item; std::getline(list, item, ',');) {
-      if (!item.empty() && item != "none") v.push_back(item);
+    for (const std::string& item : split_list("model", f.get_or("model", cuda ? "llama2-7b,gpt3-175b" : "tiny-gpt,gpt2"))) {
+      if (item != "none") v.push_back(item);
     }
     return v;
   }();

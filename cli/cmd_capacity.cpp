@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
+#include <charconv>
 #include <cmath>
-#include <sstream>
 
 #include "reports/csv.hpp"
 #include "reports/search_report.hpp"
@@ -85,31 +85,32 @@ double parse_tokens(const std::string& v) {
     default: break;
   }
   if (scale != 1) number.pop_back();
-  char* end = nullptr;
-  const double x = std::strtod(number.c_str(), &end);
-  if (number.empty() || end != number.c_str() + number.size() || !std::isfinite(x) || x <= 0) {
-    throw InputError(fmt::format("--tokens {}: must be a positive number, optionally with K, M, B or T", v));
+  const auto x = parse_decimal(number);
+  if (!x || *x <= 0) {
+    throw InputError(fmt::format("--tokens {}: must be a positive decimal number, optionally with K, M, B or T", v));
   }
   // A bound that keeps every derived figure (steps, days, cost) finite: a million times the
   // largest published pre-training run (about 1.5e13 tokens) is still far below it.
+  // At least one token: a fraction of a token is no training run.
   constexpr double kMaxTokens = 1e19;
-  if (x * scale > kMaxTokens) throw InputError(fmt::format("--tokens {}: must be at most 1e19 tokens", v));
-  return x * scale;
+  if (*x * scale < 1) throw InputError(fmt::format("--tokens {}: must be at least 1 token", v));
+  if (*x * scale > kMaxTokens) throw InputError(fmt::format("--tokens {}: must be at most 1e19 tokens", v));
+  return *x * scale;
 }
 
 std::pair<int, int> parse_range(const std::string& v) {
   const auto dots = v.find("..");
   auto bad = [&] { return InputError(fmt::format("--gpus-range {}: must be lo..hi with 1 <= lo <= hi", v)); };
   if (dots == std::string::npos) throw bad();
-  try {
-    std::size_t n1 = 0, n2 = 0;
-    const std::string a = v.substr(0, dots), b = v.substr(dots + 2);
-    const long lo = std::stol(a, &n1), hi = std::stol(b, &n2);
-    if (n1 != a.size() || n2 != b.size() || lo < 1 || hi < lo || hi > (1 << 24)) throw bad();
-    return {static_cast<int>(lo), static_cast<int>(hi)};
-  } catch (const std::logic_error&) {
-    throw bad();
-  }
+  auto whole = [&](const std::string& t) {
+    int x = 0;
+    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+    if (t.empty() || ec != std::errc() || ptr != t.data() + t.size()) throw bad();
+    return x;
+  };
+  const int lo = whole(v.substr(0, dots)), hi = whole(v.substr(dots + 2));
+  if (lo < 1 || hi < lo || hi > (1 << 24)) throw bad();
+  return {lo, hi};
 }
 
 }  // namespace
@@ -129,16 +130,12 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   std::vector<std::string> names;
   req.software = read_software_flag(f, ctx.data_dir);
   if (auto list = f.get("clusters")) {
-    std::stringstream ss(*list);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (item.empty()) throw InputError(fmt::format("--clusters {}: empty name in the list", *list));
+    for (const std::string& item : split_list("clusters", *list)) {
       if (std::find(names.begin(), names.end(), item) != names.end()) {
         throw InputError(fmt::format("--clusters {}: names {} twice", *list, item));
       }
       names.push_back(item);
     }
-    if (names.empty()) throw InputError("--clusters: must name at least one cluster");
   } else {
     names = builtin_clusters(ctx.data_dir);
   }
@@ -168,9 +165,10 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   Reliability rel = load_reliability(f.get_or("reliability", "default"), ctx.data_dir);
-  rel.mtbf_gpu_hours = f.get_double("mtbf-hours", rel.mtbf_gpu_hours, 1e-3, 1e12);
-  rel.checkpoint_per_gpu = f.get_double("checkpoint-gbps", rel.checkpoint_per_gpu / kGB, 1e-6, 1e6) * kGB;
-  rel.restart = f.get_double("restart-minutes", rel.restart / 60, 0, 1e6) * 60;
+  rel.mtbf_gpu_hours = f.get_double("mtbf-hours", rel.mtbf_gpu_hours, kMtbfHoursMin, kMtbfHoursMax);
+  rel.checkpoint_per_gpu =
+      f.get_double("checkpoint-gbps", rel.checkpoint_per_gpu / kGB, kCheckpointGbpsMin, kCheckpointGbpsMax) * kGB;
+  rel.restart = f.get_double("restart-minutes", rel.restart / 60, 0, kRestartMinutesMax) * 60;
   req.reliability = rel;
   req.elastic = f.has("elastic");
   SearchSpace dp_space;
@@ -196,13 +194,15 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   const LayerGraph graph(model, seq);
   const CapacityResult r = plan_capacity(graph, req);
   const CapacityContext cc{model.name, tokens, req.global_batch, seq, req.deadline_days, req.budget_usd};
+  // Everything is computed and rendered before the first line is printed or file written.
+  const auto doc = capacity_to_json(r, cc);
+  check_finite(doc);
+  const std::string html = html_out ? html_page(doc, fmt::format("trainplan capacity: {}", model.name)) : "";
+  const std::string csv = csv_out ? capacity_to_csv(r, cc) : "";
   print_capacity(ctx.out, r, cc);
-  if (json_out || html_out) {
-    const auto doc = capacity_to_json(r, cc);
-    if (json_out) json_out->write(doc);
-    if (html_out) write_html_report(*html_out, doc, fmt::format("trainplan capacity: {}", model.name));
-  }
-  if (csv_out) csv_out->write(capacity_to_csv(r, cc));
+  if (json_out) json_out->write(doc);
+  if (html_out) html_out->write(html);
+  if (csv_out) csv_out->write(csv);
   return r.pareto.empty() ? 3 : 0;
 }
 

@@ -67,13 +67,14 @@ int cmd_compare(const Args& args, const Context& ctx) {
                                      "(predict with --software {})",
                                      predicted.software, measured.software, measured.software));
   }
+  // Everything is computed and rendered before the first line is printed or file written.
+  const auto doc = comparison_to_json(c, prediction_path, measurement_path);
+  check_finite(doc);
+  const std::string html = html_out ? html_page(doc, "trainplan compare: predicted vs measured") : "";
   for (const std::string& w : c.warnings) ctx.err << "trainplan compare: warning: " << w << "\n";
   print_comparison(ctx.out, c, prediction_path, measurement_path);
-  if (json_out || html_out) {
-    const auto doc = comparison_to_json(c, prediction_path, measurement_path);
-    if (json_out) json_out->write(doc);
-    if (html_out) write_html_report(*html_out, doc, "trainplan compare: predicted vs measured");
-  }
+  if (json_out) json_out->write(doc);
+  if (html_out) html_out->write(html);
   return 0;
 }
 

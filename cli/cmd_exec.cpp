@@ -321,8 +321,13 @@ int cmd_exec(const Args& given, const Context& ctx) {
   // the data file, the dump folders, and the predicted memory against this machine's.
   if (!spawned) {
     if (!o.data_file.empty()) check_data_file(o.data_file, in.model.vocab, s.seq_len);
-    if (!o.dump_params.empty()) check_output_path(o.dump_params + ".rank0", fmt::format("--dump-params {}", o.dump_params));
-    if (!o.dump_grads.empty()) check_output_path(o.dump_grads + ".rank0", fmt::format("--dump-grads {}", o.dump_grads));
+    // The prefix itself must name a file: "dumps/" would write the hidden dumps/.rank0.
+    for (const auto& [flag, prefix] : {std::pair{"dump-params", o.dump_params}, std::pair{"dump-grads", o.dump_grads}}) {
+      if (prefix.empty()) continue;
+      const std::string what = fmt::format("--{} {}", flag, prefix);
+      check_output_path(prefix, what);
+      check_output_path(prefix + ".rank0", what);
+    }
     check_outputs_apart(f, {"json", "dump-params", "dump-grads"});
     const LayerGraph graph(in.model, s.seq_len);
     // On CPU the ranks compute in fp32 whatever --dtype says (the measurement's compute_dtype), and

@@ -58,17 +58,21 @@ int cmd_predict(const Args& args, const Context& ctx) {
   const std::string title = fmt::format("{} on {} x {} ({}), {} parameters, {} engine", in.model.name,
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
                                            format_count(graph.total_params()), engine);
-  print_prediction(ctx.out, e, title);
-  print_cost(ctx.out, e, in.cluster);
   auto doc = prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"software", in.software.name},
                                     {"engine", engine}, {"cost", cost_to_json(e, in.cluster)}});
+  std::vector<StageDetail> detail;
   if (layers && !cannot_cost(graph, in.cluster, in.strategy)) {
-    const auto detail = layer_detail(step_costs(graph, in.cluster, in.software, in.strategy));
-    print_layer_detail(ctx.out, detail);
+    detail = layer_detail(step_costs(graph, in.cluster, in.software, in.strategy));
     doc["layers"] = layer_detail_to_json(detail);
   }
+  // Everything is computed and rendered before the first line is printed or file written.
+  check_finite(doc);
+  const std::string html = html_out ? html_page(doc, title) : "";
+  print_prediction(ctx.out, e, title);
+  print_cost(ctx.out, e, in.cluster);
+  if (!detail.empty()) print_layer_detail(ctx.out, detail);
   if (json_out) json_out->write(doc);
-  if (html_out) write_html_report(*html_out, doc, title);
+  if (html_out) html_out->write(html);
   return e.feasible ? 0 : 3;
 }
 

@@ -148,13 +148,16 @@ int cmd_search(const Args& args, const Context& ctx) {
   SearchResult result = search(graph, cluster, software, space, options);
   if (refine) refine_top_with_simulation(result, graph, cluster, software, options.objective, options.threads);
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
+  // Everything is computed and rendered before the first line is printed or file written.
+  const auto doc = search_to_json(result, sc);
+  check_finite(doc);
+  const std::string html =
+      html_out ? html_page(doc, fmt::format("trainplan search: {} on up to {} x {}", model.name, gpus, cluster.name)) : "";
+  const std::string csv = csv_out ? search_to_csv(result, sc) : "";
   print_search(ctx.out, result, sc);
-  if (json_out || html_out) {
-    const auto doc = search_to_json(result, sc);
-    if (json_out) json_out->write(doc);
-    if (html_out) write_html_report(*html_out, doc, fmt::format("trainplan search: {} on up to {} x {}", model.name, gpus, cluster.name));
-  }
-  if (csv_out) csv_out->write(search_to_csv(result, sc));
+  if (json_out) json_out->write(doc);
+  if (html_out) html_out->write(html);
+  if (csv_out) csv_out->write(csv);
   return result.top.empty() ? 3 : 0;
 }
 

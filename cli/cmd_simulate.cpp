@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <sstream>
 #include <optional>
@@ -86,31 +87,21 @@ void print_usage_table(std::ostream& os, const Timeline& t, const std::vector<st
 std::vector<std::vector<int>> select_ranks(const std::string& list, int gpus,
                                            std::vector<std::vector<int>> stage_ranks) {
   std::vector<bool> keep(static_cast<std::size_t>(gpus), false);
-  std::stringstream ss(list);
-  std::string item;
   auto bad = [&](const std::string& why) { return InputError(fmt::format("--trace-ranks {}: {}", list, why)); };
   auto rank = [&](const std::string& t) {
-    std::size_t n = 0;
     long v = -1;
-    try {
-      v = std::stol(t, &n);
-    } catch (const std::logic_error&) {
-      n = 0;
-    }
-    if (t.empty() || n != t.size() || v < 0) throw bad(fmt::format("'{}' is not a rank (a whole number)", t));
+    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc() || ptr != t.data() + t.size() || v < 0) throw bad(fmt::format("'{}' is not a rank (a whole number)", t));
     if (v >= gpus) throw bad(fmt::format("rank {} is not among the plan's {} ranks (0..{})", v, gpus, gpus - 1));
     return static_cast<int>(v);
   };
-  bool any = false;
-  while (std::getline(ss, item, ',')) {
+  for (const std::string& item : split_list("trace-ranks", list)) {
     const auto dash = item.find('-', 1);
     const int lo = rank(item.substr(0, dash));
     const int hi = dash == std::string::npos ? lo : rank(item.substr(dash + 1));
     if (hi < lo) throw bad(fmt::format("range {} must be lo-hi with lo <= hi", item));
     for (int r = lo; r <= hi; ++r) keep[static_cast<std::size_t>(r)] = true;
-    any = true;
   }
-  if (!any) throw bad("must list ranks, e.g. 0-7,64");
   std::vector<int> all;
   for (const auto& stage : stage_ranks) all.insert(all.end(), stage.begin(), stage.end());
   std::sort(all.begin(), all.end());
@@ -167,6 +158,16 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const Estimate e = refine_with_simulation(analytic, timeline);
   const auto ranks = replica_stage_ranks(s);
 
+  // Everything is computed and rendered before the first line is printed or file written.
+  nlohmann::json simulation = timeline_summary_json(timeline, ranks);
+  if (json_out || html_out) simulation["timeline"] = timeline_events_json(timeline, ranks);  // every event: large
+  const auto doc = prediction_to_json(
+      e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "des"}, {"simulation", simulation}});
+  check_finite(doc);
+  const std::string html = html_out ? html_page(doc, title + " -- simulated step") : "";
+  std::ostringstream trace;
+  if (trace_path) write_chrome_trace(trace, timeline, trace_ranks ? traced : ranks, title);
+
   print_prediction(ctx.out, e, title + " -- simulated step (discrete-event)");
   ctx.out << fmt::format("\nsimulated step time: {} ({} schedule, {} stage(s) x {} chunk(s), {} micro-batches); "
                          "analytic estimate {} (simulated {:+.1f}%)\n",
@@ -176,21 +177,13 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   print_usage_table(ctx.out, timeline, ranks);
 
   if (trace_path) {
-    std::ostringstream trace;
-    write_chrome_trace(trace, timeline, trace_ranks ? traced : ranks, title);
     write_file_atomically(*trace_path, trace.str(), fmt::format("--trace {}", *trace_path));
     int shown = 0;
     for (const auto& stage : trace_ranks ? traced : ranks) shown += static_cast<int>(std::count_if(stage.begin(), stage.end(), [](int r) { return r >= 0; }));
     ctx.out << fmt::format("\ntrace: {} ({} rank{} x {} streams)\n", *trace_path, shown, shown == 1 ? "" : "s", kStreams);
   }
-  if (json_out || html_out) {
-    nlohmann::json simulation = timeline_summary_json(timeline, ranks);
-    simulation["timeline"] = timeline_events_json(timeline, ranks);
-    const auto doc = prediction_to_json(
-        e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "des"}, {"simulation", simulation}});
-    if (json_out) json_out->write(doc);
-    if (html_out) write_html_report(*html_out, doc, title + " -- simulated step");
-  }
+  if (json_out) json_out->write(doc);
+  if (html_out) html_out->write(html);
   return e.feasible ? 0 : 3;
 }
 

@@ -71,6 +71,12 @@ class TextOutput {
 std::optional<TextOutput> open_text_output(const std::string& flag, const std::optional<std::string>& path);
 
 // --html FILE of predict/simulate/search/capacity/compare: the trainplan report page of `doc`
-// (the command's JSON document, built in memory) titled `title`.
-void write_html_report(const TextOutput& out, const nlohmann::json& doc, const std::string& title);
+// (the command's JSON document, built in memory) titled `title`. Commands render it before they
+// print or write anything, so that a figure the page refuses leaves no --json file behind.
+std::string html_page(const nlohmann::json& doc, const std::string& title);
+
+// Throws InputError naming the first figure of a command's result document that is not finite
+// (JSON would hold it as null): inputs near the edges of their ranges can still overflow a
+// product. Commands call it before printing or writing their result.
+void check_finite(const nlohmann::json& doc);
 }  // namespace trainplan::cli

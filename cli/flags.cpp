@@ -5,11 +5,52 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 
 #include "sim/check.hpp"
 
 namespace trainplan::cli {
+
+std::optional<double> parse_decimal(std::string_view text) {
+  std::size_t i = 0;
+  auto digits = [&] {
+    const std::size_t from = i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    return i - from;
+  };
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+  std::size_t mantissa = digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return std::nullopt;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (digits() == 0) return std::nullopt;
+  }
+  if (i != text.size()) return std::nullopt;
+  // from_chars takes no leading '+'; the grammar above already checked the rest.
+  const char* first = text.data() + (text[0] == '+' ? 1 : 0);
+  double x = 0;
+  const auto [ptr, ec] = std::from_chars(first, text.data() + text.size(), x);
+  if (ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(x)) return std::nullopt;
+  return x;
+}
+
+std::vector<std::string> split_list(const std::string& flag, const std::string& value) {
+  std::vector<std::string> items;
+  std::size_t from = 0;
+  for (;;) {
+    const std::size_t comma = value.find(',', from);
+    items.push_back(value.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (items.back().empty()) {
+      throw InputError(fmt::format("--{} {}: empty item in the comma-separated list", flag, value));
+    }
+    if (comma == std::string::npos) return items;
+    from = comma + 1;
+  }
+}
 
 Flags::Flags(const std::vector<std::string>& args, std::string command, std::set<std::string> boolean_flags)
     : command_(std::move(command)) {
@@ -31,6 +72,7 @@ Flags::Flags(const std::vector<std::string>& args, std::string command, std::set
     if (eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
+      if (boolean_flags.count(name)) throw InputError(fmt::format("--{}: takes no value (got '{}')", name, value));
     } else if (boolean_flags.count(name)) {
       value = "on";
     } else if (i + 1 >= args.size() || is_flag(args[i + 1])) {
@@ -69,6 +111,8 @@ std::optional<std::string> Flags::get(const std::string& name) const {
   check_value(name);
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
+  // No flag has an empty value: "--json=" or --tokens "" is a slip, never a meaning.
+  if (it->second.empty()) throw InputError(fmt::format("--{}: must not be empty", name));
   return it->second;
 }
 
@@ -85,7 +129,15 @@ std::string Flags::get_or(const std::string& name, const std::string& fallback) 
 std::string Flags::require(const std::string& name) const {
   auto v = get(name);
   if (!v) throw InputError(fmt::format("--{}: required for 'trainplan {}' (see --help)", name, command_));
-  if (v->empty()) throw InputError(fmt::format("--{}: must not be empty", name));
+  return *v;
+}
+
+std::string Flags::get_text(const std::string& name, const std::string& fallback) const {
+  const auto v = get(name);
+  if (!v) return fallback;
+  for (unsigned char ch : *v) {
+    if (ch < 0x20 || ch == 0x7f) throw InputError(fmt::format("--{} {}: must not contain control characters", name, *v));
+  }
   return *v;
 }
 
@@ -108,11 +160,9 @@ long long Flags::get_int(const std::string& name, long long fallback, long long 
 double Flags::get_double(const std::string& name, double fallback, double lo, double hi) const {
   auto v = get(name);
   if (!v) return fallback;
-  char* end = nullptr;
-  double x = std::strtod(v->c_str(), &end);
-  if (v->empty() || end != v->c_str() + v->size() || !std::isfinite(x)) {
-    throw InputError(fmt::format("--{} {}: must be a number", name, *v));
-  }
+  const auto parsed = parse_decimal(*v);
+  if (!parsed) throw InputError(fmt::format("--{} {}: must be a decimal number, e.g. 2.5 or 1e-3", name, *v));
+  const double x = *parsed;
   if (x < lo || x > hi) throw InputError(fmt::format("--{} {}: must be in [{:g}, {:g}]", name, *v, lo, hi));
   return x;
 }

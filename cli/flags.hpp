@@ -6,9 +6,19 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace trainplan::cli {
+
+// A number as a person writes it in decimal: an optional sign, digits with an optional fraction
+// (or a fraction alone), an optional exponent, and finite. Nothing else: no hexadecimal (0x1p3),
+// inf or nan, spaces or trailing text. Every real-valued flag reads through it.
+std::optional<double> parse_decimal(std::string_view text);
+
+// The items of a comma-separated flag value ("0,1,3"). InputError naming --flag for an empty
+// list or an empty item ("1,,2", "1,", ",1").
+std::vector<std::string> split_list(const std::string& flag, const std::string& value);
 
 class Flags {
  public:
@@ -19,10 +29,12 @@ class Flags {
   std::optional<std::string> get(const std::string& name) const;
   std::string get_or(const std::string& name, const std::string& fallback) const;
   std::string require(const std::string& name) const;
+  // Free text (a name or title written into output): no control characters. `fallback` when absent.
+  std::string get_text(const std::string& name, const std::string& fallback) const;
   // The value given for --name, without marking it read (for cross-checks such as outputs vs
   // inputs); nothing when absent or given without a value.
   std::optional<std::string> peek(const std::string& name) const;
-  // Integer / real in [lo, hi]; `fallback` when absent.
+  // Integer / real (parse_decimal) in [lo, hi]; `fallback` when absent.
   long long get_int(const std::string& name, long long fallback, long long lo, long long hi) const;
   std::optional<long long> get_optional_int(const std::string& name, long long lo, long long hi) const;
   double get_double(const std::string& name, double fallback, double lo, double hi) const;

@@ -1,6 +1,7 @@
 // JSON output files of the CLI commands (see commands.hpp).
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "cli/commands.hpp"
@@ -85,8 +86,27 @@ std::optional<TextOutput> open_text_output(const std::string& flag, const std::o
   return std::optional<TextOutput>(std::in_place, flag, *path);
 }
 
-void write_html_report(const TextOutput& out, const nlohmann::json& doc, const std::string& title) {
-  out.write(html_report({ReportDocument{"", doc}}, title));
+std::string html_page(const nlohmann::json& doc, const std::string& title) {
+  return html_report({ReportDocument{"", doc}}, title);
 }
+
+namespace {
+
+void check_finite_at(const nlohmann::json& j, const std::string& path) {
+  if (j.is_number_float() && !std::isfinite(j.get<double>())) {
+    throw InputError(fmt::format("result {} = {}: a figure overflowed; the model, cluster or flag values are "
+                                 "outside what can be computed",
+                                 path, j.get<double>()));
+  }
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) check_finite_at(*it, path.empty() ? it.key() : path + "." + it.key());
+  } else if (j.is_array()) {
+    for (std::size_t i = 0; i < j.size(); ++i) check_finite_at(j[i], fmt::format("{}[{}]", path, i));
+  }
+}
+
+}  // namespace
+
+void check_finite(const nlohmann::json& doc) { check_finite_at(doc, ""); }
 
 }  // namespace trainplan::cli

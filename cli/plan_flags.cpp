@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <sstream>
 
+#include "reports/compare.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
 
@@ -18,8 +18,9 @@ bool on_off(const Flags& f, const std::string& name, bool fallback) {
   return f.get_choice(name, fallback ? "on" : "off", {"on", "off"}) == "on";
 }
 
-// The prediction object inside a --plan file: a prediction itself, or the best entry of a search.
-json plan_object(const std::string& path) {
+// The prediction inside a --plan file: a prediction itself, or the best entry of a search, read
+// (and so checked, every figure) as compare and report read predictions.
+PredictionFile plan_prediction(const std::string& path) {
   json j = read_json_file(path);
   if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string()) {
     throw InputError(fmt::format("{}: schema is missing (expected trainplan/prediction/v1 or trainplan/search/v1)", path));
@@ -29,12 +30,12 @@ json plan_object(const std::string& path) {
     if (!j.contains("top") || !j["top"].is_array() || j["top"].empty()) {
       throw InputError(fmt::format("{}: top must be a non-empty array of predictions", path));
     }
-    return j["top"][0];
+    return prediction_from_json(j["top"][0], path + ": top[0]");
   }
   if (schema != "trainplan/prediction/v1") {
     throw InputError(fmt::format("{}: schema = \"{}\", must be trainplan/prediction/v1 or trainplan/search/v1", path, schema));
   }
-  return j;
+  return prediction_from_json(j, path);
 }
 
 }  // namespace
@@ -54,12 +55,11 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   std::optional<Strategy> from_plan;
   std::string plan_model, plan_cluster, plan_software;
   if (auto plan = f.get("plan")) {
-    json p = plan_object(*plan);
-    if (!p.contains("strategy")) throw InputError(fmt::format("{}: strategy is missing (required key)", *plan));
-    from_plan = strategy_from_json(p["strategy"], *plan);
-    if (p.contains("model") && p["model"].is_string()) plan_model = p["model"];
-    if (p.contains("cluster") && p["cluster"].is_string()) plan_cluster = p["cluster"];
-    if (p.contains("software") && p["software"].is_string()) plan_software = p["software"];
+    const PredictionFile p = plan_prediction(*plan);
+    from_plan = p.estimate.strategy;
+    plan_model = p.model;
+    plan_cluster = p.cluster;
+    plan_software = p.software;
   }
   PlanInputs in;
   const std::string model_name = f.has("model") || plan_model.empty() ? f.require("model") : plan_model;
@@ -103,11 +103,9 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
     s.grad_compression = *parsed;
   }
   if (auto order = f.get("rank-order")) {
-    std::stringstream ss(*order);
-    std::string item;
     bool used[4] = {false, false, false, false};
     int k = 0;
-    while (std::getline(ss, item, ',')) {
+    for (const std::string& item : split_list("rank-order", *order)) {
       auto d = parse_dim(item);
       if (!d || k >= 4 || used[static_cast<int>(*d)]) {
         throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", *order));

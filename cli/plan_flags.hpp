@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,21 +56,18 @@ std::string dp_space_flags_help();
 
 // A comma-separated list flag (--zero 0,1, --schedules 1f1b,...): each item through `parse`
 // (std::nullopt: not one of `allowed`), duplicates dropped, `fallback` when the flag is absent.
-// Throws InputError naming the flag for an unknown item or an empty list.
+// Throws InputError naming the flag for an unknown or empty item (split_list).
 template <class T, class Parse>
 std::vector<T> list_flag(const Flags& f, const std::string& flag, const std::string& allowed, Parse parse,
                          std::vector<T> fallback) {
   auto v = f.get(flag);
   if (!v) return fallback;
   std::vector<T> out;
-  std::stringstream ss(*v);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  for (const std::string& item : split_list(flag, *v)) {
     auto x = parse(item);
     if (!x) throw InputError(fmt::format("--{} {}: '{}' is not one of {}", flag, *v, item, allowed));
     if (std::find(out.begin(), out.end(), *x) == out.end()) out.push_back(*x);
   }
-  if (out.empty()) throw InputError(fmt::format("--{} {}: must list at least one of {}", flag, *v, allowed));
   return out;
 }
 

@@ -238,6 +238,10 @@ std::string timeline_chart(const JsonObject& sim) {
       auto [it, added] = stream_row.emplace(s, static_cast<int>(g.rows.size()));
       if (added) g.rows.push_back(fmt::format("stage {} {}", stage, stream_label(s)));
       const double a = start[i].get<double>(), b = end[i].get<double>();
+      if (!(a >= 0 && b >= a && b <= kMaxJsonMagnitude)) {
+        throw InputError(fmt::format("{}: {}[{}] = {} and {}[{}] = {}, must satisfy 0 <= start_s <= end_s <= {:g}",
+                                     st.file(), st.field("start_s"), i, a, st.field("end_s"), i, b, kMaxJsonMagnitude));
+      }
       const long long m = mb[i].get<long long>();
       g.bars.push_back({it->second, static_cast<int>(cat - std::begin(kEventKinds)), a, b,
                         fmt::format("stage {}{}: {}{} {} .. {}", stage, rank_text, k,
@@ -320,6 +324,14 @@ std::string search_body(const JsonObject& root, const std::string& file) {
   if (!pareto_j.is_array()) throw root.error("pareto", "must be an array");
   for (std::size_t i = 0; i < top_j.size(); ++i) top.push_back(prediction_from_json(top_j[i], fmt::format("{}: top[{}]", file, i)));
   for (std::size_t i = 0; i < pareto_j.size(); ++i) pareto.push_back(prediction_from_json(pareto_j[i], fmt::format("{}: pareto[{}]", file, i)));
+  // Read, and so checked, like top and pareto, though the page shows only counts by reason.
+  if (root.has("infeasible")) {
+    const json& infeasible_j = root.raw("infeasible");
+    if (!infeasible_j.is_array()) throw root.error("infeasible", "must be an array");
+    for (std::size_t i = 0; i < infeasible_j.size(); ++i) {
+      (void)prediction_from_json(infeasible_j[i], fmt::format("{}: infeasible[{}]", file, i));
+    }
+  }
   const bool refined = stats.has("top_refined_with_simulation") && stats.integer("top_refined_with_simulation", 0, 1 << 30) > 0;
 
   const long long feasible = stats.integer("feasible", 0, 1LL << 62);
@@ -360,8 +372,14 @@ std::string search_body(const JsonObject& root, const std::string& file) {
     }
     for (std::size_t i = 0; i < xs.size(); ++i) {
       if (!xs[i].is_number() || !ys[i].is_number()) throw c.error("step_s", fmt::format("entry {} must be numbers", i));
-      steps.push_back(xs[i].get<double>());
-      bytes.push_back(ys[i].get<double>());
+      const double x = xs[i].get<double>(), y = ys[i].get<double>();
+      if (!(x > 0 && x <= kMaxJsonMagnitude) || !(y >= 0 && y <= kMaxJsonMagnitude)) {
+        throw InputError(fmt::format("{}: {}[{}] = {}, {}[{}] = {}: must be in (0, {:g}] and [0, {:g}]", c.file(),
+                                     c.field("step_s"), i, x, c.field("peak_bytes"), i, y, kMaxJsonMagnitude,
+                                     kMaxJsonMagnitude));
+      }
+      steps.push_back(x);
+      bytes.push_back(y);
     }
     drawn = steps.size();
   }
@@ -457,6 +475,16 @@ std::string capacity_body(const JsonObject& root) {
     }
     const double days = o.number("days", 0, kInf), cost = o.number("cost_usd", 0, kInf);
     xy[i] = {days, cost};
+    // Figures the page does not show are still checked: the option's layout (a prediction) and
+    // its non-negative figures, with the failure-aware ones (goodput a share in [0, 1]).
+    (void)prediction_from_json(o.raw("best"), fmt::format("{}: {}", o.file(), o.field("best")));
+    for (const char* k : {"hours", "tokens_per_s", "energy_kwh", "power_per_gpu_w", "price_per_gpu_hour_usd"}) {
+      (void)o.number(k, 0, kInf);
+    }
+    if (o.has("failures")) {
+      const JsonObject failures = o.object("failures");
+      for (const auto& [k, v] : o.raw("failures").items()) (void)failures.number(k, 0, k == "goodput" ? 1 : kInf);
+    }
     std::string marks;
     if (deadline_pick == i) marks += "cheapest within deadline ";
     if (budget_pick == i) marks += "fastest within budget ";
@@ -557,9 +585,10 @@ struct Figure {
 std::vector<Figure> figures(const JsonObject& root, const char* key) {
   std::vector<Figure> out;
   for (const JsonObject& f : root.objects(key)) {
+    // Predicted and measured figures (times, bytes, rates) are never negative; errors may be.
     auto opt = [&](const char* k) -> std::optional<double> {
       if (f.raw(k).is_null()) return std::nullopt;
-      return f.number(k, -kInf, kInf);
+      return f.number(k, std::string(k) == "error_pct" ? -kInf : 0, kInf);
     };
     out.push_back({f.string("label"), f.string("unit"), opt("predicted"), opt("measured"), opt("error_pct")});
   }

@@ -33,6 +33,10 @@ void check_consistent(const JsonObject& o, const std::string& key, double stored
   if (std::fabs(stored - expected) > tol) throw o.error(key, rule);
 }
 
+// A measured training step takes at least a microsecond (one kernel launch): a positive 1e-300 s
+// would pass "> 0" and make compare's relative errors 1e300 %.
+constexpr double kMinMeasuredStep = 1e-6;
+
 // Reads PHASES keys from `o` (which may hold other keys too; the caller calls finish()).
 PhaseTimes read_phases(const JsonObject& o) {
   PhaseTimes p;
@@ -183,8 +187,8 @@ Measurement measurement_from_json(const json& j, const std::string& file) {
   for (const JsonObject& s : root.objects("steps", 1)) {
     StepRecord r;
     r.step = static_cast<int>(s.integer("step", 0, 1 << 30));
-    r.wall = s.number("wall_s", 0, kInf, true);
-    r.loss = s.number("loss", -kInf, kInf);
+    r.wall = s.number("wall_s", kMinMeasuredStep, kInf);
+    r.loss = s.number("loss", 0, kInf);  // cross-entropy: never negative
     JsonObject ph = s.object("phases");
     r.phases = read_phases(ph);
     ph.finish();
@@ -197,11 +201,11 @@ Measurement measurement_from_json(const json& j, const std::string& file) {
 
   {
     JsonObject st = root.object("step_time");
-    m.step_time.median = st.number("median_s", 0, kInf, true);
-    m.step_time.mean = st.number("mean_s", 0, kInf, true);
+    m.step_time.median = st.number("median_s", kMinMeasuredStep, kInf);
+    m.step_time.mean = st.number("mean_s", kMinMeasuredStep, kInf);
     m.step_time.stdev = st.number("stdev_s", 0, kInf);
-    m.step_time.min = st.number("min_s", 0, kInf, true);
-    m.step_time.max = st.number("max_s", 0, kInf, true);
+    m.step_time.min = st.number("min_s", kMinMeasuredStep, kInf);
+    m.step_time.max = st.number("max_s", kMinMeasuredStep, kInf);
     m.step_time.count = static_cast<int>(st.integer("count", 1, 1 << 30));
     if (m.step_time.min > m.step_time.median || m.step_time.median > m.step_time.max) {
       throw st.error("median_s", "must lie between min_s and max_s");
@@ -212,7 +216,7 @@ Measurement measurement_from_json(const json& j, const std::string& file) {
   {
     JsonObject t = root.object("time");
     m.breakdown = read_phases(t);
-    check_consistent(t, "step_s", t.number("step_s", 0, kInf, true), m.step_time.median,
+    check_consistent(t, "step_s", t.number("step_s", kMinMeasuredStep, kInf), m.step_time.median,
                      "must equal step_time.median_s");
     t.finish();
   }

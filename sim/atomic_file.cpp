@@ -28,6 +28,11 @@ fs::path folder_of(const fs::path& path) {
 void check_output_path(const fs::path& path, std::string_view what) {
   std::error_code ec;
   if (path.empty()) throw InputError(fmt::format("{}: cannot write: the file name is empty", what));
+  // "out/" or "out/." names a folder, not a file in it (and "out/" + ".rank0" would be hidden).
+  const fs::path leaf = path.filename();
+  if (leaf.empty() || leaf == "." || leaf == "..") {
+    throw InputError(fmt::format("{}: cannot write: names a folder, not a file (give a file name after the last /)", what));
+  }
   const fs::path folder = folder_of(path);
   if (!fs::is_directory(folder, ec)) throw InputError(fmt::format("{}: cannot write: folder {} does not exist", what, folder.string()));
   if (fs::is_directory(path, ec)) throw InputError(fmt::format("{}: cannot write: it is a directory, not a file", what));

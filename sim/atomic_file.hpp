@@ -8,7 +8,8 @@
 namespace trainplan {
 
 // Throws InputError naming `what` (e.g. "--json out.json") when `path` cannot be an output file:
-// its folder is missing or not writable, or it is a directory. Creates and changes nothing, so a
+// it names a folder (a directory, or a path ending in "/", "." or ".."), or its folder is missing
+// or not writable. Creates and changes nothing, so a
 // command can check every output before it starts work.
 void check_output_path(const std::filesystem::path& path, std::string_view what);
 

@@ -35,13 +35,16 @@ FlopsPerSecond GpuSpec::peak(Dtype d) const {
 
 int Cluster::max_gpus() const { return network.empty() ? gpus_per_node : network.back().span_gpus; }
 
+// Rates and sizes are bounded below as well as above: a positive 1e-300 GB/s is as much a mistake
+// as 0, and dividing by it overflows every time, cost and energy figure to inf. The lower bounds
+// (1 MB/s, 1 GFLOP/s, 1 MB of memory, 0.1% link efficiency) are far below any real device.
 static LinkTier parse_tier(const JsonObject& o, bool with_span) {
   LinkTier t;
   t.name = o.string("name");
   if (with_span) t.span_gpus = static_cast<int>(o.integer("span_gpus", 1, 1 << 24));
-  t.bandwidth = o.number("bandwidth_gbps", 0, 1e6, true) * kGB;
+  t.bandwidth = o.number("bandwidth_gbps", 1e-3, 1e6) * kGB;
   t.latency = o.number("latency_us", 0, 1e6) * kMicro;
-  t.efficiency = o.number("efficiency", 0, 1, true);
+  t.efficiency = o.number("efficiency", 1e-3, 1);
   o.finish();
   return t;
 }
@@ -59,13 +62,19 @@ Cluster parse_cluster(const json& j, const std::string& file) {
     JsonObject g = o.object("gpu");
     c.gpu.name = g.string("name");
     JsonObject peak = g.object("peak_tflops");
-    c.gpu.peak_bf16 = peak.number("bf16", 0, 1e6) * kTera;
-    c.gpu.peak_fp16 = peak.number("fp16", 0, 1e6) * kTera;
-    c.gpu.peak_fp8 = peak.number("fp8", 0, 1e6) * kTera;
-    c.gpu.peak_fp32 = peak.number("fp32", 0, 1e6, true) * kTera;
+    // 0: the GPU has no such arithmetic (fp8 before Hopper); fp32 it always has.
+    auto peak_or_zero = [&](const char* key) {
+      const double x = peak.number(key, 0, 1e6);
+      if (x != 0 && x < 1e-3) throw peak.error(key, "must be 0 (not supported) or in [0.001, 1e+06]");
+      return x * kTera;
+    };
+    c.gpu.peak_bf16 = peak_or_zero("bf16");
+    c.gpu.peak_fp16 = peak_or_zero("fp16");
+    c.gpu.peak_fp8 = peak_or_zero("fp8");
+    c.gpu.peak_fp32 = peak.number("fp32", 1e-3, 1e6) * kTera;
     peak.finish();
-    c.gpu.hbm = g.number("hbm_gb", 0, 1e6, true) * kGB;
-    c.gpu.hbm_bandwidth = g.number("hbm_bandwidth_gbps", 0, 1e6, true) * kGB;
+    c.gpu.hbm = g.number("hbm_gb", 1e-3, 1e6) * kGB;
+    c.gpu.hbm_bandwidth = g.number("hbm_bandwidth_gbps", 1e-3, 1e6) * kGB;
     // Removed in favour of the measured "ops" tables; a file that still sets one would expect
     // it to change the prediction.
     for (const char* removed : {"gemm_efficiency", "attention_efficiency", "memory_efficiency"}) {

@@ -20,9 +20,9 @@ Reliability load_reliability(const std::string& name_or_path, const std::filesys
   o.string("name");
   Reliability r;
   r.source = o.string("source");
-  r.mtbf_gpu_hours = o.number("mtbf_gpu_hours", 0, 1e12, true);
-  r.checkpoint_per_gpu = o.number("checkpoint_gbps_per_gpu", 0, 1e6, true) * kGB;
-  r.restart = o.number("restart_minutes", 0, 1e6) * 60.0;
+  r.mtbf_gpu_hours = o.number("mtbf_gpu_hours", kMtbfHoursMin, kMtbfHoursMax);
+  r.checkpoint_per_gpu = o.number("checkpoint_gbps_per_gpu", kCheckpointGbpsMin, kCheckpointGbpsMax) * kGB;
+  r.restart = o.number("restart_minutes", 0, kRestartMinutesMax) * 60.0;
   o.finish();
   return r;
 }

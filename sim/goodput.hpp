@@ -32,6 +32,13 @@ struct Reliability {
   Seconds restart = 0;                 // detection + rescheduling + re-initialisation
 };
 
+// Bounds of the three figures, for reliability files and capacity's --mtbf-hours,
+// --checkpoint-gbps and --restart-minutes alike: a failure every 3.6 s to one per 10^8 years,
+// 1 KB/s to 1 PB/s per GPU, and restarts up to ~2 years. Beyond them the figures overflow.
+inline constexpr double kMtbfHoursMin = 1e-3, kMtbfHoursMax = 1e12;
+inline constexpr double kCheckpointGbpsMin = 1e-6, kCheckpointGbpsMax = 1e6;
+inline constexpr double kRestartMinutesMax = 1e6;
+
 // reliability/<name>.json under data_dir, or a path; throws InputError naming file and field.
 Reliability load_reliability(const std::string& name_or_path, const std::filesystem::path& data_dir);
 

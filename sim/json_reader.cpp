@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -125,6 +126,8 @@ static std::string range_text(double lo, double hi, bool lo_open) {
 double JsonObject::number(const std::string& key, double lo, double hi, bool lo_open) const {
   const json& v = need(key);
   if (!v.is_number()) throw error(key, "must be a number");
+  lo = std::max(lo, -kMaxJsonMagnitude);
+  hi = std::min(hi, kMaxJsonMagnitude);
   double x = v.get<double>();
   if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo)) throw error(key, range_text(lo, hi, lo_open));
   return x;

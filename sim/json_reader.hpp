@@ -23,6 +23,12 @@ inline constexpr std::uintmax_t kMaxInputFileBytes = 64ull << 20;  // 64 MiB
 // sockets are refused without opening them (a FIFO would block); InputError names the file.
 std::string read_input_file(const std::filesystem::path& path, std::uintmax_t max_bytes);
 
+// The largest magnitude of any number JsonObject::number accepts, whatever the bounds it is given
+// (an upper bound of inf reads as this): no valid input or trainplan result comes near it (the
+// largest results, costs of 1e19-token runs on the slowest allowed cluster, stay below 1e40),
+// and sums, percentages and chart scales of larger figures overflow to inf.
+inline constexpr double kMaxJsonMagnitude = 1e100;
+
 // Reads (as read_input_file, capped at kMaxInputFileBytes) and parses a JSON file; throws
 // InputError naming the file for a missing or unreadable file or bad JSON.
 nlohmann::json read_json_file(const std::filesystem::path& path);
@@ -36,6 +42,7 @@ class JsonObject {
   // `file` names the source in messages; `path` is the field path of this object ("" for root).
   JsonObject(const nlohmann::json& value, std::string file, std::string path = "");
 
+  // A number in [lo, hi] ((lo, hi] with lo_open), both clamped to +-kMaxJsonMagnitude.
   double number(const std::string& key, double lo, double hi, bool lo_open = false) const;
   std::optional<double> optional_number(const std::string& key, double lo, double hi,
                                         bool lo_open = false) const;

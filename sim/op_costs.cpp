@@ -271,24 +271,27 @@ OpCostTables parse_op_costs(const JsonObject& o) {
     throw o.error("fp8_gemm_speedup", "was removed: FP8 GEMMs are costed from the 16-bit table with the reduction "
                                       "dimension shortened by the GPU's fp8/bf16 peak ratio; delete the key");
   }
+  // Shapes are at least 1 element and measured times at least 1 ns: a positive 1e-300 would pass
+  // "> 0" yet make the interpolated rate, and so every step figure, overflow.
+  auto time_us = [](const JsonObject& p, const char* key) { return p.number(key, 1e-3, 1e12) * kMicro; };
   for (const auto& p : o.objects("gemm", 1)) {
     GemmMeasure g;
-    g.m = p.number("m", 0, 1e9, true);
-    g.n = p.number("n", 0, 1e9, true);
-    g.k = p.number("k", 0, 1e9, true);
-    g.fwd = p.number("fwd_us", 0, 1e12, true) * kMicro;
-    g.dgrad = p.number("dgrad_us", 0, 1e12, true) * kMicro;
-    g.wgrad = p.number("wgrad_us", 0, 1e12, true) * kMicro;
+    g.m = p.number("m", 1, 1e9);
+    g.n = p.number("n", 1, 1e9);
+    g.k = p.number("k", 1, 1e9);
+    g.fwd = time_us(p, "fwd_us");
+    g.dgrad = time_us(p, "dgrad_us");
+    g.wgrad = time_us(p, "wgrad_us");
     p.finish();
     t.gemm.push_back(g);
   }
   for (const auto& p : o.objects("attention", 1)) {
     AttentionMeasure a;
-    a.seq = p.number("seq", 0, 1e9, true);
-    a.head_dim = p.number("head_dim", 0, 1e6, true);
-    a.batch_heads = p.number("batch_heads", 0, 1e9, true);
-    a.fwd = p.number("fwd_us", 0, 1e12, true) * kMicro;
-    a.fwd_bwd = p.number("fwd_bwd_us", 0, 1e12, true) * kMicro;
+    a.seq = p.number("seq", 1, 1e9);
+    a.head_dim = p.number("head_dim", 1, 1e6);
+    a.batch_heads = p.number("batch_heads", 1, 1e9);
+    a.fwd = time_us(p, "fwd_us");
+    a.fwd_bwd = time_us(p, "fwd_bwd_us");
     if (a.fwd_bwd <= a.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
     p.finish();
     t.attention.push_back(a);
@@ -301,10 +304,10 @@ OpCostTables parse_op_costs(const JsonObject& o) {
       if (name != "add" && !mb.has(name)) continue;
       for (const auto& p : mb.objects(name, 1)) {
         MemMeasure m;
-        m.bytes = p.number("bytes", 0, 1e15, true);
-        m.fwd = p.number(optimizer ? "step_us" : "fwd_us", 0, 1e12, true) * kMicro;
+        m.bytes = p.number("bytes", 1, 1e15);
+        m.fwd = time_us(p, optimizer ? "step_us" : "fwd_us");
         if (!optimizer) {
-          m.fwd_bwd = p.number("fwd_bwd_us", 0, 1e12, true) * kMicro;
+          m.fwd_bwd = time_us(p, "fwd_bwd_us");
           if (m.fwd_bwd <= m.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
         }
         p.finish();

@@ -282,6 +282,22 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
       }
     }
   }
+  // Every (ZeRO stage, DP algorithm, compression) combination excluded above: the flags contradict
+  // each other. That is bad input, not a search that found no layout.
+  if (p.settings_tp.empty()) {
+    auto list = [](const auto& items) {
+      std::string out;
+      for (const auto& x : items) out += (out.empty() ? "" : ",") + std::string(to_string(x));
+      return out;
+    };
+    std::vector<std::string> zeros;
+    for (int z : sp.zero_stages) zeros.push_back(std::to_string(z));
+    throw InputError(fmt::format("--dp-algorithms {}, --grad-compressions {} and --zero {} (--dtype {}, --fp32-grad-accum "
+                                 "{}): no combination is valid; parameter servers and PowerSGD need ZeRO 0, bf16 "
+                                 "compression needs fp32 gradients",
+                                 list(sp.dp_algorithms), list(sp.grad_compressions), fmt::join(zeros, ","),
+                                 to_string(sp.dtype), sp.fp32_grad_accum ? "on" : "off"));
+  }
   // Bound constants. Every matmul op is split at least tp ways; predict times a matmul no faster
   // than its graph FLOPs / matmul_rate_bound() (op_time.hpp).
   for (const auto& op : g.layer_ops()) if (op.matmul) p.layer_matmul_flops_per_token += op.flops_per_token;

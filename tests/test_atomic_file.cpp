@@ -91,4 +91,22 @@ TEST(AtomicFile, MissingFolderIsRefusedAndNothingIsCreated) {
   fs::remove_all(dir);
 }
 
+// A path that names a folder ("dumps/", "dumps/.") is refused even where the folder exists: exec's
+// --dump-grads dumps/ used to pass the check and write the hidden file dumps/.rank0.
+TEST(AtomicFile, PathNamingAFolderIsRefused) {
+  const fs::path dir = scratch("folder");
+  for (const fs::path& p : {dir / "", dir / ".", dir / "..", fs::path("./")}) {
+    SCOPED_TRACE(p.string());
+    try {
+      trainplan::check_output_path(p, "--dump-grads");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("names a folder"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(trainplan::check_output_path(dir / "grads", "--dump-grads grads"));
+  EXPECT_TRUE(names(dir).empty());
+  fs::remove_all(dir);
+}
+
 }  // namespace

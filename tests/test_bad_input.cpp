@@ -13,6 +13,8 @@
 // escape character. Every file of the scratch folder must be unchanged after the row.
 // A row whose name starts with "exec-" runs trainplan-exec; in a build without LibTorch the command
 // is still refused with one line (exit 2), but the expected substring is not checked.
+// Below the table: the shared pieces every command relies on (the strict decimal parser of real
+// flags, the list splitter, the finite-result check), tested directly.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -23,15 +25,21 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cli/commands.hpp"
+#include "cli/flags.hpp"
+#include "sim/check.hpp"
 
 namespace {
 
@@ -212,12 +220,60 @@ TEST_P(BadInput, ExitTwoWithOneLineAndNothingWritten) {
   }
   for (unsigned char ch : o.err.substr(0, o.err.size() - 1)) EXPECT_TRUE(ch >= 0x20 && ch != 0x7f) << "control character";
   const bool have_exec = fs::exists(fs::path(TRAINPLAN_BINARY).parent_path() / "trainplan-exec");
-  if (c.name.rfind("exec-", 0) != 0 || have_exec) EXPECT_NE(o.err.find(c.expect), std::string::npos) << c.expect;
+  if (c.name.rfind("exec-", 0) != 0 || have_exec) {
+    EXPECT_NE(o.err.find(c.expect), std::string::npos) << c.expect;
+  }
   // Nothing created, nothing changed.
   EXPECT_EQ(slurp(tmp / "out.json"), precious);
   EXPECT_EQ(snapshot(tmp), before);
   fs::remove_all(tmp);
   fs::remove(err_file);
+}
+
+// The one number parser of every real-valued flag: decimal only, finite. strtod, used before,
+// also took hex floats, inf/nan and leading whitespace.
+TEST(ParseDecimal, AcceptsPlainDecimalsOnly) {
+  using trainplan::cli::parse_decimal;
+  for (const char* ok : {"5", "-1", "+2", "0.5", ".5", "5.", "1e3", "1E-3", "2.5e+2", "007"}) {
+    EXPECT_TRUE(parse_decimal(ok).has_value()) << ok;
+  }
+  EXPECT_DOUBLE_EQ(*parse_decimal("2.5e+2"), 250);
+  for (const char* bad : {"", " 5", "5 ", "\n5", "0x10", "0x1p3", "inf", "-inf", "nan", "infinity", "1e400", "-1e400",
+                          "5x", "1e", "1e+", ".", "-", "+", "e5", "1..2", "1,5", "--5", "+-5", "5%"}) {
+    EXPECT_FALSE(parse_decimal(bad).has_value()) << "'" << bad << "'";
+  }
+}
+
+// List flags: an empty item anywhere is refused (getline silently dropped a trailing one).
+TEST(SplitList, RefusesEmptyItems) {
+  using trainplan::cli::split_list;
+  EXPECT_EQ(split_list("zero", "0,1,3"), (std::vector<std::string>{"0", "1", "3"}));
+  EXPECT_EQ(split_list("zero", "2"), (std::vector<std::string>{"2"}));
+  for (const char* bad : {"", ",", "1,", ",1", "1,,2", ",,"}) {
+    try {
+      split_list("zero", bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const trainplan::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("--zero"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A result figure that overflowed is refused, naming it, before anything is printed or written
+// (nlohmann would write it as null and the HTML page then refused it after --json was written).
+TEST(CheckFinite, NamesTheFirstNonFiniteFigure) {
+  nlohmann::json doc = {{"time", {{"step_s", 1.5}}}, {"options", nlohmann::json::array({{{"days", 2.0}}})}};
+  EXPECT_NO_THROW(trainplan::cli::check_finite(doc));
+  doc["options"][0]["energy_kwh"] = std::numeric_limits<double>::infinity();
+  try {
+    trainplan::cli::check_finite(doc);
+    ADD_FAILURE() << "accepted inf";
+  } catch (const trainplan::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("options[0].energy_kwh = inf"), std::string::npos) << e.what();
+  }
+  doc["options"][0]["energy_kwh"] = 1.0;
+  doc["time"]["step_s"] = std::nan("");
+  EXPECT_THROW(trainplan::cli::check_finite(doc), trainplan::InputError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, BadInput, ::testing::ValuesIn(load_cases()),

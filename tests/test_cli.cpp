@@ -190,7 +190,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{kBase + "--model /nonexistent/m.json --gpus 8", "/nonexistent/m.json: cannot open file"},
         BadCase{kBase + "--model " + kData + "/cli/truncated_model.json --gpus 8", "truncated_model.json: malformed JSON"},
         BadCase{"predict --model gpt2 --gpus 8 --global-batch 8 --cluster " + kData + "/cli/bad_topology.json",
-                "bad_topology.json: network[1].efficiency = 1.3, must be in (0, 1]"},
+                "bad_topology.json: network[1].efficiency = 1.3, must be in [0.001, 1]"},
         BadCase{kBase + "--model gpt2 --gpus 8 --recompute most", "--recompute most: must be one of none|selective|full"},
         BadCase{kBase + "--model gpt2 --gpus eight", "--gpus eight: must be an integer"},
         BadCase{kBase + "--model gpt2 --gpus 8 --zero 5", "--zero 5: must be in [0, 3]"},

@@ -208,7 +208,7 @@ TEST(ParseCluster, OpTablesAreCheckedKeyByKey) {
   EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: ops.memory_bound.softmax is not a known key");
   j = small_cluster();
   j["ops"]["gemm"][0]["m"] = 0;
-  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: ops.gemm[0].m = 0, must be in (0, 1e+09]");
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: ops.gemm[0].m = 0, must be in [1, 1e+09]");
 }
 
 TEST(ParseCluster, NoNetworkMeansOneNode) {
@@ -316,11 +316,32 @@ TEST(ParseCluster, LinkEfficiencyOutsideZeroOneIsRejected) {
   json j = small_cluster();
   j["node"]["link"]["efficiency"] = 0;
   EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
-            "toy.json: node.link.efficiency = 0, must be in (0, 1]");
+            "toy.json: node.link.efficiency = 0, must be in [0.001, 1]");
   j = small_cluster();
   j["network"][0]["efficiency"] = 1.01;
   EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
-            "toy.json: network[0].efficiency = 1.01, must be in (0, 1]");
+            "toy.json: network[0].efficiency = 1.01, must be in [0.001, 1]");
+}
+
+// Positive yet absurdly small rates, sizes and times passed "> 0" and overflowed capacity's days,
+// cost and energy to inf (printed with exit 0) or a prediction's step to null.
+TEST(ParseCluster, TinyPositiveRatesSizesAndTimesAreRejected) {
+  const std::pair<const char*, std::string> cases[] = {
+      {"/node/link/bandwidth_gbps", "node.link.bandwidth_gbps = 1e-300, must be in [0.001, 1e+06]"},
+      {"/network/0/efficiency", "network[0].efficiency = 1e-300, must be in [0.001, 1]"},
+      {"/gpu/hbm_bandwidth_gbps", "gpu.hbm_bandwidth_gbps = 1e-300, must be in [0.001, 1e+06]"},
+      {"/gpu/peak_tflops/fp8", "gpu.peak_tflops.fp8 = 1e-300, must be 0 (not supported) or in [0.001, 1e+06]"},
+      {"/ops/attention/0/seq", "ops.attention[0].seq = 1e-300, must be in [1, 1e+09]"},
+      {"/ops/gemm/0/wgrad_us", "ops.gemm[0].wgrad_us = 1e-300, must be in [0.001, 1e+12]"},
+  };
+  for (const auto& [pointer, message] : cases) {
+    json j = small_cluster();
+    j[json::json_pointer(pointer)] = 1e-300;
+    EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: " + message);
+  }
+  json j = small_cluster();
+  j["gpu"]["peak_tflops"]["fp8"] = 0;  // 0: no fp8 arithmetic, still fine
+  EXPECT_NO_THROW(parse_cluster(j, "toy.json"));
 }
 
 TEST(ParseCluster, FirstTierMustSpanAtLeastANode) {
@@ -333,7 +354,7 @@ TEST(ParseCluster, FirstTierMustSpanAtLeastANode) {
 TEST(ParseCluster, NegativeOrZeroSizesAreRejected) {
   json j = small_cluster();
   j["gpu"]["hbm_gb"] = 0;
-  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: gpu.hbm_gb = 0, must be in (0, 1e+06]");
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: gpu.hbm_gb = 0, must be in [0.001, 1e+06]");
   j = small_cluster();
   j["node"]["gpus"] = 0;
   EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: node.gpus = 0, must be in [1, 65536]");
@@ -369,7 +390,7 @@ TEST_P(BadClusterFile, NamesFileFieldAndRule) {
 INSTANTIATE_TEST_SUITE_P(
     Files, BadClusterFile,
     ::testing::Values(
-        BadFile{"cluster_link_efficiency.json", "network[1].efficiency = 1.3, must be in (0, 1]"},
+        BadFile{"cluster_link_efficiency.json", "network[1].efficiency = 1.3, must be in [0.001, 1]"},
         BadFile{"cluster_removed_gemm_efficiency.json",
                 "gpu.gemm_efficiency was removed: step times come from the measured ops tables; delete the key"},
         BadFile{"cluster_unknown_key.json", "gpu.tdp_w is not a known key"},
@@ -378,7 +399,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"cluster_span_not_multiple.json", "network[0].span_gpus = 100, must be a multiple of node.gpus (8)"},
         BadFile{"cluster_span_decreasing.json",
                 "network[1].span_gpus = 128, must be at least network[0].span_gpus (256)"},
-        BadFile{"cluster_peak_fp32_zero.json", "gpu.peak_tflops.fp32 = 0, must be in (0, 1e+06]"},
+        BadFile{"cluster_peak_fp32_zero.json", "gpu.peak_tflops.fp32 = 0, must be in [0.001, 1e+06]"},
         BadFile{"cluster_network_not_array.json", "network = {\"name\":\"ib\"}, must be an array of objects"},
         BadFile{"not_object.json", "top level must be a JSON object"},
         BadFile{"no-such-cluster.json", "cannot open file (No such file or directory)"}),

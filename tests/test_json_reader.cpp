@@ -147,12 +147,16 @@ TEST(JsonObject, NumberOpenLowerBoundRejectsTheBound) {
   EXPECT_DOUBLE_EQ(o.number("efficiency", 0, 1, false), 0.0);
 }
 
+// An infinite bound reads as kMaxJsonMagnitude (1e100): 1.7e308 seconds in a prediction would
+// pass "[0, inf]" and overflow the report's sums and chart scales.
 TEST(JsonObject, NumberBelowClosedRangeAndInfiniteUpperBound) {
-  json j = {{"latency_us", -1}};
+  json j = {{"latency_us", -1}, {"step_s", 1.7e308}, {"loss", -1e300}};
   JsonObject o(j, "f.json");
+  const double inf = std::numeric_limits<double>::infinity();
   EXPECT_EQ(input_error([&] { o.number("latency_us", 0, 1e6); }), "f.json: latency_us = -1, must be in [0, 1e+06]");
-  EXPECT_EQ(input_error([&] { o.number("latency_us", 0, std::numeric_limits<double>::infinity()); }),
-            "f.json: latency_us = -1, must be in [0, inf]");
+  EXPECT_EQ(input_error([&] { o.number("latency_us", 0, inf); }), "f.json: latency_us = -1, must be in [0, 1e+100]");
+  EXPECT_EQ(input_error([&] { o.number("step_s", 0, inf); }), "f.json: step_s = 1.7e+308, must be in [0, 1e+100]");
+  EXPECT_EQ(input_error([&] { o.number("loss", -inf, inf); }), "f.json: loss = -1e+300, must be in [-1e+100, 1e+100]");
 }
 
 TEST(JsonObject, NumberOfWrongTypeSaysSo) {
