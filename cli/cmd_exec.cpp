@@ -79,12 +79,20 @@ const char* kExecFlags = R"(execution:
                             computing fp32 (default off)
 )";
 
+// Decimal digits only: strtol alone also takes leading blanks and a sign (" 5", "+5").
+bool all_digits(const char* v) {
+  for (; *v; ++v) {
+    if (*v < '0' || *v > '9') return false;
+  }
+  return true;
+}
+
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || x < 0 || x > (1 << 30)) throw InputError(fmt::format("environment {}={}: must be a non-negative integer", name, v));
+  if (!all_digits(v) || *end != '\0' || x < 0 || x > (1 << 30)) throw InputError(fmt::format("environment {}={}: must be a non-negative integer in decimal digits", name, v));
   return static_cast<int>(x);
 }
 
@@ -96,8 +104,8 @@ int env_port(int fallback, bool zero_ok) {
   char* end = nullptr;
   errno = 0;
   const long x = std::strtol(v, &end, 10);
-  if (*end != '\0' || errno != 0 || x < (zero_ok ? 0 : 1) || x > 65535) {
-    throw InputError(fmt::format("environment MASTER_PORT={}: must be a TCP port in [{}, 65535]", v, zero_ok ? 0 : 1));
+  if (!all_digits(v) || *end != '\0' || errno != 0 || x < (zero_ok ? 0 : 1) || x > 65535) {
+    throw InputError(fmt::format("environment MASTER_PORT={}: must be a TCP port in [{}, 65535], in decimal digits", v, zero_ok ? 0 : 1));
   }
   return static_cast<int>(x);
 }
@@ -185,8 +193,8 @@ std::optional<std::string> default_gpus(const Args& args) {
   Flags probe(args, "exec");
   if (probe.help() || probe.has("gpus") || probe.has("dp") || probe.has("plan")) return std::nullopt;
   if (const auto n = probe.get("nproc")) return *n;  // checked as --nproc below
-  if (std::getenv("RANK") && std::getenv("WORLD_SIZE")) return std::string(std::getenv("WORLD_SIZE"));
-  if (std::getenv("SLURM_PROCID") && std::getenv("SLURM_NTASKS")) return std::string(std::getenv("SLURM_NTASKS"));
+  if (std::getenv("RANK") && std::getenv("WORLD_SIZE")) return std::to_string(env_int("WORLD_SIZE", 1));
+  if (std::getenv("SLURM_PROCID") && std::getenv("SLURM_NTASKS")) return std::to_string(env_int("SLURM_NTASKS", 1));
   return std::string("1");
 }
 

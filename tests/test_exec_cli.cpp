@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -113,6 +114,29 @@ TEST(ExecCli, TorchrunEnvironmentRanksRendezvous) {
   const int st = pclose(p);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
   EXPECT_NE(out.find("2 CPU ranks"), std::string::npos) << out;
+}
+
+// The launcher's environment numbers are decimal digits only: " 29500" and "+2" were taken by
+// strtol. Each is bad input (exit 2) naming the variable.
+TEST(ExecCli, EnvironmentNumbersAreDigitsOnly) {
+  const std::string args = std::string(" exec --model ") + TRAINPLAN_TEST_DATA_DIR +
+                           "/exec/tiny-gpt.json --cluster cpu-local --dtype fp32 --global-batch 2 --steps 1 --warmup 0";
+  // MASTER_PORT through the local launcher (--nproc), the ranks through torchrun's variables.
+  for (const std::string env : {"MASTER_PORT=' 29500'", "MASTER_PORT=+29500", "RANK=+0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1",
+                                "RANK=0 WORLD_SIZE=' 1' MASTER_ADDR=127.0.0.1"}) {
+    const std::string launch = env.rfind("MASTER_PORT", 0) == 0 ? " --nproc 1" : "";
+    const std::string cmd = "env " + env + " " + TRAINPLAN_BINARY + args + launch + " 2>&1 >/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string err;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) err.append(buf, n);
+    const int st = pclose(p);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << env << ": " << err;
+    EXPECT_NE(err.find("environment "), std::string::npos) << env << ": " << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << env << ": " << err;
+  }
 }
 
 // Gloo ranks on a GPU (issue 12): runs where CUDA is present, else refused as bad input naming
