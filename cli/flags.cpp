@@ -73,6 +73,11 @@ Flags::Flags(const std::vector<std::string>& args, std::string command, std::set
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
       if (boolean_flags.count(name)) throw InputError(fmt::format("--{}: takes no value (got '{}')", name, value));
+      // "--json=--html" is a flag whose value was left out, as "--json --html" is.
+      if (is_flag(value)) {
+        throw InputError(fmt::format("--{}={}: the value starts with '--' like a flag (for a file of that name write ./{})",
+                                     name, value, value));
+      }
     } else if (boolean_flags.count(name)) {
       value = "on";
     } else if (i + 1 >= args.size() || is_flag(args[i + 1])) {
