@@ -36,8 +36,8 @@ struct Merged {
   double seconds = 0;
 };
 
-inline Merged run_merged(const std::string& args) {
-  const std::string cmd = std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1";
+// A shell command line as given (its redirections decide what `output` holds).
+inline Merged run_shell(const std::string& cmd) {
   Merged r;
   const auto t0 = std::chrono::steady_clock::now();
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -50,6 +50,8 @@ inline Merged run_merged(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
+
+inline Merged run_merged(const std::string& args) { return run_shell(std::string(TRAINPLAN_BINARY) + " " + args + " 2>&1"); }
 
 // A fresh, empty folder for one test (named after the test and the process), removed when the test
 // ends. Every file a command writes there was written by this run: a command that stopped writing

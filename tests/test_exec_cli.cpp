@@ -2,11 +2,9 @@
 // measured steps with their loss, warm-up discarded, one entry per rank; `trainplan compare` reads
 // it next to the prediction of the same plan on the cpu-local topology.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,6 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using trainplan::testing::run_merged;
+using trainplan::testing::run_shell;
 using trainplan::testing::ScratchDir;
 
 TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
@@ -105,15 +104,9 @@ TEST(ExecCli, TorchrunEnvironmentRanksRendezvous) {
   };
   const std::string cmd = "sh -c '" + env(1) + TRAINPLAN_BINARY + args + " >/dev/null 2>&1 & " + env(0) +
                           TRAINPLAN_BINARY + args + "; s=$?; wait $! || s=1; exit $s' 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
-  EXPECT_NE(out.find("2 CPU ranks"), std::string::npos) << out;
+  const auto r = run_shell(cmd);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 CPU ranks"), std::string::npos) << r.output;
 }
 
 // The launcher's environment numbers are decimal digits only: " 29500" and "+2" were taken by
@@ -125,15 +118,9 @@ TEST(ExecCli, EnvironmentNumbersAreDigitsOnly) {
   for (const std::string env : {"MASTER_PORT=' 29500'", "MASTER_PORT=+29500", "RANK=+0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1",
                                 "RANK=0 WORLD_SIZE=' 1' MASTER_ADDR=127.0.0.1"}) {
     const std::string launch = env.rfind("MASTER_PORT", 0) == 0 ? " --nproc 1" : "";
-    const std::string cmd = "env " + env + " " + TRAINPLAN_BINARY + args + launch + " 2>&1 >/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string err;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) err.append(buf, n);
-    const int st = pclose(p);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << env << ": " << err;
+    const auto r = run_shell("env " + env + " " + TRAINPLAN_BINARY + args + launch + " 2>&1 >/dev/null");  // stderr only
+    const std::string& err = r.output;
+    EXPECT_EQ(r.code, 2) << env << ": " << err;
     EXPECT_NE(err.find("environment "), std::string::npos) << env << ": " << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << env << ": " << err;
   }
