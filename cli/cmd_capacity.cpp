@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include <charconv>
 #include <cmath>
 
 #include "reports/csv.hpp"
@@ -102,15 +101,9 @@ std::pair<int, int> parse_range(const std::string& v) {
   const auto dots = v.find("..");
   auto bad = [&] { return InputError(fmt::format("--gpus-range {}: must be lo..hi with 1 <= lo <= hi", v)); };
   if (dots == std::string::npos) throw bad();
-  auto whole = [&](const std::string& t) {
-    int x = 0;
-    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
-    if (t.empty() || ec != std::errc() || ptr != t.data() + t.size()) throw bad();
-    return x;
-  };
-  const int lo = whole(v.substr(0, dots)), hi = whole(v.substr(dots + 2));
-  if (lo < 1 || hi < lo || hi > (1 << 24)) throw bad();
-  return {lo, hi};
+  const auto lo = parse_integer(v.substr(0, dots)), hi = parse_integer(v.substr(dots + 2));
+  if (!lo || !hi || *lo < 1 || *hi < *lo || *hi > (1 << 24)) throw bad();
+  return {static_cast<int>(*lo), static_cast<int>(*hi)};
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <sstream>
 #include <optional>
@@ -89,9 +88,9 @@ std::vector<std::vector<int>> select_ranks(const std::string& list, int gpus,
   std::vector<bool> keep(static_cast<std::size_t>(gpus), false);
   auto bad = [&](const std::string& why) { return InputError(fmt::format("--trace-ranks {}: {}", list, why)); };
   auto rank = [&](const std::string& t) {
-    long v = -1;
-    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (t.empty() || ec != std::errc() || ptr != t.data() + t.size() || v < 0) throw bad(fmt::format("'{}' is not a rank (a whole number)", t));
+    const auto parsed = parse_integer(t);
+    if (!parsed || *parsed < 0) throw bad(fmt::format("'{}' is not a rank (a whole number)", t));
+    const long long v = *parsed;
     if (v >= gpus) throw bad(fmt::format("rank {} is not among the plan's {} ranks (0..{})", v, gpus, gpus - 1));
     return static_cast<int>(v);
   };

@@ -38,6 +38,13 @@ std::optional<double> parse_decimal(std::string_view text) {
   return x;
 }
 
+std::optional<long long> parse_integer(std::string_view text) {
+  long long x = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return x;
+}
+
 std::vector<std::string> split_list(const std::string& flag, const std::string& value) {
   std::vector<std::string> items;
   std::size_t from = 0;
@@ -149,11 +156,9 @@ std::string Flags::get_text(const std::string& name, const std::string& fallback
 std::optional<long long> Flags::get_optional_int(const std::string& name, long long lo, long long hi) const {
   auto v = get(name);
   if (!v) return std::nullopt;
-  long long x = 0;
-  auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), x);
-  if (ec != std::errc() || ptr != v->data() + v->size()) {
-    throw InputError(fmt::format("--{} {}: must be an integer", name, *v));
-  }
+  const auto parsed = parse_integer(*v);
+  if (!parsed) throw InputError(fmt::format("--{} {}: must be an integer", name, *v));
+  const long long x = *parsed;
   if (x < lo || x > hi) throw InputError(fmt::format("--{} {}: must be in [{}, {}]", name, *v, lo, hi));
   return x;
 }

@@ -16,6 +16,11 @@ namespace trainplan::cli {
 // inf or nan, spaces or trailing text. Every real-valued flag reads through it.
 std::optional<double> parse_decimal(std::string_view text);
 
+// A whole number in decimal digits with an optional '-' (from_chars' grammar: no '+', spaces or
+// trailing text), and within long long; nothing otherwise. Every integer flag and list item reads
+// through it.
+std::optional<long long> parse_integer(std::string_view text);
+
 // The items of a comma-separated flag value ("0,1,3"). InputError naming --flag for an empty
 // list or an empty item ("1,,2", "1,", ",1").
 std::vector<std::string> split_list(const std::string& flag, const std::string& value);
