@@ -290,12 +290,10 @@ Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, 
       for (const auto& x : items) out += (out.empty() ? "" : ",") + std::string(to_string(x));
       return out;
     };
-    std::vector<std::string> zeros;
-    for (int z : sp.zero_stages) zeros.push_back(std::to_string(z));
     throw InputError(fmt::format("--dp-algorithms {}, --grad-compressions {} and --zero {} (--dtype {}, --fp32-grad-accum "
                                  "{}): no combination is valid; parameter servers and PowerSGD need ZeRO 0, bf16 "
                                  "compression needs fp32 gradients",
-                                 list(sp.dp_algorithms), list(sp.grad_compressions), fmt::join(zeros, ","),
+                                 list(sp.dp_algorithms), list(sp.grad_compressions), fmt::join(sp.zero_stages, ","),
                                  to_string(sp.dtype), sp.fp32_grad_accum ? "on" : "off"));
   }
   // Bound constants. Every matmul op is split at least tp ways; predict times a matmul no faster
