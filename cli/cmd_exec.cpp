@@ -79,21 +79,15 @@ const char* kExecFlags = R"(execution:
                             computing fp32 (default off)
 )";
 
-// Decimal digits only: strtol alone also takes leading blanks and a sign (" 5", "+5").
-bool all_digits(const char* v) {
-  for (; *v; ++v) {
-    if (*v < '0' || *v > '9') return false;
-  }
-  return true;
-}
+// An environment variable's number: decimal digits only (parse_integer without its '-'), else nothing.
+std::optional<long long> env_number(const char* v) { return v[0] == '-' ? std::nullopt : parse_integer(v); }
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (!all_digits(v) || *end != '\0' || x < 0 || x > (1 << 30)) throw InputError(fmt::format("environment {}={}: must be a non-negative integer in decimal digits", name, v));
-  return static_cast<int>(x);
+  const auto x = env_number(v);
+  if (!x || *x > (1 << 30)) throw InputError(fmt::format("environment {}={}: must be a non-negative integer in decimal digits", name, v));
+  return static_cast<int>(*x);
 }
 
 // MASTER_PORT as a TCP port: [1, 65535], or 0 ("any free port") where the local launcher serves
@@ -101,13 +95,11 @@ int env_int(const char* name, int fallback) {
 int env_port(int fallback, bool zero_ok) {
   const char* v = std::getenv("MASTER_PORT");
   if (!v || !*v) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long x = std::strtol(v, &end, 10);
-  if (!all_digits(v) || *end != '\0' || errno != 0 || x < (zero_ok ? 0 : 1) || x > 65535) {
+  const auto x = env_number(v);
+  if (!x || *x < (zero_ok ? 0 : 1) || *x > 65535) {
     throw InputError(fmt::format("environment MASTER_PORT={}: must be a TCP port in [{}, 65535], in decimal digits", v, zero_ok ? 0 : 1));
   }
-  return static_cast<int>(x);
+  return static_cast<int>(*x);
 }
 
 // MASTER_ADDR must name a host this machine can resolve (a typo otherwise ends as a rendezvous
