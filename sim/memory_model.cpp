@@ -141,7 +141,7 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
   mm.tp = s.tp;
   mm.seq_share = seq_share(s);
   mm.act_bytes = activation_bytes(s.dtype);
-  mm.dropout_masks = sw.memory.dropout_masks && graph.model().dropout > 0;
+  mm.dropout_masks = runs_dropout(sw, graph.model().dropout);
   mm.stream_bytes = stream_bytes(sw, s);
   mm.logit_bytes = sw.memory.loss_bytes_per_logit;
   mm.weight_copy = s.dtype == Dtype::fp32 ? 0.0 : sw.memory.weight_copy_bytes;

@@ -154,18 +154,22 @@ LinearCost attention_core(const Ctx& x) {
   }
   // Standard (Megatron 2021): scores = Q K^T over the full s x s (masked, not skipped), then
   // context = P V; as GEMMs of M = batch_heads * s / cp rows. Softmax (scale, mask, softmax fused:
-  // read 2 B, write 2 B per score) and dropout (read 2, write 2 + a 1-byte mask) move 9 B per score
-  // element forward, 1.5x the add kernel's 6; backward 11 B (1.83x).
+  // read 2 B, write 2 B per score) moves 4 B per score element forward, 0.67x the add kernel's 6,
+  // and 6 B backward (read output and gradient, write the gradient: 1x). Where the model trains with
+  // dropout and the stack runs it (it keeps the masks), a separate dropout kernel on the scores
+  // adds 5 B each way (read 2, write 2 and a 1-byte mask; backward read gradient and mask, write).
   const double rows = batch_heads * s / x.s.cp;
   const LinearCost qk = linear(x, rows, s, d);
   const LinearCost pv = linear(x, rows, d, s);
   const Bytes scores = rows * s * x.act;
+  const bool dropout = runs_dropout(x.sw, x.m.dropout);
+  const double fwd_passes = (4.0 + (dropout ? 5 : 0)) / 6, bwd_passes = (6.0 + (dropout ? 5 : 0)) / 6;
   out.fwd = qk.fwd;
   out.fwd += pv.fwd;
-  out.fwd += {1.5 * x.c.ops.memory_fwd(MemKernel::add, scores), 2};
+  out.fwd += {fwd_passes * x.c.ops.memory_fwd(MemKernel::add, scores), dropout ? 2.0 : 1.0};
   out.bwd = qk.bwd;
   out.bwd += pv.bwd;
-  out.bwd += {1.83 * x.c.ops.memory_fwd(MemKernel::add, scores), 2};
+  out.bwd += {bwd_passes * x.c.ops.memory_fwd(MemKernel::add, scores), dropout ? 2.0 : 1.0};
   return out;
 }
 
@@ -201,6 +205,12 @@ OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, cons
   L.fwd += 2 * res_f;
   L.bwd += 2 * norm_b;
   L.bwd += 2 * res_b;
+  if (runs_dropout(sw, m.dropout)) {
+    // Dropout on the attention and MLP branches before they join the stream (a 1-byte mask
+    // written forward and read backward, as the stack runs it: software memory_bound.dropout).
+    L.fwd += 2 * mem_fwd(x, sw.mem.dropout, stream_t);
+    L.bwd += 2 * mem_bwd(x, sw.mem.dropout, stream_t);
+  }
   if (s.dtype != Dtype::fp32 && sw.autocast_casts_inputs) {
     // Autocast casts the stream once per GEMM that reads it: QKV (or Q, K, V) and MLP up (or gate
     // and up); backward casts each input gradient back and sums those of one tensor.

@@ -75,6 +75,7 @@ Software parse_software(const json& j, const std::string& file) {
     s.mem.gelu = parse_mem_op(m.object("gelu"));
     s.mem.swiglu = parse_mem_op(m.object("swiglu"));
     s.mem.residual = parse_mem_op(m.object("residual"));
+    s.mem.dropout = parse_mem_op(m.object("dropout"));
     s.mem.bias_add = parse_mem_op(m.object("bias_add"));
     s.mem.rope = parse_mem_op(m.object("rope"));
     s.mem.attention_copies = parse_mem_op(m.object("attention_copies"));

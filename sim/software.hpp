@@ -30,6 +30,8 @@ struct MemOps {
   MemOpImpl gelu;               // GeLU on the MLP output; tensor: tokens x ffn activations
   MemOpImpl swiglu;             // silu(gate) * up; tensor: gate + up (tokens x 2 ffn activations)
   MemOpImpl residual;           // each residual add (with dropout/bias where fused); tokens x hidden stream
+  MemOpImpl dropout;            // what dropout adds to each residual branch when the model trains with it
+                                // (model dropout > 0): passes beyond the residual add; tokens x hidden stream
   MemOpImpl bias_add;           // each separate bias add of a row-parallel linear; tokens x hidden
   MemOpImpl rope;               // rotary embedding of q and k; tensor: tokens x (q + k) activations
   MemOpImpl attention_copies;   // layout copies around the attention kernel; tokens x hidden
@@ -110,6 +112,10 @@ struct Software {
 // Vocabulary rows the LM head, the logits and the embedding table cover under this stack: the
 // vocabulary padded as the stack pads it (sim/model_spec.hpp padded_vocab).
 inline int vocab_rows(const Software& sw, int vocab, int tp) { return padded_vocab(vocab, tp, sw.vocab_multiple); }
+
+// Whether a model trained with dropout probability `model_dropout` runs dropout under this stack
+// (memory.dropout_masks: it applies the model's dropout and keeps the masks). Memory and time both ask.
+inline bool runs_dropout(const Software& sw, double model_dropout) { return sw.memory.dropout_masks && model_dropout > 0; }
 
 inline constexpr const char* kSoftwareSchema = "trainplan/software/v1";
 

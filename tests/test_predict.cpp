@@ -92,6 +92,34 @@ TEST(Predict, ContextParallelMergesEachRingStep) {
   EXPECT_GT(predict(g, c, sw, s).time.step, predict(g, c, none, s).time.step);
 }
 
+TEST(Predict, DropoutCostsTimeWhereTheModelHasItAndTheStackRunsIt) {
+  // A model trained with dropout pays the profile's dropout passes on both residual branches of each
+  // layer (Megatron-core: fused into the bias-dropout-add); a Llama-style model (dropout 0) and a
+  // stack that runs no dropout (pytorch-eager: memory.dropout_masks false) pay nothing.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  ModelSpec m = gpt(4, 2048, 16, 2048, 51200);
+  const Software mc = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  const Software eager = load_software("pytorch-eager", TRAINPLAN_SOURCE_DIR);
+  const Strategy s = layout(1, 1, 1, 4, 8);
+  m.dropout = 0;
+  const LayerGraph plain(m, 2048);
+  m.dropout = 0.1;
+  const LayerGraph dropped(m, 2048);
+  const OpCosts with = op_costs(dropped, c, mc, s), without = op_costs(plain, c, mc, s);
+  const double stream = 4 * 2048 * 2048 * 2.0;  // tokens x hidden, bf16 stream
+  EXPECT_NEAR(with.layer.fwd.gpu - without.layer.fwd.gpu, 2 * mc.mem.dropout.passes_fwd * c.ops.memory_fwd(MemKernel::add, stream), 1e-12);
+  EXPECT_NEAR(with.layer.bwd.gpu - without.layer.bwd.gpu, 2 * mc.mem.dropout.passes_bwd * c.ops.memory_bwd(MemKernel::add, stream), 1e-12);
+  EXPECT_DOUBLE_EQ(with.layer.bwd.kernels - without.layer.bwd.kernels, 2.0 * mc.mem.dropout.kernels_bwd);
+  const double slower = predict(dropped, c, mc, s).time.step / predict(plain, c, mc, s).time.step;
+  EXPECT_GT(slower, 1.0);
+  EXPECT_LT(slower, 1.05);  // memory-bound passes beside the GEMMs of a 2048-wide layer
+  EXPECT_DOUBLE_EQ(predict(dropped, c, eager, s).time.step, predict(plain, c, eager, s).time.step);
+  // Materialised scores: the dropout kernel on the scores only where the model has dropout.
+  Strategy standard = s;
+  standard.attention = Attention::standard;
+  EXPECT_GT(op_costs(dropped, c, mc, standard).layer.attention_fwd.gpu, op_costs(plain, c, mc, standard).layer.attention_fwd.gpu);
+}
+
 TEST(Predict, Fp8LeavesTheLmHeadIn16BitsUnlessTheStackQuantizesIt) {
   // Megatron-core's output layer is not a Transformer Engine module: under --dtype fp8 the
   // transformer layers' GEMMs run in FP8 and the head's in bf16 (no quantize passes either).

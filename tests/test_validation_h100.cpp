@@ -67,7 +67,7 @@ std::vector<Row> exec_rows() {
   return rows;
 }
 
-// pytorch_reference.py: bf16 autocast over fp32 parameters, no recomputation, flash attention.
+// pytorch_reference.py: bf16 autocast over fp32 parameters, no recomputation, flash attention, no dropout.
 std::vector<Row> pytorch_rows(const std::string& ref, const char* software) {
   std::vector<Row> rows;
   std::ifstream in(kData / "pytorch_steps.jsonl");
@@ -82,8 +82,10 @@ std::vector<Row> pytorch_rows(const std::string& ref, const char* software) {
     s.dtype = Dtype::bf16;
     s.attention = Attention::flash;
     const std::string model = j.at("model");
-    rows.push_back({fmt::format("{} mb{} gb{}", model, s.micro_batch, s.global_batch),
-                    predict_plan(model_named(model), s, software), j.at("step_s").get<double>(),
+    ModelSpec m = model_named(model);
+    m.dropout = 0;  // pytorch_reference.py trains without dropout, whatever the model file's recipe says
+    rows.push_back({fmt::format("{} mb{} gb{}", model, s.micro_batch, s.global_batch), predict_plan(m, s, software),
+                    j.at("step_s").get<double>(),
                     j.at("max_reserved_gb").get<double>() * 1e9});
   }
   return rows;
