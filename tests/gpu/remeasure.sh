@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Re-measure on one GPU what the H100 validation of issue 14 rests on, in as few device calls as the
+# device budget allows (one call: at most 10 minutes). Run from the project root on the GPU machine,
+# after a CUDA build:
+#
+#   bash .gpu/gpu-build.sh build && bash tests/gpu/remeasure.sh build-gpu/trainplan "$OUT" [PHASE...]
+#
+# PHASE (default: calibrate exec bench), each under its own time limit, each recorded with its exact
+# command and exit code in OUT/commands.txt whether it succeeds or not:
+#   calibrate  trainplan calibrate --device cuda --base dgx-h100: the ops tables timed back to back
+#              (exec/calibrate.cpp), with the GEMM shapes of the validation models at M = 2048 to
+#              16384 tokens (M = 4096 is the row tests/test_validation_h100.cpp misses), and a
+#              trainplan-exec software profile with the measured host time per kernel
+#              -> OUT/calibrate/{dgx-h100-calibrated.json,trainplan-exec.json,calibrate.txt}
+#   exec       the six trainplan exec plans of tests/data/h100/trainplan_exec at this commit
+#              -> OUT/exec/<name>.meas.json and <name>.log
+#   bench      issue 12's side by side, trainplan exec against plain PyTorch (tests/gpu/bench_gpu.py)
+#              -> OUT/bench-gpu.json
+#   pytorch    the eager and torch.compile rows of tests/data/h100/pytorch_steps.jsonl again
+#              -> OUT/pytorch_steps.jsonl
+# Throughout, nvidia-smi samples SM clock, power, temperature and throttle reasons every 200 ms into
+# OUT/clocks.csv, to check whether sustained work runs at lower clocks than the short op timings
+# (the hypothesis the issue-14 note gives for single-GPU and published runs disagreeing).
+set -uo pipefail
+trainplan=${1:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch ...]}
+out=${2:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch ...]}
+shift 2
+phases=("$@")
+[ ${#phases[@]} -gt 0 ] || phases=(calibrate exec bench)
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$out"
+log="$out/commands.txt"
+{
+  echo "# $(date -u +%FT%TZ) commit $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
+  nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv 2>&1
+} > "$out/env.txt"
+
+# step NAME LIMIT_S CMD...: runs CMD under a time limit, appends the command and its exit code.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  printf '%s\t' "$name" >> "$log"
+  printf '%q ' "$@" >> "$log"
+  local t0=$SECONDS
+  timeout "$limit" "$@"
+  local rc=$?
+  printf '\t# exit %d, %d s\n' "$rc" $((SECONDS - t0)) >> "$log"
+  return 0
+}
+
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv -lms 200 > "$out/clocks.csv" 2>/dev/null &
+sampler=$!
+trap 'kill $sampler 2>/dev/null' EXIT
+
+models="$root/tests/data/h100/llama-1b.json,gpt2-xl,gpt2-medium,llama3-8b,gpt3-175b"
+for phase in "${phases[@]}"; do
+  case "$phase" in
+    calibrate)
+      mkdir -p "$out/calibrate"
+      step calibrate 300 "$trainplan" calibrate --device cuda --base dgx-h100 --model "$models" \
+        --tokens 2048,4096,8192,16384 --out "$out/calibrate/dgx-h100-calibrated.json" \
+        --software-out "$out/calibrate/trainplan-exec.json" > "$out/calibrate/calibrate.txt" 2>&1
+      ;;
+    exec)
+      mkdir -p "$out/exec"
+      # name model micro-batch global-batch recompute (sequence: the model's)
+      while read -r name model mb gb recompute; do
+        case "$model" in llama-1b) model="$root/tests/data/h100/llama-1b.json" ;; esac
+        step "exec-$name" 120 "$trainplan" exec --cluster dgx-h100 --gpus 1 --model "$model" \
+          --global-batch "$gb" --micro-batch "$mb" --dtype bf16 --recompute "$recompute" --steps 8 --warmup 3 \
+          --json "$out/exec/$name.meas.json" > "$out/exec/$name.log" 2>&1
+      done <<'PLANS'
+tiny tiny-gpt 8 64 none
+xl-mb4-none gpt2-xl 4 32 none
+xl-mb8-full gpt2-xl 8 64 full
+xl-mb8-sel gpt2-xl 8 64 selective
+l1b-mb4-none llama-1b 4 32 none
+l1b-mb8-full llama-1b 8 64 full
+PLANS
+      ;;
+    bench)
+      step bench 400 python3 "$root/tests/gpu/bench_gpu.py" --trainplan "$trainplan" --out "$out/bench-gpu.json" \
+        > "$out/bench-gpu.log" 2>&1
+      ;;
+    pytorch)
+      # The rows of tests/data/h100/pytorch_steps.jsonl: model micro-batch global-batch sequence modes.
+      while read -r model mb gb seq modes; do
+        case "$model" in llama-1b) model="$root/tests/data/h100/llama-1b.json" ;; *) model="$root/models/$model.json" ;; esac
+        step "pytorch-$(basename "$model" .json)-mb$mb" 150 python3 "$root/tests/data/h100/pytorch_reference.py" \
+          "$model" "$mb" "$gb" "$seq" "$modes" >> "$out/pytorch_steps.jsonl" 2>> "$out/pytorch.log"
+      done <<'ROWS'
+gpt2 16 64 1024 eager
+gpt2-medium 8 64 1024 eager,compile
+gpt2-large 8 32 1024 eager
+gpt2-xl 2 32 1024 eager
+gpt2-xl 4 32 1024 eager,compile
+gpt2-xl 8 64 1024 eager
+llama-1b 2 32 2048 eager
+llama-1b 4 32 2048 eager,compile
+llama-1b 8 32 2048 eager
+ROWS
+      ;;
+    *)
+      echo "remeasure.sh: unknown phase '$phase' (calibrate, exec, bench, pytorch)" >&2
+      exit 2
+      ;;
+  esac
+done
+echo "done: $out (commands and exit codes in $log)"
