@@ -66,8 +66,15 @@ json read_json_file(const std::filesystem::path& path) {
 json parse_json_text(const std::string& text, const std::string& file) {
   // nlohmann keeps the last of two equal keys in one object without a word; a strict reader must
   // not silently drop a value, so the keys of each open object are tracked while parsing.
+  // Nesting is bounded too: printing a value (error messages, reports) recurses once per level, so
+  // a value nested 100,000 deep in a field overflowed the stack.
   std::vector<std::set<std::string>> open_objects;
-  auto reject_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+  auto reject_duplicates = [&](int depth, json::parse_event_t event, json& parsed) {
+    const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+    if (opens && depth >= kMaxJsonDepth) {
+      throw InputError(fmt::format("{}: values nested more than {} levels deep (no trainplan file nests so deep)",
+                                   file, kMaxJsonDepth));
+    }
     if (event == json::parse_event_t::object_start) open_objects.emplace_back();
     if (event == json::parse_event_t::object_end) open_objects.pop_back();
     if (event == json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second) {
@@ -98,10 +105,21 @@ std::string JsonObject::field(const std::string& key) const {
   return path_.empty() ? key : path_ + "." + key;
 }
 
+// A value as a message shows it: its JSON text, cut short (with "...") past 80 characters; a whole
+// array of thousands of events made a message of kilobytes.
+static std::string shown_value(const json& v) {
+  std::string text = v.dump();
+  constexpr std::size_t kMaxShown = 80;
+  if (text.size() <= kMaxShown) return text;
+  std::size_t cut = kMaxShown - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+  return text.substr(0, cut) + "...";
+}
+
 InputError JsonObject::error(const std::string& key, const std::string& rule) const {
   auto it = value_->find(key);
   if (it == value_->end()) return InputError(fmt::format("{}: {} {}", file_, field(key), rule));
-  return InputError(fmt::format("{}: {} = {}, {}", file_, field(key), it->dump(), rule));
+  return InputError(fmt::format("{}: {} = {}, {}", file_, field(key), shown_value(*it), rule));
 }
 
 bool JsonObject::has(const std::string& key) const {

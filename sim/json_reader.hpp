@@ -29,11 +29,16 @@ std::string read_input_file(const std::filesystem::path& path, std::uintmax_t ma
 // and sums, percentages and chart scales of larger figures overflow to inf.
 inline constexpr double kMaxJsonMagnitude = 1e100;
 
+// The deepest nesting of arrays and objects a JSON input may have (trainplan's own files nest
+// fewer than 10 levels).
+inline constexpr int kMaxJsonDepth = 64;
+
 // Reads (as read_input_file, capped at kMaxInputFileBytes) and parses a JSON file; throws
 // InputError naming the file for a missing or unreadable file or bad JSON.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
-// Parses JSON text strictly (a key twice in one object is an error); `file` names it in messages.
+// Parses JSON text strictly (a key twice in one object is an error, so is nesting deeper than
+// kMaxJsonDepth); `file` names it in messages.
 nlohmann::json parse_json_text(const std::string& text, const std::string& file);
 
 // One JSON object being read. Call the accessors for every key, then finish() to reject extras.

@@ -74,6 +74,18 @@ TEST(ReadJsonFile, EqualKeysInDifferentObjectsAreFine) {
   std::remove(path.c_str());
 }
 
+// A value nested 200,000 deep in a field used to crash (stack overflow) when its error message
+// printed it; nesting is refused while parsing, at kMaxJsonDepth levels.
+TEST(ReadJsonFile, NestingDeeperThanTheLimitIsRefused) {
+  const auto nested = [](int levels) {
+    return R"({"layers": )" + std::string(levels, '[') + std::string(levels, ']') + "}";
+  };
+  EXPECT_EQ(parse_json_text(nested(kMaxJsonDepth - 1), "m.json")["layers"].size(), 1u);
+  const std::string why = "m.json: values nested more than 64 levels deep (no trainplan file nests so deep)";
+  EXPECT_EQ(input_error([&] { parse_json_text(nested(kMaxJsonDepth), "m.json"); }), why);
+  EXPECT_EQ(input_error([&] { parse_json_text(nested(200000), "m.json"); }), why);
+}
+
 TEST(ReadJsonFile, DirectoryIsNotAFile) {
   const std::string dir = std::string(TRAINPLAN_TEST_DATA_DIR) + "/bad";
   EXPECT_EQ(input_error([&] { read_json_file(dir); }), dir + ": cannot open file (is a directory)");
