@@ -42,9 +42,14 @@ std::string one_line(const std::string& message) {
 
 int dispatch(int argc, char** argv, const CommandTable& commands, const char* title) {
   Args args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    usage(args.empty() ? std::cerr : std::cout, commands, title);
-    return args.empty() ? 2 : 0;
+  // No command is bad input like any other: one line on stderr, exit 2 (the usage is --help's).
+  if (args.empty()) {
+    std::cerr << "trainplan: a command is required: trainplan <command> [flags] (see trainplan --help)\n";
+    return 2;
+  }
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    usage(std::cout, commands, title);
+    return 0;
   }
   if (args[0] == "--version" || args[0] == "version") {
     std::cout << "trainplan " << TRAINPLAN_VERSION << "\n";

@@ -207,6 +207,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "/compare/measurement_pp2.json --json /nonexistent/m.json",
                 "--json /nonexistent/m.json: cannot write"},
         BadCase{"frobnicate", "'frobnicate' is not a command"},
+        BadCase{"", "trainplan: a command is required"},  // was the 17-line usage on stderr
         // Input files: only regular files, read with a size cap (a FIFO would block, /dev/zero never ends).
         BadCase{kBase + "--model /dev/zero --gpus 8", "/dev/zero: cannot open file (not a regular file"},
         BadCase{"predict --global-batch 64 --gpus 8 --model gpt2 --cluster /dev/urandom", "/dev/urandom: cannot open file (not a regular file"},
