@@ -109,7 +109,7 @@ struct Software {
 
 // Vocabulary rows the LM head, the logits and the embedding table cover under this stack: the
 // vocabulary padded as the stack pads it (sim/model_spec.hpp padded_vocab).
-inline int vocab_rows(const Software& sw, int vocab, int tp) { return padded_vocab(vocab, tp, sw.vocab_multiple); }
+inline long long vocab_rows(const Software& sw, int vocab, int tp) { return padded_vocab(vocab, tp, sw.vocab_multiple); }
 
 inline constexpr const char* kSoftwareSchema = "trainplan/software/v1";
 
