@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "sim/check.hpp"
@@ -61,6 +62,14 @@ int dispatch(int argc, char** argv, const CommandTable& commands, const char* ti
     return 2;
   }
   const char* env_dir = std::getenv("TRAINPLAN_DATA_DIR");
+  // A data folder that is not there is named as such, not as every built-in name being unknown.
+  std::error_code ec;
+  if (env_dir && !std::filesystem::is_directory(env_dir, ec)) {
+    std::cerr << fmt::format("trainplan {}: environment TRAINPLAN_DATA_DIR={}: {}\n", one_line(args[0]), one_line(env_dir),
+                             *env_dir ? "not a folder (it names where the built-in models/, topologies/ and software/ are)"
+                                      : "empty (unset it, or name the folder of the built-in models/ and topologies/)");
+    return 2;
+  }
   Context ctx{env_dir ? env_dir : TRAINPLAN_DATA_DIR, std::cout, std::cerr, isatty(STDOUT_FILENO) == 1};
   try {
     return it->second.run(Args(args.begin() + 1, args.end()), ctx);
