@@ -176,7 +176,6 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   auto csv_out = open_text_output("csv", f.get("csv"));
   check_outputs_apart(f, {"json", "html", "csv"});
   f.finish();
-  if (!f.has("seq") && !sequence_note(model).empty()) ctx.err << "trainplan capacity: note: " << sequence_note(model) << "\n";
   bool any_count = false;
   for (const Cluster& c : req.clusters) any_count |= !capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi).empty();
   if (!any_count) {
@@ -192,6 +191,8 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   check_finite(doc);
   const std::string html = html_out ? html_page(doc, fmt::format("trainplan capacity: {}", model.name)) : "";
   const std::string csv = csv_out ? capacity_to_csv(r, cc) : "";
+  // Notes only once nothing can be refused any more: a refusal is exactly one line.
+  if (!f.has("seq") && !sequence_note(model).empty()) ctx.err << "trainplan capacity: note: " << sequence_note(model) << "\n";
   print_capacity(ctx.out, r, cc);
   if (json_out) json_out->write(doc);
   if (html_out) html_out->write(html);

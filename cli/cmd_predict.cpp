@@ -50,7 +50,6 @@ int cmd_predict(const Args& args, const Context& ctx) {
   auto html_out = open_text_output("html", f.get("html"));
   check_outputs_apart(f, {"json", "html"});
   f.finish();
-  if (!in.seq_note.empty()) ctx.err << "trainplan predict: note: " << in.seq_note << "\n";
   const LayerGraph graph(in.model, in.strategy.seq_len);
   // The step costs are computed once and shared by the closed form and the simulator.
   Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.software, in.strategy)
@@ -68,6 +67,8 @@ int cmd_predict(const Args& args, const Context& ctx) {
   // Everything is computed and rendered before the first line is printed or file written.
   check_finite(doc);
   const std::string html = html_out ? html_page(doc, title) : "";
+  // Notes only once nothing can be refused any more: a refusal is exactly one line.
+  if (!in.seq_note.empty()) ctx.err << "trainplan predict: note: " << in.seq_note << "\n";
   print_prediction(ctx.out, e, title);
   print_cost(ctx.out, e, in.cluster);
   if (!detail.empty()) print_layer_detail(ctx.out, detail);

@@ -134,7 +134,10 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   if (trace_ranks && !trace_path) throw InputError(fmt::format("--trace-ranks {}: needs --trace FILE", *trace_ranks));
   check_outputs_apart(f, {"json", "trace", "html"});
   f.finish();
-  if (!in.seq_note.empty()) ctx.err << "trainplan simulate: note: " << in.seq_note << "\n";
+  // Notes only once nothing can be refused any more: a refusal is exactly one line.
+  auto print_note = [&] {
+    if (!in.seq_note.empty()) ctx.err << "trainplan simulate: note: " << in.seq_note << "\n";
+  };
   if (auto too_large = simulation_size_error(in.strategy)) throw InputError(*too_large);
 
   const Strategy& s = in.strategy;
@@ -149,6 +152,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const std::string title = fmt::format("{} on {} x {} ({}), {} parameters", in.model.name, s.gpus(),
                                         in.cluster.gpu.name, in.cluster.name, format_count(graph.total_params()));
   if (!(analytic.time.step > 0)) {  // invalid plan: nothing to simulate
+    print_note();
     print_prediction(ctx.out, analytic, title);
     return 3;
   }
@@ -167,6 +171,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   std::ostringstream trace;
   if (trace_path) write_chrome_trace(trace, timeline, trace_ranks ? traced : ranks, title);
 
+  print_note();
   print_prediction(ctx.out, e, title + " -- simulated step (discrete-event)");
   ctx.out << fmt::format("\nsimulated step time: {} ({} schedule, {} stage(s) x {} chunk(s), {} micro-batches); "
                          "analytic estimate {} (simulated {:+.1f}%)\n",

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "sim/check.hpp"
@@ -42,9 +43,14 @@ std::string one_line(const std::string& message) {
 
 int dispatch(int argc, char** argv, const CommandTable& commands, const char* title) {
   Args args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    usage(args.empty() ? std::cerr : std::cout, commands, title);
-    return args.empty() ? 2 : 0;
+  // No command is bad input like any other: one line on stderr, exit 2 (the usage is --help's).
+  if (args.empty()) {
+    std::cerr << "trainplan: a command is required: trainplan <command> [flags] (see trainplan --help)\n";
+    return 2;
+  }
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    usage(std::cout, commands, title);
+    return 0;
   }
   if (args[0] == "--version" || args[0] == "version") {
     std::cout << "trainplan " << TRAINPLAN_VERSION << "\n";
@@ -56,6 +62,14 @@ int dispatch(int argc, char** argv, const CommandTable& commands, const char* ti
     return 2;
   }
   const char* env_dir = std::getenv("TRAINPLAN_DATA_DIR");
+  // A data folder that is not there is named as such, not as every built-in name being unknown.
+  std::error_code ec;
+  if (env_dir && !std::filesystem::is_directory(env_dir, ec)) {
+    std::cerr << fmt::format("trainplan {}: environment TRAINPLAN_DATA_DIR={}: {}\n", one_line(args[0]), one_line(env_dir),
+                             *env_dir ? "not a folder (it names where the built-in models/, topologies/ and software/ are)"
+                                      : "empty (unset it, or name the folder of the built-in models/ and topologies/)");
+    return 2;
+  }
   Context ctx{env_dir ? env_dir : TRAINPLAN_DATA_DIR, std::cout, std::cerr, isatty(STDOUT_FILENO) == 1};
   try {
     return it->second.run(Args(args.begin() + 1, args.end()), ctx);

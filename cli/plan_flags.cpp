@@ -54,7 +54,19 @@ std::string sequence_note(const ModelSpec& model) {
 PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster) {
   std::optional<Strategy> from_plan;
   std::string plan_model, plan_cluster, plan_software;
-  if (auto plan = f.get("plan")) {
+  const auto plan = f.get("plan");
+  // A name taken from the plan (not given by a flag) that does not load is the plan's fault: the
+  // message names --plan, not a --model/--cluster/--software the user never gave.
+  auto from_plan_file = [&](const char* flag, const std::string& name, auto load) {
+    if (f.has(flag) || !plan) return load();
+    try {
+      return load();
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--plan {}: its {} '{}' does not load; give --{} NAME|FILE ({})", *plan, flag, name,
+                                   flag, e.what()));
+    }
+  };
+  if (plan) {
     const PredictionFile p = plan_prediction(*plan);
     from_plan = p.estimate.strategy;
     plan_model = p.model;
@@ -63,11 +75,12 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   }
   PlanInputs in;
   const std::string model_name = f.has("model") || plan_model.empty() ? f.require("model") : plan_model;
-  in.model = load_model(model_name, data_dir);
+  in.model = from_plan_file("model", model_name, [&] { return load_model(model_name, data_dir); });
   std::string cluster_name = f.get_or("cluster", plan_cluster.empty() ? default_cluster : plan_cluster);
   if (cluster_name.empty()) cluster_name = f.require("cluster");
-  in.cluster = load_cluster(cluster_name, data_dir);
-  in.software = read_software_flag(f, data_dir, plan_software.empty() ? kDefaultSoftware : plan_software);
+  in.cluster = from_plan_file("cluster", cluster_name, [&] { return load_cluster(cluster_name, data_dir); });
+  const std::string software_name = plan_software.empty() ? kDefaultSoftware : plan_software;
+  in.software = from_plan_file("software", software_name, [&] { return read_software_flag(f, data_dir, software_name); });
 
   Strategy s = from_plan.value_or(Strategy{});
   const bool have_plan = from_plan.has_value();

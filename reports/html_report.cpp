@@ -26,8 +26,8 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The Tableau 10 palette (colour-blind-safe order), one colour per series.
-const char* const kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                                "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+const char* const kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
+                                "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#d37295", "#8cd17d"};
 
 // A time unit for values up to `max_s` seconds: name and seconds per unit.
 struct TimeUnit {
@@ -180,10 +180,14 @@ std::string time_breakdown(const TimeBreakdown& t, const std::string& engine) {
 // --- prediction (and simulate's timeline) ---
 
 // Event kinds of the timeline JSON, in chart order, with colours.
-// (sim/simulate.cpp to_string(EventKind) spellings.)
+// (sim/simulate.cpp to_string(EventKind) spellings; every kind the simulator emits must be here,
+// else the --html of its own timeline is refused: the parameter-server kinds were missing.)
 const char* const kEventKinds[] = {"forward",         "backward",      "weight gradient", "recompute",
                                    "optimizer",       "send activation", "send gradient", "gradient reduce",
-                                   "zero3 gather",    "parameter all-gather"};
+                                   "zero3 gather",    "parameter all-gather", "ps push/pull", "ps update"};
+static_assert(std::size(kEventKinds) == static_cast<std::size_t>(EventKind::ps_update) + 1,
+              "one chart category per EventKind");
+static_assert(std::size(kPalette) >= std::size(kEventKinds), "a colour per event kind");
 
 // Short row labels for the streams (sim/simulate.cpp to_string(Stream) spellings).
 std::string stream_label(const std::string& s) {

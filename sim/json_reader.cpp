@@ -63,20 +63,80 @@ json read_json_file(const std::filesystem::path& path) {
   return parse_json_text(read_input_file(path, kMaxInputFileBytes), path.string());
 }
 
-json parse_json_text(const std::string& text, const std::string& file) {
-  // nlohmann keeps the last of two equal keys in one object without a word; a strict reader must
-  // not silently drop a value, so the keys of each open object are tracked while parsing.
-  std::vector<std::set<std::string>> open_objects;
-  auto reject_duplicates = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-    if (event == json::parse_event_t::object_end) open_objects.pop_back();
-    if (event == json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second) {
-      throw InputError(fmt::format("{}: key {} appears twice in the same object", file, parsed.dump()));
+namespace {
+
+// nlohmann's own DOM builder with two checks on the way:
+//  - a key twice in one object (nlohmann keeps the last without a word; a strict reader must not
+//    silently drop a value);
+//  - nesting deeper than kMaxJsonDepth (printing a value, in error messages and reports, recurses
+//    once per level: a value nested 100,000 deep in a field overflowed the stack);
+//  - more than kMaxJsonAllocations objects, arrays and strings (memory: see json_reader.hpp).
+// parse() with a callback did the key check before, but after every object or array it closes the
+// callback parser scans the parent for a discarded value: quadratic, so a 64 MB array of {} ran
+// for hours. This builder is the plain parser's (linear).
+class StrictDomParser : public nlohmann::detail::json_sax_dom_parser<json> {
+  using Base = nlohmann::detail::json_sax_dom_parser<json>;
+
+ public:
+  StrictDomParser(json& result, const std::string& file) : Base(result, true), file_(file) {}
+
+  bool start_object(std::size_t n) {
+    open();
+    allocate();
+    keys_.emplace_back();
+    return Base::start_object(n);
+  }
+  bool end_object() {
+    keys_.pop_back();
+    --depth_;
+    return Base::end_object();
+  }
+  bool start_array(std::size_t n) {
+    open();
+    allocate();
+    return Base::start_array(n);
+  }
+  bool end_array() {
+    --depth_;
+    return Base::end_array();
+  }
+  bool string(std::string& s) {
+    allocate();
+    return Base::string(s);
+  }
+  bool key(std::string& k) {
+    if (!keys_.back().insert(k).second) {
+      throw InputError(fmt::format("{}: key {} appears twice in the same object", file_, json(k).dump()));
     }
-    return true;
-  };
+    return Base::key(k);
+  }
+
+ private:
+  void open() {
+    if (++depth_ > kMaxJsonDepth) {
+      throw InputError(fmt::format("{}: values nested more than {} levels deep (no trainplan file nests so deep)",
+                                   file_, kMaxJsonDepth));
+    }
+  }
+  void allocate() {
+    if (++allocations_ > kMaxJsonAllocations) {
+      throw InputError(fmt::format("{}: more than {} objects, arrays and strings (no trainplan file holds so many)",
+                                   file_, kMaxJsonAllocations));
+    }
+  }
+  const std::string& file_;
+  int depth_ = 0;
+  long long allocations_ = 0;
+  std::vector<std::set<std::string>> keys_;  // of each open object
+};
+
+}  // namespace
+
+json parse_json_text(const std::string& text, const std::string& file) {
+  json result;
+  StrictDomParser builder(result, file);
   try {
-    return json::parse(text, reject_duplicates);
+    json::sax_parse(text, &builder);
   } catch (const json::exception& e) {
     // A syntax error, or e.g. out_of_range.406 for a number too large for a double (1e99999).
     // nlohmann's message starts with "[json.exception.parse_error.101] "; keep what follows.
@@ -85,6 +145,7 @@ json parse_json_text(const std::string& text, const std::string& file) {
     if (pos != std::string::npos) what = what.substr(pos + 2);
     throw InputError(fmt::format("{}: malformed JSON: {}", file, what));
   }
+  return result;
 }
 
 JsonObject::JsonObject(const json& value, std::string file, std::string path)
@@ -98,10 +159,21 @@ std::string JsonObject::field(const std::string& key) const {
   return path_.empty() ? key : path_ + "." + key;
 }
 
+// A value as a message shows it: its JSON text, cut short (with "...") past 80 characters; a whole
+// array of thousands of events made a message of kilobytes.
+static std::string shown_value(const json& v) {
+  std::string text = v.dump();
+  constexpr std::size_t kMaxShown = 80;
+  if (text.size() <= kMaxShown) return text;
+  std::size_t cut = kMaxShown - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 character
+  return text.substr(0, cut) + "...";
+}
+
 InputError JsonObject::error(const std::string& key, const std::string& rule) const {
   auto it = value_->find(key);
   if (it == value_->end()) return InputError(fmt::format("{}: {} {}", file_, field(key), rule));
-  return InputError(fmt::format("{}: {} = {}, {}", file_, field(key), it->dump(), rule));
+  return InputError(fmt::format("{}: {} = {}, {}", file_, field(key), shown_value(*it), rule));
 }
 
 bool JsonObject::has(const std::string& key) const {

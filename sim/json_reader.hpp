@@ -29,11 +29,21 @@ std::string read_input_file(const std::filesystem::path& path, std::uintmax_t ma
 // and sums, percentages and chart scales of larger figures overflow to inf.
 inline constexpr double kMaxJsonMagnitude = 1e100;
 
+// The deepest nesting of arrays and objects a JSON input may have (trainplan's own files nest
+// fewer than 10 levels), and how many objects, arrays and strings it may hold in all: each costs
+// 50-80 bytes of memory for its 3 bytes of text, so 64 MB of "{}," needed 2.2 GB (and 64 MB of
+// "\"\"," ended in std::terminate under a 2 GiB limit); the largest trainplan file, a 60 MB search
+// with every option, holds 304,146.
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr long long kMaxJsonAllocations = 1 << 22;
+
 // Reads (as read_input_file, capped at kMaxInputFileBytes) and parses a JSON file; throws
 // InputError naming the file for a missing or unreadable file or bad JSON.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
-// Parses JSON text strictly (a key twice in one object is an error); `file` names it in messages.
+// Parses JSON text strictly (a key twice in one object is an error, so is nesting deeper than
+// kMaxJsonDepth or more than kMaxJsonAllocations objects, arrays and strings); `file` names it in
+// messages.
 nlohmann::json parse_json_text(const std::string& text, const std::string& file);
 
 // One JSON object being read. Call the accessors for every key, then finish() to reject extras.

@@ -25,9 +25,10 @@ int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, in
     case ScheduleKind::gpipe: return micro_batches;
     case ScheduleKind::one_f_one_b: return std::min(pp - stage, micro_batches);
     case ScheduleKind::interleaved: {
-      const int total = micro_batches * vp;
-      const int warmup = std::min((pp - stage - 1) * 2 + (vp - 1) * pp, total);
-      return std::min(warmup + 1, total);
+      // In 64 bits: 2^30 micro-batches x vp 2 wrapped an int, and the stage's activations read 0.
+      const long long total = static_cast<long long>(micro_batches) * vp;
+      const long long warmup = std::min((pp - stage - 1) * 2LL + (vp - 1LL) * pp, total);
+      return static_cast<int>(std::min(warmup + 1, total));  // <= 2 pp + vp pp: fits
     }
   }
   return micro_batches;

@@ -51,8 +51,9 @@ struct ModelSpec {
 // (--make-vocab-size-divisible-by 128, times the TP size; megatron/training/tokenizer; trainplan
 // exec pads the same way). The padded rows are never looked up and their logits are masked out of
 // the loss. Rows, not bytes. multiple = 1: no padding beyond divisibility by tp.
-inline int padded_vocab(int vocab, int tp, int multiple = 128) {
-  const int m = multiple * tp;
+// In 64 bits: a software profile's multiple (up to 2^20) x tp wrapped an int to 0 (SIGFPE).
+inline long long padded_vocab(long long vocab, long long tp, long long multiple = 128) {
+  const long long m = multiple * tp;
   return (vocab + m - 1) / m * m;
 }
 

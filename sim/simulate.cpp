@@ -486,7 +486,8 @@ std::optional<std::string> simulation_size_error(const Strategy& s) {
   if (slots <= kMaxSimulatedSlots) return std::nullopt;
   return fmt::format(
       "--global-batch {}: the step simulator would run {} schedule slots (2 x pp x vp x micro-batches = 2 x {} x {} x "
-      "{}), more than its bound of {}; lower --global-batch or raise --micro-batch / --dp, or use --engine analytic",
+      "{}), more than its bound of {}; lower --global-batch or raise --micro-batch / --dp, or use the closed form "
+      "(predict --engine analytic, search --refine off)",
       s.global_batch, slots, s.pp, s.vp, s.global_batch / (static_cast<long long>(s.dp) * s.micro_batch),
       kMaxSimulatedSlots);
 }

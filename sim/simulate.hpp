@@ -38,6 +38,7 @@
 // m*W + (p-1)*W/v of Narayanan et al. 2021 Sec. 2.2 (W = per-stage forward+backward of one
 // micro-batch); with uneven stages or p2p latency it is longer (tests/test_simulate.cpp).
 #pragma once
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -111,8 +112,10 @@ struct Timeline {
   int ps_servers = 0;               // parameter-server shards (0: none; see Stream::ps_server)
   std::vector<StageUsage> stages;   // per pipeline stage
   // Time the stage's compute stream is idle during the step; share of the step busy and idle.
-  Seconds idle(int stage) const { return step - stages.at(stage).busy(); }
-  double busy_share(int stage) const { return step > 0 ? stages.at(stage).busy() / step : 0.0; }
+  // busy() sums the parts in another order than the events' end times were, so a stage busy for
+  // the whole step came out 1e-14 s over it (idle_s -1e-14 in the JSON): clamped to [0, step].
+  Seconds idle(int stage) const { return std::max(0.0, step - stages.at(stage).busy()); }
+  double busy_share(int stage) const { return step > 0 ? std::min(1.0, stages.at(stage).busy() / step) : 0.0; }
   double idle_share(int stage) const { return 1.0 - busy_share(stage); }
 };
 

@@ -111,7 +111,7 @@ struct Software {
 
 // Vocabulary rows the LM head, the logits and the embedding table cover under this stack: the
 // vocabulary padded as the stack pads it (sim/model_spec.hpp padded_vocab).
-inline int vocab_rows(const Software& sw, int vocab, int tp) { return padded_vocab(vocab, tp, sw.vocab_multiple); }
+inline long long vocab_rows(const Software& sw, int vocab, int tp) { return padded_vocab(vocab, tp, sw.vocab_multiple); }
 
 // Whether a model trained with dropout probability `model_dropout` runs dropout under this stack
 // (memory.dropout_masks: it applies the model's dropout and keeps the masks). Memory and time both ask.

@@ -207,6 +207,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "/compare/measurement_pp2.json --json /nonexistent/m.json",
                 "--json /nonexistent/m.json: cannot write"},
         BadCase{"frobnicate", "'frobnicate' is not a command"},
+        BadCase{"", "trainplan: a command is required"},  // was the 17-line usage on stderr
         // Input files: only regular files, read with a size cap (a FIFO would block, /dev/zero never ends).
         BadCase{kBase + "--model /dev/zero --gpus 8", "/dev/zero: cannot open file (not a regular file"},
         BadCase{"predict --global-batch 64 --gpus 8 --model gpt2 --cluster /dev/urandom", "/dev/urandom: cannot open file (not a regular file"},
@@ -229,6 +230,18 @@ INSTANTIATE_TEST_SUITE_P(
         // Outputs are checked before work; two outputs may not be one file.
         BadCase{"simulate --model gpt2 --cluster dgx-a100-80g --gpus 8 --global-batch 64 --json /tmp --trace x.json",
                 "--json /tmp: cannot write: it is a directory"}));
+
+// A TRAINPLAN_DATA_DIR that names no folder is the one bad input, said once (it used to come out
+// as "--model llama3-8b: not a built-in model (see /nonexistent/models)").
+TEST(Cli, DataDirThatIsNoFolderIsNamed) {
+  for (const std::string dir : {"/nonexistent", "/dev/null", ""}) {
+    const auto r = trainplan::testing::run_shell("TRAINPLAN_DATA_DIR='" + dir + "' " + TRAINPLAN_BINARY +
+                                                 " predict --model llama3-8b --cluster dgx-h100 --gpus 8 --global-batch 64 2>&1");
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_NE(r.output.find("environment TRAINPLAN_DATA_DIR=" + dir + ": "), std::string::npos) << r.output;
+  }
+}
 
 TEST(Cli, HelpExplainsEveryFlag) {
   auto r = run_merged("predict --help");

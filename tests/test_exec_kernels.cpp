@@ -126,6 +126,9 @@ TEST(ExecKernels, ZigzagPositionsBalanceTheCausalWork) {
   EXPECT_TRUE(at::equal(zigzag_positions(8, 2, 0), at::tensor({0, 1, 6, 7}, at::kLong)));
   EXPECT_TRUE(at::equal(zigzag_positions(8, 2, 1), at::tensor({2, 3, 4, 5}, at::kLong)));
   EXPECT_TRUE(at::equal(zigzag_positions(6, 1, 0), at::arange(6, at::kLong)));
+  // Without CP an odd length is whole too (exec --seq 1 failed with exit 1 on this check).
+  EXPECT_TRUE(at::equal(zigzag_positions(1, 1, 0), at::arange(1, at::kLong)));
+  EXPECT_TRUE(at::equal(zigzag_positions(63, 1, 0), at::arange(63, at::kLong)));
 }
 
 // Causal attention of the full sequence, GQA heads repeated: the reference.

@@ -74,6 +74,34 @@ TEST(ReadJsonFile, EqualKeysInDifferentObjectsAreFine) {
   std::remove(path.c_str());
 }
 
+// A value nested 200,000 deep in a field used to crash (stack overflow) when its error message
+// printed it; nesting is refused while parsing, at kMaxJsonDepth levels.
+TEST(ReadJsonFile, NestingDeeperThanTheLimitIsRefused) {
+  const auto nested = [](int levels) {
+    return R"({"layers": )" + std::string(levels, '[') + std::string(levels, ']') + "}";
+  };
+  EXPECT_EQ(parse_json_text(nested(kMaxJsonDepth - 1), "m.json")["layers"].size(), 1u);
+  const std::string why = "m.json: values nested more than 64 levels deep (no trainplan file nests so deep)";
+  EXPECT_EQ(input_error([&] { parse_json_text(nested(kMaxJsonDepth), "m.json"); }), why);
+  EXPECT_EQ(input_error([&] { parse_json_text(nested(200000), "m.json"); }), why);
+}
+
+// An array of many objects parses in linear time (nlohmann's callback parser, used before, scanned
+// the array again after each object it closed: 64 MB of {} ran for hours), and the number of
+// objects, arrays and strings is bounded (64 MB of "" ended in std::terminate under 2 GiB).
+TEST(ReadJsonFile, ManyValuesAreLinearAndBounded) {
+  const auto array_of = [](const std::string& item, long long n) {
+    std::string text = "[";
+    for (long long i = 0; i < n; ++i) text += (i ? "," : "") + item;
+    return text + "]";
+  };
+  EXPECT_EQ(parse_json_text(array_of("{}", 300000), "m.json").size(), 300000u);
+  const std::string why = "m.json: more than 4194304 objects, arrays and strings (no trainplan file holds so many)";
+  EXPECT_EQ(input_error([&] { parse_json_text(array_of("{}", kMaxJsonAllocations), "m.json"); }), why);
+  EXPECT_EQ(input_error([&] { parse_json_text(array_of("\"\"", kMaxJsonAllocations), "m.json"); }), why);
+  EXPECT_EQ(parse_json_text(array_of("0", kMaxJsonAllocations + 1), "m.json").size(), std::size_t(kMaxJsonAllocations + 1));
+}
+
 TEST(ReadJsonFile, DirectoryIsNotAFile) {
   const std::string dir = std::string(TRAINPLAN_TEST_DATA_DIR) + "/bad";
   EXPECT_EQ(input_error([&] { read_json_file(dir); }), dir + ": cannot open file (is a directory)");

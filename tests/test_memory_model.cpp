@@ -51,6 +51,8 @@ TEST(MemoryModel, InFlightChunksPerSchedule) {
   // stage 3: 0 + 4 = 4, holds 5.
   EXPECT_EQ(in_flight_chunks(ScheduleKind::interleaved, 4, 0, 8, 2), 11);
   EXPECT_EQ(in_flight_chunks(ScheduleKind::interleaved, 4, 3, 8, 2), 5);
+  // 2^30 micro-batches x v 2 is past an int: the same warm-up, not a wrapped (negative) count.
+  EXPECT_EQ(in_flight_chunks(ScheduleKind::interleaved, 2, 0, 1 << 30, 2), 5);
   // And the closed form is the schedule's own count.
   for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved}) {
     const int v = k == ScheduleKind::interleaved ? 2 : 1;

@@ -49,6 +49,14 @@ double parameters(const ModelSpec& m) {
 
 // ---- the shipped zoo --------------------------------------------------------------------------
 
+// A software profile's vocab_padding_multiple (up to 2^20) times tp went past an int and wrapped
+// to 0: predict --tp 4096 with a multiple of 2^20 died of SIGFPE. The rows are counted in 64 bits.
+TEST(PaddedVocab, LargeMultipleTimesTpDoesNotWrap) {
+  EXPECT_EQ(padded_vocab(1000, 4096, 1 << 20), 1LL << 32);
+  EXPECT_EQ(padded_vocab(1 << 24, 1 << 24, 1 << 20), 1LL << 44);
+  EXPECT_EQ(padded_vocab(50257, 1), 50304);
+}
+
 TEST(ModelZoo, EveryShippedFileLoadsAndIsNamedLikeItsFile) {
   std::set<std::string> found;
   for (const auto& e : fs::directory_iterator(kSource / "models")) {

@@ -130,6 +130,19 @@ TEST(SimulateCli, OneFOneBWithDataParallelZero) {
   EXPECT_NEAR(printed_step(r.output), j["simulation"]["step_s"].get<double>(), 1e-3 * j["simulation"]["step_s"].get<double>());
 }
 
+// Parameter-server runs put "ps push/pull" and "ps update" events in the timeline; the HTML chart
+// refused its own simulator's timeline ("is not an event kind", exit 2) until it knew them.
+TEST(SimulateCli, ParameterServerTimelineRendersAsHtml) {
+  const ScratchDir tmp;
+  const std::string html = tmp.file("ps.html");
+  const auto r = run_merged("simulate --model tiny-gpt --cluster dgx-h100 --gpus 2 --dp-algorithm ps --global-batch 4 "
+                            "--seq 64 --html " + html);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string page = trainplan::testing::slurp(html);
+  EXPECT_NE(page.find("ps push/pull"), std::string::npos);
+  EXPECT_NE(page.find("ps update"), std::string::npos);
+}
+
 TEST(SimulateCli, HelpExplainsEveryFlag) {
   const auto r = run_merged("simulate --help");
   ASSERT_EQ(r.code, 0);

@@ -8,7 +8,10 @@
 namespace trainplan::exec {
 
 at::Tensor zigzag_positions(int64_t seq, int cp, int rank) {
-  TORCH_CHECK(cp >= 1 && rank >= 0 && rank < cp && seq % (2 * cp) == 0, "zigzag_positions: 2*cp must divide seq");
+  // Without context parallelism any length is whole (exec --seq 1 or 63 failed here with exit 1);
+  // the zigzag split needs 2 cp chunks, as validate() requires of --cp > 1.
+  TORCH_CHECK(cp >= 1 && rank >= 0 && rank < cp && (cp == 1 || seq % (2 * cp) == 0),
+              "zigzag_positions: 2*cp must divide seq");
   if (cp == 1) return at::arange(seq, at::kLong);
   const int64_t c = seq / (2 * cp);
   return at::cat({at::arange(rank * c, (rank + 1) * c, at::kLong),
