@@ -65,7 +65,7 @@ json read_json_file(const std::filesystem::path& path) {
 
 namespace {
 
-// nlohmann's own DOM builder with two checks on the way:
+// nlohmann's own DOM builder with three checks on the way:
 //  - a key twice in one object (nlohmann keeps the last without a word; a strict reader must not
 //    silently drop a value);
 //  - nesting deeper than kMaxJsonDepth (printing a value, in error messages and reports, recurses
