@@ -68,7 +68,8 @@ int cmd_predict(const Args& args, const Context& ctx) {
   check_finite(doc);
   const std::string html = html_out ? html_page(doc, title) : "";
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
-  if (!in.seq_note.empty()) ctx.err << "trainplan predict: note: " << in.seq_note << "\n";
+  for (const std::string& note : {in.seq_note, dropout_note(in.model, in.software)})
+    if (!note.empty()) ctx.err << "trainplan predict: note: " << note << "\n";
   print_prediction(ctx.out, e, title);
   print_cost(ctx.out, e, in.cluster);
   if (!detail.empty()) print_layer_detail(ctx.out, detail);

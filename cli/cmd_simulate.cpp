@@ -136,7 +136,8 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   f.finish();
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
   auto print_note = [&] {
-    if (!in.seq_note.empty()) ctx.err << "trainplan simulate: note: " << in.seq_note << "\n";
+    for (const std::string& note : {in.seq_note, dropout_note(in.model, in.software)})
+      if (!note.empty()) ctx.err << "trainplan simulate: note: " << note << "\n";
   };
   if (auto too_large = simulation_size_error(in.strategy)) throw InputError(*too_large);
 

@@ -51,6 +51,14 @@ std::string sequence_note(const ModelSpec& model) {
                      model.seq_len, model.seq_len_key);
 }
 
+std::string dropout_note(const ModelSpec& model, const Software& software) {
+  if (model.dropout <= 0 || runs_dropout(software, model.dropout)) return "";
+  return fmt::format("{} has dropout {}; software profile {} runs none (its memory.dropout_masks is false), so "
+                     "these figures leave dropout out; a profile that runs it (e.g. --software megatron-core) "
+                     "costs its masks and kernels",
+                     model.name, model.dropout, software.name);
+}
+
 PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster) {
   std::optional<Strategy> from_plan;
   std::string plan_model, plan_cluster, plan_software;

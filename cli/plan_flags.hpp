@@ -32,6 +32,11 @@ struct PlanInputs {
 // The note above for `model` when --seq is not given (empty when the model's seq_len is its own).
 std::string sequence_note(const ModelSpec& model);
 
+// When the model has dropout and `software` runs none (runs_dropout false: e.g. pytorch-eager,
+// trainplan-exec), a note that the figures leave dropout out and which profiles cost it; empty
+// otherwise. predict, simulate, search and capacity print it with their other notes.
+std::string dropout_note(const ModelSpec& model, const Software& software);
+
 // --software NAME|FILE (default: the plan file's "software", else kDefaultSoftware).
 Software read_software_flag(const Flags& flags, const std::filesystem::path& data_dir,
                             const std::string& fallback = kDefaultSoftware);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -151,6 +152,23 @@ TEST(Cli, HuggingFaceHeadDimIsHonoured) {
   ASSERT_TRUE(in.good()) << path;
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["memory"]["per_stage"][0]["weights"].get<double>(), 2.0 * 1531335680);
+}
+
+TEST(Cli, DropoutLeftOutByTheProfileIsNoted) {
+  // gpt2-xl has dropout 0.1. pytorch-eager and trainplan-exec run none, so their figures leave it
+  // out and each command says so on stderr (stdout stays the report); megatron-core costs it: no note.
+  const std::string plan = "--model gpt2-xl --cluster dgx-h100 --global-batch 8";
+  const std::string note = "gpt2-xl has dropout 0.1; software profile pytorch-eager runs none";
+  for (const std::string& cmd : {"predict --gpus 1 " + plan, "simulate --gpus 1 " + plan, "search --gpus 1 " + plan}) {
+    auto quiet = trainplan::testing::run_shell(std::string(TRAINPLAN_BINARY) + " " + cmd + " 2>&1 >/dev/null");
+    EXPECT_EQ(quiet.code, 0) << cmd << ": " << quiet.output;
+    EXPECT_EQ(quiet.output, "") << cmd << " with megatron-core";
+    auto noted = trainplan::testing::run_shell(std::string(TRAINPLAN_BINARY) + " " + cmd +
+                                               " --software pytorch-eager 2>&1 >/dev/null");
+    EXPECT_EQ(noted.code, 0) << cmd;
+    EXPECT_NE(noted.output.find(note), std::string::npos) << cmd << ": " << noted.output;
+    EXPECT_EQ(std::count(noted.output.begin(), noted.output.end(), '\n'), 1) << cmd << ": " << noted.output;
+  }
 }
 
 TEST(Cli, InfeasiblePlanExitsThreeWithReason) {
