@@ -38,7 +38,8 @@ seeded synthetic token stream with AdamW. Measures per-step loss and wall time (
 discarded), the phase breakdown and peak memory per rank.
 Launch: --nproc N spawns N local ranks; under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, MASTER_ADDR, MASTER_PORT) this
-process is one rank. Exit status: 0 ok, 1 a rank failed, 2 bad input.
+process is one rank. Exit status: 0 ok, 1 a rank failed or the loss stopped being finite (the run
+stops in that step: training diverged), 2 bad input.
 Parameter servers: --dp-algorithm ps runs synchronous servers (data parallelism only, ZeRO 0;
 dedicated servers are extra ranks after the workers). --grad-compression bf16|powersgd:R compresses
 the ZeRO-0 all-reduce. The JSON's dp_bytes_sent_per_step counts the bytes handed to the DP

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -113,6 +114,7 @@ class ScheduleRunner {
   void setup();
   void step(int index, bool measured);
   void serve(int index, bool measured);  // a dedicated parameter server's step
+  void finish_step(at::Tensor loss, Clock::time_point t0, double bytes0, bool measured);
   double dp_bytes_sent() const;          // so far, by this rank's DP (or parameter-server) group
   at::Tensor activation_buffer() const;
   int tag(int mb, int vstage, bool backward) const {
@@ -242,10 +244,26 @@ void ScheduleRunner::serve(int index, bool measured) {
   if (dump_grads) dump(opt_.dump_grads, true);  // empty: a server holds no whole parameter
   enter("end of step (loss all-reduce)");
   at::Tensor l = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));  // a server has no loss
-  g_.world->all_reduce(l);
+  finish_step(l, t0, bytes0, measured);
+}
+
+// Every rank ends its step here: the loss all-reduced (the last stage of each replica contributes
+// its share, every other rank zero), the clock stopped, the step recorded. A loss that is not
+// finite stops the run: each rank holds the same all-reduced value, so all of them stop in the
+// same step, and the job fails with that message instead of timing steps that train nothing.
+// fp16's dynamic loss scaling skips a step whose gradients are not finite before they reach the
+// parameters (the loss stays finite); bf16 and fp32 have no such guard.
+void ScheduleRunner::finish_step(at::Tensor loss, Clock::time_point t0, double bytes0, bool measured) {
+  g_.world->all_reduce(loss);
   const auto phases = clock_.stop();
   const double wall = seconds_since(t0);
-  if (measured) recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), l.cpu().item<double>(), dp_bytes_sent() - bytes0);
+  const double value = loss.cpu().item<double>();
+  if (measured) recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), value, dp_bytes_sent() - bytes0);
+  if (!std::isfinite(value)) {
+    throw std::runtime_error(fmt::format("the loss is {} (training diverged: a non-finite value reached the "
+                                         "parameters; --dtype fp16 with dynamic loss scaling skips such steps)",
+                                         value));
+  }
 }
 
 at::Tensor ScheduleRunner::activation_buffer() const {
@@ -361,11 +379,7 @@ void ScheduleRunner::step(int index, bool measured) {
   // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
   const bool reports = vstage_.back() == V - 1 && coord_.tp == 0 && coord_.cp == 0;
   at::Tensor l = reports ? loss_sum.mul_(1.0 / (double(m) * s_.dp)) : loss_sum.zero_();
-  g_.world->all_reduce(l);
-  const auto phases = clock_.stop();
-  const double wall = seconds_since(t0);
-  if (measured)
-    recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), l.cpu().item<double>(), dp_bytes_sent() - bytes0);
+  finish_step(l, t0, bytes0, measured);
 }
 
 void ScheduleRunner::dump(const std::string& prefix, bool grads) {

@@ -117,6 +117,25 @@ TEST(ExecFaults, AllocationFailureOfASingleProcessWritesAFailedMeasurement) {
   fs::remove_all(dir);
 }
 
+TEST(ExecFaults, NonFiniteLossStopsTheJobInTheStepItAppears) {
+  // fp32 has no loss scaling: a NaN gradient on rank 1 after step 1's backward reaches the
+  // parameters, so step 2's loss is NaN on every rank. The job stops there (it used to time the
+  // remaining steps and write "loss": null, which compare then refused).
+  const fs::path dir = scratch("nan");
+  const fs::path json = dir / "m.json";
+  const auto r = run_merged("exec " + kTiny + " --dp 2 --nproc 2 --steps 4 --warmup 0 --timeout 30"
+                          " --fault-nan-rank 1 --fault-step 1 --json " + json.string());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("in step 2: the loss is nan (training diverged"), std::string::npos) << r.output;
+  const auto j = read_json(json);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j.at("status"), "failed");
+  EXPECT_EQ(j.at("failure").at("step"), 2);
+  EXPECT_NE(j.at("failure").at("error").get<std::string>().find("the loss is nan"), std::string::npos) << j;
+  expect_only(dir, "m.json");
+  fs::remove_all(dir);
+}
+
 TEST(ExecFaults, HungRankStopsTheJob) {
   const auto r = run_merged("exec " + kTiny + " --gpus 2 --pp 2 --nproc 2 --steps 4 --warmup 0 --timeout 10"
                           " --fault-hang-rank 1 --fault-step 1");
