@@ -18,12 +18,14 @@
 #              -> OUT/bench-gpu.json
 #   pytorch    the eager and torch.compile rows of tests/data/h100/pytorch_steps.jsonl again
 #              -> OUT/pytorch_steps.jsonl
+#   sustained  three bf16 GEMMs timed as isolated calls (idle GPU, as ops_bench.py) and back to back
+#              for 60 s each (tests/gpu/sustained_gemm.py), about 4 minutes -> OUT/sustained.json
 # Throughout, nvidia-smi samples SM clock, power, temperature and throttle reasons every 200 ms into
 # OUT/clocks.csv, to check whether sustained work runs at lower clocks than the short op timings
 # (the hypothesis the issue-14 note gives for single-GPU and published runs disagreeing).
 set -uo pipefail
-trainplan=${1:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch ...]}
-out=${2:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch ...]}
+trainplan=${1:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch|sustained ...]}
+out=${2:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch|sustained ...]}
 shift 2
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(calibrate exec bench)
@@ -101,8 +103,12 @@ llama-1b 4 32 2048 eager,compile
 llama-1b 8 32 2048 eager
 ROWS
       ;;
+    sustained)
+      step sustained 300 python3 "$root/tests/gpu/sustained_gemm.py" --out "$out/sustained.json" \
+        > "$out/sustained.log" 2>&1
+      ;;
     *)
-      echo "remeasure.sh: unknown phase '$phase' (calibrate, exec, bench, pytorch)" >&2
+      echo "remeasure.sh: unknown phase '$phase' (calibrate, exec, bench, pytorch, sustained)" >&2
       exit 2
       ;;
   esac
