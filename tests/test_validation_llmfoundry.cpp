@@ -20,7 +20,8 @@
 // H100 tables here are PyTorch 2.11 kernels, so trainplan predicts these H100 runs faster than
 // they were (MFU 55% against 40% at 2K tokens), by more as attention grows with the sequence.
 // That is a different software stack, not a different GPU; a profile of that stack would need
-// its kernels measured.
+// its kernels measured. Also printed, not asserted: every run under the pytorch-eager profile
+// (closer on H100, further on A100: no one shipped profile fits both GPUs' runs).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -74,14 +75,15 @@ std::string describe(const MptRun& r) {
                      r.strategy.seq_len, r.strategy.gpus(), r.row.at("gpu").get<std::string>(), r.strategy.micro_batch);
 }
 
-// Each predicted with the default (megatron-core) profile; one cluster load per GPU kind.
+// Each predicted with the default (megatron-core) profile unless another is named; one cluster
+// load per GPU kind.
 struct Predicted {
   MptRun run;
   Estimate e;
 };
 
-std::vector<Predicted> predicted() {
-  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+std::vector<Predicted> predicted(const std::string& software = "megatron-core") {
+  const Software sw = load_software(software, TRAINPLAN_SOURCE_DIR);
   std::map<std::string, Cluster> clusters;
   std::vector<Predicted> out;
   for (MptRun& r : runs()) {
@@ -172,6 +174,19 @@ TEST(ValidationLlmFoundry, A100StepTimeWithinTolerance) {
     ++asserted;
   }
   for (const auto& [set, v] : by_set) std::printf("%-24s %3d runs, mean absolute step error %.1f%%\n", set.c_str(), v.second, 100 * v.first / v.second);
+  // Printed only, for choosing a profile: the same runs under pytorch-eager (PyTorch-native kernels,
+  // no Megatron fusion; Composer + FSDP sits between the two stacks). It is closer on H100 and
+  // further on A100, whose tables are H100's scaled by the peak ratio (dgx-a100-80g.json).
+  std::map<std::string, std::pair<double, int>> eager;
+  for (const Predicted& p : predicted("pytorch-eager")) {
+    const auto& r = p.run.row;
+    const double err = r.at("tokens_per_s_per_gpu").get<double>() / p.e.throughput.tokens_per_s_per_gpu - 1;
+    auto& v = eager[fmt::format("{} {}", r.at("gpu").get<std::string>(), p.run.strategy.seq_len <= 4096 ? "seq <= 4K" : "seq 8K-64K")];
+    v.first += std::abs(err);
+    v.second += 1;
+  }
+  for (const auto& [set, v] : eager)
+    std::printf("pytorch-eager: %-24s %3d runs, mean absolute step error %.1f%% (printed only)\n", set.c_str(), v.second, 100 * v.first / v.second);
   ASSERT_EQ(asserted, 93);
   std::printf("asserted: %d A100 runs at <= 4K tokens, mean absolute error %.1f%%\n", asserted, 100 * sum_abs / asserted);
   EXPECT_LE(sum_abs / asserted, 0.08);
