@@ -134,5 +134,53 @@ TEST(ValidationMegatronBridge, Fp8ThroughputOnH100WithinTolerance) {
   EXPECT_LE(fp8_h100_throughput_error("megatron_bridge_h100_fp8.json", 8, 0.15), 0.08);
 }
 
+// NeMo 24.03.01's long-sequence table (tests/data/nemo2403_long_sequence_h100_fp8.json: Llama 2 7B
+// FP8 on DGX H100 from 4K tokens on 4 GPUs to 1M tokens on 1,024 with context parallelism).
+// Printed, not held to a tolerance: trainplan predicts these runs 9-53% faster than published, by
+// more as the sequence grows and attention takes over the step. The rows it shares with NeMo's
+// later tables agree (Llama 2 7B at 4K: 768 TFLOPS/GPU here, 780 in 24.12, predicted 836), so the
+// gap is attention: the dgx-h100 flash-attention table is PyTorch 2.11's SDPA (595 TFLOP/s forward
+// at 8K, head dim 128), and the rows are consistent with kernels about 1.6-1.9x slower, as
+// FlashAttention-2 is on Hopper (35% of peak, against 75% for FlashAttention-3: Shah et al. 2024,
+// arXiv:2407.08608); which kernel Transformer Engine chose in that container is not published.
+// Asserted: the published figure is comparable (trainplan's model FLOPs per step are NeMo's count
+// of that time, full attention, within 0.1%), and every configuration that ran fits in memory.
+TEST(ValidationNemoLongSequence, PrintsTheLongSequenceRowsAndCountsFlopsAsNemo) {
+  const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/nemo2403_long_sequence_h100_fp8.json");
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  double sum_abs = 0;
+  int rows = 0;
+  for (const auto& r : data.at("rows")) {
+    const ModelSpec m = load_model(r.at("model").get<std::string>(), TRAINPLAN_SOURCE_DIR);
+    Strategy s;
+    s.tp = r.at("tp");
+    s.pp = r.at("pp");
+    s.cp = r.at("cp");
+    s.dp = r.at("dp");
+    s.zero = 1;
+    s.micro_batch = r.at("micro_batch");
+    s.global_batch = r.at("global_batch");
+    s.seq_len = r.at("seq_len");
+    s.sequence_parallel = s.tp > 1;
+    s.dtype = Dtype::fp8;
+    ASSERT_EQ(s.gpus(), r.at("gpus").get<int>()) << r.dump();
+    const Estimate e = predict(LayerGraph(m, s.seq_len), c, s);
+    EXPECT_TRUE(e.feasible) << r.dump();
+    // NeMo's model FLOPs of 2024 (nemo/utils/flops_formulas.py llama2 before the causal discount).
+    const double h = m.hidden, L = m.layers, seq = s.seq_len;
+    const double nemo_flops = 12.0 * s.global_batch * seq * L * h * h *
+                              (1 + double(m.kv_heads) / m.heads + seq / h + 1.5 * m.ffn_hidden / h + m.vocab / (2 * L * h));
+    EXPECT_NEAR(e.throughput.model_flops_per_step / nemo_flops, 1.0, 1e-3) << r.dump();
+    const double published = r.at("tflops_per_gpu");
+    const double err = published / e.throughput.model_tflops_per_gpu - 1;  // step time: positive = predicted slower
+    std::printf("llama2-7b %5dK tokens %5d GPUs tp%d pp%d dp%d cp%-2d predicted %4.0f TFLOP/s/GPU  published %4.0f  step error %+6.1f%%  (printed only)\n",
+                s.seq_len / 1024, s.gpus(), s.tp, s.pp, s.dp, s.cp, e.throughput.model_tflops_per_gpu, published, 100 * err);
+    sum_abs += std::abs(err);
+    ++rows;
+  }
+  ASSERT_EQ(rows, 9);
+  std::printf("mean absolute step error %.1f%% (printed only)\n", 100 * sum_abs / rows);
+}
+
 }  // namespace
 }  // namespace trainplan
