@@ -114,8 +114,13 @@ LinearCost linear_in(const Ctx& x, Dtype dtype, double m, double n, double k, in
   const double kernels = static_cast<double>(parts) * x.sw.gemm_kernels;
   const Seconds floor = x.c.ops.kernel_floor;
   out.fwd = {parts * std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::fwd)), kernels};
-  out.bwd = {parts * (std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::dgrad)) +
-                      std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::wgrad))),
+  // The FP8 rule above matches GEMMs with fast accumulation; a stack that accumulates the backward
+  // products in higher precision (Transformer Engine's split accumulator for dgrad and wgrad)
+  // runs those slower by the profile's factor.
+  const double bwd_slowdown = dtype == Dtype::fp8 ? x.sw.fp8_bwd_gemm_slowdown : 1.0;
+  out.bwd = {parts * bwd_slowdown *
+                 (std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::dgrad)) +
+                  std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::wgrad))),
              2 * kernels};
   if (dtype == Dtype::fp8 && x.sw.fp8_quantize_passes > 0) {
     out.fwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.act), 1};

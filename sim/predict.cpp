@@ -113,13 +113,18 @@ LayerCost layer_cost(const Setting& x) {
   // TP collectives where the graph's edges change a tensor's split (for GPT/Llama two each way);
   // full recomputation repeats the forward's.
   const LayerBoundaries& bounds = x.graph.layer_boundaries();
+  // A stack that overlaps them with the GEMMs around them (Transformer Engine's --tp-comm-overlap:
+  // each all-gather / reduce-scatter pipelined with the GEMM that consumes / produces it) hides
+  // the share overlap.tp behind the layer's compute in the same direction; the hidden part still
+  // slows that compute by the cluster's contention share. Share 0: all of it on the critical path.
   const TpTime tp = layer_tp_time(x, bounds);
-  c.tp_forward = tp.forward;
-  c.tp_backward = tp.backward;
+  const double tp_rate = overlap_cost_rate(x.sw.overlap.tp, x.cluster.collectives.overlap_slowdown);
+  c.tp_forward = exposed_comm(tp.forward, c.forward, tp_rate);
+  c.tp_backward = exposed_comm(tp.backward, c.backward, tp_rate);
   if (x.s.recompute == Recompute::full) {
     c.recompute = c.forward;
     c.recompute_flops = c.flops;
-    c.tp_backward += tp.forward;
+    c.tp_backward += c.tp_forward;
   }
   if (x.s.cp > 1 && bounds.attention > 0) {
     // Ring attention: cp-1 steps, each passing the local K and V block to the next rank while
@@ -615,8 +620,7 @@ namespace {
 // compute by the cluster's contention share (StepCosts::overlap_slowdown).
 // What outlasts the window is exposed in full; the overlapped part costs overlap_cost_rate().
 Seconds exposed(const StepCosts& costs, Seconds comm, Seconds window, double overlap) {
-  const Seconds overlapped = std::min(comm, std::max(0.0, window));
-  return comm - overlapped + costs.overlap_cost_rate(overlap) * overlapped;
+  return exposed_comm(comm, window, costs.overlap_cost_rate(overlap));
 }
 
 }  // namespace

@@ -51,6 +51,14 @@ struct ChunkCost {
 // `share` of it on a cluster whose hidden communication slows compute by `slowdown`.
 inline double overlap_cost_rate(double share, double slowdown) { return 1 - share + slowdown * share; }
 
+// Seconds of a collective of `comm` seconds left on the critical path when it can overlap `window`
+// seconds of compute at `rate` (overlap_cost_rate): what outlasts the window shows in full, the
+// overlapped part costs `rate` per second.
+inline Seconds exposed_comm(Seconds comm, Seconds window, double rate) {
+  const Seconds overlapped = std::min(comm, std::max(0.0, window));
+  return comm - overlapped + rate * overlapped;
+}
+
 // The least compose() charges per second of a pipeline send: 1 on the 1F1B/GPipe chain, the
 // stack's interleaved overlap rate under interleaving (step_time_floor's bound uses it).
 inline double min_send_rate(const Software& sw, const Cluster& c) {

@@ -60,6 +60,7 @@ Software parse_software(const json& j, const std::string& file) {
     s.gemm_kernels = static_cast<int>(g.integer("kernels_per_gemm", 1, 100));
     s.vocab_multiple = static_cast<int>(g.integer("vocab_padding_multiple", 1, 1 << 20));
     s.fp8_quantize_passes = g.number("fp8_quantize_passes", 0, 100);
+    s.fp8_bwd_gemm_slowdown = g.number("fp8_bwd_gemm_slowdown", 1, 10);
     g.finish();
   }
   {

@@ -103,6 +103,8 @@ struct Software {
   int vocab_multiple = 1;       // vocabulary padded to a multiple of this x tp (Megatron: 128)
   int attention_kernels_fwd = 1, attention_kernels_bwd = 1;
   double fp8_quantize_passes = 0;  // fp8: add-kernel passes over each GEMM input to quantize it
+  double fp8_bwd_gemm_slowdown = 1;  // fp8: dgrad and wgrad time over the fast-accumulation GEMM's
+                                     // (split accumulation in higher precision, as Transformer Engine runs them)
   MemOps mem;
   Overlap overlap;
   MemoryProfile memory;

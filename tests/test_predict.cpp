@@ -149,6 +149,55 @@ TEST(Predict, Fp8LeavesTheLmHeadIn16BitsUnlessTheStackQuantizesIt) {
   EXPECT_GT(predict(g, c, sw, s).time.step, predict(g, c, quantized, s).time.step);
 }
 
+TEST(Predict, Fp8BackwardGemmSlowdownScalesTheBackwardGemmsOnly) {
+  // gemm.fp8_bwd_gemm_slowdown: the dgrad and wgrad GEMMs of an FP8 layer take that factor longer
+  // (Transformer Engine's split accumulator); the forward, and every 16-bit GEMM, are unchanged.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = gpt(4, 4096, 32, 2048, 50304);
+  const LayerGraph g(m, 2048);
+  Software fast = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  fast.fp8_bwd_gemm_slowdown = 1;
+  Software split = fast;
+  split.fp8_bwd_gemm_slowdown = 1.2;
+  Strategy s = layout(1, 1, 1, 4, 8);
+  EXPECT_DOUBLE_EQ(op_costs(g, c, fast, s).layer.bwd.gpu, op_costs(g, c, split, s).layer.bwd.gpu);  // bf16
+  s.dtype = Dtype::fp8;
+  const OpCosts a = op_costs(g, c, fast, s), b = op_costs(g, c, split, s);
+  EXPECT_DOUBLE_EQ(a.layer.fwd.gpu, b.layer.fwd.gpu);
+  // The layer's four linears (QKV, projection, FC1, FC2), each dgrad + wgrad, 20% longer.
+  const double tokens = 4 * 2048, h = 4096;
+  double gemms = 0;
+  for (auto [n, k] : {std::pair{3 * h, h}, {h, h}, {4 * h, h}, {h, 4 * h}})
+    gemms += gemm_time(c, Dtype::fp8, tokens, n, k, GemmPass::dgrad) + gemm_time(c, Dtype::fp8, tokens, n, k, GemmPass::wgrad);
+  EXPECT_NEAR(b.layer.bwd.gpu - a.layer.bwd.gpu, 0.2 * gemms, 1e-9);
+}
+
+TEST(Predict, TpOverlapShareHidesTensorParallelCommBehindTheLayer) {
+  // overlap.tp: the share of a layer's TP collectives the stack hides behind that layer's compute
+  // in the same direction; the hidden part still costs the cluster's contention share. 0: all of
+  // it on the critical path.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = gpt(4, 8192, 64, 4096, 50304);
+  const LayerGraph g(m, 4096);
+  Software none = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  none.overlap.tp = 0;
+  Software half = none, all = none;
+  half.overlap.tp = 0.5;
+  all.overlap.tp = 1;
+  Strategy s = layout(1, 8, 1, 1, 8, 4096);
+  s.sequence_parallel = true;
+  const ChunkCost raw = step_costs(g, c, none, s).layer, h = step_costs(g, c, half, s).layer,
+                  full = step_costs(g, c, all, s).layer;
+  ASSERT_GT(raw.tp_forward, 0);
+  ASSERT_LT(raw.tp_forward, raw.forward);  // the whole collective fits behind the layer's GEMMs
+  const double slowdown = c.collectives.overlap_slowdown;
+  EXPECT_NEAR(h.tp_forward, raw.tp_forward * (0.5 + 0.5 * slowdown), 1e-12);
+  EXPECT_NEAR(full.tp_forward, raw.tp_forward * slowdown, 1e-12);
+  EXPECT_NEAR(full.tp_backward, raw.tp_backward * slowdown, 1e-12);
+  EXPECT_DOUBLE_EQ(h.forward, raw.forward);  // compute itself is unchanged
+  EXPECT_LT(predict(g, c, half, s).time.tp_comm, predict(g, c, none, s).time.tp_comm);
+}
+
 TEST(Predict, Fp32GradientAccumulationAddsTwoBytesPerParameter) {
   const ModelSpec m = gpt(4, 1024, 16, 1024, 1000);
   const LayerGraph g(m, 1024);
@@ -313,12 +362,15 @@ TEST(Predict, TpCollectivesPerLayerComeFromTheGraph) {
   // Per layer and micro-batch: 2 all-reduces forward and 2 backward (Megatron's f and g at the
   // graph's two TP-region entries and exits); with SP a reduce-scatter + all-gather pair in place of
   // each. Read as the difference between 8 and 4 layers (the end ops cancel), one stage.
+  // A profile that overlaps none of them (overlap.tp 0), so the chunks carry the collectives' full time.
   const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  sw.overlap.tp = 0;
   for (bool sp : {false, true}) {
     Strategy s = layout(1, 4, 1, 1, 8);
     s.sequence_parallel = sp;
-    const StepCosts c8 = step_costs(LayerGraph(gpt(8, 2048, 16), 2048), c, s);
-    const StepCosts c4 = step_costs(LayerGraph(gpt(4, 2048, 16), 2048), c, s);
+    const StepCosts c8 = step_costs(LayerGraph(gpt(8, 2048, 16), 2048), c, sw, s);
+    const StepCosts c4 = step_costs(LayerGraph(gpt(4, 2048, 16), 2048), c, sw, s);
     const Seconds fwd = (c8.chunks[0].tp_forward - c4.chunks[0].tp_forward) / 4;
     const Seconds bwd = (c8.chunks[0].tp_backward - c4.chunks[0].tp_backward) / 4;
     const Link link = group_link(c, 4, 1);

@@ -22,6 +22,10 @@ namespace {
 TEST(ValidationNarayanan2021, StepTimeWithinTolerance) {
   const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/narayanan2021_table1.json");
   const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  // Megatron-LM of 2021 overlapped no TP communication (Transformer Engine's userbuffer overlap
+  // came later): the megatron-core profile's overlap.tp is set to 0 for these runs.
+  Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  sw.overlap.tp = 0;
   double sum_abs = 0;
   int rows = 0;
   for (const auto& r : data.at("rows")) {
@@ -44,7 +48,7 @@ TEST(ValidationNarayanan2021, StepTimeWithinTolerance) {
     s.dtype = Dtype::fp16;
     s.attention = Attention::standard;  // 2021 Megatron materialised the attention scores
     ASSERT_EQ(s.gpus(), r.at("num_gpus").get<int>());
-    const Estimate e = predict(LayerGraph(m, m.seq_len), c, s);
+    const Estimate e = predict(LayerGraph(m, m.seq_len), c, sw, s);
     ASSERT_TRUE(e.feasible) << mj.dump() << ": " << (e.infeasible.empty() ? "" : reason_key(e.infeasible[0].reason));
     const double published = r.at("measured").at("iteration_time_s");
     const double err = (e.time.step - published) / published;
@@ -134,11 +138,63 @@ TEST(ValidationMegatronBridge, Fp8ThroughputOnH100WithinTolerance) {
   EXPECT_LE(fp8_h100_throughput_error("megatron_bridge_h100_fp8.json", 8, 0.15), 0.08);
 }
 
+// Megatron's model FLOPs of 2024 (megatron/training/training.py num_floating_point_operations,
+// and NeMo's flops_formulas.py until 2025-08-09): full attention, 12 FLOPs per weight per token
+// and the logits, per global batch.
+double megatron_model_flops(const ModelSpec& m, double global_batch, double seq) {
+  const double h = m.hidden, L = m.layers;
+  const double mlp = (m.activation == Activation::swiglu ? 1.5 : 1.0) * m.ffn_hidden / h;
+  return 12.0 * global_batch * seq * L * h * h * (1 + double(m.kv_heads) / m.heads + seq / h + mlp + m.vocab / (2 * L * h));
+}
+
+// The Megatron-LM README's weak-scaling table (tests/data/megatron_lm_h100_bf16_weak_scaling.json:
+// GPT 1.7B on 48 H100s to 462B on 6,144, BF16, TP and DP communication overlapped): per-GPU
+// TFLOP/s predicted against published, as step time. The megatron-core profile's overlap.tp share
+// was chosen with these rows among others, so they check the rest of the model, not that share.
+// Tolerances: every row within 20%, mean absolute error <= 10%. Three rows are outside 10% today
+// (step error, positive: predicted slower): the two smallest (1.7B -10.9%, 7.1B -10.6%: predicted
+// fast, as NeMo's small FP8 models are) and 32B (+18.6%: tp 8 without pipelining and 48-way DP
+// across nodes at 4 micro-batches per step, where trainplan leaves about 160 ms of gradient
+// reduce-scatter and parameter all-gather exposed that the run evidently hid).
+TEST(ValidationMegatronLm, H100Bf16WeakScalingWithinTolerance) {
+  const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/megatron_lm_h100_bf16_weak_scaling.json");
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  double sum_abs = 0;
+  int rows = 0;
+  for (const auto& r : data.at("rows")) {
+    const ModelSpec m = testing::gpt(r.at("layers"), r.at("hidden"), r.at("heads"), 4096, 131072);
+    Strategy s;
+    s.tp = r.at("tp");
+    s.pp = r.at("pp");
+    s.dp = r.at("dp");
+    s.zero = 1;
+    s.micro_batch = 1;
+    s.global_batch = r.at("global_batch");
+    s.seq_len = 4096;
+    s.sequence_parallel = s.tp > 1;
+    s.dtype = Dtype::bf16;
+    ASSERT_EQ(s.gpus(), r.at("gpus").get<int>()) << r.dump();
+    const Estimate e = predict(LayerGraph(m, s.seq_len), c, s);
+    EXPECT_TRUE(e.feasible) << r.dump();
+    EXPECT_NEAR(e.throughput.model_flops_per_step / megatron_model_flops(m, s.global_batch, s.seq_len), 1.0, 1e-3) << r.dump();
+    const double published = r.at("tflops_per_gpu");
+    const double err = published / e.throughput.model_tflops_per_gpu - 1;  // step time: positive = predicted slower
+    std::printf("%-5s %5d GPUs tp%d pp%-2d  predicted %5.1f TFLOP/s/GPU  published %5.1f  step error %+6.1f%%\n",
+                r.at("model").get<std::string>().c_str(), s.gpus(), s.tp, s.pp, e.throughput.model_tflops_per_gpu, published, 100 * err);
+    EXPECT_LT(std::abs(err), 0.20) << r.dump();
+    sum_abs += std::abs(err);
+    ++rows;
+  }
+  ASSERT_EQ(rows, 9);
+  std::printf("mean absolute error %.2f%%\n", 100 * sum_abs / rows);
+  EXPECT_LE(sum_abs / rows, 0.10);
+}
+
 // NeMo 24.03.01's long-sequence table (tests/data/nemo2403_long_sequence_h100_fp8.json: Llama 2 7B
 // FP8 on DGX H100 from 4K tokens on 4 GPUs to 1M tokens on 1,024 with context parallelism).
-// Printed, not held to a tolerance: trainplan predicts these runs 9-53% faster than published, by
+// Printed, not held to a tolerance: trainplan predicts these runs 3-35% faster than published, by
 // more as the sequence grows and attention takes over the step. The rows it shares with NeMo's
-// later tables agree (Llama 2 7B at 4K: 768 TFLOPS/GPU here, 780 in 24.12, predicted 836), so the
+// later tables agree (Llama 2 7B at 4K: 768 TFLOPS/GPU here, 780 in 24.12, predicted 792), so the
 // gap is attention: the dgx-h100 flash-attention table is PyTorch 2.11's SDPA (595 TFLOP/s forward
 // at 8K, head dim 128), and the rows are consistent with kernels about 1.6-1.9x slower, as
 // FlashAttention-2 is on Hopper (35% of peak, against 75% for FlashAttention-3: Shah et al. 2024,
@@ -166,11 +222,7 @@ TEST(ValidationNemoLongSequence, PrintsTheLongSequenceRowsAndCountsFlopsAsNemo) 
     ASSERT_EQ(s.gpus(), r.at("gpus").get<int>()) << r.dump();
     const Estimate e = predict(LayerGraph(m, s.seq_len), c, s);
     EXPECT_TRUE(e.feasible) << r.dump();
-    // NeMo's model FLOPs of 2024 (nemo/utils/flops_formulas.py llama2 before the causal discount).
-    const double h = m.hidden, L = m.layers, seq = s.seq_len;
-    const double nemo_flops = 12.0 * s.global_batch * seq * L * h * h *
-                              (1 + double(m.kv_heads) / m.heads + seq / h + 1.5 * m.ffn_hidden / h + m.vocab / (2 * L * h));
-    EXPECT_NEAR(e.throughput.model_flops_per_step / nemo_flops, 1.0, 1e-3) << r.dump();
+    EXPECT_NEAR(e.throughput.model_flops_per_step / megatron_model_flops(m, s.global_batch, s.seq_len), 1.0, 1e-3) << r.dump();
     const double published = r.at("tflops_per_gpu");
     const double err = published / e.throughput.model_tflops_per_gpu - 1;  // step time: positive = predicted slower
     std::printf("llama2-7b %5dK tokens %5d GPUs tp%d pp%d dp%d cp%-2d predicted %4.0f TFLOP/s/GPU  published %4.0f  step error %+6.1f%%  (printed only)\n",
