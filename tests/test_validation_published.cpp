@@ -79,6 +79,26 @@ const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
                           "GPT-3 recipe's 0.1 attention dropout inside the flash kernel is not costed"}},
 };
 
+// The layout of one published NVIDIA FP8 row: its tp, pp, cp, vp, micro-batch, global batch and
+// sequence; DP from the GPU count; ZeRO-1 (the distributed optimizer) unless the row says;
+// sequence parallelism with TP; the interleaved schedule where vp > 1.
+Strategy nvidia_fp8_layout(const nlohmann::json& r) {
+  Strategy s;
+  s.tp = r.at("tp");
+  s.pp = r.at("pp");
+  s.cp = r.at("cp");
+  s.vp = r.at("vp");
+  s.dp = r.at("gpus").get<int>() / (s.tp * s.pp * s.cp);
+  s.zero = r.value("zero", 1);
+  s.micro_batch = r.at("micro_batch");
+  s.global_batch = r.at("global_batch");
+  s.seq_len = r.at("seq_len");
+  s.sequence_parallel = s.tp > 1;
+  s.schedule = s.vp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+  s.dtype = Dtype::fp8;
+  return s;
+}
+
 double fp8_h100_throughput_error(const std::string& file, int expected_rows, double row_tolerance) {
   const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/" + file);
   const Cluster c = testing::builtin_cluster("dgx-h100");
@@ -86,19 +106,7 @@ double fp8_h100_throughput_error(const std::string& file, int expected_rows, dou
   int rows = 0;
   for (const auto& r : data.at("rows")) {
     const ModelSpec m = load_model(r.at("model").get<std::string>(), TRAINPLAN_SOURCE_DIR);
-    Strategy s;
-    s.tp = r.at("tp");
-    s.pp = r.at("pp");
-    s.cp = r.at("cp");
-    s.vp = r.at("vp");
-    s.dp = r.at("gpus").get<int>() / (s.tp * s.pp * s.cp);
-    s.zero = r.value("zero", 1);
-    s.micro_batch = r.at("micro_batch");
-    s.global_batch = r.at("global_batch");
-    s.seq_len = r.at("seq_len");
-    s.sequence_parallel = s.tp > 1;
-    s.schedule = s.vp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
-    s.dtype = Dtype::fp8;
+    const Strategy s = nvidia_fp8_layout(r);
     EXPECT_EQ(s.gpus(), r.at("gpus").get<int>()) << r.dump();
     const Estimate e = predict(LayerGraph(m, s.seq_len), c, s);
     EXPECT_TRUE(e.feasible) << r.dump();
@@ -208,18 +216,8 @@ TEST(ValidationNemoLongSequence, PrintsTheLongSequenceRowsAndCountsFlopsAsNemo) 
   int rows = 0;
   for (const auto& r : data.at("rows")) {
     const ModelSpec m = load_model(r.at("model").get<std::string>(), TRAINPLAN_SOURCE_DIR);
-    Strategy s;
-    s.tp = r.at("tp");
-    s.pp = r.at("pp");
-    s.cp = r.at("cp");
-    s.dp = r.at("dp");
-    s.zero = 1;
-    s.micro_batch = r.at("micro_batch");
-    s.global_batch = r.at("global_batch");
-    s.seq_len = r.at("seq_len");
-    s.sequence_parallel = s.tp > 1;
-    s.dtype = Dtype::fp8;
-    ASSERT_EQ(s.gpus(), r.at("gpus").get<int>()) << r.dump();
+    const Strategy s = nvidia_fp8_layout(r);
+    ASSERT_EQ(s.dp, r.at("dp").get<int>()) << r.dump();
     const Estimate e = predict(LayerGraph(m, s.seq_len), c, s);
     EXPECT_TRUE(e.feasible) << r.dump();
     EXPECT_NEAR(e.throughput.model_flops_per_step / megatron_model_flops(m, s.global_batch, s.seq_len), 1.0, 1e-3) << r.dump();
