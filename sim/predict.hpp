@@ -37,8 +37,9 @@ struct ChunkCost {
   Seconds forward = 0;         // forward compute
   Seconds backward = 0;        // backward compute (without recomputation)
   Seconds recompute = 0;       // recomputation done before the backward
-  Seconds tp_forward = 0;      // TP collectives in the forward (not overlapped)
-  Seconds tp_backward = 0;     // TP collectives in backward and its recomputation
+  Seconds tp_forward = 0;      // TP collectives in the forward, the part on the critical path (what
+                               // the profile's overlap.tp does not hide, plus contention on the rest)
+  Seconds tp_backward = 0;     // the same in the backward and its recomputation
   Seconds cp_forward = 0;      // exposed context-parallel exchange, forward
   Seconds cp_backward = 0;     // exposed context-parallel exchange, backward
   Bytes grad_bytes = 0;        // gradient bytes this chunk's parameters produce per rank
