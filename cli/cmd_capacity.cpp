@@ -192,8 +192,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   const std::string html = html_out ? html_page(doc, fmt::format("trainplan capacity: {}", model.name)) : "";
   const std::string csv = csv_out ? capacity_to_csv(r, cc) : "";
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
-  for (const std::string& note : {f.has("seq") ? std::string() : sequence_note(model), dropout_note(model, req.software)})
-    if (!note.empty()) ctx.err << "trainplan capacity: note: " << note << "\n";
+  print_notes(ctx.err, "capacity", {f.has("seq") ? std::string() : sequence_note(model), dropout_note(model, req.software)});
   print_capacity(ctx.out, r, cc);
   if (json_out) json_out->write(doc);
   if (html_out) html_out->write(html);

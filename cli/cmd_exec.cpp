@@ -277,13 +277,14 @@ int cmd_exec(const Args& given, const Context& ctx) {
   f.finish();
   const bool is_spawned_rank = std::getenv("TRAINPLAN_EXEC_SPAWNED") != nullptr;
   // Notes only once nothing can be refused any more (just before the run): a refusal is exactly one line.
-  auto print_notes = [&] {
+  auto print_exec_notes = [&] {
     if (is_spawned_rank) return;
-    if (!in.seq_note.empty()) ctx.err << "trainplan exec: note: " << in.seq_note << "\n";
-    if (in.model.dropout > 0) {
-      ctx.err << "trainplan exec: note: " << in.model.name << " has dropout " << in.model.dropout
-              << "; trainplan exec trains without dropout (as its software profile, trainplan-exec, predicts)\n";
-    }
+    const std::string dropout =
+        in.model.dropout > 0 ? fmt::format("{} has dropout {}; trainplan exec trains without dropout (as its software "
+                                           "profile, trainplan-exec, predicts)",
+                                           in.model.name, in.model.dropout)
+                             : "";
+    print_notes(ctx.err, "exec", {in.seq_note, dropout});
   };
 
   const Strategy& s = in.strategy;
@@ -367,7 +368,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
     std::vector<std::string> argv{"trainplan", "exec"};
     argv.insert(argv.end(), given.begin(), given.end());
     const Measurement run = run_description(plan, o, o.backend == "nccl", *nproc);
-    print_notes();
+    print_exec_notes();
     return exec::launch_local(*nproc, argv, env_port(0, true), ctx.err, [&](const RunFailure& fail) {
       if (out) out->write(failed_measurement_to_json(run, fail));
     });
@@ -395,7 +396,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
 
   std::optional<JsonOutput> json_out;
   if (env.rank == 0) json_out = open_json_output("json", json_path);
-  print_notes();
+  print_exec_notes();
   try {
     std::optional<Measurement> m = exec::run_rank(plan, o, env);
     if (m) {

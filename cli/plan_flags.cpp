@@ -59,6 +59,11 @@ std::string dropout_note(const ModelSpec& model, const Software& software) {
                      model.name, model.dropout, software.name);
 }
 
+void print_notes(std::ostream& err, const char* command, std::initializer_list<std::string> notes) {
+  for (const std::string& note : notes)
+    if (!note.empty()) err << "trainplan " << command << ": note: " << note << "\n";
+}
+
 PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster) {
   std::optional<Strategy> from_plan;
   std::string plan_model, plan_cluster, plan_software;

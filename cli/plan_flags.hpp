@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <initializer_list>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,10 @@ std::string sequence_note(const ModelSpec& model);
 // trainplan-exec), a note that the figures leave dropout out and which profiles cost it; empty
 // otherwise. predict, simulate, search and capacity print it with their other notes.
 std::string dropout_note(const ModelSpec& model, const Software& software);
+
+// Prints each non-empty note as "trainplan COMMAND: note: ..." on `err`. Commands call it once
+// every check has passed, so that a refusal stays exactly one line.
+void print_notes(std::ostream& err, const char* command, std::initializer_list<std::string> notes);
 
 // --software NAME|FILE (default: the plan file's "software", else kDefaultSoftware).
 Software read_software_flag(const Flags& flags, const std::filesystem::path& data_dir,
