@@ -618,7 +618,7 @@ namespace {
 // The part of a collective of `comm` seconds left on the critical path when the stack hides a
 // share `overlap` of it behind `window` seconds of compute; the hidden part still slows that
 // compute by the cluster's contention share (StepCosts::overlap_slowdown).
-// What outlasts the window is exposed in full; the overlapped part costs overlap_cost_rate().
+// What it costs is exposed_comm's (predict.hpp) at overlap_cost_rate() of the stack's share.
 Seconds exposed(const StepCosts& costs, Seconds comm, Seconds window, double overlap) {
   return exposed_comm(comm, window, costs.overlap_cost_rate(overlap));
 }
@@ -704,9 +704,9 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
     else if (s.zero == 2) sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
     else sum_chunks([&](const ChunkCost& c) { t.dp_step += c.dp_reduce; });
     if (s.pp > 1) t.pp = 2 * s.vp * costs.p2p * pp_rate;
-    // ZeRO-3 gathers parameters ahead of the forward and the backward (prefetched, so hidden
-    // behind compute up to its length) and reduce-scatters gradients during the backward;
-    // ZeRO-2 only the latter. Only what outlasts the compute it overlaps is exposed.
+    // ZeRO-3 gathers parameters ahead of the forward and the backward (prefetched, so they run
+    // under compute) and reduce-scatters gradients during the backward; ZeRO-2 only the latter.
+    // Each costs exposed_comm against the compute it overlaps.
     if (s.zero == 3) {
       const Seconds gather = t.zero_mb / 3;  // approximately equal thirds: gather, gather, reduce
       t.zero_mb_exposed = exposed(costs, gather, t.fwd, costs.overlap.zero3) +

@@ -53,11 +53,14 @@ struct ChunkCost {
 inline double overlap_cost_rate(double share, double slowdown) { return 1 - share + slowdown * share; }
 
 // Seconds of a collective of `comm` seconds left on the critical path when it can overlap `window`
-// seconds of compute at `rate` (overlap_cost_rate): what outlasts the window shows in full, the
-// overlapped part costs `rate` per second.
+// seconds of compute at `rate` (overlap_cost_rate). The model: the collective runs at its own pace
+// and, while it runs, compute advances at 1 - rate (a stack that overlaps nothing, rate 1, waits
+// for it). So the compute is slowed by rate x comm, or, where the collective outlasts the
+// compute, the collective itself sets the pace and comm - window shows. The step simulator
+// advances its compute stream the same way (simulate.cpp, finish_under_dp), so the two engines
+// agree where a stream of collectives outlasts the compute it overlaps.
 inline Seconds exposed_comm(Seconds comm, Seconds window, double rate) {
-  const Seconds overlapped = std::min(comm, std::max(0.0, window));
-  return comm - overlapped + rate * overlapped;
+  return std::max(rate * comm, comm - std::max(0.0, window));
 }
 
 // The least compose() charges per second of a pipeline send: 1 on the 1F1B/GPipe chain, the

@@ -216,16 +216,28 @@ void finish_stage(Run& r, int stage) {
   st.finished = true;
 }
 
-// Compute time the dp-stream collectives overlapping [start, end) take from the compute stream.
-Seconds dp_interference(StageState& st, Seconds start, Seconds end) {
+// When `work` seconds of kernels started at `start` end, given the dp-stream collectives in
+// flight: while a collective runs the compute stream advances at 1 - rate (rate 1, a stack that
+// overlaps nothing: it waits for the collective), at full speed otherwise. The same model as
+// exposed_comm (predict.hpp), so the engines agree: a collective of C seconds over W seconds of
+// kernels costs rate x C, or C - W where the collective outlasts the kernels.
+Seconds finish_under_dp(StageState& st, Seconds start, Seconds work) {
   while (st.dp_scan < st.dp_spans.size() && st.dp_spans[st.dp_scan].end <= start) ++st.dp_scan;
-  Seconds lost = 0;
-  for (std::size_t k = st.dp_scan; k < st.dp_spans.size(); ++k) {
+  Seconds t = start, left = work;
+  for (std::size_t k = st.dp_scan; k < st.dp_spans.size() && left > 0; ++k) {
     const DpSpan& d = st.dp_spans[k];
-    if (d.start >= end) break;
-    lost += d.rate * (std::min(end, d.end) - std::max(start, d.start));
+    if (d.start >= t + left) break;  // the kernels end before this collective starts
+    if (d.start > t) {
+      left -= d.start - t;
+      t = d.start;
+    }
+    const double speed = 1 - d.rate;
+    const Seconds span = std::max(0.0, d.end - t);
+    if (speed > 0 && speed * span >= left) return t + left / speed;
+    left -= speed * span;
+    t += span;
   }
-  return lost;
+  return t + left;
 }
 
 // Puts the slot's work on the compute stream from `start`; returns its end.
@@ -301,8 +313,8 @@ Advance advance(Run& r, int stage) {
   const Seconds kernels_end = run_slot(r, stage, slot, c, start);
   // Collectives overlapping the slot slow it (the share the stack cannot hide, plus contention);
   // a forward cannot finish before the parameters it uses are gathered.
-  const Seconds lost = dp_interference(st, start, kernels_end);
-  const Seconds slowed = kernels_end + lost;
+  const Seconds slowed = finish_under_dp(st, start, kernels_end - start);
+  const Seconds lost = slowed - kernels_end;
   const Seconds end = slot.phase == Phase::forward ? std::max(slowed, st.params_ready) : slowed;
   st.usage.dp_interference += lost;
   st.usage.wait_dp += end - slowed;

@@ -3,10 +3,11 @@
 // StepCosts::overlap_cost_rate of the software profile's overlap share (DP reductions, ZeRO-1/2
 // parameter all-gather, ZeRO-3 gathers, pipeline sends). They still differ where the simulator
 // sees more than the closed form: the real pipeline fill and drain of unequal stages, collectives
-// that queue behind each other on the dp stream, a gather that overlaps only part of a slot.
-// Those effects are small for the layouts below, so the test holds both within 2%, with two
-// documented exceptions (gathers completing inside pipeline waits, 3%; ZeRO-3 bound by its DP
-// stream, 7%), each explained where it is checked.
+// that queue behind each other on the dp stream, a gather that overlaps only part of a slot or
+// completes inside a pipeline wait. Both advance compute at 1 - rate while a collective runs
+// (exposed_comm, predict.hpp), so a ZeRO-3 stream of gathers that outlasts the compute sets the
+// pace in both. Those effects are small for the layouts below: the test holds both within 2%
+// for every case (measured: -1.5% to +1.0%).
 //
 // The sweep: ZeRO 0-3 x the three schedules x DP > 1 (with and without pipeline stages, with
 // tensor parallelism) x the three shipped software profiles, on two models and two clusters.
@@ -84,22 +85,7 @@ TEST(EngineAgreement, ZeroStagesSchedulesAndProfilesWithinTwoPercent) {
                << " pp" << s.pp << " zero" << zero << " " << to_string(k) << ": analytic " << analytic
                << " s, simulated " << simulated << " s";
           ASSERT_GT(analytic, 0) << what.str();
-          // Documented exception: a stack that overlaps no ZeRO-3 gather (trainplan-exec) pays every
-          // gather in full in the closed form, but in the simulator a gather prefetched just before
-          // a pipeline-fill wait completes inside that wait (llama2-7b pp4 interleaved: 1.807 s of
-          // gathers in the closed form, 1.652 s exposed in the simulator, step -2.3%). The simulator
-          // is the more faithful here; the closed form stays conservative.
-          const bool gathers_in_bubble = zero == 3 && sw.overlap.zero3 == 0 && s.pp > 1;
-          // Documented exception: ZeRO-3 bound by its DP stream (the step's gathers and
-          // reduce-scatters across nodes take longer than the compute and exposed TP time they can
-          // overlap: llama3-70b tp8 pp4 dp4 under megatron-core, 15.5 s of DP traffic against
-          // 13.7 s). The closed form charges each micro-batch's excess over its own forward and
-          // backward; the simulator prefetches each gather during the previous slot, so the DP
-          // stream runs ahead across slots (step 5.6-6.3% shorter). Both bound the same stream;
-          // the simulator's schedule is the more faithful.
-          const bool dp_stream_bound = zero == 3 && closed.time.dp_comm > closed.time.compute + closed.time.tp_comm;
-          EXPECT_LE(std::abs(simulated / analytic - 1), gathers_in_bubble ? 0.03 : dp_stream_bound ? 0.07 : kAgreement)
-              << what.str();
+          EXPECT_LE(std::abs(simulated / analytic - 1), kAgreement) << what.str();
           ++compared;
         }
       }

@@ -198,6 +198,17 @@ TEST(Predict, TpOverlapShareHidesTensorParallelCommBehindTheLayer) {
   EXPECT_LT(predict(g, c, half, s).time.tp_comm, predict(g, c, none, s).time.tp_comm);
 }
 
+TEST(Predict, ExposedCommIsTheSlowdownOrWhatOutlastsTheCompute) {
+  // While a collective runs, compute advances at 1 - rate: a collective shorter than the compute
+  // costs rate x its length; one that outlasts the compute sets the pace, and the excess shows.
+  EXPECT_DOUBLE_EQ(exposed_comm(1.0, 4.0, 0.25), 0.25);  // fits: rate x comm
+  EXPECT_DOUBLE_EQ(exposed_comm(3.0, 2.0, 0.25), 1.0);   // outlasts: comm - window
+  EXPECT_DOUBLE_EQ(exposed_comm(2.5, 2.0, 0.5), 1.25);   // outlasts, but slowed longer than that
+  EXPECT_DOUBLE_EQ(exposed_comm(3.0, 2.0, 1.0), 3.0);    // nothing overlapped: all of it
+  EXPECT_DOUBLE_EQ(exposed_comm(3.0, 0.0, 0.0), 3.0);    // nothing to hide behind
+  EXPECT_DOUBLE_EQ(exposed_comm(0.0, 2.0, 0.5), 0.0);
+}
+
 TEST(Predict, Fp32GradientAccumulationAddsTwoBytesPerParameter) {
   const ModelSpec m = gpt(4, 1024, 16, 1024, 1000);
   const LayerGraph g(m, 1024);

@@ -388,20 +388,43 @@ TEST(Simulate, PartlyHiddenCollectivesSlowTheComputeTheyOverlap) {
 
 TEST(Simulate, ParameterGatherRunsUnderTheFirstForward) {
   // ZeRO-1/2: the all-gather of the previous step's updated parameters (1.5 s) starts the step on
-  // the dp stream. The first forward [0, 1] overlaps 1 s of it; with share 0 that second is lost
-  // in full (F0 kernels end at 2), and a forward cannot end before the gather (1.5 s) anyway.
-  // p = 1, m = 1, f = 1, b = 2: F0 [0, 2], B0 [2, 4]; dp exposed 1 s.
+  // the dp stream. With share 0 the stack does not overlap it: the first forward waits for it and
+  // runs after it, F0 [1.5, 2.5], B0 [2.5, 4.5]; dp exposed 1.5 s (as compose's exposed_comm).
+  // p = 1, m = 1, f = 1, b = 2.
   StepCosts c = single_stage(1, 2, 1);
   c.dp_param_gather = 1.5;
   c.overlap.param_gather = 0;
   const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 1));
-  EXPECT_DOUBLE_EQ(t.step, 4.0);
-  EXPECT_DOUBLE_EQ(simulated_breakdown(t).dp_comm_exposed, 1.0);
+  EXPECT_DOUBLE_EQ(t.step, 4.5);
+  EXPECT_DOUBLE_EQ(simulated_breakdown(t).dp_comm_exposed, 1.5);
   // Fully hidden (share 1, no contention): the forward still waits for the gather's end at 1.5.
   c.overlap.param_gather = 1;
   const Timeline h = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 1));
   EXPECT_DOUBLE_EQ(h.step, 3.5);
   EXPECT_DOUBLE_EQ(h.stages[0].wait_dp, 0.5);
+}
+
+TEST(Simulate, ACollectiveOutlastingTheKernelsSlowsThemUntilItEnds) {
+  // Hidden gathers (share 1) that slow compute by half while they run (slowdown 0.5: compute
+  // advances at 0.5 under a gather, full speed otherwise). p = 1, m = 2, f = 1, b = 2, gather
+  // 1.5 s per slot, each prefetched when the slot before starts:
+  //   g0 [0, 1.5]: F0 waits, starts 1.5 under g1 [1.5, 3]: 0.75 s of work by 3, the rest by 3.25;
+  //   F1 starts 3.25 under g2 [3.25, 4.75]: 0.75 by 4.75, ends 5; B0 starts 5 under g3 [5, 6.5]:
+  //   0.75 by 6.5, the other 1.25 by 7.75; B1 [7.75, 9.75] with nothing to gather.
+  // Each slot loses 0.75 s: the whole gather at rate 0.5, not only the part under its kernels.
+  StepCosts c = single_stage(1, 2, 1);
+  c.chunks[0].zero3_gather = 1.5;
+  c.overlap.zero3 = 1;
+  c.overlap_slowdown = 0.5;
+  const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 2));
+  EXPECT_DOUBLE_EQ(t.step, 9.75);
+  EXPECT_DOUBLE_EQ(t.stages[0].wait_dp, 1.5);
+  EXPECT_NEAR(t.stages[0].dp_interference, 2.25, 1e-12);
+  expect_streams_serial(t);
+  // A gather the stack cannot hide at all (share 0) stops compute while it runs: the step is the
+  // serial sum, 6 s of compute and 4 x 1.5 s of gathers.
+  c.overlap.zero3 = 0;
+  EXPECT_DOUBLE_EQ(simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 2)).step, 12.0);
 }
 
 TEST(Simulate, BlockingSendsHoldTheSender) {
