@@ -193,6 +193,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   const std::string csv = csv_out ? capacity_to_csv(r, cc) : "";
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
   print_notes(ctx.err, "capacity", {f.has("seq") ? std::string() : sequence_note(model), dropout_note(model, req.software)});
+  for (const Cluster& c : req.clusters) print_notes(ctx.err, "capacity", {attention_kernel_note(c, req.software)});
   print_capacity(ctx.out, r, cc);
   if (json_out) json_out->write(doc);
   if (html_out) html_out->write(html);

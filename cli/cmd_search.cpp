@@ -155,7 +155,7 @@ int cmd_search(const Args& args, const Context& ctx) {
       html_out ? html_page(doc, fmt::format("trainplan search: {} on up to {} x {}", model.name, gpus, cluster.name)) : "";
   const std::string csv = csv_out ? search_to_csv(result, sc) : "";
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
-  print_notes(ctx.err, "search", {f.has("seq") ? std::string() : sequence_note(model), dropout_note(model, software)});
+  print_notes(ctx.err, "search", {f.has("seq") ? std::string() : sequence_note(model), dropout_note(model, software), attention_kernel_note(cluster, software)});
   print_search(ctx.out, result, sc);
   if (json_out) json_out->write(doc);
   if (html_out) html_out->write(html);

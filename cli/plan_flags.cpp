@@ -59,6 +59,13 @@ std::string dropout_note(const ModelSpec& model, const Software& software) {
                      model.name, model.dropout, software.name);
 }
 
+std::string attention_kernel_note(const Cluster& cluster, const Software& software) {
+  if (cluster.ops.has_attention_kernel(software.attention_kernel)) return "";
+  return fmt::format("software profile {} runs attention kernel {}, which cluster {} has no table for "
+                     "(ops.attention_kernels); its attention is costed with the cluster's calibrated table",
+                     software.name, software.attention_kernel, cluster.name);
+}
+
 void print_notes(std::ostream& err, const char* command, std::initializer_list<std::string> notes) {
   for (const std::string& note : notes)
     if (!note.empty()) err << "trainplan " << command << ": note: " << note << "\n";
@@ -198,7 +205,8 @@ std::string plan_flags_help() {
   --cluster NAME|FILE       built-in cluster (topologies/NAME.json) or a topology file
   --software NAME|FILE      training stack whose kernels are costed (software/NAME.json):
                             megatron-core (default: fused kernels, as the published large runs),
-                            pytorch-eager, trainplan-exec (what `trainplan exec` launches)
+                            pytorch-eager, trainplan-exec (what `trainplan exec` launches),
+                            llm-foundry (Composer + FSDP with flash-attn 2, as MosaicML's runs)
   --gpus N                  GPUs in the job; must equal dp x tp x pp x cp
   --tp T                    tensor-parallel size (default 1; must divide heads and kv_heads)
   --pp P                    pipeline stages (default 1)

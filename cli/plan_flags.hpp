@@ -39,6 +39,10 @@ std::string sequence_note(const ModelSpec& model);
 // otherwise. predict, simulate, search and capacity print it with their other notes.
 std::string dropout_note(const ModelSpec& model, const Software& software);
 
+// When `software` names an attention kernel `cluster` has no table for, a note that the cluster's
+// calibrated attention table costs it instead; empty otherwise.
+std::string attention_kernel_note(const Cluster& cluster, const Software& software);
+
 // Prints each non-empty note as "trainplan COMMAND: note: ..." on `err`. Commands call it once
 // every check has passed, so that a refusal stays exactly one line.
 void print_notes(std::ostream& err, const char* command, std::initializer_list<std::string> notes);

@@ -181,6 +181,12 @@ bool JsonObject::has(const std::string& key) const {
   return value_->contains(key) && !(*value_)[key].is_null();
 }
 
+std::vector<std::string> JsonObject::keys() const {
+  std::vector<std::string> out;
+  for (auto it = value_->begin(); it != value_->end(); ++it) out.push_back(it.key());
+  return out;
+}
+
 const json& JsonObject::need(const std::string& key) const {
   seen_.insert(key);
   auto it = value_->find(key);

@@ -65,6 +65,8 @@ class JsonObject {
   std::vector<JsonObject> objects(const std::string& key, std::size_t min_count = 0) const;
   const nlohmann::json& raw(const std::string& key) const;  // required key, any type
   bool has(const std::string& key) const;
+  // The object's keys, sorted (for objects keyed by name; read each with an accessor).
+  std::vector<std::string> keys() const;
 
   // Throws if the object holds a key that no accessor asked for.
   void finish() const;

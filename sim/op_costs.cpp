@@ -7,6 +7,8 @@
 //     "kernel_floor_us": 6.6,           // tiny kernels issued back to back: time per kernel
 //     "gemm": [{"m": 2048, "n": 1024, "k": 1024, "fwd_us": .., "dgrad_us": .., "wgrad_us": ..}, ..],
 //     "attention": [{"seq": 1024, "head_dim": 64, "batch_heads": 400, "fwd_us": .., "fwd_bwd_us": ..}, ..],
+//     "attention_kernels": {           // optional: other attention kernels on this GPU, by name
+//       "flash2": {"source": "where the figures come from", "points": [same as "attention"]}},
 //     "memory_bound": {"add": [{"bytes": 33554432, "fwd_us": .., "fwd_bwd_us": ..}, ..], ..}
 //   }
 // "add" is required (it also times every elementwise stream); the other families are optional and
@@ -187,15 +189,19 @@ void OpCostTables::prepare() {
     }
     gemm_grid_[pass].build(xs, ys);
   }
-  for (int pass = 0; pass < 2; ++pass) {
-    std::vector<std::array<double, 2>> xs;
-    std::vector<double> ys;
-    for (const auto& p : attention) {
-      const Flops f = causal_attention_fwd_flops(p.seq, p.head_dim, p.batch_heads);
-      xs.push_back({log2v(p.seq), log2v(p.head_dim)});
-      ys.push_back(pass == 0 ? std::log(f / p.fwd) : std::log(2.5 * f / (p.fwd_bwd - p.fwd)));
+  attention_grid_.assign(1 + attention_kernels.size(), {});
+  for (std::size_t table = 0; table < attention_grid_.size(); ++table) {
+    const auto& points = table == 0 ? attention : attention_kernels[table - 1].points;
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<std::array<double, 2>> xs;
+      std::vector<double> ys;
+      for (const auto& p : points) {
+        const Flops f = causal_attention_fwd_flops(p.seq, p.head_dim, p.batch_heads);
+        xs.push_back({log2v(p.seq), log2v(p.head_dim)});
+        ys.push_back(pass == 0 ? std::log(f / p.fwd) : std::log(2.5 * f / (p.fwd_bwd - p.fwd)));
+      }
+      attention_grid_[table][pass].build(xs, ys);
     }
-    attention_grid_[pass].build(xs, ys);
   }
   for (int k = 0; k < kMemKernels; ++k) {
     for (int pass = 0; pass < 2; ++pass) {
@@ -218,15 +224,23 @@ Seconds OpCostTables::gemm_time(double m, double n, double k, GemmPass pass) con
   return 2 * m * n * k / rate;
 }
 
-Seconds OpCostTables::attention_fwd(double seq, double head_dim, double batch_heads) const {
-  if (seq <= 0 || batch_heads <= 0) return 0;
-  return causal_attention_fwd_flops(seq, head_dim, batch_heads) / std::exp(attention_grid_[0].at({log2v(seq), log2v(head_dim)}));
+int OpCostTables::attention_kernel(const std::string& name) const {
+  for (std::size_t i = 0; i < attention_kernels.size(); ++i) {
+    if (attention_kernels[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
 }
 
-Seconds OpCostTables::attention_bwd(double seq, double head_dim, double batch_heads) const {
+Seconds OpCostTables::attention_fwd(double seq, double head_dim, double batch_heads, int kernel) const {
   if (seq <= 0 || batch_heads <= 0) return 0;
-  return 2.5 * causal_attention_fwd_flops(seq, head_dim, batch_heads) /
-         std::exp(attention_grid_[1].at({log2v(seq), log2v(head_dim)}));
+  const auto& grid = attention_grid_[static_cast<std::size_t>(kernel + 1)][0];
+  return causal_attention_fwd_flops(seq, head_dim, batch_heads) / std::exp(grid.at({log2v(seq), log2v(head_dim)}));
+}
+
+Seconds OpCostTables::attention_bwd(double seq, double head_dim, double batch_heads, int kernel) const {
+  if (seq <= 0 || batch_heads <= 0) return 0;
+  const auto& grid = attention_grid_[static_cast<std::size_t>(kernel + 1)][1];
+  return 2.5 * causal_attention_fwd_flops(seq, head_dim, batch_heads) / std::exp(grid.at({log2v(seq), log2v(head_dim)}));
 }
 
 Seconds OpCostTables::stream(Bytes bytes_moved) const {
@@ -256,7 +270,9 @@ FlopsPerSecond OpCostTables::best_gemm_rate() const {
 
 FlopsPerSecond OpCostTables::best_attention_rate() const {
   double best = 0;
-  for (const auto& g : attention_grid_) best = std::max(best, std::exp(g.max_value()));
+  for (const auto& table : attention_grid_) {
+    for (const auto& g : table) best = std::max(best, std::exp(g.max_value()));
+  }
   return best;
 }
 
@@ -285,16 +301,33 @@ OpCostTables parse_op_costs(const JsonObject& o) {
     p.finish();
     t.gemm.push_back(g);
   }
-  for (const auto& p : o.objects("attention", 1)) {
-    AttentionMeasure a;
-    a.seq = p.number("seq", 1, 1e9);
-    a.head_dim = p.number("head_dim", 1, 1e6);
-    a.batch_heads = p.number("batch_heads", 1, 1e9);
-    a.fwd = time_us(p, "fwd_us");
-    a.fwd_bwd = time_us(p, "fwd_bwd_us");
-    if (a.fwd_bwd <= a.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
-    p.finish();
-    t.attention.push_back(a);
+  auto attention_points = [&](const JsonObject& parent, const char* key) {
+    std::vector<AttentionMeasure> points;
+    for (const auto& p : parent.objects(key, 1)) {
+      AttentionMeasure a;
+      a.seq = p.number("seq", 1, 1e9);
+      a.head_dim = p.number("head_dim", 1, 1e6);
+      a.batch_heads = p.number("batch_heads", 1, 1e9);
+      a.fwd = time_us(p, "fwd_us");
+      a.fwd_bwd = time_us(p, "fwd_bwd_us");
+      if (a.fwd_bwd <= a.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
+      p.finish();
+      points.push_back(a);
+    }
+    return points;
+  };
+  t.attention = attention_points(o, "attention");
+  if (o.has("attention_kernels")) {
+    JsonObject kernels = o.object("attention_kernels");
+    for (const std::string& name : kernels.keys()) {
+      if (name == OpCostTables::kCalibratedAttention) {
+        throw kernels.error(name, "names the \"attention\" table; give this kernel another name");
+      }
+      JsonObject k = kernels.object(name);
+      t.attention_kernels.push_back({name, k.string("source"), attention_points(k, "points")});
+      k.finish();
+    }
+    kernels.finish();
   }
   {
     JsonObject mb = o.object("memory_bound");

@@ -78,7 +78,14 @@ class OpCostTables {
   // operands cannot take the aligned (TMA / 16-byte vector load) kernels. 1 where not measured.
   double misaligned_gemm_slowdown = 1;
   std::vector<GemmMeasure> gemm;
-  std::vector<AttentionMeasure> attention;
+  std::vector<AttentionMeasure> attention;  // the attention kernel the calibration ran ("calibrated")
+  // Other attention kernels timed or published on this GPU ("ops.attention_kernels"), by name: a
+  // software profile names the kernel its stack runs (Software::attention_kernel).
+  struct AttentionKernel {
+    std::string name, source;
+    std::vector<AttentionMeasure> points;
+  };
+  std::vector<AttentionKernel> attention_kernels;
   std::array<std::vector<MemMeasure>, kMemKernels> memory;
 
   // Builds the interpolation grids; call after filling the measured points (parse does).
@@ -86,9 +93,17 @@ class OpCostTables {
 
   // Time of one GEMM of M x N x K (2MNK FLOPs) in the table dtype.
   Seconds gemm_time(double m, double n, double k, GemmPass pass) const;
-  // Causal flash attention (SDPA), `batch_heads` independent heads of `seq` x `head_dim`.
-  Seconds attention_fwd(double seq, double head_dim, double batch_heads) const;
-  Seconds attention_bwd(double seq, double head_dim, double batch_heads) const;
+  // The attention_kernels entry of that name, or -1: the calibrated table ("calibrated", or a
+  // kernel this GPU has no table for; see has_attention_kernel).
+  int attention_kernel(const std::string& name) const;
+  bool has_attention_kernel(const std::string& name) const {
+    return name == kCalibratedAttention || attention_kernel(name) >= 0;
+  }
+  static constexpr const char* kCalibratedAttention = "calibrated";
+  // Causal flash attention, `batch_heads` independent heads of `seq` x `head_dim`, with the kernel
+  // of index `kernel` (attention_kernel(); -1: the calibrated table).
+  Seconds attention_fwd(double seq, double head_dim, double batch_heads, int kernel = -1) const;
+  Seconds attention_bwd(double seq, double head_dim, double batch_heads, int kernel = -1) const;
   // Memory-bound kernel on a tensor of `bytes` (see MemKernel).
   Seconds memory_fwd(MemKernel k, Bytes bytes) const;
   Seconds memory_bwd(MemKernel k, Bytes bytes) const;
@@ -101,7 +116,8 @@ class OpCostTables {
 
  private:
   std::array<LogGrid<3>, 3> gemm_grid_;      // per pass: log FLOP/s over log2 (m, n, k)
-  std::array<LogGrid<2>, 2> attention_grid_;  // fwd, bwd: log FLOP/s over log2 (seq, head_dim)
+  // fwd, bwd: log FLOP/s over log2 (seq, head_dim); [0] the calibrated table, [1 + i] kernel i
+  std::vector<std::array<LogGrid<2>, 2>> attention_grid_;
   std::array<std::array<LogGrid<1>, 2>, kMemKernels> memory_grid_;  // fwd, bwd: log bytes/s
 };
 

@@ -133,8 +133,8 @@ LinearCost linear(const Ctx& x, double m, double n, double k, int parts = 1) {
   return linear_in(x, x.s.dtype, m, n, k, parts);
 }
 
-// The attention core for one micro-batch on one rank: causal flash attention from the measured
-// table (heads split over TP, queries over CP), or standard attention as two batched GEMMs over
+// The attention core for one micro-batch on one rank: causal flash attention from the table of the
+// stack's kernel (heads split over TP, queries over CP), or standard attention as two batched GEMMs over
 // the materialised scores plus the memory-bound softmax and dropout on them.
 LinearCost attention_core(const Ctx& x) {
   const double d = x.m.head_dim(), s = x.s.seq_len;
@@ -144,9 +144,11 @@ LinearCost attention_core(const Ctx& x) {
     // Context parallelism (ring attention, load-balanced causal split): each rank does 1/cp of the
     // work as kernels over blocks of s/cp queries and keys, at the table's rate for that length:
     // cp x the time of one s/cp attention (FLOPs scale with the length squared), 2cp - 1 launches.
+    // The stack's kernel where this GPU has a table for it, else the calibrated one (the CLI notes it).
     const double cp = x.s.cp, launches = 2 * cp - 1;
-    out.fwd = {cp * x.c.ops.attention_fwd(s / cp, d, batch_heads), launches * x.sw.attention_kernels_fwd};
-    out.bwd = {cp * x.c.ops.attention_bwd(s / cp, d, batch_heads), launches * x.sw.attention_kernels_bwd};
+    const int kernel = x.c.ops.attention_kernel(x.sw.attention_kernel);
+    out.fwd = {cp * x.c.ops.attention_fwd(s / cp, d, batch_heads, kernel), launches * x.sw.attention_kernels_fwd};
+    out.bwd = {cp * x.c.ops.attention_bwd(s / cp, d, batch_heads, kernel), launches * x.sw.attention_kernels_bwd};
     if (x.s.cp > 1) {
       // Each of the cp ring steps merges its partial output into the running one by the log-sum-exp
       // rescaling (forward, over the q-sized output) and adds its partial dQ, dK, dV into the

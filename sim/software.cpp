@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
@@ -67,6 +68,12 @@ Software parse_software(const json& j, const std::string& file) {
     JsonObject a = o.object("attention");
     s.attention_kernels_fwd = static_cast<int>(a.integer("kernels_fwd", 1, 1000));
     s.attention_kernels_bwd = static_cast<int>(a.integer("kernels_bwd", 1, 1000));
+    s.attention_kernel = a.string("kernel");
+    if (s.attention_kernel.empty() || s.attention_kernel.size() > 64 ||
+        !std::all_of(s.attention_kernel.begin(), s.attention_kernel.end(),
+                     [](unsigned char ch) { return std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.'; })) {
+      throw a.error("kernel", "must be a kernel name of 1-64 letters, digits, '-', '_' or '.' (\"calibrated\": the cluster's measured attention table)");
+    }
     a.finish();
   }
   {

@@ -102,6 +102,9 @@ struct Software {
   int gemm_kernels = 1;         // kernels per GEMM call (bias epilogue, casts)
   int vocab_multiple = 1;       // vocabulary padded to a multiple of this x tp (Megatron: 128)
   int attention_kernels_fwd = 1, attention_kernels_bwd = 1;
+  // Which attention kernel the stack runs: "calibrated" (the kernel of the cluster's measured
+  // "ops.attention" table) or a name in the cluster's "ops.attention_kernels" (e.g. "flash2").
+  std::string attention_kernel = "calibrated";
   double fp8_quantize_passes = 0;  // fp8: add-kernel passes over each GEMM input to quantize it
   double fp8_bwd_gemm_slowdown = 1;  // fp8: dgrad and wgrad time over the fast-accumulation GEMM's
                                      // (split accumulation in higher precision, as Transformer Engine runs them)

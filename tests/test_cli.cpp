@@ -171,6 +171,22 @@ TEST(Cli, DropoutLeftOutByTheProfileIsNoted) {
   }
 }
 
+TEST(Cli, AttentionKernelWithoutATableIsNoted) {
+  // llm-foundry runs FlashAttention-2: dgx-h100 has its published rates, dgx-a100-80g no table for
+  // it, so there the calibrated table costs it and each command says so (one line on stderr).
+  const std::string plan = " --model llama3-8b --gpus 8 --global-batch 8 --software llm-foundry 2>&1 >/dev/null";
+  const std::string note = "software profile llm-foundry runs attention kernel flash2, which cluster dgx-a100-80g has no table for";
+  for (const std::string cmd : {"predict --zero 3 --recompute full", "simulate --zero 3 --recompute full", "search"}) {
+    auto quiet = trainplan::testing::run_shell(std::string(TRAINPLAN_BINARY) + " " + cmd + " --cluster dgx-h100" + plan);
+    EXPECT_EQ(quiet.code, 0) << cmd << ": " << quiet.output;
+    EXPECT_EQ(quiet.output, "") << cmd << " on dgx-h100";
+    auto noted = trainplan::testing::run_shell(std::string(TRAINPLAN_BINARY) + " " + cmd + " --cluster dgx-a100-80g" + plan);
+    EXPECT_EQ(noted.code, 0) << cmd << ": " << noted.output;
+    EXPECT_NE(noted.output.find(note), std::string::npos) << cmd << ": " << noted.output;
+    EXPECT_EQ(std::count(noted.output.begin(), noted.output.end(), '\n'), 1) << cmd << ": " << noted.output;
+  }
+}
+
 TEST(Cli, InfeasiblePlanExitsThreeWithReason) {
   auto r = run_merged("predict --model gpt3-175b --cluster dgx-a100-80g --gpus 8 --tp 8 --global-batch 8");
   EXPECT_EQ(r.code, 3);

@@ -10,7 +10,7 @@
 // for every case (measured: -1.5% to +1.0%).
 //
 // The sweep: ZeRO 0-3 x the three schedules x DP > 1 (with and without pipeline stages, with
-// tensor parallelism) x the three shipped software profiles, on two models and two clusters.
+// tensor parallelism) x the four shipped software profiles, on two models and two clusters.
 // Then search's top-K under the analytic engine must keep its order under the simulator.
 #include <gtest/gtest.h>
 
@@ -63,7 +63,7 @@ TEST(EngineAgreement, ZeroStagesSchedulesAndProfilesWithinTwoPercent) {
       {"llama3-8b", "dgx-a100-80g", 32, 256, 1, 8, 4}, // 8 stages over 4 nodes, large transfers
       {"llama3-70b", "dgx-h100", 128, 256, 8, 4, 1},   // large model, TP over NVLink
   };
-  const std::vector<const char*> profiles{"megatron-core", "pytorch-eager", "trainplan-exec"};
+  const std::vector<const char*> profiles{"megatron-core", "pytorch-eager", "trainplan-exec", "llm-foundry"};
   int compared = 0;
   for (const Plan& p : plans) {
     const ModelSpec m = load_model(p.model, TRAINPLAN_SOURCE_DIR);
@@ -91,7 +91,7 @@ TEST(EngineAgreement, ZeroStagesSchedulesAndProfilesWithinTwoPercent) {
       }
     }
   }
-  EXPECT_EQ(compared, 3 * 4 * (1 + 4 * 3));
+  EXPECT_EQ(compared, 4 * 4 * (1 + 4 * 3));
 }
 
 // Search ranks with the analytic engine; the simulator must not reorder its short list. Two

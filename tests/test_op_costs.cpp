@@ -97,6 +97,46 @@ TEST(OpCosts, AttentionByRateScaledWithBatchHeads) {
   EXPECT_DOUBLE_EQ(causal_attention_fwd_flops(1024, 64, 10), 2.0 * 1024 * 1024 * 64 * 10);
 }
 
+TEST(OpCosts, OtherAttentionKernelsHaveTheirOwnTables) {
+  // A second kernel at half the calibrated rate: its lookups take twice the time; the calibrated
+  // table (index -1, and any name the GPU has no table for) is unchanged.
+  json j = two_point_ops();
+  j["attention_kernels"]["slow"] = {
+      {"source", "test"},
+      {"points", json::array({json{{"seq", 1024}, {"head_dim", 64}, {"batch_heads", 10}, {"fwd_us", 20}, {"fwd_bwd_us", 70}}})}};
+  const OpCostTables t = tables(j);
+  ASSERT_EQ(t.attention_kernel("slow"), 0);
+  EXPECT_EQ(t.attention_kernel("calibrated"), -1);
+  EXPECT_EQ(t.attention_kernel("flash3"), -1);
+  EXPECT_TRUE(t.has_attention_kernel("slow"));
+  EXPECT_TRUE(t.has_attention_kernel("calibrated"));
+  EXPECT_FALSE(t.has_attention_kernel("flash3"));
+  EXPECT_NEAR(t.attention_fwd(1024, 64, 10, 0), 20e-6, 1e-12);
+  EXPECT_NEAR(t.attention_bwd(1024, 64, 10, 0), 50e-6, 1e-12);
+  EXPECT_NEAR(t.attention_fwd(1024, 64, 10), 10e-6, 1e-12);
+  EXPECT_NEAR(t.attention_fwd(4096, 64, 10, 0), 16 * 20e-6, 1e-12);  // one point: its rate held
+  // Checked like every table: the name "calibrated" belongs to "attention", points need a source.
+  j["attention_kernels"]["calibrated"] = j["attention_kernels"]["slow"];
+  const std::string taken = input_error([&] { tables(j); });
+  EXPECT_EQ(taken.rfind("t.json: ops.attention_kernels.calibrated = ", 0), 0u) << taken;
+  EXPECT_NE(taken.find(", names the \"attention\" table; give this kernel another name"), std::string::npos) << taken;
+  j["attention_kernels"].erase("calibrated");
+  j["attention_kernels"]["slow"].erase("source");
+  EXPECT_EQ(input_error([&] { tables(j); }), "t.json: ops.attention_kernels.slow.source is missing (required key)");
+}
+
+TEST(OpCosts, ShippedH100CarriesPublishedFlashAttention2Rates) {
+  // dgx-h100.json's "flash2" is FlashAttention-2's published H100 rates (published_attention.py):
+  // causal forward at head dim 128, seq 8192: 333 TFLOP/s, against the calibrated SDPA's 595.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const int fa2 = c.ops.attention_kernel("flash2");
+  ASSERT_GE(fa2, 0);
+  const double flops = causal_attention_fwd_flops(8192, 128, 32);
+  EXPECT_NEAR(flops / c.ops.attention_fwd(8192, 128, 32, fa2) / 1e12, 333, 0.5);
+  EXPECT_NEAR(2.5 * flops / c.ops.attention_bwd(8192, 128, 32, fa2) / 1e12, 318, 0.5);
+  EXPECT_GT(c.ops.attention_fwd(8192, 128, 32, fa2), 1.7 * c.ops.attention_fwd(8192, 128, 32));
+}
+
 TEST(OpCosts, MemoryBoundByBandwidthInterpolatedInLogBytes) {
   const OpCostTables t = tables(two_point_ops());
   // add: 1e6 B in 10 us (1e11 B/s), 1e8 B in 100 us (1e12 B/s); 1e7 B is half-way: 10^11.5 B/s.

@@ -7,6 +7,9 @@
 #include <filesystem>
 
 #include "sim/json_reader.hpp"
+#include "sim/layer_graph.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/predict.hpp"
 #include "test_helpers.hpp"
 
 namespace trainplan {
@@ -17,8 +20,9 @@ using testing::input_error;
 namespace fs = std::filesystem;
 const fs::path kSource = TRAINPLAN_SOURCE_DIR;
 
-TEST(Software, TheThreeShippedProfilesLoad) {
-  EXPECT_EQ(builtin_software(kSource), (std::vector<std::string>{"megatron-core", "pytorch-eager", "trainplan-exec"}));
+TEST(Software, TheShippedProfilesLoad) {
+  EXPECT_EQ(builtin_software(kSource),
+            (std::vector<std::string>{"llm-foundry", "megatron-core", "pytorch-eager", "trainplan-exec"}));
   for (const auto& name : builtin_software(kSource)) {
     SCOPED_TRACE(name);
     const Software s = load_software(name, kSource);
@@ -48,6 +52,26 @@ TEST(Software, ExecProfileDescribesWhatExecLaunches) {
   EXPECT_EQ(m.mem.optimizer.kernel, MemKernel::adamw_fused);
 }
 
+TEST(Software, LlmFoundryIsPytorchEagerWithFlashAttention2) {
+  // The llm-foundry profile differs from pytorch-eager only in its attention kernel: on H100 its
+  // attention takes FlashAttention-2's published time, so a long-sequence step is slower; on A100,
+  // which has no FlashAttention-2 table (the calibrated table stands for it), the two agree.
+  const Software eager = load_software("pytorch-eager", kSource), foundry = load_software("llm-foundry", kSource);
+  EXPECT_EQ(eager.attention_kernel, "calibrated");
+  EXPECT_EQ(foundry.attention_kernel, "flash2");
+  const ModelSpec m = load_model("llama3-8b", kSource);
+  const LayerGraph g(m, 16384);
+  Strategy s;
+  s.dp = 8;
+  s.global_batch = 8;
+  s.seq_len = 16384;
+  s.recompute = Recompute::full;
+  s.zero = 3;
+  const Cluster h100 = testing::builtin_cluster("dgx-h100"), a100 = testing::builtin_cluster("dgx-a100-80g");
+  EXPECT_GT(predict(g, h100, foundry, s).time.step, 1.1 * predict(g, h100, eager, s).time.step);
+  EXPECT_DOUBLE_EQ(predict(g, a100, foundry, s).time.step, predict(g, a100, eager, s).time.step);
+}
+
 TEST(Software, BadProfilesNameTheField) {
   const fs::path p = kSource / "software" / "megatron-core.json";
   json j = read_json_file(p);
@@ -73,8 +97,13 @@ TEST(Software, BadProfilesNameTheField) {
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
             "s.json: schema = \"trainplan/software/v0\", must be \"trainplan/software/v1\"");
   EXPECT_EQ(input_error([&] { load_software("tensorflow", kSource); }),
-            "--software tensorflow: not a built-in software profile (one of: megatron-core, pytorch-eager, "
+            "--software tensorflow: not a built-in software profile (one of: llm-foundry, megatron-core, pytorch-eager, "
             "trainplan-exec) and not a file");
+  j = read_json_file(p);
+  j["attention"]["kernel"] = "flash 2";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: attention.kernel = \"flash 2\", must be a kernel name of 1-64 letters, digits, '-', '_' or '.' "
+            "(\"calibrated\": the cluster's measured attention table)");
 }
 
 }  // namespace
