@@ -95,9 +95,11 @@ std::vector<Row> pytorch_rows(const std::string& ref, const char* software) {
 // are checked against a wider bound so that they cannot get worse unnoticed; the target
 // (every row within tolerance) is NOT met for them.
 const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
-    {"llama-1b mb2 gb32", {0.20, "M = 4096 tokens: log-space interpolation between the M = 2048 and 8192 rows "
-                                 "underrates GEMMs there (ops_bench.py's M = 2048 figures include the launch "
-                                 "latency of a call timed from an idle GPU)"}},
+    {"llama-1b mb2 gb32", {0.20, "the fixed cost per micro-batch is predicted 24 ms against 17 measured, the cost "
+                                 "per sequence within 6% (LlamaEagerMissIsInTheFixedCostPerMicroBatch): at M = "
+                                 "4096 tokens the GEMM and memory-bound rates interpolate toward the smallest "
+                                 "measured shapes (M = 2048 GEMMs, 34 MB kernels), whose single-call timings "
+                                 "include the launch latency of a call from an idle GPU"}},
     {"gpt2-medium mb8 gb64 compile", {0.22, "torch.compile fuses the norms and residual adds into neighbouring kernels and the "
                                             "loss into one online-softmax pass, further than Megatron-core"}},
 };
@@ -143,6 +145,43 @@ TEST(ValidationH100, TrainplanExecStepWithinTenPercent) { check_steps(exec_rows(
 
 TEST(ValidationH100, PytorchEagerStepWithinTenPercent) {
   check_steps(pytorch_rows("pytorch-eager", "pytorch-eager"), 0.10, 9);
+}
+
+// Where the llama-1b eager miss sits. The three eager rows share a global batch (32) and differ in
+// micro-batch b (2, 4, 8), so each step is n = 32/b micro-batches plus one optimizer step, and the
+// time of one micro-batch splits by least squares into a cost per sequence v (what grows with b:
+// GEMMs, attention and activation kernels at training sizes) and a fixed cost F per micro-batch
+// (per-parameter work repeated for every micro-batch, gradient accumulation, weight casts, the
+// dense embedding gradient, plus whatever the kernel rates lose at the smallest b). The predicted
+// optimizer time is taken off both. Asserted: v within 10% of the measured one, so the miss is not
+// in the costs at training sizes; printed: F, which holds it.
+TEST(ValidationH100, LlamaEagerMissIsInTheFixedCostPerMicroBatch) {
+  std::vector<Row> llama;
+  for (auto& r : pytorch_rows("pytorch-eager", "pytorch-eager")) {
+    if (r.what.rfind("llama-1b", 0) == 0) llama.push_back(std::move(r));
+  }
+  ASSERT_EQ(llama.size(), 3u);
+  // Least-squares line t = F + v b through (b, time of one micro-batch).
+  const auto fit = [&llama](bool measured) {
+    double sb = 0, st = 0, sbb = 0, sbt = 0;
+    for (const auto& r : llama) {
+      const double b = r.estimate.strategy.micro_batch;
+      const double n = static_cast<double>(r.estimate.strategy.global_batch) / b;
+      const double step = measured ? r.measured_step : r.estimate.time.step;
+      const double t = (step - r.estimate.time.optimizer) / n;
+      sb += b, st += t, sbb += b * b, sbt += b * t;
+    }
+    const double k = static_cast<double>(llama.size());
+    const double v = (k * sbt - sb * st) / (k * sbb - sb * sb);
+    return std::pair<double, double>{(st - v * sb) / k, v};
+  };
+  const auto [f_meas, v_meas] = fit(true);
+  const auto [f_pred, v_pred] = fit(false);
+  std::printf("llama-1b eager, one micro-batch = F + v x b:  v predicted %.2f ms, measured %.2f ms (%+.1f%%);  "
+              "F predicted %.2f ms, measured %.2f ms\n",
+              1e3 * v_pred, 1e3 * v_meas, 100 * (v_pred / v_meas - 1), 1e3 * f_pred, 1e3 * f_meas);
+  EXPECT_LT(std::abs(v_pred / v_meas - 1), 0.10);
+  EXPECT_GT(f_meas, 0);
 }
 
 TEST(ValidationH100, CompiledStepWithinFifteenPercentWithMegatronCoreProfile) {
