@@ -20,12 +20,16 @@
 #              -> OUT/pytorch_steps.jsonl
 #   sustained  three bf16 GEMMs timed as isolated calls (idle GPU, as ops_bench.py) and back to back
 #              for 60 s each (tests/gpu/sustained_gemm.py), about 4 minutes -> OUT/sustained.json
+#   profile    one training step of the llama-1b eager rows (micro-batch 2, 4, 8) and gpt2-medium
+#              compiled under torch.profiler (tests/gpu/step_profile.py): kernel time, GPU idle time
+#              and in-step GEMM time per shape, the figures the validation's fixed-cost split
+#              (LlamaEagerMissIsInTheFixedCostPerMicroBatch) needs, about 2 minutes -> OUT/step_profile.json
 # Throughout, nvidia-smi samples SM clock, power, temperature and throttle reasons every 200 ms into
 # OUT/clocks.csv, to check whether sustained work runs at lower clocks than the short op timings
 # (the hypothesis the issue-14 note gives for single-GPU and published runs disagreeing).
 set -uo pipefail
-trainplan=${1:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch|sustained ...]}
-out=${2:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch|sustained ...]}
+trainplan=${1:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch|sustained|profile ...]}
+out=${2:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch|sustained|profile ...]}
 shift 2
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(calibrate exec bench)
@@ -107,8 +111,12 @@ ROWS
       step sustained 300 python3 "$root/tests/gpu/sustained_gemm.py" --out "$out/sustained.json" \
         > "$out/sustained.log" 2>&1
       ;;
+    profile)
+      step profile 240 python3 "$root/tests/gpu/step_profile.py" --out "$out/step_profile.json" \
+        > "$out/step_profile.log" 2>&1
+      ;;
     *)
-      echo "remeasure.sh: unknown phase '$phase' (calibrate, exec, bench, pytorch, sustained)" >&2
+      echo "remeasure.sh: unknown phase '$phase' (calibrate, exec, bench, pytorch, sustained, profile)" >&2
       exit 2
       ;;
   esac
