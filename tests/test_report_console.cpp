@@ -195,5 +195,22 @@ TEST(Cost, IsSearchsCostObjective) {
   EXPECT_TRUE(cost_to_json(e, free).is_null()) << "no price, no cost figure";
 }
 
+// MFU counts attention in full while causal flash attention computes half of it, so against a
+// peak that is itself a measured matmul rate (calibrate on a CPU) MFU can pass 100%: the console
+// says why rather than print the figure bare.
+TEST(PredictionConsole, ExplainsAnMfuAboveOneHundredPercent) {
+  const Plan p;
+  Estimate e = predict(p.graph, p.cluster, pipeline(2, 1, Recompute::none));
+  ASSERT_LT(e.throughput.mfu, 1);
+  std::ostringstream plain;
+  print_prediction(plain, e, "plan");
+  EXPECT_EQ(plain.str().find("above 100%"), std::string::npos);
+  e.throughput.mfu = e.throughput.hfu = 1.046;
+  std::ostringstream high;
+  print_prediction(high, e, "plan");
+  EXPECT_NE(high.str().find("MFU 104.6%"), std::string::npos);
+  EXPECT_NE(high.str().find("above 100%: model and hardware FLOPs count attention in full"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainplan
