@@ -144,7 +144,9 @@ std::filesystem::path software_file(const std::string& name_or_path, const std::
   const bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";
   if (looks_like_path) return path;
   path = data_dir / "software" / (name_or_path + ".json");
-  if (!std::filesystem::exists(path)) {
+  // error_code overload: a name too long for the file system is "not found", not a crash.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
     throw InputError(fmt::format("{} {}: not a built-in software profile (one of: {}) and not a file", flag,
                                  name_or_path, fmt::join(builtin_software(data_dir), ", ")));
   }
