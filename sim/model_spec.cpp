@@ -77,39 +77,41 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   JsonObject o(j, file);
   const std::string type = o.string("model_type");
   ModelSpec m;
-  auto int_of = [&](const char* key) { return static_cast<int>(o.integer(key, 1, 1 << 24)); };
+  // The bounds of a trainplan model file's keys (parse_model): 2^24 layers took minutes to lay out.
+  enum Bound { kLayers = 100000, kHidden = 1 << 20, kHeads = 1 << 16, kFfn = 1 << 22, kVocab = 1 << 24, kSeq = 1 << 24 };
+  auto int_of = [&](const char* key, Bound hi) { return static_cast<int>(o.integer(key, 1, hi)); };
   if (type == "llama" || type == "mistral" || type == "qwen2") {
-    m.layers = int_of("num_hidden_layers");
-    m.hidden = int_of("hidden_size");
-    m.heads = int_of("num_attention_heads");
-    m.kv_heads = o.has("num_key_value_heads") ? int_of("num_key_value_heads") : m.heads;
-    m.ffn_hidden = int_of("intermediate_size");
-    m.vocab = int_of("vocab_size");
-    m.seq_len = int_of("max_position_embeddings");
+    m.layers = int_of("num_hidden_layers", kLayers);
+    m.hidden = int_of("hidden_size", kHidden);
+    m.heads = int_of("num_attention_heads", kHeads);
+    m.kv_heads = o.has("num_key_value_heads") ? int_of("num_key_value_heads", kHeads) : m.heads;
+    m.ffn_hidden = int_of("intermediate_size", kFfn);
+    m.vocab = int_of("vocab_size", kVocab);
+    m.seq_len = int_of("max_position_embeddings", kSeq);
     m.activation = Activation::swiglu;
     m.norm = Norm::rmsnorm;
     m.position = Position::rope;
     m.tied_embeddings = o.has("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
   } else if (type == "gpt2") {
-    m.layers = int_of("n_layer");
-    m.hidden = int_of("n_embd");
-    m.heads = int_of("n_head");
+    m.layers = int_of("n_layer", kLayers);
+    m.hidden = int_of("n_embd", kHidden);
+    m.heads = int_of("n_head", kHeads);
     m.kv_heads = m.heads;
-    m.ffn_hidden = o.has("n_inner") ? int_of("n_inner") : 4 * m.hidden;
-    m.vocab = int_of("vocab_size");
-    m.seq_len = int_of("n_positions");
+    m.ffn_hidden = o.has("n_inner") ? int_of("n_inner", kFfn) : 4 * m.hidden;
+    m.vocab = int_of("vocab_size", kVocab);
+    m.seq_len = int_of("n_positions", kSeq);
     m.activation = Activation::gelu;
     m.norm = Norm::layernorm;
     m.position = Position::learned;
     m.tied_embeddings = true;  // GPT-2 always ties the LM head to the token embedding
   } else if (type == "gpt_neox") {
-    m.layers = int_of("num_hidden_layers");
-    m.hidden = int_of("hidden_size");
-    m.heads = int_of("num_attention_heads");
+    m.layers = int_of("num_hidden_layers", kLayers);
+    m.hidden = int_of("hidden_size", kHidden);
+    m.heads = int_of("num_attention_heads", kHeads);
     m.kv_heads = m.heads;
-    m.ffn_hidden = int_of("intermediate_size");
-    m.vocab = int_of("vocab_size");
-    m.seq_len = int_of("max_position_embeddings");
+    m.ffn_hidden = int_of("intermediate_size", kFfn);
+    m.vocab = int_of("vocab_size", kVocab);
+    m.seq_len = int_of("max_position_embeddings", kSeq);
     m.activation = Activation::gelu;
     m.norm = Norm::layernorm;
     m.position = Position::rope;
@@ -121,9 +123,12 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   m.explicit_head_dim = read_head_dim(o);
   // Dropout: the largest of the config's dropout probabilities (absent or null: none).
   for (const char* key : {"attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"}) {
-    if (o.has(key)) m.dropout = std::max(m.dropout, o.number(key, 0, 1));
+    if (!o.has(key)) continue;
+    const double p = o.number(key, 0, 1);
+    // Named by its own key: the config has no "dropout" key to point at.
+    if (p >= 1) throw o.error(key, "must be below 1 (a probability of dropping an element)");
+    m.dropout = std::max(m.dropout, p);
   }
-  if (m.dropout >= 1) throw o.error("dropout", "probabilities must be below 1");
   m.seq_len_key = type == "gpt2" ? "n_positions" : "max_position_embeddings";
   // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
   // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
