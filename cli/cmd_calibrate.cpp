@@ -18,6 +18,7 @@
 #include "sim/json_reader.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/model_spec.hpp"
+#include "sim/op_costs.hpp"
 #include "sim/software.hpp"
 
 namespace trainplan::cli {
@@ -246,6 +247,22 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
     if (std::find(o.attention_head_dims.begin(), o.attention_head_dims.end(), model.head_dim()) ==
         o.attention_head_dims.end()) {
       o.attention_head_dims.push_back(model.head_dim());
+    }
+  }
+  {
+    // The written topology's gemm table must load (op_costs.hpp kMaxOpTableWork): refused now,
+    // not after the minutes of measuring it.
+    std::vector<std::array<double, 3>> shapes;
+    for (const auto* list : {&o.gemm_shapes, &o.model_shapes})
+      for (const auto& sh : *list) shapes.push_back({double(sh.m), double(sh.n), double(sh.k)});
+    std::sort(shapes.begin(), shapes.end());
+    shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
+    const double work = op_table_work(shapes);
+    if (work > kMaxOpTableWork) {
+      throw InputError(fmt::format("--sizes/--shapes/--model/--tokens/--tp-sizes: {} matmul shapes whose distinct sizes "
+                                   "make an interpolation grid of nodes x points = {:.3g}, more than the {:.3g} a "
+                                   "topology's gemm table may have; measure fewer shapes",
+                                   shapes.size(), work, kMaxOpTableWork));
     }
   }
   for (double t : number_list(f, "attn-seqs", 1, 1 << 20)) o.attention_seqs.push_back(static_cast<int>(t));

@@ -44,6 +44,19 @@ constexpr double kTraffic[kMemKernels][2] = {{2, 3}, {2, 3}, {2, 3}, {1.5, 2.5},
 
 double log2v(double x) { return std::log2(std::max(x, 1e-300)); }
 
+// Refuses a table too large to interpolate (kMaxOpTableWork), naming its key.
+template <std::size_t D>
+void check_table_size(const JsonObject& parent, const std::string& key, const std::vector<std::array<double, D>>& points) {
+  const double work = op_table_work(points);
+  if (work > kMaxOpTableWork) {
+    throw parent.error(key, fmt::format("holds {} points whose distinct coordinates make an interpolation grid of {:.3g} "
+                                        "nodes; nodes x points ({:.3g}) must be at most {:.3g} (measure fewer shapes, "
+                                        "or shapes that share their sizes)",
+                                        points.size(), work / static_cast<double>(points.size()), work,
+                                        kMaxOpTableWork));
+  }
+}
+
 }  // namespace
 
 const char* to_string(MemKernel k) { return kMemNames[static_cast<int>(k)]; }
@@ -290,6 +303,7 @@ OpCostTables parse_op_costs(const JsonObject& o) {
   // Shapes are at least 1 element and measured times at least 1 ns: a positive 1e-300 would pass
   // "> 0" yet make the interpolated rate, and so every step figure, overflow.
   auto time_us = [](const JsonObject& p, const char* key) { return p.number(key, 1e-3, 1e12) * kMicro; };
+  std::vector<std::array<double, 3>> gemm_shapes;
   for (const auto& p : o.objects("gemm", 1)) {
     GemmMeasure g;
     g.m = p.number("m", 1, 1e9);
@@ -300,7 +314,9 @@ OpCostTables parse_op_costs(const JsonObject& o) {
     g.wgrad = time_us(p, "wgrad_us");
     p.finish();
     t.gemm.push_back(g);
+    gemm_shapes.push_back({g.m, g.n, g.k});
   }
+  check_table_size(o, "gemm", gemm_shapes);
   auto attention_points = [&](const JsonObject& parent, const char* key) {
     std::vector<AttentionMeasure> points;
     for (const auto& p : parent.objects(key, 1)) {
@@ -314,6 +330,9 @@ OpCostTables parse_op_costs(const JsonObject& o) {
       p.finish();
       points.push_back(a);
     }
+    std::vector<std::array<double, 2>> shapes;
+    for (const auto& a : points) shapes.push_back({a.seq, a.head_dim});
+    check_table_size(parent, key, shapes);
     return points;
   };
   t.attention = attention_points(o, "attention");
@@ -328,6 +347,18 @@ OpCostTables parse_op_costs(const JsonObject& o) {
       k.finish();
     }
     kernels.finish();
+    // Each table is bounded above; so is their sum (thousands of bounded kernels ran as long).
+    double work = 0;
+    for (const auto& kernel : t.attention_kernels) {
+      std::vector<std::array<double, 2>> shapes;
+      for (const auto& a : kernel.points) shapes.push_back({a.seq, a.head_dim});
+      work += op_table_work(shapes);
+    }
+    if (work > kMaxOpTableWork) {
+      throw o.error("attention_kernels", fmt::format("{} kernels whose interpolation grids need nodes x points = {:.3g} in "
+                                                     "all, must be at most {:.3g}",
+                                                     t.attention_kernels.size(), work, kMaxOpTableWork));
+    }
   }
   {
     JsonObject mb = o.object("memory_bound");
@@ -346,6 +377,9 @@ OpCostTables parse_op_costs(const JsonObject& o) {
         p.finish();
         t.memory[k].push_back(m);
       }
+      std::vector<std::array<double, 1>> sizes;
+      for (const auto& m : t.memory[k]) sizes.push_back({m.bytes});
+      check_table_size(mb, name, sizes);
     }
     mb.finish();
   }

@@ -18,6 +18,7 @@
 //
 // Units: files store microseconds and bytes; everything here is seconds, bytes, FLOPs.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
@@ -127,5 +128,24 @@ Flops causal_attention_fwd_flops(double seq, double head_dim, double batch_heads
 
 // Reads the "ops" object (exact keys; see op_costs.cpp for the format) and prepares the grids.
 OpCostTables parse_op_costs(const JsonObject& o);
+
+// A measured table's interpolation grid has a node for every combination of its points' distinct
+// coordinates, and building it weighs every point at every node: nodes x points. A table of 400
+// scattered GEMM shapes (a 40 KB file) made 6.4e7 nodes and ran for minutes, so a table whose
+// nodes x points exceeds this is refused (the built-in tables are near 2e4).
+inline constexpr double kMaxOpTableWork = 1 << 26;
+
+// nodes x points of a table whose points have these coordinates (one array per point).
+template <std::size_t D>
+double op_table_work(const std::vector<std::array<double, D>>& points) {
+  double nodes = 1;
+  for (std::size_t d = 0; d < D; ++d) {
+    std::vector<double> axis;
+    for (const auto& p : points) axis.push_back(p[d]);
+    std::sort(axis.begin(), axis.end());
+    nodes *= static_cast<double>(std::unique(axis.begin(), axis.end()) - axis.begin());
+  }
+  return nodes * static_cast<double>(points.size());
+}
 
 }  // namespace trainplan
