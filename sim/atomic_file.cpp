@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -17,6 +18,9 @@ namespace trainplan {
 namespace fs = std::filesystem;
 
 namespace {
+
+// What write_file_atomically adds to the file's name for its temporary: "." and ".tmp-XXXXXX".
+constexpr std::size_t kTemporaryExtra = 12;
 
 fs::path folder_of(const fs::path& path) {
   const fs::path parent = path.parent_path();
@@ -41,6 +45,20 @@ void check_output_path(const fs::path& path, std::string_view what) {
   }
   if (::access(folder.c_str(), W_OK | X_OK) != 0) {
     throw InputError(fmt::format("{}: cannot write: folder {} is not writable", what, folder.string()));
+  }
+  // The temporary beside it (.NAME.tmp-XXXXXX) must be a legal name too: a name that fits but whose
+  // temporary does not was refused only when written, after the work and the other outputs.
+  const long name_max = ::pathconf(folder.c_str(), _PC_NAME_MAX);
+  const std::size_t limit = name_max > 0 ? static_cast<std::size_t>(name_max) : 255;
+  const std::size_t leaf_bytes = leaf.string().size();
+  if (leaf_bytes + kTemporaryExtra > limit) {
+    throw InputError(fmt::format("{}: cannot write: the file name is {} bytes, at most {} fit here (the folder's limit "
+                                 "of {} less {} for the temporary .NAME.tmp-XXXXXX it is written through)",
+                                 what, leaf_bytes, limit - kTemporaryExtra, limit, kTemporaryExtra));
+  }
+  if ((folder / leaf).string().size() + kTemporaryExtra >= PATH_MAX) {
+    throw InputError(fmt::format("{}: cannot write: the path is longer than the {} bytes a path may have", what,
+                                 PATH_MAX - kTemporaryExtra - 1));
   }
 }
 

@@ -9,7 +9,7 @@ namespace trainplan {
 
 // Throws InputError naming `what` (e.g. "--json out.json") when `path` cannot be an output file:
 // it names a folder (a directory, or a path ending in "/", "." or ".."), or its folder is missing
-// or not writable. Creates and changes nothing, so a
+// or not writable, or its name (or its temporary's, see below) is too long. Creates and changes nothing, so a
 // command can check every output before it starts work.
 void check_output_path(const std::filesystem::path& path, std::string_view what);
 
