@@ -33,7 +33,8 @@ PredictionFile plan_prediction(const std::string& path) {
     return prediction_from_json(j["top"][0], path + ": top[0]");
   }
   if (schema != "trainplan/prediction/v1") {
-    throw InputError(fmt::format("{}: schema = \"{}\", must be trainplan/prediction/v1 or trainplan/search/v1", path, schema));
+    // JsonObject::error shows the value cut to 80 characters.
+    throw JsonObject(j, path).error("schema", "must be trainplan/prediction/v1 or trainplan/search/v1");
   }
   return prediction_from_json(j, path);
 }
@@ -150,7 +151,8 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   }
 
   // DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
-  const long long model_parallel = static_cast<long long>(s.tp) * s.pp * s.cp;  // each <= 2^16: no overflow
+  // At most 2^56: a flag's size is at most 2^16 and a plan's dp x tp x pp x cp at most 2^24.
+  const long long model_parallel = static_cast<long long>(s.tp) * s.pp * s.cp;
   auto gpus = f.get_optional_int("gpus", 1, 1 << 24);
   auto dp = f.get_optional_int("dp", 1, 1 << 24);
   if (dp) s.dp = static_cast<int>(*dp);
@@ -160,15 +162,21 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
                                    s.cp, model_parallel));
     }
     if (!dp) s.dp = static_cast<int>(*gpus / model_parallel);
-    if (s.gpus() != *gpus) {
+    // In 64 bits: --dp 2^24 times tp x pp x cp = 2^24 overflowed s.gpus()'s int.
+    const long long product = static_cast<long long>(s.dp) * model_parallel;
+    if (product != *gpus) {
       throw InputError(fmt::format("--gpus {}: must equal dp x tp x pp x cp ({} x {} x {} x {} = {})", *gpus, s.dp,
-                                   s.tp, s.pp, s.cp, s.gpus()));
+                                   s.tp, s.pp, s.cp, product));
     }
   } else if (!dp && !have_plan) {
     throw InputError(fmt::format("--gpus: required for 'trainplan {}' (or give --dp)", f.command()));
   }
-  if (auto bad = validate(s, in.model)) throw InputError(*bad);
-  if (auto bad = validate_on(s, in.cluster)) throw InputError(*bad);
+  // A layout read from --plan names the plan file: its sizes were never given as flags.
+  auto refuse = [&](const std::string& why) {
+    return have_plan ? InputError(fmt::format("--plan {}: {}", *plan, why)) : InputError(why);
+  };
+  if (auto bad = validate(s, in.model)) throw refuse(*bad);
+  if (auto bad = validate_on(s, in.cluster)) throw refuse(*bad);
   in.strategy = s;
   return in;
 }

@@ -137,10 +137,12 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   if (s.micro_batch < 1) return bad("--micro-batch", s.micro_batch, "must be >= 1");
   if (s.global_batch < 1) return bad("--global-batch", s.global_batch, "must be >= 1");
   if (s.seq_len < 1) return bad("--seq", s.seq_len, "must be >= 1");
-  // Products in 64 bits before anything divides by them (dp x micro-batch wrapping to 0 was an FPE).
-  const long long gpus = static_cast<long long>(s.dp) * s.tp * s.pp * s.cp;
+  // Products in 64 bits before anything divides by them (dp x micro-batch wrapping to 0 was an FPE),
+  // stopped once past the bound: four factors of up to 2^24 (a --plan file's) overflow 64 bits too.
+  long long gpus = s.dp;
+  for (long long factor : {s.tp, s.pp, s.cp}) gpus = gpus > kMaxGpus ? gpus : gpus * factor;
   if (gpus > kMaxGpus) {
-    return bad("--gpus", gpus, fmt::format("dp x tp x pp x cp ({} x {} x {} x {}) must be at most {}", s.dp, s.tp, s.pp,
+    return bad("--gpus", fmt::format("{:.0f}", static_cast<double>(s.dp) * s.tp * s.pp * s.cp), fmt::format("dp x tp x pp x cp ({} x {} x {} x {}) must be at most {}", s.dp, s.tp, s.pp,
                                            s.cp, kMaxGpus));
   }
   if (static_cast<long long>(s.global_batch) * s.seq_len > kMaxTokensPerStep) {
@@ -255,7 +257,25 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
   s.zero = static_cast<int>(o.integer("zero", 0, 3));
   s.micro_batch = i("micro_batch");
   s.global_batch = i("global_batch");
-  if (o.has("micro_batches")) o.integer("micro_batches", 1, 1 << 24);  // derived; checked for type only
+  // The products every reader forms (gpus(), micro_batches()) must be defined: four sizes of up to
+  // 2^24 overflowed int (and long long), and a batch not divisible by dp x micro_batch gave 0
+  // micro-batches. Each partial product is at most 2^24 x 2^24 here.
+  long long gpus = s.dp;
+  for (int factor : {s.tp, s.pp, s.cp}) {
+    gpus *= factor;
+    if (gpus > kMaxGpus) {
+      throw o.error("dp", fmt::format("dp x tp x pp x cp ({} x {} x {} x {}) must be at most {} GPUs", s.dp, s.tp, s.pp,
+                                      s.cp, kMaxGpus));
+    }
+  }
+  const long long replica_batch = static_cast<long long>(s.dp) * s.micro_batch;
+  if (s.global_batch % replica_batch != 0) {
+    throw o.error("global_batch", fmt::format("must be divisible by dp x micro_batch ({} x {})", s.dp, s.micro_batch));
+  }
+  if (o.has("micro_batches") && o.integer("micro_batches", 1, 1 << 24) != s.global_batch / replica_batch) {
+    throw o.error("micro_batches", fmt::format("must equal global_batch / (dp x micro_batch) = {} / ({} x {}) = {}",
+                                               s.global_batch, s.dp, s.micro_batch, s.global_batch / replica_batch));
+  }
   s.seq_len = i("seq_len");
   s.recompute = *parse_recompute(o.choice("recompute", {"none", "selective", "full"}));
   s.sequence_parallel = o.boolean("sequence_parallel");
