@@ -133,6 +133,13 @@ class StrictDomParser : public nlohmann::detail::json_sax_dom_parser<json> {
 }  // namespace
 
 json parse_json_text(const std::string& text, const std::string& file) {
+  // nlohmann's lexer takes a NUL byte for the end of the input, so "{...}\0garbage" was read as
+  // "{...}" without a word. JSON text never holds one (a string holds it escaped, \u0000).
+  if (const auto nul = text.find('\0'); nul != std::string::npos) {
+    throw InputError(fmt::format("{}: malformed JSON: a NUL byte at offset {} (JSON is text; is this a binary or "
+                                 "zero-filled file?)",
+                                 file, nul));
+  }
   json result;
   StrictDomParser builder(result, file);
   try {
