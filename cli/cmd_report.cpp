@@ -43,7 +43,8 @@ int cmd_report(const Args& args, const Context& ctx) {
     return 0;
   }
   const std::string out_path = f.require("html");
-  const std::string title = f.get_or("title", "trainplan report");
+  // Written into the page: no control characters (as calibrate's --name).
+  const std::string title = f.get_text("title", "trainplan report");
   const std::vector<std::string>& files = f.take_positionals();
   f.finish();
   if (files.empty()) throw InputError("expects at least one JSON file (see trainplan report --help)");

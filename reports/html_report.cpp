@@ -711,20 +711,23 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 std::string report_kind(const json& j, const std::string& file) {
   if (!j.is_object()) throw InputError(fmt::format("{}: must be a JSON object with a \"schema\"", file));
   auto it = j.find("schema");
-  if (it == j.end() || !it->is_string()) {
+  if (it == j.end()) {
     throw InputError(fmt::format("{}: schema is missing; trainplan report reads the JSON that trainplan predict, "
                                  "simulate, search, capacity, exec and compare write",
                                  file));
   }
+  // Through JsonObject::error, which shows the value cut to 80 characters (a schema of megabytes
+  // made an error line as long).
+  const JsonObject root(j, file);
+  if (!it->is_string()) throw root.error("schema", "must be a string such as \"trainplan/prediction/v1\"");
   const std::string s = it->get<std::string>();
   if (s == "trainplan/prediction/v1") return "prediction";
   if (s == "trainplan/search/v1") return "search";
   if (s == "trainplan/capacity/v1") return "capacity";
   if (s == "trainplan/measurement/v1") return "measurement";
   if (s == kComparisonSchema) return "comparison";
-  throw InputError(fmt::format("{}: schema = \"{}\", must be one of trainplan/prediction/v1, search/v1, capacity/v1, "
-                               "measurement/v1, comparison/v1",
-                               file, s));
+  throw root.error("schema", "must be one of trainplan/prediction/v1, search/v1, capacity/v1, measurement/v1, "
+                             "comparison/v1");
 }
 
 std::string html_report(const std::vector<ReportDocument>& docs, const std::string& title) {
