@@ -133,15 +133,26 @@ int cmd_capacity(const Args& args, const Context& ctx) {
     names = builtin_clusters(ctx.data_dir);
   }
   const bool every_builtin = !f.has("clusters");
+  std::vector<std::string> loaded_from;  // the --clusters item of each of req.clusters
   for (const auto& n : names) {
+    Cluster c;
     try {
-      Cluster c = load_cluster(n, ctx.data_dir);
-      // By default only GPU clusters that scale out: single hosts (cpu-local) are for exec runs.
-      if (every_builtin && c.network.empty()) continue;
-      req.clusters.push_back(std::move(c));
+      c = load_cluster(n, ctx.data_dir);
     } catch (const InputError& e) {
       throw InputError(fmt::format("--clusters: {}", e.what()));
     }
+    // By default only GPU clusters that scale out: single hosts (cpu-local) are for exec runs.
+    if (every_builtin && c.network.empty()) continue;
+    // Options, picks and the report's series are keyed by cluster name: the same cluster given
+    // twice (a name and its file) or two files of one name would be listed as one.
+    for (std::size_t k = 0; k < req.clusters.size(); ++k) {
+      if (req.clusters[k].name == c.name) {
+        const std::string given = every_builtin ? std::string("(every built-in cluster)") : *f.get("clusters");
+        throw InputError(fmt::format("--clusters {}: {} and {} are both cluster '{}'", given, loaded_from[k], n, c.name));
+      }
+    }
+    req.clusters.push_back(std::move(c));
+    loaded_from.push_back(n);
   }
   if (auto range = f.get("gpus-range")) std::tie(req.gpus_lo, req.gpus_hi) = parse_range(*range);
   const int seq = static_cast<int>(f.get_int("seq", model.seq_len, 1, 1 << 24));
