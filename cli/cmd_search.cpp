@@ -127,6 +127,17 @@ int cmd_search(const Args& args, const Context& ctx) {
   space.max_dp = static_cast<int>(f.get_int("max-dp", 0, 1, 1 << 24));
   space.max_vp = static_cast<int>(f.get_int("max-vp", space.max_vp, 1, 1 << 10));
   space.max_micro_batch = static_cast<int>(f.get_int("max-micro-batch", 0, 1, 1 << 24));
+  // Flags that leave no schedule possible are bad input (as --dp-algorithms ps --zero 3), not a
+  // search that found nothing: the interleaved schedule needs pp >= 2 and vp >= 2.
+  const bool only_interleaved = std::all_of(space.schedules.begin(), space.schedules.end(),
+                                            [](ScheduleKind k) { return k == ScheduleKind::interleaved; });
+  for (const auto& [flag, limit] : {std::pair{"max-pp", space.max_pp}, std::pair{"max-vp", space.max_vp}}) {
+    if (only_interleaved && limit < 2 && f.has(flag)) {
+      throw InputError(fmt::format("--schedules {} and --{} {}: the interleaved schedule needs pp >= 2 and vp >= 2; "
+                                   "allow more, or add 1f1b or gpipe to --schedules",
+                                   *f.get("schedules"), flag, limit));
+    }
+  }
 
   SearchOptions options;
   options.objective = *parse_objective(f.get_choice("objective", "throughput", {"throughput", "cost", "time"}));
