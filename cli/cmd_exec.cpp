@@ -300,6 +300,19 @@ int cmd_exec(const Args& given, const Context& ctx) {
   if (in.model.position == Position::alibi)
     throw InputError(fmt::format("--model {}: exec does not implement ALiBi positions", in.model.name));
   check_exec_supports(s);
+  // The test faults fire on one rank at one step: one outside the job never fires, so the run would
+  // pass a test that meant it to fail.
+  const int ranks = job_ranks(s);
+  for (const auto& [flag, rank] : {std::pair{"fault-kill-rank", o.faults.kill_rank}, std::pair{"fault-hang-rank", o.faults.hang_rank},
+                                   std::pair{"fault-nan-rank", o.faults.nan_rank}, std::pair{"fault-alloc-rank", o.faults.alloc_rank}}) {
+    if (rank >= ranks) {
+      throw InputError(fmt::format("--{} {}: not a rank of the job, which has {} (0..{})", flag, rank, describe_ranks(s), ranks - 1));
+    }
+  }
+  if (o.faults.step >= o.warmup + o.steps) {
+    throw InputError(fmt::format("--fault-step {}: the run has --warmup {} + --steps {} = {} steps, numbered from 0",
+                                 o.faults.step, o.warmup, o.steps, o.warmup + o.steps));
+  }
 
   // The profile that describes what exec launches, unless --software names another.
   in.software = read_software_flag(f, ctx.data_dir, "trainplan-exec");
