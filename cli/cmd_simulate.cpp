@@ -26,8 +26,8 @@ const char* kHelp = R"(usage: trainplan simulate --model M --cluster C --gpus N 
 Simulates one training step event by event: every pipeline stage of one data-parallel replica
 runs its pipeline schedule (GPipe, 1F1B or interleaved 1F1B) on a compute stream, sends
 activations and gradients to its neighbours on point-to-point streams, and reduces gradients
-(in buckets, overlapped with the backward), gathers ZeRO-3 parameters (prefetched one slot
-ahead) and gathers updated parameters on a data-parallel stream. Op costs are predict's. Prints
+(in buckets, overlapped with the backward), gathers ZeRO-3 parameters (under the slot that
+uses them) and gathers updated parameters on a data-parallel stream. Op costs are predict's. Prints
 the simulated step time and its breakdown (read on the busiest stage), memory as predicted,
 and how busy and idle each rank's compute stream is. All TP/CP ranks of a stage, and all
 data-parallel replicas, run the same timeline.

@@ -327,10 +327,12 @@ std::span<const int> memo_split(StepCosts& out, int layers, int chunks, double l
 }  // namespace
 
 Seconds step_time_floor(const LayerCosts& lc, Seconds p2p, int pp, int m, int vp) {
-  const Seconds sends = pp > 1 ? 2 * vp * p2p : 0;  // per stage and micro-batch (compose's StageSum::pp)
-  const Seconds sum = lc.replica_work() + pp * sends;
+  // Sends per micro-batch (compose's StageSum::pp): 2 vp on a middle stage, one fewer on each end
+  // stage, so 2 vp pp - 2 over the pipeline and at least 2 vp - 1 on any stage.
+  const Seconds end_sends = pp > 1 ? (2.0 * vp - 1) * p2p : 0;
+  const Seconds sum = lc.replica_work() + (pp > 1 ? (2.0 * vp * pp - 2) * p2p : 0);
   const int most_layers = (lc.layers + pp - 1) / pp;
-  const Seconds max = std::max(sum / pp, most_layers * lc.layer.total() + sends);
+  const Seconds max = std::max(sum / pp, most_layers * lc.layer.total() + end_sends);
   return max * (m - 1.0 / vp) + sum / vp;
 }
 
@@ -656,15 +658,18 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   // the stage's p2p transfers (one in and one out per chunk and direction, overlapped pairwise).
   struct StageSum {
     Seconds compute, recompute, tp, cp, pp, fwd, bwd;
-    Seconds zero_mb, zero_mb_exposed, dp_step;
+    Seconds zero_mb, zero_gather, zero_mb_exposed, dp_step;
     double params;
     int layers;
     Seconds work;  // compute + recompute + tp + cp + pp + zero_mb_exposed
   };
-  // Without interleaving, the forward send to the next stage and the gradient sent back lie on
-  // the 1F1B/GPipe dependency chain: two transfers per micro-batch whatever the sender overlaps.
-  // Interleaving leaves other chunks' work to run meanwhile, so there the stack's p2p overlap
-  // share decides (software "overlap.pp_interleaved").
+  // Every chunk sends its forward output to the next virtual stage and its input gradient to the
+  // previous one, except at the ends of the pipeline: the first stage sends no gradient from its
+  // first chunk and the last stage no activation from its last, so a middle stage makes 2 vp
+  // sends per micro-batch and an end stage 2 vp - 1 (the simulator's send_output). Without
+  // interleaving these sends lie on the 1F1B/GPipe dependency chain whatever the sender
+  // overlaps; interleaving leaves other chunks' work to run meanwhile, so there the stack's p2p
+  // overlap share decides (software "overlap.pp_interleaved").
   const double pp_rate = s.schedule == ScheduleKind::interleaved ? costs.overlap_cost_rate(costs.pp_overlap) : 1.0;
   // Memory per stage (memory_model.hpp); the runtime reserve comes from the cluster file, the
   // allocator's behaviour and the safety margin from the software profile.
@@ -675,7 +680,7 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   // then what the step takes from them in stage order -- the busiest stage (the first of the
   // largest W_i), sum_i W_i, the DP exposure -- and the stage's memory.
   StageSum b{};  // the busiest stage
-  Seconds work_sum = 0, step_exposed = 0, dp_total = 0;
+  Seconds work_sum = 0, step_exposed = 0, dp_total = 0, zero2_last = 0;
   int worst = 0;  // the fullest stage (the first of the largest totals)
   Bytes worst_total = 0;
   // Chunks are ordered by virtual stage (chunks[chunk * pp + stage], as simulate() checks too), so
@@ -700,26 +705,42 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
         add_dp(c);
       }
     };
-    if (s.zero == 3) sum_chunks([&](const ChunkCost& c) { t.zero_mb += 2 * c.zero3_gather + c.dp_reduce; });
+    if (s.zero == 3) {
+      sum_chunks([&](const ChunkCost& c) {
+        t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
+        t.zero_gather += c.zero3_gather;
+      });
+    }
     else if (s.zero == 2) sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
     else sum_chunks([&](const ChunkCost& c) { t.dp_step += c.dp_reduce; });
-    if (s.pp > 1) t.pp = 2 * s.vp * costs.p2p * pp_rate;
-    // ZeRO-3 gathers parameters ahead of the forward and the backward (prefetched, so they run
-    // under compute) and reduce-scatters gradients during the backward; ZeRO-2 only the latter.
-    // Each costs exposed_comm against the compute it overlaps.
+    if (s.pp > 1) t.pp = (2.0 * s.vp - (i == 0) - (i + 1 == pp)) * costs.p2p * pp_rate;
+    // ZeRO-3 gathers each chunk's parameters for its forward and again for its backward, unit by
+    // unit ahead of the kernels, so each gather runs under the slot it serves, and reduce-scatters
+    // the gradients during the backward; ZeRO-2 only the latter, its reduction running on into
+    // the next forward. Each costs exposed_comm against the compute it overlaps (as the
+    // simulator's slots do).
     if (s.zero == 3) {
-      const Seconds gather = t.zero_mb / 3;  // approximately equal thirds: gather, gather, reduce
+      const Seconds gather = t.zero_gather, reduce = t.zero_mb - 2 * gather;
       t.zero_mb_exposed = exposed(costs, gather, t.fwd, costs.overlap.zero3) +
-                          exposed(costs, 2 * gather, t.bwd, costs.overlap.zero3);
+                          exposed(costs, gather + reduce, t.bwd, costs.overlap.zero3);
     } else if (s.zero == 2) {
-      t.zero_mb_exposed = exposed(costs, t.zero_mb, t.bwd, costs.overlap.dp);
+      t.zero_mb_exposed = exposed(costs, t.zero_mb, t.fwd + t.bwd, costs.overlap.dp);
+      // The step's last backward (the first stage's) has no next forward to run on into: its
+      // reduction shows as the end-of-step reductions do, last bucket in full.
+      if (i == 0) {
+        zero2_last = bucketed_exposed_comm(t.zero_mb, t.bwd, costs.chunks[0].layers,
+                                           costs.overlap_cost_rate(costs.overlap.dp)) -
+                     t.zero_mb_exposed;
+      }
     }
     t.work = t.compute + t.recompute + t.tp + t.cp + t.pp + t.zero_mb_exposed;
     work_sum += t.work;
     if (i == 0 || b.work < t.work) b = t;
     // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
-    // as soon as their layer's gradients exist).
-    step_exposed = std::max(step_exposed, exposed(costs, t.dp_step, t.bwd, costs.overlap.dp));
+    // as soon as their layer's gradients exist, one per layer of the chunk that runs last, the
+    // stage's first); the last bucket shows.
+    step_exposed = std::max(step_exposed, bucketed_exposed_comm(t.dp_step, t.bwd, costs.chunks[i].layers,
+                                                                costs.overlap_cost_rate(costs.overlap.dp)));
     dp_total = std::max(dp_total, t.dp_step + m * t.zero_mb);
     e.stage_layers[i] = t.layers;
     StageMemory& mem = e.per_stage[i];
@@ -742,11 +763,19 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   t.cp_comm = m * b.cp;
   t.pp_comm = m * b.pp;
   t.bubble = (work_sum - b.work) / s.vp;
+  // Interleaving: the first micro-batch goes round the p stages v times before the last stage's
+  // first backward, and the last one comes back round them v times; at each of the v - 1
+  // returns to a stage that already ran its p forwards (backwards) of the round, the stage waits
+  // for the p transfers in between, whatever share of a send the stack overlaps.
+  if (s.schedule == ScheduleKind::interleaved && s.pp > 1) {
+    t.bubble += (1 - pp_rate) * 2.0 * (s.vp - 1) * s.pp * costs.p2p;
+  }
   // The updated-parameter all-gather of ZeRO 1/2 follows the optimizer step.
   t.dp_comm = dp_total + costs.dp_param_gather;
   // The ZeRO-1/2 parameter all-gather overlaps the next step's first forward where the stack
   // overlaps it (Megatron --overlap-param-gather).
-  t.dp_comm_exposed = m * b.zero_mb_exposed + step_exposed + exposed(costs, costs.dp_param_gather, b.fwd, costs.overlap.param_gather);
+  t.dp_comm_exposed = m * b.zero_mb_exposed + std::max(0.0, zero2_last) + step_exposed +
+                      exposed(costs, costs.dp_param_gather, b.fwd, costs.overlap.param_gather);
   t.optimizer = costs.optimizer;
   t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
 

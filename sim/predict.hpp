@@ -63,6 +63,16 @@ inline Seconds exposed_comm(Seconds comm, Seconds window, double rate) {
   return std::max(rate * comm, comm - std::max(0.0, window));
 }
 
+// exposed_comm for a gradient reduction sent in `buckets` equal buckets that become ready evenly
+// over a backward of `window` seconds, when nothing runs after it (the step's last backward): the
+// last bucket (comm / buckets) starts as the backward ends and shows in full; the others have
+// the backward after the first bucket to hide in. The simulator's reduce_gradients.
+inline Seconds bucketed_exposed_comm(Seconds comm, Seconds window, int buckets, double rate) {
+  const double n = std::max(1, buckets);
+  const Seconds tail = comm / n;
+  return tail + exposed_comm(comm - tail, window - window / n, rate);
+}
+
 // The least compose() charges per second of a pipeline send: 1 on the 1F1B/GPipe chain, the
 // stack's interleaved overlap rate under interleaving (step_time_floor's bound uses it).
 inline double min_send_rate(const Software& sw, const Cluster& c) {
@@ -187,9 +197,10 @@ Seconds p2p_time(const Cluster& cluster, const LayerCosts& layer, int pp, int pp
 
 // A floor of compose()'s step time for any strategy with these layer costs, pipeline send time
 // `p2p`, `pp` stages, `m` micro-batches per replica and `vp` chunks per stage. With W_i stage i's
-// work per micro-batch in compose (its layers' costs, end ops, 2 vp p2p sends, exposed ZeRO
-// traffic), S = sum W_i >= replica_work + pp 2 vp p2p and M = max W_i >= max(S / pp,
-// ceil(layers / pp) x layer.total() + 2 vp p2p) (some stage holds ceil(layers / pp) layers), and
+// work per micro-batch in compose (its layers' costs, end ops, p2p sends, exposed ZeRO
+// traffic), S = sum W_i >= replica_work + (2 vp pp - 2) p2p and M = max W_i >= max(S / pp,
+// ceil(layers / pp) x layer.total() + (2 vp - 1) p2p) (some stage holds ceil(layers / pp) layers
+// and makes at least 2 vp - 1 sends per micro-batch), and
 // compose's step >= m M + (S - M) / vp = M (m - 1/vp) + S / vp, increasing in M as m >= 1 >= 1/vp.
 Seconds step_time_floor(const LayerCosts& layer, Seconds p2p, int pp, int m, int vp);
 // (m + (pp - 1) / vp) / pp: the floor above with M = S / pp, per second of S (search's coarser

@@ -76,7 +76,7 @@ struct StageState {
   std::size_t cursor = 0;  // next slot of schedule.per_stage[stage]
   bool finished = false;
   Seconds compute_free = 0, fwd_send_free = 0, bwd_send_free = 0, dp_free = 0;
-  Seconds gather_done = 0;      // ZeRO-3: the gather of the slot at `cursor` ends
+  Seconds gather_done = 0;      // ZeRO-3: the gather of the slot running now ends
   Seconds params_ready = 0;     // ZeRO-1/2: the previous step's parameter all-gather ends
   std::vector<DpSpan> dp_spans; // dp-stream collectives in issue (= time) order
   std::size_t dp_scan = 0;      // first span that may still overlap the next compute slot
@@ -184,8 +184,11 @@ void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, S
   }
 }
 
-// ZeRO-3: issues, at `issue`, the parameter gather of the stage's slot at `index` (if any).
-void prefetch_gather(Run& r, int stage, std::size_t index, Seconds issue) {
+// ZeRO-3: issues, at `issue`, the parameter gather of the stage's slot at `index` (if any). A slot
+// gathers its own chunk's parameters as it starts, layer by layer ahead of the kernels that use
+// them (FSDP prefetches the next unit), so the gather overlaps the slot it serves, which cannot
+// end before it: compose's exposed_comm(gather, forward or backward).
+void issue_gather(Run& r, int stage, std::size_t index, Seconds issue) {
   StageState& st = r.stages[stage];
   const auto& slots = r.schedule.per_stage[stage];
   if (!r.zero3 || index >= slots.size()) return;
@@ -303,19 +306,20 @@ Advance advance(Run& r, int stage) {
   const Seconds free = st.compute_free;
   const Seconds t1 = in ? std::max(free, in->produced) : free;
   const Seconds t2 = in ? std::max(t1, in->arrived) : t1;
-  const Seconds start = r.zero3 ? std::max(t2, st.gather_done) : t2;
+  const Seconds start = t2;
   st.usage.wait_bubble += t1 - free;
   st.usage.wait_pp += t2 - t1;
-  st.usage.wait_dp += start - t2;
-  prefetch_gather(r, stage, st.cursor + 1, start);
+  issue_gather(r, stage, st.cursor, start);
 
   const std::size_t first_event = st.events.size();
   const Seconds kernels_end = run_slot(r, stage, slot, c, start);
-  // Collectives overlapping the slot slow it (the share the stack cannot hide, plus contention);
-  // a forward cannot finish before the parameters it uses are gathered.
+  // Collectives overlapping the slot slow it (the share the stack cannot hide, plus contention).
   const Seconds slowed = finish_under_dp(st, start, kernels_end - start);
   const Seconds lost = slowed - kernels_end;
-  const Seconds end = slot.phase == Phase::forward ? std::max(slowed, st.params_ready) : slowed;
+  // A slot cannot end before the parameters it uses are there: the previous step's ZeRO-1/2
+  // all-gather for a forward, its own ZeRO-3 gather (none for a weight-gradient slot).
+  Seconds end = slot.phase == Phase::forward ? std::max(slowed, st.params_ready) : slowed;
+  if (r.zero3) end = std::max(end, st.gather_done);
   st.usage.dp_interference += lost;
   st.usage.wait_dp += end - slowed;
   if (end > kernels_end) {
@@ -387,7 +391,6 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule, Record recor
     // Steady state: the previous step's ZeRO-1/2 all-gather of the updated parameters runs under
     // this step's first forward (Megatron --overlap-param-gather), at the stack's overlap share.
     st.params_ready = dp_issue(st, i, 0.0, costs.dp_param_gather, r.param_gather_rate, EventKind::param_gather, -1, -1);
-    prefetch_gather(r, i, 0, 0.0);
   }
 
   // Work list of stages that may be able to advance. Each stage only uses its own streams, so the

@@ -24,8 +24,8 @@
 //     chunk's gradients once, during its last backward (last micro-batch); with
 //     zero_reduce_per_micro_batch (ZeRO 2/3) every backward reduce-scatters them.
 //   - ZeRO-3 (chunk zero3_gather > 0): the parameters of each slot's chunk are all-gathered on the
-//     dp stream, prefetched one slot ahead (issued when the previous slot starts); a slot waits
-//     for its gather.
+//     dp stream as the slot starts (unit by unit ahead of its kernels, as FSDP and exec's
+//     DpReducer prefetch), so the gather overlaps the slot, which cannot end before it.
 //   - at the end each stage waits for its reductions, runs the optimizer step on the compute
 //     stream, then the ZeRO-1/2 all-gather of updated parameters on the dp stream.
 //   - parameter servers (costs.ps_servers > 0): the reductions are push/pull events on the dp

@@ -344,20 +344,22 @@ TEST(Simulate, ZeroTwoReducesEveryMicroBatch) {
   EXPECT_DOUBLE_EQ(simulated_breakdown(t).dp_comm_exposed, 0.5);
 }
 
-TEST(Simulate, ZeroThreeGathersArePrefetchedOneSlotAhead) {
-  // p = 1, m = 2, f = 1, b = 2. Gather 0.5 s per slot: the first is exposed, the rest hide
-  // behind the slot before: step 0.5 + 6.
+TEST(Simulate, ZeroThreeGathersOverlapTheSlotTheyServe) {
+  // Each slot gathers its chunk's parameters as it starts (layer by layer ahead of its kernels)
+  // and cannot end before the gather does. p = 1, m = 2, f = 1, b = 2, stack hides it all. Gather
+  // 0.5 s per slot: every gather hides under its slot, step 6 s.
   StepCosts c = single_stage(1, 2, 1);
   c.chunks[0].zero3_gather = 0.5;
   const Schedule s = make_schedule(ScheduleKind::one_f_one_b, 1, 2);
-  EXPECT_DOUBLE_EQ(simulate(c, s).step, 6.5);
-  // Gather 2 s: g0 [0,2] F0 [2,3]; g1 [2,4] F1 [4,5]; g2 [4,6] B0 [6,8]; g3 [6,8] B1 [8,10].
+  EXPECT_DOUBLE_EQ(simulate(c, s).step, 6.0);
+  // Gather 2 s: g [0,2] F0 ends 2 (1 s waited); g [2,4] B0 [2,4]; g [4,6] F1 ends 6 (1 s waited);
+  // g [6,8] B1 [6,8]. Exposed: what outlasts each forward, 2 x 1 s (compose's exposed_comm).
   c.chunks[0].zero3_gather = 2.0;
   const Timeline t = simulate(c, s);
-  EXPECT_DOUBLE_EQ(t.step, 10.0);
-  EXPECT_DOUBLE_EQ(t.stages[0].wait_dp, 4.0);
+  EXPECT_DOUBLE_EQ(t.step, 8.0);
+  EXPECT_DOUBLE_EQ(t.stages[0].wait_dp, 2.0);
   EXPECT_DOUBLE_EQ(sum_of(t, EventKind::zero3_gather), 8.0);
-  EXPECT_DOUBLE_EQ(simulated_breakdown(t).dp_comm_exposed, 4.0);
+  EXPECT_DOUBLE_EQ(simulated_breakdown(t).dp_comm_exposed, 2.0);
   expect_streams_serial(t);
 }
 
@@ -365,20 +367,18 @@ TEST(Simulate, PartlyHiddenCollectivesSlowTheComputeTheyOverlap) {
   // The stack hides half of each ZeRO-3 gather (share 0.5) and hidden communication slows compute
   // by 0.2 of its length: every second of gather under compute costs 0.5 + 0.5 * 0.2 = 0.6 s
   // (StepCosts::overlap_cost_rate, the rate compose() charges too). p = 1, m = 2, f = 1, b = 2,
-  // gather 0.5 s per slot, 1F1B order F0 B0 F1 B1:
-  //   g0 [0, 0.5] nothing to hide behind: F0 starts at 0.5 (0.5 s waited);
-  //   F0 kernels [0.5, 1.5] under g(B0) [0.5, 1.0]: +0.3 -> ends 1.8;
-  //   B0 [1.8, 3.8] under g(F1) [1.8, 2.3]: +0.3 -> 4.1;  F1 [4.1, 5.1] under g(B1): +0.3 -> 5.4;
-  //   B1 [5.4, 7.4], nothing left to prefetch. Step 7.4 s, exposed dp 0.5 + 3 x 0.3 = 1.4 s.
+  // gather 0.5 s per slot, 1F1B order F0 B0 F1 B1, each slot under its own gather:
+  //   F0 [0, 1.3]: 0.2 s of work while g [0, 0.5] runs (speed 0.4), the other 0.8 after;
+  //   B0 [1.3, 3.6], F1 [3.6, 4.9], B1 [4.9, 7.2] alike: each slot loses 0.6 x 0.5 = 0.3 s.
   StepCosts c = single_stage(1, 2, 1);
   c.chunks[0].zero3_gather = 0.5;
   c.overlap.zero3 = 0.5;
   c.overlap_slowdown = 0.2;
   const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 2));
-  EXPECT_DOUBLE_EQ(t.step, 7.4);
-  EXPECT_DOUBLE_EQ(t.stages[0].wait_dp, 0.5);
-  EXPECT_NEAR(t.stages[0].dp_interference, 0.9, 1e-12);
-  EXPECT_NEAR(simulated_breakdown(t).dp_comm_exposed, 1.4, 1e-12);
+  EXPECT_NEAR(t.step, 7.2, 1e-12);
+  EXPECT_DOUBLE_EQ(t.stages[0].wait_dp, 0.0);
+  EXPECT_NEAR(t.stages[0].dp_interference, 1.2, 1e-12);
+  EXPECT_NEAR(simulated_breakdown(t).dp_comm_exposed, 1.2, 1e-12);
   expect_streams_serial(t);
   // A stack that overlaps nothing (share 0) pays every overlapped second in full: the step is the
   // serial sum, 6 s of compute and 4 x 0.5 s of gathers.
@@ -407,19 +407,19 @@ TEST(Simulate, ParameterGatherRunsUnderTheFirstForward) {
 TEST(Simulate, ACollectiveOutlastingTheKernelsSlowsThemUntilItEnds) {
   // Hidden gathers (share 1) that slow compute by half while they run (slowdown 0.5: compute
   // advances at 0.5 under a gather, full speed otherwise). p = 1, m = 2, f = 1, b = 2, gather
-  // 1.5 s per slot, each prefetched when the slot before starts:
-  //   g0 [0, 1.5]: F0 waits, starts 1.5 under g1 [1.5, 3]: 0.75 s of work by 3, the rest by 3.25;
-  //   F1 starts 3.25 under g2 [3.25, 4.75]: 0.75 by 4.75, ends 5; B0 starts 5 under g3 [5, 6.5]:
-  //   0.75 by 6.5, the other 1.25 by 7.75; B1 [7.75, 9.75] with nothing to gather.
-  // Each slot loses 0.75 s: the whole gather at rate 0.5, not only the part under its kernels.
+  // 1.5 s per slot, each under the slot it serves:
+  //   F0: g [0, 1.5] outlasts its 1 s of kernels: 0.75 s of work by 1.5, the rest by 1.75;
+  //   B0 [1.75, 4.5]: 0.75 s under g [1.75, 3.25], 1.25 after; F1 [4.5, 6.25]; B1 [6.25, 9].
+  // Each slot loses 0.75 s: the whole gather at rate 0.5, not only the part under its kernels
+  // (compose's exposed_comm(1.5, 1, 0.5) = max(0.75, 0.5) for a forward).
   StepCosts c = single_stage(1, 2, 1);
   c.chunks[0].zero3_gather = 1.5;
   c.overlap.zero3 = 1;
   c.overlap_slowdown = 0.5;
   const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 2));
-  EXPECT_DOUBLE_EQ(t.step, 9.75);
-  EXPECT_DOUBLE_EQ(t.stages[0].wait_dp, 1.5);
-  EXPECT_NEAR(t.stages[0].dp_interference, 2.25, 1e-12);
+  EXPECT_DOUBLE_EQ(t.step, 9.0);
+  EXPECT_DOUBLE_EQ(t.stages[0].wait_dp, 0.0);
+  EXPECT_NEAR(t.stages[0].dp_interference, 3.0, 1e-12);
   expect_streams_serial(t);
   // A gather the stack cannot hide at all (share 0) stops compute while it runs: the step is the
   // serial sum, 6 s of compute and 4 x 1.5 s of gathers.
