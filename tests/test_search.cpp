@@ -114,8 +114,8 @@ TEST(Search, PredictRanksPureDataParallelFirstForASmallModel) {
   // per step; ZeRO 3 also gathers every layer's parameters twice, and megatron-core hides only 80%
   // of those collectives (software/megatron-core.json overlap.zero3), the rest and the contention
   // on the hidden part (cluster overlap_slowdown) stay on the step. Predicted today: ZeRO 0
-  // 16.16 ms (optimizer 3.25 ms), ZeRO 1 13.36 ms (optimizer 0.44 ms), ZeRO 2 13.39 ms,
-  // ZeRO 3 14.27 ms (1.10 ms of DP communication exposed); both engines agree on this order
+  // 16.05 ms (optimizer 3.25 ms), ZeRO 1 13.17 ms (optimizer 0.44 ms), ZeRO 2 13.24 ms,
+  // ZeRO 3 14.02 ms (1.10 ms of DP communication exposed); both engines agree on this order
   // (test_engine_agreement).
   const Cluster c = a100();
   const LayerGraph g(model("gpt2"), 1024);
