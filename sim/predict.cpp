@@ -728,7 +728,7 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
       // The step's last backward (the first stage's) has no next forward to run on into: its
       // reduction shows as the end-of-step reductions do, last bucket in full.
       if (i == 0) {
-        zero2_last = bucketed_exposed_comm(t.zero_mb, t.bwd, costs.chunks[0].layers,
+        zero2_last = bucketed_exposed_comm(t.zero_mb, t.bwd, t.layers,
                                            costs.overlap_cost_rate(costs.overlap.dp)) -
                      t.zero_mb_exposed;
       }
@@ -737,9 +737,8 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
     work_sum += t.work;
     if (i == 0 || b.work < t.work) b = t;
     // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
-    // as soon as their layer's gradients exist, one per layer of the chunk that runs last, the
-    // stage's first); the last bucket shows.
-    step_exposed = std::max(step_exposed, bucketed_exposed_comm(t.dp_step, t.bwd, costs.chunks[i].layers,
+    // as soon as their layer's gradients exist, one bucket per layer); the last bucket shows.
+    step_exposed = std::max(step_exposed, bucketed_exposed_comm(t.dp_step, t.bwd, t.layers,
                                                                 costs.overlap_cost_rate(costs.overlap.dp)));
     dp_total = std::max(dp_total, t.dp_step + m * t.zero_mb);
     e.stage_layers[i] = t.layers;
