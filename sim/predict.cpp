@@ -658,7 +658,7 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
   // the stage's p2p transfers (one in and one out per chunk and direction, overlapped pairwise).
   struct StageSum {
     Seconds compute, recompute, tp, cp, pp, fwd, bwd;
-    Seconds zero_mb, zero_gather, zero_mb_exposed, dp_step;
+    Seconds zero_mb, zero_mb_exposed, dp_step;
     double params;
     int layers;
     Seconds work;  // compute + recompute + tp + cp + pp + zero_mb_exposed
@@ -708,22 +708,21 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
     if (s.zero == 3) {
       sum_chunks([&](const ChunkCost& c) {
         t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
-        t.zero_gather += c.zero3_gather;
+        t.zero_mb_exposed +=
+            exposed(costs, c.zero3_gather, c.forward + c.tp_forward + c.cp_forward, costs.overlap.zero3) +
+            exposed(costs, c.zero3_gather + c.dp_reduce, c.backward + c.recompute + c.tp_backward + c.cp_backward,
+                    costs.overlap.zero3);
       });
     }
     else if (s.zero == 2) sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
     else sum_chunks([&](const ChunkCost& c) { t.dp_step += c.dp_reduce; });
     if (s.pp > 1) t.pp = (2.0 * s.vp - (i == 0) - (i + 1 == pp)) * costs.p2p * pp_rate;
-    // ZeRO-3 gathers each chunk's parameters for its forward and again for its backward, unit by
-    // unit ahead of the kernels, so each gather runs under the slot it serves, and reduce-scatters
-    // the gradients during the backward; ZeRO-2 only the latter, its reduction running on into
-    // the next forward. Each costs exposed_comm against the compute it overlaps (as the
-    // simulator's slots do).
-    if (s.zero == 3) {
-      const Seconds gather = t.zero_gather, reduce = t.zero_mb - 2 * gather;
-      t.zero_mb_exposed = exposed(costs, gather, t.fwd, costs.overlap.zero3) +
-                          exposed(costs, gather + reduce, t.bwd, costs.overlap.zero3);
-    } else if (s.zero == 2) {
+    // ZeRO-3 (above, chunk by chunk) gathers each chunk's parameters for its forward and again
+    // for its backward, unit by unit ahead of the kernels, so each gather runs under the slot it
+    // serves, and reduce-scatters the gradients during the backward; ZeRO-2 only the latter, its
+    // reduction running on into the next forward. Each costs exposed_comm against the compute it
+    // overlaps (as the simulator's slots do).
+    if (s.zero == 2) {
       t.zero_mb_exposed = exposed(costs, t.zero_mb, t.fwd + t.bwd, costs.overlap.dp);
       // The step's last backward (the first stage's) has no next forward to run on into: its
       // reduction shows as the end-of-step reductions do, last bucket in full.
