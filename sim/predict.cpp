@@ -713,9 +713,11 @@ void compose(const StepCosts& costs, [[maybe_unused]] const LayerGraph& graph, c
             exposed(costs, c.zero3_gather + c.dp_reduce, c.backward + c.recompute + c.tp_backward + c.cp_backward,
                     costs.overlap.zero3);
       });
+    } else if (s.zero == 2) {
+      sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
+    } else {
+      sum_chunks([&](const ChunkCost& c) { t.dp_step += c.dp_reduce; });
     }
-    else if (s.zero == 2) sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
-    else sum_chunks([&](const ChunkCost& c) { t.dp_step += c.dp_reduce; });
     if (s.pp > 1) t.pp = (2.0 * s.vp - (i == 0) - (i + 1 == pp)) * costs.p2p * pp_rate;
     // ZeRO-3 (above, chunk by chunk) gathers each chunk's parameters for its forward and again
     // for its backward, unit by unit ahead of the kernels, so each gather runs under the slot it
