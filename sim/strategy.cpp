@@ -313,7 +313,10 @@ std::string describe(const Strategy& s) {
   if (s.uses_ps())
     out += fmt::format(" {}{}{}", to_string(s.dp_algorithm), s.ps_servers,
                        s.ps_placement == PsPlacement::colocated ? "c" : "");
-  if (s.grad_compression.kind != CompressionKind::none) out += " " + to_string(s.grad_compression);
+  if (s.grad_compression.kind != CompressionKind::none) {
+    out += ' ';
+    out += to_string(s.grad_compression);  // (not " " + string: GCC 12 warns on it, -Wrestrict)
+  }
   return out;
 }
 

@@ -179,7 +179,9 @@ TEST(CompareReport, PredictedZeroIsNotPredictedNotMinus100) {
   const nlohmann::json j = comparison_to_json(c, "p.json", "m.json");
   for (const auto& f : j["time"]) {
     EXPECT_EQ(f["not_predicted"].get<bool>(), f["key"] == "cp_comm_s") << f["key"];
-    if (f["key"] == "cp_comm_s") EXPECT_TRUE(f["error_pct"].is_null());
+    if (f["key"] == "cp_comm_s") {
+      EXPECT_TRUE(f["error_pct"].is_null());
+    }
   }
 }
 
