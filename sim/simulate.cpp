@@ -184,19 +184,16 @@ void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, S
   }
 }
 
-// ZeRO-3: issues, at `issue`, the parameter gather of the stage's slot at `index` (if any). A slot
-// gathers its own chunk's parameters as it starts, layer by layer ahead of the kernels that use
-// them (FSDP prefetches the next unit), so the gather overlaps the slot it serves, which cannot
-// end before it: compose's exposed_comm(gather, forward or backward).
-void issue_gather(Run& r, int stage, std::size_t index, Seconds issue) {
-  StageState& st = r.stages[stage];
-  const auto& slots = r.schedule.per_stage[stage];
-  if (!r.zero3 || index >= slots.size()) return;
-  const Slot& next = slots[index];
-  const ChunkCost& c = r.costs.chunks[r.schedule.virtual_stage(stage, next.chunk)];
+// ZeRO-3: issues, at `start`, the parameter gather of `slot` (chunk costs `c`). A slot gathers its
+// own chunk's parameters as it starts, layer by layer ahead of the kernels that use them (FSDP
+// prefetches the next unit), so the gather overlaps the slot it serves, which cannot end before
+// it: compose's exposed_comm(gather, forward or backward).
+void issue_gather(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start) {
+  if (!r.zero3) return;
   // A weight gradient needs the layer inputs and output gradients, not the parameters.
-  const Seconds gather = next.phase == Phase::backward_weight ? 0.0 : c.zero3_gather;
-  st.gather_done = dp_issue(st, stage, issue, gather, r.zero3_rate, EventKind::zero3_gather, next.micro_batch, next.chunk);
+  const Seconds gather = slot.phase == Phase::backward_weight ? 0.0 : c.zero3_gather;
+  StageState& st = r.stages[stage];
+  st.gather_done = dp_issue(st, stage, start, gather, r.zero3_rate, EventKind::zero3_gather, slot.micro_batch, slot.chunk);
 }
 
 // After the last slot: wait for the reductions, then the optimizer step. (The ZeRO-1/2 all-gather
@@ -302,14 +299,13 @@ Advance advance(Run& r, int stage) {
   const ChunkCost& c = r.costs.chunks[vstage];
 
   // Attribute the compute stream's idle time before the slot: waiting for the producer's
-  // compute (bubble), for the transfer (pp), then for a ZeRO-3 gather (dp).
+  // compute (bubble), then for the transfer (pp). (Waiting for parameters comes at its end: dp.)
   const Seconds free = st.compute_free;
   const Seconds t1 = in ? std::max(free, in->produced) : free;
-  const Seconds t2 = in ? std::max(t1, in->arrived) : t1;
-  const Seconds start = t2;
+  const Seconds start = in ? std::max(t1, in->arrived) : t1;
   st.usage.wait_bubble += t1 - free;
-  st.usage.wait_pp += t2 - t1;
-  issue_gather(r, stage, st.cursor, start);
+  st.usage.wait_pp += start - t1;
+  issue_gather(r, stage, slot, c, start);
 
   const std::size_t first_event = st.events.size();
   const Seconds kernels_end = run_slot(r, stage, slot, c, start);
