@@ -44,9 +44,9 @@ constexpr double kTraffic[kMemKernels][2] = {{2, 3}, {2, 3}, {2, 3}, {1.5, 2.5},
 
 double log2v(double x) { return std::log2(std::max(x, 1e-300)); }
 
-// Refuses a table too large to interpolate (kMaxOpTableWork), naming its key.
+// Refuses a table too large to interpolate (kMaxOpTableWork), naming its key; returns its work.
 template <std::size_t D>
-void check_table_size(const JsonObject& parent, const std::string& key, const std::vector<std::array<double, D>>& points) {
+double check_table_size(const JsonObject& parent, const std::string& key, const std::vector<std::array<double, D>>& points) {
   const double work = op_table_work(points);
   if (work > kMaxOpTableWork) {
     throw parent.error(key, fmt::format("holds {} points whose distinct coordinates make an interpolation grid of {:.3g} "
@@ -55,6 +55,7 @@ void check_table_size(const JsonObject& parent, const std::string& key, const st
                                         points.size(), work / static_cast<double>(points.size()), work,
                                         kMaxOpTableWork));
   }
+  return work;
 }
 
 }  // namespace
@@ -317,7 +318,8 @@ OpCostTables parse_op_costs(const JsonObject& o) {
     gemm_shapes.push_back({g.m, g.n, g.k});
   }
   check_table_size(o, "gemm", gemm_shapes);
-  auto attention_points = [&](const JsonObject& parent, const char* key) {
+  // `work`, when given, sums the tables' interpolation work (the attention kernels are bounded in all).
+  auto attention_points = [&](const JsonObject& parent, const char* key, double* work = nullptr) {
     std::vector<AttentionMeasure> points;
     for (const auto& p : parent.objects(key, 1)) {
       AttentionMeasure a;
@@ -332,32 +334,28 @@ OpCostTables parse_op_costs(const JsonObject& o) {
     }
     std::vector<std::array<double, 2>> shapes;
     for (const auto& a : points) shapes.push_back({a.seq, a.head_dim});
-    check_table_size(parent, key, shapes);
+    const double table_work = check_table_size(parent, key, shapes);
+    if (work) *work += table_work;
     return points;
   };
   t.attention = attention_points(o, "attention");
   if (o.has("attention_kernels")) {
+    double kernels_work = 0;
     JsonObject kernels = o.object("attention_kernels");
     for (const std::string& name : kernels.keys()) {
       if (name == OpCostTables::kCalibratedAttention) {
         throw kernels.error(name, "names the \"attention\" table; give this kernel another name");
       }
       JsonObject k = kernels.object(name);
-      t.attention_kernels.push_back({name, k.string("source"), attention_points(k, "points")});
+      t.attention_kernels.push_back({name, k.string("source"), attention_points(k, "points", &kernels_work)});
       k.finish();
     }
     kernels.finish();
     // Each table is bounded above; so is their sum (thousands of bounded kernels ran as long).
-    double work = 0;
-    for (const auto& kernel : t.attention_kernels) {
-      std::vector<std::array<double, 2>> shapes;
-      for (const auto& a : kernel.points) shapes.push_back({a.seq, a.head_dim});
-      work += op_table_work(shapes);
-    }
-    if (work > kMaxOpTableWork) {
+    if (kernels_work > kMaxOpTableWork) {
       throw o.error("attention_kernels", fmt::format("{} kernels whose interpolation grids need nodes x points = {:.3g} in "
                                                      "all, must be at most {:.3g}",
-                                                     t.attention_kernels.size(), work, kMaxOpTableWork));
+                                                     t.attention_kernels.size(), kernels_work, kMaxOpTableWork));
     }
   }
   {
