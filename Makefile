@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 # ccache is installed by `deps`, so look for it when the recipe runs, not when make reads this file.
 LAUNCHER = $$(command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: run test test-asan fuzz deps build bench bench-cold bench-gpu clean
+.PHONY: run test test-asan fuzz deps build bench bench-cold bench-gpu sweep-engines clean
 
 deps:
 	@bash cmake/install-deps.sh
@@ -48,6 +48,11 @@ bench: build
 # Cold start of whole trainplan processes (predict, and search of 530B on 5,128 GPUs), wall time.
 bench-cold: build
 	./$(BUILD)/tests/trainplan_bench --benchmark_filter=ColdStart
+
+# How far the closed form and the step simulator are apart over every layout search considers, for
+# every shipped model, cluster, profile, dtype and attention kind (tests/engine_sweep.cpp).
+sweep-engines: build
+	./$(BUILD)/tests/trainplan_engine_sweep
 
 # Side-by-side GPU benchmark (issue 12), on a GPU machine: trainplan exec and a plain-PyTorch step
 # (tests/gpu/pytorch_step.py) on the same plans; one JSON with both step times, peak reserved memory
