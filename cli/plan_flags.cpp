@@ -4,7 +4,8 @@
 
 #include <algorithm>
 
-#include "reports/compare.hpp"
+#include "reports/prediction_json.hpp"
+#include "reports/search_json.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
 
@@ -19,22 +20,21 @@ bool on_off(const Flags& f, const std::string& name, bool fallback) {
 }
 
 // The prediction inside a --plan file: a prediction itself, or the best entry of a search, read
-// (and so checked, every figure) as compare and report read predictions.
-PredictionFile plan_prediction(const std::string& path) {
-  json j = read_json_file(path);
+// (and so checked, every figure) by the readers compare and report use.
+PredictionDoc plan_prediction(const std::string& path) {
+  const json j = read_json_file(path);
   if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string()) {
-    throw InputError(fmt::format("{}: schema is missing (expected trainplan/prediction/v1 or trainplan/search/v1)", path));
+    throw InputError(fmt::format("{}: schema is missing (expected {} or {})", path, kPredictionSchema, kSearchSchema));
   }
   const std::string schema = j["schema"];
-  if (schema == "trainplan/search/v1") {
-    if (!j.contains("top") || !j["top"].is_array() || j["top"].empty()) {
-      throw InputError(fmt::format("{}: top must be a non-empty array of predictions", path));
-    }
-    return prediction_from_json(j["top"][0], path + ": top[0]");
+  if (schema == kSearchSchema) {
+    SearchDoc search = search_from_json(j, path);
+    if (search.top.empty()) throw InputError(fmt::format("{}: top is empty (the search found no feasible layout)", path));
+    return std::move(search.top.front());
   }
-  if (schema != "trainplan/prediction/v1") {
+  if (schema != kPredictionSchema) {
     // JsonObject::error shows the value cut to 80 characters.
-    throw JsonObject(j, path).error("schema", "must be trainplan/prediction/v1 or trainplan/search/v1");
+    throw JsonObject(j, path).error("schema", fmt::format("must be {} or {}", kPredictionSchema, kSearchSchema));
   }
   return prediction_from_json(j, path);
 }
@@ -88,7 +88,7 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
     }
   };
   if (plan) {
-    const PredictionFile p = plan_prediction(*plan);
+    const PredictionDoc p = plan_prediction(*plan);
     from_plan = p.estimate.strategy;
     plan_model = p.model;
     plan_cluster = p.cluster;
