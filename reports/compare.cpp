@@ -26,7 +26,7 @@ std::string value_text(const std::optional<double>& v, const std::string& unit) 
 // and where only the prediction is 0 (a figure the model does not predict, not a -100% error).
 std::string error_text(const ComparedFigure& f) {
   if (f.predicted == 0.0 && f.measured == 0.0) return "n/a";
-  return f.error_pct ? fmt::format("{:+.1f}%", *f.error_pct) : "n/a";
+  return f.error_pct ? format_error_pct(*f.error_pct) : "n/a";
 }
 
 void print_section(std::ostream& os, const std::string& title, const std::vector<ComparedFigure>& rows) {
@@ -53,6 +53,10 @@ void print_comparison(std::ostream& os, const Comparison& c, const std::string& 
   print_section(os, "time per step", c.time);
   print_section(os, "peak memory per GPU/rank", c.memory);
   print_section(os, "throughput", c.throughput);
+}
+
+std::string format_error_pct(double pct) {
+  return std::fabs(pct) < 1e6 ? fmt::format("{:+.1f}%", pct) : fmt::format("{:+.1e}%", pct);
 }
 
 }  // namespace trainplan

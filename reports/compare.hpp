@@ -15,4 +15,8 @@ namespace trainplan {
 void print_comparison(std::ostream& os, const Comparison& c, const std::string& prediction_file,
                       const std::string& measurement_file);
 
+// A % error as the console and the report print it: "+12.3%", and past a million percent in
+// exponent form ("+1.2e+105%") rather than a hundred digits.
+std::string format_error_pct(double pct);
+
 }  // namespace trainplan

@@ -488,11 +488,27 @@ std::string measurement_body(const Measurement& m) {
                                       "CUDA caching allocator on GPUs, max RSS on CPU).");
 }
 
+// A run that failed: its description and where and why it stopped (no figures to chart).
+std::string failed_run_body(const Measurement& m, const RunFailure& f) {
+  auto known = [](double bytes) { return bytes >= 0 ? format_bytes(bytes) : std::string("not known"); };
+  return facts({{"model", m.model},
+                {"cluster", m.cluster},
+                {"layout", describe(m.strategy)},
+                {"device", fmt::format("{} ({})", m.device, m.backend)},
+                {"status", "failed"},
+                {"failed rank", f.rank >= 0 ? std::to_string(f.rank) : "not known"},
+                {"step", f.step >= 0 ? std::to_string(f.step) : "before the first step"},
+                {"phase", f.phase.empty() ? "not known" : f.phase},
+                {"memory at the failure", fmt::format("allocated {}, reserved {}, capacity {}, RSS {}", known(f.allocated),
+                                                      known(f.reserved), known(f.capacity), known(f.rss))}}) +
+         warnings({f.error.empty() ? "no error recorded" : f.error});
+}
+
 // --- comparison ---
 
 std::string error_text(const ComparedFigure& f) {
   if (f.predicted == 0.0 && f.measured == 0.0) return "n/a (both 0)";
-  if (f.error_pct) return fmt::format("{:+.1f}%", *f.error_pct);
+  if (f.error_pct) return format_error_pct(*f.error_pct);
   return "n/a";
 }
 
@@ -626,7 +642,9 @@ std::string document_section(const ReportDocument& d, const std::string& id, con
     return section(id, "Capacity: " + c.context.model, d.file, capacity_body(c));
   }
   if (kind == "measurement") {
-    return section(id, "Measured run", d.file, measurement_body(measurement_from_json(d.json, file)));
+    const MeasurementDoc m = measurement_doc_from_json(d.json, file);
+    if (m.failure) return section(id, "Measured run (failed)", d.file, failed_run_body(m.measurement, *m.failure));
+    return section(id, "Measured run", d.file, measurement_body(m.measurement));
   }
   return section(id, "Predicted vs measured", d.file, comparison_body(comparison_from_json(d.json, file)));
 }
