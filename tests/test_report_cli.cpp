@@ -161,7 +161,7 @@ TEST_F(ReportCli, BadInputIsOneLineAndExit2) {
 
 }  // namespace
 
-// Issue 10 item 5: console consistency.
+// Every console prints the version, counts, times and bytes by the same rules.
 namespace {
 
 class ConsoleCli : public trainplan::testing::CliTest {};
