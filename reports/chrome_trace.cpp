@@ -51,19 +51,22 @@ constexpr int kServerPid = 1 << 20;
 constexpr int kServerUpdateTid = 1;
 int server_traffic_tid(int stage) { return 2 + stage; }
 
+// The trace's events, one per line, comma-separated.
+class EventLines {
+ public:
+  explicit EventLines(std::ostream& os) : os_(os) {}
+  void operator()(const std::string& line) {
+    os_ << (first_ ? "" : ",\n") << line;
+    first_ = false;
+  }
 
-}  // namespace
+ private:
+  std::ostream& os_;
+  bool first_ = true;
+};
 
-void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<std::vector<int>>& stage_ranks,
-                        const std::string& title) {
-  const auto ranks = ranks_or_stages(t, stage_ranks);
-  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << json{{"title", title}, {"step_s", t.step}}.dump()
-     << ",\"traceEvents\":[\n";
-  bool first = true;
-  auto put = [&](const std::string& line) {
-    os << (first ? "" : ",\n") << line;
-    first = false;
-  };
+// Names and order of the processes (ranks, then parameter servers) and their threads (streams).
+void put_metadata(EventLines& put, const Timeline& t, const std::vector<std::vector<int>>& ranks) {
   for (std::size_t stage = 0; stage < ranks.size(); ++stage) {
     for (int rank : ranks[stage]) {
       if (rank < 0) continue;  // left out of the trace
@@ -86,6 +89,11 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
                    {{"name", fmt::format("push/pull from stage {}", stage)}}).dump());
     }
   }
+}
+
+// Every event as a complete ("X") event on each rank of its stage; parameter-server work and
+// traffic also on every server.
+void put_events(EventLines& put, const Timeline& t, const std::vector<std::vector<int>>& ranks) {
   for (const Event& e : t.events) {
     if (e.stage < 0 || static_cast<std::size_t>(e.stage) >= ranks.size()) continue;
     if (e.stream == Stream::ps_server || e.kind == EventKind::ps_push_pull) {
@@ -110,8 +118,11 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
                       name, to_string(e.kind), rank, thread_id(e.stream), ts, dur, args));
     }
   }
-  // Flow arrows from each send to the slot that waited for it, rank j of the sending stage to
-  // rank j of the receiving one (the same TP/CP coordinates).
+}
+
+// Flow arrows from each send to the slot that waited for it, rank j of the sending stage to
+// rank j of the receiving one (the same TP/CP coordinates).
+void put_flows(EventLines& put, const Timeline& t, const std::vector<std::vector<int>>& ranks) {
   long long flow_id = 0;
   for (const Event& e : t.events) {
     if (e.input_send < 0 || static_cast<std::size_t>(e.input_send) >= t.events.size()) continue;
@@ -128,6 +139,19 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
                       flow_id, to[j], thread_id(e.stream), microseconds(e.start)));
     }
   }
+}
+
+}  // namespace
+
+void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<std::vector<int>>& stage_ranks,
+                        const std::string& title) {
+  const auto ranks = ranks_or_stages(t, stage_ranks);
+  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << json{{"title", title}, {"step_s", t.step}}.dump()
+     << ",\"traceEvents\":[\n";
+  EventLines put(os);
+  put_metadata(put, t, ranks);
+  put_events(put, t, ranks);
+  put_flows(put, t, ranks);
   os << "\n]}\n";
 }
 
