@@ -242,6 +242,12 @@ CapacityDoc capacity_from_json(const json& j, const std::string& file) {
   const std::size_t n = r.options.size();
   r.cheapest_in_deadline = read_pick(root, "cheapest_within_deadline", n);
   r.fastest_in_budget = read_pick(root, "fastest_within_budget", n);
+  if (r.cheapest_in_deadline && !d.context.deadline_days) {
+    throw root.error("cheapest_within_deadline", "must be null: deadline_days is null (no deadline was asked)");
+  }
+  if (r.fastest_in_budget && !d.context.budget_usd) {
+    throw root.error("fastest_within_budget", "must be null: budget_usd is null (no budget was asked)");
+  }
   for (long long i : schema::integers(root, "pareto", 0, static_cast<long long>(n) - 1)) {
     r.pareto.push_back(static_cast<std::size_t>(i));
   }
