@@ -160,10 +160,13 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const auto ranks = replica_stage_ranks(s);
 
   // Everything is computed and rendered before the first line is printed or file written.
-  nlohmann::json simulation = timeline_summary_json(timeline, ranks);
-  if (json_out || html_out) simulation["timeline"] = timeline_events_json(timeline, ranks);  // every event: large
-  const auto doc = prediction_to_json(
-      e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "des"}, {"simulation", simulation}});
+  PredictionDoc prediction = prediction_doc(e);
+  prediction.model = in.model.name;
+  prediction.cluster = in.cluster.name;
+  prediction.engine = "des";
+  // Every event only for the outputs that carry it: large.
+  prediction.simulation = simulation_doc(timeline, ranks, json_out || html_out);
+  const auto doc = prediction_to_json(prediction);
   check_finite(doc);
   const std::string html = html_out ? html_page(doc, title + " -- simulated step") : "";
   std::ostringstream trace;
