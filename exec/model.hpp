@@ -171,6 +171,8 @@ class ModelChunk {
   int declare_fused(const std::string& name, const std::vector<std::pair<std::string, int64_t>>& part_rows,
                     int64_t cols, double init_std);
   void begin_unit(bool backward_values);  // the parameters declared next belong to a new unit
+  std::unique_ptr<Layer> declare_layer(int layer);  // layer `layer` of the model (its global index)
+  void make_rope_tables();
   void need(int unit, int prefetch = -1);
   void release(int unit);
   // Backward reaches `t`, the output of unit `before` (-1: the chunk's input): unit before + 1 is
