@@ -3,7 +3,6 @@
 #include "exec/reducer.hpp"
 
 #include <algorithm>
-#include <limits>
 
 namespace trainplan::exec {
 
@@ -83,11 +82,6 @@ bool DpReducer::unscale_or_skip(int step) {
 }
 
 void DpReducer::update(int step) {
-  if (poisoned_chunk_ >= 0) {  // test fault, written here: no reduction is in flight on the buffer
-    torch::NoGradGuard ng;
-    chunks_[poisoned_chunk_].shard.grad.narrow(0, 0, 1).fill_(std::numeric_limits<double>::quiet_NaN());
-    poisoned_chunk_ = -1;
-  }
   if (scaling_.enabled && !unscale_or_skip(step)) return;  // skipped: parameters unchanged, nothing to gather
   {
     PhaseScope sc(clock_, Ph::optimizer);

@@ -54,8 +54,8 @@ class DpReducer {
   // Debug: the chunk's whole parameters in fp32, as a flat buffer (for dumps): the model's flat
   // buffer, or (ZeRO 3) the master shards all-gathered (every DP rank must call it).
   at::Tensor parameters(int chunk);
-  // Test fault: a NaN in the chunk's gradient as the optimizer will read it (written in update()).
-  void poison_gradient(int chunk) { poisoned_chunk_ = chunk; }
+  // The gradient of the chunk's shard as the optimizer reads it (test faults write into it).
+  at::Tensor shard_grad(int chunk) { return chunks_.at(chunk).shard.grad; }
 
   // Bytes of the model-state tensors this rank holds, counted from the tensors themselves (each
   // storage once): what memory_model predicts as weights, gradients and optimizer states per rank.
@@ -85,7 +85,6 @@ class DpReducer {
   ShardAdamW adam_;
   LossScaling scaling_;
   std::vector<Chunk> chunks_;
-  int poisoned_chunk_ = -1;
 };
 
 }  // namespace trainplan::exec

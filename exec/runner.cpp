@@ -1,7 +1,8 @@
 // The schedule runner: one rank's training steps. It sets the rank up (rendezvous, process
 // groups, model chunks), walks the shared Schedule's slots (forward/backward, send/recv between
 // pipeline stages), and hands the data-parallel work to the DpReducer, the figures to the
-// StepRecorder, the test faults to faults.hpp and the data to the TokenSource.
+// StepRecorder, the data to the TokenSource, and calls the test faults' hooks (faults.hpp) at named
+// points of the step.
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #endif
 
 #include "exec/exec.hpp"
+#include "exec/faults.hpp"
 #include "exec/grad_sync.hpp"
 #include "exec/model.hpp"
 #include "exec/param_server.hpp"
@@ -101,7 +103,6 @@ struct StepState {
   // would synchronise the device once per micro-batch.
   at::Tensor loss_sum;
   double loss_scale = 1;  // the last stage's backward starts from loss * loss_scale
-  bool forward_seen = false, backward_seen = false;
 };
 
 class ScheduleRunner {
@@ -110,7 +111,8 @@ class ScheduleRunner {
       : plan_(plan), s_(plan.strategy), opt_(opt), env_(env), device_(device), on_gpu_(on_gpu),
         layout_(plan.strategy), coord_(layout_.is_worker(env.rank) ? layout_.coord(env.rank) : RankCoord{}), clock_(on_gpu),
         tokens_(opt.seed, opt.data_file, plan.model.vocab, plan.strategy.seq_len),
-        schedule_(schedule_for(s_)) {}
+        schedule_(schedule_for(s_)),
+        faults_(make_fault_injector(opt.faults, env.rank, s_.micro_batches(), s_.dp)) {}
 
   std::optional<Measurement> run();
 
@@ -161,6 +163,7 @@ class ScheduleRunner {
   PhaseClock clock_;
   TokenSource tokens_;
   Schedule schedule_;
+  std::unique_ptr<FaultInjector> faults_;  // test faults' hooks; they do nothing unless --fault-* asks
   c10::intrusive_ptr<c10d::Store> store_;
   Groups g_;
   // What ZeRO does over this rank's DP group: the plan's stage, or with one replica (or parameter
@@ -332,7 +335,7 @@ void ScheduleRunner::step(int index, bool measured) {
   st.index = index;
   st.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
   // Mean over the global batch (m micro-batches on each of dp replicas), times the fp16 loss scale.
-  st.loss_scale = reducer_->loss_scale() / (double(m) * s_.dp) * grad_bug_factor(opt_.faults, m, s_.dp);
+  st.loss_scale = reducer_->loss_scale() / (double(m) * s_.dp);
   for (const Slot& slot : schedule_.per_stage[coord_.pp]) {
     enter(fmt::format("{} (micro-batch {}, chunk {})", slot.phase == Phase::forward ? "forward" : "backward",
                       slot.micro_batch, slot.chunk));
@@ -381,13 +384,8 @@ void ScheduleRunner::forward_slot(StepState& st, const Slot& slot) {
     at::Tensor out = stash.output.detach().to(at::kFloat).contiguous();
     st.sends.emplace_back(g_.pp->send(out, next, tag(slot.micro_batch, vs + 1, false)), out);
   }
+  faults_->after_forward(st.index, stash.output);
   st.stash.emplace(std::make_pair(slot.micro_batch, slot.chunk), std::move(stash));
-  if (inject_after_forward(opt_.faults, env_.rank, st.index, !st.forward_seen)) {
-    // Test fault: ask the device's allocator for 4 PiB, which no machine has.
-    at::Tensor too_big = at::empty({int64_t(1) << 52}, at::TensorOptions().dtype(at::kByte).device(device_));
-    (void)too_big;
-  }
-  st.forward_seen = true;
 }
 
 void ScheduleRunner::backward_slot(StepState& st, const Slot& slot) {
@@ -400,7 +398,9 @@ void ScheduleRunner::backward_slot(StepState& st, const Slot& slot) {
   reducer_->begin_backward(slot.chunk, backward_left_[slot.chunk] == 1);
   if (last) {
     PhaseScope b(clock_, Ph::backward);
-    (stash.output * st.loss_scale).backward();
+    at::Tensor objective = stash.output * st.loss_scale;
+    faults_->before_backward(st.index, objective);
+    objective.backward();
   } else {
     const int next = (coord_.pp + 1) % s_.pp;
     at::Tensor grad = activation_buffer();
@@ -415,8 +415,7 @@ void ScheduleRunner::backward_slot(StepState& st, const Slot& slot) {
     st.sends.emplace_back(g_.pp->send(gin, prev, tag(slot.micro_batch, vs - 1, true)), gin);
   }
   reducer_->after_backward(slot.chunk);
-  if (poison_after_backward(opt_.faults, env_.rank, st.index, !st.backward_seen)) reducer_->poison_gradient(slot.chunk);
-  st.backward_seen = true;
+  faults_->after_backward(st.index, slot.chunk);
   if (--backward_left_[slot.chunk] == 0) reducer_->backward_done(slot.chunk);
 }
 
@@ -433,6 +432,7 @@ void ScheduleRunner::reduce_and_update(StepState& st) {
   const bool dump_grads = st.index == 0 && !opt_.dump_grads.empty();
   reducer_->finish_reduction(dump_grads);
   if (dump_grads) dump(opt_.dump_grads, true);
+  faults_->before_update(st.index, *reducer_);
   reducer_->update(st.index);
 }
 
