@@ -68,7 +68,8 @@ class GradSync {
   // start reducing over the replicas whatever the backward's hooks have not started.
   virtual void reduce(int chunk) = 0;
   // Completes the step's reduction: each shard's `grad` holds its reduced gradient (`keep_grads`,
-  // for debug dumps: also where the scheme would not otherwise bring it to this rank).
+  // for debug dumps: also where the scheme would not otherwise bring it to this rank). Parameter
+  // servers run their whole exchange here: push, the servers' update, pull.
   virtual void finish(bool keep_grads) = 0;
   virtual void after_update() {}  // the optimizer has stepped the shards
   virtual SyncPeaks peaks() const { return {}; }
