@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sim/collectives.hpp"
 #include "sim/rank_layout.hpp"
 
 namespace trainplan {
@@ -24,18 +25,13 @@ PsNetwork ps_network(const Cluster& c, const Strategy& s) {
     n.latency = c.node.latency;
     return n;
   }
-  const int extent = (n.nodes + (n.placement == PsPlacement::dedicated ? n.servers : 0)) * c.gpus_per_node;
-  if (c.network.empty()) {  // a single-node cluster: its "network" is the node link
+  // The job's nodes and, dedicated, the servers' beyond them.
+  const long long extent = (n.nodes + (n.placement == PsPlacement::dedicated ? n.servers : 0LL)) * c.gpus_per_node;
+  const LinkTier* tier = spanning_tier(c, extent);
+  if (!tier) {  // a single-node cluster: its "network" is the node link
     n.gpu_bandwidth = c.node.bandwidth * c.node.efficiency;
     n.latency = c.node.latency;
     return n;
-  }
-  const LinkTier* tier = &c.network.back();
-  for (const auto& t : c.network) {
-    if (extent <= t.span_gpus) {
-      tier = &t;
-      break;
-    }
   }
   n.gpu_bandwidth = tier->bandwidth * tier->efficiency;
   n.latency = tier->latency;
