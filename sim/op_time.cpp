@@ -77,7 +77,7 @@ struct Ctx {
   double tokens;      // tokens per rank per micro-batch inside the TP region: b * seq / cp
   double seq_tokens;  // tokens of a sequence-split tensor: tokens / tp with SP
   double act;         // bytes per activation element (16-bit, fp32 for fp32 training)
-  double stream;      // bytes per element of the residual stream
+  double stream;      // bytes per element of the residual stream: the profile's, at least act
 };
 
 Ctx make_ctx(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
@@ -85,7 +85,7 @@ Ctx make_ctx(const LayerGraph& g, const Cluster& c, const Software& sw, const St
   x.tokens = s.tokens_per_rank();
   x.seq_tokens = s.sequence_parallel ? x.tokens / s.tp : x.tokens;
   x.act = activation_bytes(s.dtype);
-  x.stream = s.dtype == Dtype::fp32 ? 4.0 : sw.stream_bytes;
+  x.stream = std::max(sw.stream_bytes, x.act);  // never narrower than the activations (memory_model.cpp)
   return x;
 }
 
