@@ -3,22 +3,21 @@
 #include <algorithm>
 
 #include "sim/collectives.hpp"
-#include "sim/rank_layout.hpp"
+#include "sim/plan_shape.hpp"
 
 namespace trainplan {
 
-PsNetwork ps_network(const Cluster& c, const Strategy& s) {
+PsNetwork ps_network(const Cluster& c, const Strategy& s, const GroupLink& dp) {
   PsNetwork n;
   n.placement = s.ps_placement;
   n.servers = s.ps_servers;
   n.nodes = job_nodes(s, c);
   n.workers_per_node = std::min(s.gpus(), c.gpus_per_node);
   n.server_nics = c.gpus_per_node;
+  n.call_overhead = c.collectives.call_overhead;
   n.node_bandwidth = c.node.bandwidth * c.node.efficiency;
   // Replicas of one shard on a node: the DP (and CP) group's members within gpus_per_node ranks.
-  const RankLayout layout(s);
-  const int stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
-  n.local_replicas = std::clamp(c.gpus_per_node / std::max(stride, 1), 1, s.dp * s.cp);
+  n.local_replicas = std::clamp(c.gpus_per_node / std::max(dp.stride, 1), 1, dp.size);
   if (n.nodes == 1 && n.placement == PsPlacement::colocated) {
     // One node: the servers are spread over its GPUs, traffic stays on the node link.
     n.gpu_bandwidth = c.node.bandwidth * c.node.efficiency;
@@ -37,6 +36,8 @@ PsNetwork ps_network(const Cluster& c, const Strategy& s) {
   n.latency = tier->latency;
   return n;
 }
+
+PsNetwork ps_network(const Cluster& c, const Strategy& s) { return ps_network(c, s, parallel_groups(c, s).dp); }
 
 Seconds ps_transfer_time(const PsNetwork& n, Bytes push, Bytes pull) {
   if (n.gpu_bandwidth <= 0 || (push <= 0 && pull <= 0)) return 0;
@@ -60,6 +61,10 @@ Seconds ps_transfer_time(const PsNetwork& n, Bytes push, Bytes pull) {
   const double out = (pull * (N - 1) + push * (S - 1)) / S;
   const double plain = S < N ? std::max(push, pull) : 0.0;
   return std::max(local, std::max({in, out, plain}) / b);
+}
+
+Seconds ps_push_pull_time(const PsNetwork& n, int rounds, Bytes push, Bytes pull) {
+  return rounds * (n.call_overhead + 2 * n.latency) + ps_transfer_time(n, push, pull);
 }
 
 double ps_params_per_server_gpu(double total_params, const PsNetwork& n) {

@@ -174,7 +174,7 @@ int send_output(Run& r, int stage, const Slot& slot, int vstage, Seconds produce
 void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start, Seconds end) {
   StageState& st = r.stages[stage];
   const int done = ++st.backwards[slot.chunk];
-  if (!r.costs.zero_reduce_per_micro_batch && done < r.schedule.micro_batches) return;
+  if (!r.costs.zero.reduce_each_micro_batch && done < r.schedule.micro_batches) return;
   if (c.dp_reduce <= 0) return;
   const int buckets = std::max(1, c.layers);
   for (int j = 0; j < buckets; ++j) {
@@ -507,7 +507,9 @@ Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster
                                  const Strategy& strategy) {
   if (auto too_large = simulation_size_error(strategy)) throw InputError(*too_large);
   if (cannot_cost(graph, cluster, strategy)) return predict(graph, cluster, software, strategy);
-  const StepCosts costs = step_costs(graph, cluster, software, strategy);
+  const PlanShape shape(graph.model(), cluster, software, strategy);
+  StepCosts costs;
+  step_costs(graph, cluster, software, shape, layer_costs(graph, cluster, software, shape), costs);
   const Estimate analytic = compose(costs, graph, cluster, strategy);
   if (!(analytic.time.step > 0) || !std::isfinite(analytic.time.step)) return analytic;
   return refine_with_simulation(analytic, costs, schedule_for(strategy));

@@ -499,7 +499,7 @@ TEST(Predict, FromSharedLayerCostsIsTheSamePrediction) {
   const Cluster c = testing::builtin_cluster("dgx-h100");
   const Software& sw = testing::default_software();
   const LayerGraph g(gpt(24, 2048, 16), 2048);
-  StepCosts scratch;
+  PredictScratch scratch;
   Estimate out;
   for (int tp : {1, 2}) {
     for (bool sp : {false, true}) {
@@ -522,7 +522,7 @@ TEST(Predict, FromSharedLayerCostsIsTheSamePrediction) {
               predict(g, c, sw, s, lc, scratch, out);
               expect_same(predict(g, c, sw, s), out, describe(s));
               // The floor search prunes with is below the prediction.
-              EXPECT_LE(step_time_floor(lc, min_send_rate(sw, c) * scratch.p2p, s.pp, s.micro_batches(), s.vp), out.time.step) << describe(s);
+              EXPECT_LE(step_time_floor(lc, min_send_rate(sw, c) * scratch.costs.p2p, s.pp, s.micro_batches(), s.vp), out.time.step) << describe(s);
             }
           }
         }
@@ -539,13 +539,14 @@ TEST(Predict, LayerCostsOfAnotherKeyAreRejected) {
   b.micro_batch = 2;
   const LayerCosts lc = layer_costs(g, c, sw, a);
   StepCosts costs;
-  EXPECT_THROW(step_costs(g, c, sw, b, lc, costs), std::logic_error);
+  auto step = [&](const Strategy& s) { step_costs(g, c, sw, PlanShape(g.model(), c, sw, s), lc, costs); };
+  EXPECT_THROW(step(b), std::logic_error);
   b = a;
   b.dp = 2;  // dp is not part of the key, but it moves the TP group's ranks only with another order
   b.order = {Dim::dp, Dim::tp, Dim::cp, Dim::pp};
-  EXPECT_THROW(step_costs(g, c, sw, b, lc, costs), std::logic_error);
+  EXPECT_THROW(step(b), std::logic_error);
   b.order = a.order;
-  EXPECT_NO_THROW(step_costs(g, c, sw, b, lc, costs));
+  EXPECT_NO_THROW(step(b));
 }
 
 }  // namespace
