@@ -304,11 +304,9 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
   out.pre = end_cost(x, graph.pre_ops(), ops.pre);
   out.post = end_cost(x, graph.post_ops(), ops.post);
   // With TP the receiver of a pipeline send all-gathers the activations over the TP group
-  // (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already keeps them sharded.
-  if (s.tp > 1 && !s.sequence_parallel) {
-    const GroupLink& tp = shape.groups.tp;
-    out.p2p_tp_gather = collective_time(Collective::all_gather, tp.size, out.hidden_message, tp.link);
-  }
+  // (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already keeps them sharded: one
+  // all-gather call of its own (Megatron's gather_split_1d_tensor), with its per-call overhead.
+  if (s.tp > 1 && !s.sequence_parallel) out.p2p_tp_gather = shape.groups.tp.all_gather(out.hidden_message);
   out.stored_layer = stored_layer_activation_bytes(graph, software, shape);
   out.working_layer = s.recompute == Recompute::full ? layer_activation_bytes(graph, software, shape, true) : 0;
   out.model_forward_flops_per_token = graph.forward_flops_per_token();

@@ -192,7 +192,8 @@ struct LayerCosts {
   LayerCost layer;
   EndCost pre, post;           // without the tied-embedding copy of the last stage (step_costs adds it)
   Bytes hidden_message = 0;    // one tokens x hidden activation tensor of the micro-batch
-  Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a pipeline send (tp > 1 without SP)
+  Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a pipeline send (tp > 1 without SP):
+                               // a call of its own, so it pays the per-call overhead as every call does
   // Activation bytes of one layer for memory_model(): as stored between forward and backward, and
   // the working set of a layer being recomputed (full recomputation; else 0).
   Bytes stored_layer = 0, working_layer = 0;

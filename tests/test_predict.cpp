@@ -95,6 +95,34 @@ TEST(Predict, ResidualStreamIsNeverNarrowerThanTheActivations) {
   EXPECT_EQ(predict(g, c, one, s).time.step, predict(g, c, two, s).time.step);
 }
 
+TEST(Predict, APipelineSendAndItsTpGatherAreOneCallEach) {
+  // tp 4, pp 2 on dgx-h100 (8 per node): a stage boundary sends 1/tp of the micro-batch's
+  // activations to the next stage (4 ranks apart, inside the node), and without SP the receiver
+  // all-gathers the whole tensor over its TP group (Narayanan et al. 2021, Sec. 4.1). Each is one
+  // collective call: the table's cost plus the cluster's per-call overhead, once.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  ASSERT_GT(c.collectives.call_overhead, 0);
+  const Software& sw = testing::default_software();
+  const LayerGraph g(gpt(4, 2048, 16), 2048);
+  const Strategy s = layout(1, 4, 2, 2, 8);
+  const PlanShape shape(g.model(), c, sw, s);
+  const LayerCosts lc = layer_costs(g, c, sw, shape);
+  const Bytes hidden = 2.0 * 2048 * 2048 * 2;  // b x seq x h x 2 B
+  EXPECT_EQ(lc.hidden_message, hidden);
+  const Seconds send = collective_time(Collective::send_recv, 2, hidden / 4, group_link(c, 2, 4));
+  const Seconds gather = collective_time(Collective::all_gather, 4, hidden, group_link(c, 4, 1));
+  EXPECT_DOUBLE_EQ(lc.p2p_tp_gather, gather + c.collectives.call_overhead);
+  EXPECT_DOUBLE_EQ(p2p_time(shape.groups.pp, lc), send + c.collectives.call_overhead + lc.p2p_tp_gather);
+  EXPECT_DOUBLE_EQ(step_costs(g, c, sw, s).p2p, p2p_time(shape.groups.pp, lc));
+  // With SP the activations stay sharded: the send alone.
+  Strategy sp = s;
+  sp.sequence_parallel = true;
+  const PlanShape sp_shape(g.model(), c, sw, sp);
+  const LayerCosts sp_lc = layer_costs(g, c, sw, sp_shape);
+  EXPECT_EQ(sp_lc.p2p_tp_gather, 0);
+  EXPECT_DOUBLE_EQ(p2p_time(sp_shape.groups.pp, sp_lc), send + c.collectives.call_overhead);
+}
+
 TEST(Predict, ContextParallelMergesEachRingStep) {
   // With cp > 1 each of the cp ring steps merges its partial attention output (forward, over the
   // q-sized tensor) and adds its dQ, dK, dV into accumulators (backward, over q + 2 kv): the
