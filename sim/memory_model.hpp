@@ -1,11 +1,12 @@
 // memory_model: what one GPU holds during a training step, in bytes. The single home of every
 // memory formula of the analytical model: predict() composes a stage's memory from it, and search's
 // pruning bounds (search.cpp) call the same functions, so a bound can never drift from the figure it
-// bounds. Pure functions of the model, strategy and (for the runtime reserve) the cluster.
+// bounds. Pure functions of the model, the plan's shape (plan_shape.hpp: tokens, shares, element
+// widths, the ZeroPolicy, the DP group) and (for the runtime reserve) the cluster.
 //
 // Per GPU and pipeline stage:
-//   model states  = params x bytes per parameter (state_bytes), each kind sharded by ZeRO over the
-//                   data-parallel group (model_state_bytes);
+//   model states  = params x bytes per parameter (ElementBytes::state), each kind the ZeroPolicy
+//                   shards divided over the data-parallel group (model_state_bytes);
 //   activations   = micro-batch chunks in flight (in_flight_chunks) x layers per chunk x stored bytes
 //                   per layer (stored_layer_activation_bytes), plus the working layer of full
 //                   recomputation and the extras of the first and last stage (stage_activation_bytes);

@@ -3,6 +3,9 @@
 // and tensor sizes come from the model and the layer graph (Korthikanti et al. 2022; Narayanan et
 // al. 2021); nothing here is fitted.
 //
+// The tokens per rank, the shares of split tensors and the element widths (the residual stream's,
+// the activations') are the plan's (PlanShape, plan_shape.hpp); nothing here derives them.
+//
 // A pass (one layer's forward or backward for one micro-batch, ...) costs its GPU time or the
 // host's time to issue its kernels, whichever is longer: the host runs ahead of the GPU until the
 // GPU runs out of queued work, so a pass of small kernels is launch-bound.
