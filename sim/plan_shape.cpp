@@ -8,6 +8,22 @@
 
 namespace trainplan {
 
+namespace {
+
+// Gradients leave the GPU: a DP group (dp x cp replicas) of two or more, or parameter servers.
+bool reduces_gradients(const Strategy& s) { return s.dp * s.cp > 1 || s.uses_ps(); }
+
+// `s`, checked for what the derivations below divide by (validate() says which rule a user's plan
+// breaks; a plan that reaches a shape unchecked is a bug).
+const Strategy& checked(const Strategy& s) {
+  TRAINPLAN_CHECK(s.dp >= 1 && s.tp >= 1 && s.pp >= 1 && s.cp >= 1 && s.vp >= 1 && s.micro_batch >= 1,
+                  "a plan shape needs parallel sizes and a micro-batch of at least 1");
+  TRAINPLAN_CHECK(ZeroPolicy::valid_stage(s.zero), "a plan shape needs a ZeRO stage of 0 to 3");
+  return s;
+}
+
+}  // namespace
+
 StateBytes state_bytes(Dtype dtype, bool fp32_grad_accum) {
   if (dtype == Dtype::fp32) return {4, 4, 8};
   return {2, fp32_grad_accum ? 4.0 : 2.0, 12};
@@ -53,7 +69,7 @@ ElementBytes element_bytes(const Software& sw, const Strategy& s) {
   }
   // Error feedback is kept for every parameter, the few uncompressed ones (norms, biases)
   // included, where gradients are reduced at all.
-  if (s.dp * s.cp > 1 || s.uses_ps()) b.error_feedback = error_feedback_bytes_per_param(s.grad_compression);
+  if (reduces_gradients(s)) b.error_feedback = error_feedback_bytes_per_param(s.grad_compression);
   return b;
 }
 
@@ -78,20 +94,17 @@ GroupLink pipeline_group(const Cluster& c, int pp, int stride) {
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s) { return parallel_groups(c, s, RankLayout(s)); }
 
 PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Software& sw, const Strategy& s)
-    : strategy(s),
+    : strategy(checked(s)),
       zero(ZeroPolicy::of(s.zero)),
       micro_batches(s.micro_batches()),
       chunks(s.pp * s.vp),
       vocab_rows(static_cast<double>(trainplan::vocab_rows(sw, model.vocab, s.tp))),
-      reduces_gradients(s.dp * s.cp > 1 || s.uses_ps()),
+      reduces_gradients(trainplan::reduces_gradients(s)),
       pp_overlap(s.schedule == ScheduleKind::interleaved ? sw.overlap.pp_interleaved : sw.overlap.pp),
       tokens(token_shape(s)),
       bytes(element_bytes(sw, s)),
       groups(parallel_groups(cluster, s, RankLayout(s))) {
   // (Members initialised in place, not assigned: search builds one of these per layout.)
-  TRAINPLAN_CHECK(s.dp >= 1 && s.tp >= 1 && s.pp >= 1 && s.cp >= 1 && s.vp >= 1 && s.micro_batch >= 1,
-                  "a plan shape needs parallel sizes and a micro-batch of at least 1");
-  TRAINPLAN_CHECK(ZeroPolicy::valid_stage(s.zero), "a plan shape needs a ZeRO stage of 0 to 3");
   if (s.uses_ps()) ps = ps_network(cluster, s, groups.dp);
 }
 

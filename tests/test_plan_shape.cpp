@@ -180,6 +180,11 @@ TEST(PlanShape, ShapePlanRefusesWhatCannotBeCosted) {
   ASSERT_TRUE(std::holds_alternative<PlanShape>(ok));
   EXPECT_EQ(std::get<PlanShape>(ok).strategy.tp, 2);
   EXPECT_FALSE(cannot_shape(m, h100, s).has_value());
+  // Built unchecked from a strategy no validate() passed, a shape refuses what it would divide by
+  // (a bug check, not a crash).
+  Strategy zero_dp = s;
+  zero_dp.dp = 0;
+  EXPECT_THROW(PlanShape(m, h100, sw, zero_dp), std::logic_error);
 }
 
 }  // namespace
