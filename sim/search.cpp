@@ -155,9 +155,7 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
 // into, so that predicting a layout allocates nothing.
 class Worker {
  public:
-  explicit Worker(const Problem& p) : slot_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, -1) {
-    for (StepCosts& c : costs_) c.memoize_chunks = true;
-  }
+  explicit Worker(const Problem& p) : slot_(p.tps.size() * p.cps.size() * p.micro_batches.size() * 6, -1) {}
 
   // Layer costs of (tp, cp, micro-batch index, recompute, sp) of layout `l`. The reference stays
   // valid for the worker's life (a deque does not move its elements as it grows).
@@ -173,12 +171,12 @@ class Worker {
   }
 
   // predict's scratch for a strategy: one per (recompute, sp) -- the settings' innermost digits,
-  // so that each sees one layer-cost setting under the ZeRO stages in turn (StepCosts's memos).
-  StepCosts& costs(const Strategy& s) { return costs_[static_cast<std::size_t>(s.recompute) * 2 + s.sequence_parallel]; }
+  // so that each sees one layer-cost setting under the ZeRO stages in turn (its StepMemo).
+  PredictScratch& costs(const Strategy& s) { return costs_[static_cast<std::size_t>(s.recompute) * 2 + s.sequence_parallel]; }
   Estimate estimate;  // the last prediction
 
  private:
-  std::array<StepCosts, 6> costs_;
+  std::array<PredictScratch, 6> costs_;
   std::vector<int> slot_;        // index into keys_ by (tp, cp, micro-batch, recompute, sp); -1: not yet
   std::deque<LayerCosts> keys_;  // the layer costs met so far
 };
