@@ -1,29 +1,24 @@
 #include "sim/search.hpp"
-#include "sim/op_time.hpp"
-#include "sim/simulate.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <functional>
 #include <chrono>
-#include <deque>
 #include <cmath>
+#include <deque>
 #include <limits>
-#include <mutex>
 #include <numeric>
-#include <string_view>
-#include <thread>
 #include <tuple>
 
 #include "sim/check.hpp"
-#include "sim/param_server.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/op_time.hpp"
+#include "sim/param_server.hpp"
 #include "sim/predict.hpp"
 #include "sim/rank_layout.hpp"
+#include "sim/search_scheduler.hpp"
+#include "sim/simulate.hpp"
 
 namespace trainplan {
 
@@ -711,118 +706,38 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   if (options.prune) tabulate_activations(p);
   const std::vector<Layout> layouts = make_layouts(p);
 
-  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
-  threads = std::clamp(threads, 1, std::max(1, static_cast<int>(layouts.size())));
-
-  // Rounds of kLayoutsPerRound layouts. Every layout of a round starts from the thresholds of all
-  // layouts of the earlier rounds, merged in layout order, and the threads take the round's layouts
-  // in any order. So counts, rankings and every figure are the same for any thread count and any
-  // timing; a round only delays when one layout's finds start pruning another's. Layouts come most
-  // promising first, so the first round sets tight thresholds.
-  //
-  // How threads keep busy without a barrier per round: they claim layouts in order from one
-  // counter and run each from the thresholds of the rounds merged so far. A layout's result is a
-  // function of its thresholds alone, so one run from a round's own start thresholds (the usual
-  // case: late rounds seldom tighten them) is exactly what the round semantics ask for; one that
-  // ran ahead from an older state whose thresholds differ is run again at merge time. Rounds are
-  // merged in order, each once all its layouts are done, by whichever thread finds it complete.
-  // Threads run ahead only once the top list is full (before that, every round tightens the
-  // thresholds) and by at most kRing - 1 rounds (a descheduled thread on a busy machine holds up
-  // the others only after that many rounds); otherwise they wait for the merge.
-  constexpr std::size_t kLayoutsPerRound = 16;
-  constexpr std::size_t kRing = 64;  // rounds whose results are held at once (a thread runs 63 ahead at most)
+  const int threads = worker_threads(options.threads, layouts.size());
   std::vector<Worker> workers;  // each thread's layer costs and scratch, kept over the search
   for (int t = 0; t < threads; ++t) workers.emplace_back(p);
+  // Rounds of layouts (search_scheduler.hpp): every layout of a round starts from the thresholds
+  // of all layouts of the earlier rounds, merged in layout order, so counts, rankings and every
+  // figure are the same for any thread count and timing; a round only delays when one layout's
+  // finds start pruning another's. Layouts come most promising first, so the first round sets
+  // tight thresholds. Threads run ahead of the merged rounds only once the top list is full
+  // (before that, every round tightens the thresholds).
   WorkerResult all;
+  RoundWork<Thresholds, WorkerResult> work;
+  work.run = [&](std::size_t i, const Thresholds& from, int worker, WorkerResult& out) {
+    out.thresholds = from;
+    run_layout(p, layouts[i], out, workers[static_cast<std::size_t>(worker)]);
+  };
+  work.merge = [&](WorkerResult&& w) { merge(all, std::move(w), options); };
+  work.start = [&] { return all.thresholds; };
+  work.may_run_ahead = [](const Thresholds& t) { return std::isfinite(t.kth); };
+  // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
   const auto total = static_cast<std::int64_t>(layouts.size());
-  const std::size_t rounds = (layouts.size() + kLayoutsPerRound - 1) / kLayoutsPerRound;
-  struct Slot {
-    WorkerResult result;
-    Thresholds used;  // the thresholds the layout ran from
-  };
-  std::vector<Slot> ring(kRing * kLayoutsPerRound);
-  std::array<std::atomic<std::size_t>, kRing> done{};  // layouts of the round finished
-  std::atomic<std::size_t> merged{0};                  // rounds merged into `all`
-  std::atomic<std::size_t> next{0};                    // next layout to claim
-  // `all.thresholds` after the last merged round, for claims (guarded by `latest_mutex`).
-  std::mutex latest_mutex;
-  Thresholds latest;
-  std::mutex merge_mutex;             // held by the thread merging rounds
-  std::atomic<bool> merge_wanted{false};
-  auto round_size = [&](std::size_t r) { return std::min(kLayoutsPerRound, layouts.size() - r * kLayoutsPerRound); };
-  // Merges every complete round after the merged ones, in order; `worker` re-runs the layouts that
-  // ran from other thresholds than their round's.
-  auto merge_ready = [&](Worker& worker) {
-    for (std::size_t r = merged.load(std::memory_order_acquire);
-         r < rounds && done[r % kRing].load(std::memory_order_acquire) == round_size(r); ++r) {
-      const Thresholds start_r = all.thresholds;
-      for (std::size_t j = r * kLayoutsPerRound; j < r * kLayoutsPerRound + round_size(r); ++j) {
-        Slot& slot = ring[j % ring.size()];
-        if (!(slot.used == start_r)) {
-          slot.result = WorkerResult{};
-          slot.result.thresholds = start_r;
-          run_layout(p, layouts[j], slot.result, worker);
-        }
-        merge(all, std::move(slot.result), options);
-        slot.result = WorkerResult{};
-      }
-      done[r % kRing].store(0, std::memory_order_relaxed);
-      {
-        std::lock_guard<std::mutex> lock(latest_mutex);
-        latest = all.thresholds;
-      }
-      merged.store(r + 1, std::memory_order_release);
-      merged.notify_all();
-    }
-  };
-  // Asks for a merge; whoever holds the merge lock sees the request before it lets go.
-  auto request_merge = [&](Worker& worker) {
-    merge_wanted.store(true);
-    while (merge_wanted.load() && merge_mutex.try_lock()) {
-      merge_wanted.store(false);
-      merge_ready(worker);
-      merge_mutex.unlock();
-    }
-  };
   bool reported = false;
   auto next_report = start + std::chrono::milliseconds(200);
-  auto work = [&](Worker& worker, bool calling_thread) {
-    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < layouts.size();) {
-      const std::size_t r = i / kLayoutsPerRound;
-      Slot& slot = ring[i % ring.size()];
-      for (;;) {
-        const std::size_t m = merged.load(std::memory_order_acquire);
-        Thresholds now;
-        {
-          std::lock_guard<std::mutex> lock(latest_mutex);
-          now = latest;
-        }
-        // Round r may run once round r - 1 is merged, or ahead of it once the top list is full,
-        // while its slot is free (round r - kRing merged).
-        if (m >= r || (m + kRing > r && std::isfinite(now.kth))) {
-          slot.used = now;
-          break;
-        }
-        merged.wait(m, std::memory_order_acquire);
-      }
-      slot.result.thresholds = slot.used;
-      run_layout(p, layouts[i], slot.result, worker);
-      if (done[r % kRing].fetch_add(1, std::memory_order_acq_rel) + 1 == round_size(r)) request_merge(worker);
-      // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
-      if (calling_thread && options.progress && Clock::now() >= next_report) {
-        options.progress(std::min<std::int64_t>(total, static_cast<std::int64_t>(merged.load() * kLayoutsPerRound)), total);
-        reported = true;
-        next_report = Clock::now() + std::chrono::milliseconds(100);
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { work(workers[t], false); });
-  work(workers[0], true);
-  for (auto& th : pool) th.join();
-  merge_ready(workers[0]);  // rounds whose last layout finished while another thread held the merge
-  TRAINPLAN_CHECK(merged.load() == rounds, "search merged every round");
-  if (reported && options.progress) options.progress(total, total);
+  if (options.progress) {
+    work.progress = [&](std::size_t merged) {
+      if (Clock::now() < next_report) return;
+      options.progress(static_cast<std::int64_t>(merged), total);
+      reported = true;
+      next_report = Clock::now() + std::chrono::milliseconds(100);
+    };
+  }
+  run_in_rounds(layouts.size(), threads, work, RoundShape{16, 64});
+  if (reported) options.progress(total, total);
 
   SearchResult out;
   std::vector<Ranked>& top = all.top;
@@ -851,30 +766,13 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
 void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, const Software& software,
                                 Objective o, int threads) {
   // Each entry is simulated independently (the simulator is pure), so they are spread over the
-  // threads; the result does not depend on how.
+  // threads; the result does not depend on how. An entry the simulator refuses
+  // (simulation_size_error) fails the whole refinement (parallel_for rethrows the first error).
   std::vector<std::pair<double, Estimate>> refined(r.top.size());
-  std::atomic<std::size_t> next{0};
-  // An entry the simulator refuses (simulation_size_error) fails the whole refinement; the first
-  // error is rethrown on this thread (an exception must not escape a worker thread).
-  std::vector<std::exception_ptr> errors(r.top.size());
-  auto work = [&] {
-    for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < r.top.size();) {
-      try {
-        Estimate s = predict_with_simulation(graph, cluster, software, r.top[i].strategy);
-        refined[i] = {objective_value(o, s, cluster), std::move(s)};
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
-  const int helpers = std::clamp(threads, 1, std::max(1, static_cast<int>(r.top.size()))) - 1;
-  std::vector<std::thread> pool;
-  for (int t = 0; t < helpers; ++t) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  parallel_for(r.top.size(), threads, [&](std::size_t i, int) {
+    Estimate s = predict_with_simulation(graph, cluster, software, r.top[i].strategy);
+    refined[i] = {objective_value(o, s, cluster), std::move(s)};
+  });
   // Stable: equal simulated values keep the search's tie order.
   std::stable_sort(refined.begin(), refined.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   r.top.clear();
