@@ -1,11 +1,12 @@
 // search: enumerate every valid layout of one model on one cluster, predict each, rank them.
 //
 // The space is (dp, tp, pp, cp) -- every factorization whose GPU count fits the limits -- times a
-// small odometer over micro-batch, schedule (with vp), ZeRO stage, recomputation and sequence
-// parallelism. Each candidate is checked with predict() (or a caller-given evaluator). Work is
-// split over threads by layout, in rounds: a layout prunes against the thresholds of the layouts
-// merged in earlier rounds (in layout order) and its own finds, so every count and figure is the
-// same for any thread count and timing.
+// small odometer over micro-batch, schedule (with vp), ZeRO stage, recomputation, sequence
+// parallelism, DP algorithm and compression (search_space.hpp). Each candidate is checked with
+// predict() (or a caller-given evaluator). Work is split over threads by layout, in rounds
+// (search_scheduler.hpp): a layout prunes against the thresholds of the layouts merged in earlier
+// rounds (in layout order) and its own finds, so every count and figure is the same for any
+// thread count and timing.
 //
 // Pruning never changes the result. A candidate is skipped without predicting it only when
 //  - a lower bound of its peak memory (model states + a floor of its activations) exceeds the GPU
@@ -15,7 +16,8 @@
 //    top K nor the reported Pareto front (counted as pruned_by_bound). The step-time bound is the
 //    larger of matmul FLOPs at the GPU's best rate times the pipeline factor (cheap, tested first)
 //    and step_time_floor() of the candidate's layer costs (predict.hpp: its layers, end ops and
-//    pipeline sends as predict costs them, without DP/ZeRO traffic and the optimizer).
+//    pipeline sends as predict costs them, without DP/ZeRO traffic and the optimizer). The
+//    floors are in search_bounds.hpp.
 // Layer costs are computed once per LayerKey by each worker thread (predict.hpp), so predicting a
 // layout costs only its composition; results are the same as predict()'s.
 // tests/test_search.cpp checks pruned == brute force and bound <= predict on small spaces.
