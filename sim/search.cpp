@@ -213,7 +213,7 @@ void evaluate(const Problem& p, const Strategy& s, const LayerCosts& lc, WorkerR
   Thresholds& t = w.thresholds;
   t.best_step = std::min(t.best_step, step);
   if (step <= o.pareto_window * t.best_step) add_to_front(w.front, e);
-  const std::size_t k = static_cast<std::size_t>(o.top_k);
+  const std::size_t k = p.keep_top;
   if (would_keep(w.top, k, value, e)) {
     keep_best(w.top, k, {value, e});
     if (w.top.size() == k) t.kth = std::min(t.kth, w.top.back().value);
@@ -372,8 +372,9 @@ class LayoutSearch {
 };
 
 // Merges one layout's result into the search's, in layout order.
-void merge(WorkerResult& into, WorkerResult&& w, const SearchOptions& o) {
-  for (auto& r : w.top) keep_best(into.top, static_cast<std::size_t>(o.top_k), std::move(r));
+void merge(WorkerResult& into, WorkerResult&& w, const Problem& p) {
+  const SearchOptions& o = p.options;
+  for (auto& r : w.top) keep_best(into.top, p.keep_top, std::move(r));
   for (auto& r : w.infeasible) keep_best(into.infeasible, static_cast<std::size_t>(std::max(0, o.keep_infeasible)), std::move(r));
   for (const auto& e : w.front) add_to_front(into.front, e);
   into.points.insert(into.points.end(), w.points.begin(), w.points.end());
@@ -386,7 +387,7 @@ void merge(WorkerResult& into, WorkerResult&& w, const SearchOptions& o) {
   for (const auto& [reason, n] : w.reasons) into.reasons[reason] += n;
   Thresholds& t = into.thresholds;
   t.best_step = std::min(t.best_step, w.thresholds.best_step);
-  if (into.top.size() == static_cast<std::size_t>(o.top_k)) t.kth = std::min(t.kth, into.top.back().value);
+  if (into.top.size() == p.keep_top) t.kth = std::min(t.kth, into.top.back().value);
 }
 
 // The search's answer from the merged result of every layout: the lists best first, the Pareto
@@ -431,7 +432,7 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
     out.thresholds = from;
     LayoutSearch(p, layouts[i], out, workers[static_cast<std::size_t>(worker)]).run();
   };
-  work.merge = [&](WorkerResult&& w) { merge(all, std::move(w), options); };
+  work.merge = [&](WorkerResult&& w) { merge(all, std::move(w), p); };
   work.start = [&] { return all.thresholds; };
   work.may_run_ahead = [](const Thresholds& t) { return std::isfinite(t.kth); };
   // Progress every 100 ms once the search has run 200 ms (short searches draw nothing).
@@ -454,6 +455,12 @@ SearchResult search(const LayerGraph& graph, const Cluster& cluster, const Softw
   out.stats.max_gpus_considered = space.exact_gpus ? space.gpus : std::min(space.gpus, cluster.max_gpus());
   out.stats.threads = threads;
   out.stats.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  if (options.refine) {
+    refine_top_with_simulation(out, graph, cluster, software, options.objective, options.threads);
+    const auto listed = std::min(out.top.size(), static_cast<std::size_t>(options.top_k));
+    out.top.resize(listed);
+    out.top_value.resize(listed);
+  }
   return out;
 }
 

@@ -129,7 +129,8 @@ void add_lists(Problem& p) {
 Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, const SearchSpace& space,
                      const SearchOptions& o) {
   check_space(g, c, space, o);
-  Problem p{g, c, sw, space, o, {}, {}, {}, {}, false, false, false, {}, {}, {}};
+  Problem p{g, c, sw, space, o, {}, {}, {}, {}, false, false, false, {}, {}, 1, {}};
+  p.keep_top = static_cast<std::size_t>(o.refine ? std::max(o.top_k, kRefineWindow) : o.top_k);
   add_lists(p);
   add_settings(p);
   return p;

@@ -133,6 +133,9 @@ struct Problem {
   std::vector<int> tps, cps;  // tensor- and context-parallel sizes the space allows, ascending
   bool gpipe = false, one_f_one_b = false, interleaved = false;  // in space.schedules
   std::vector<Setting> settings_tp1, settings_tp;                // for tp == 1 / tp > 1
+  // How many best candidates the analytic search keeps (and prunes against the last of): top_k,
+  // or the refinement window (search.hpp, kRefineWindow).
+  std::size_t keep_top = 1;
   BoundConstants bounds;
 
   const std::vector<Setting>& settings(const Layout& l) const { return l.tp > 1 ? settings_tp : settings_tp1; }
