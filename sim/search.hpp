@@ -17,7 +17,8 @@
 //    larger of matmul FLOPs at the GPU's best rate times the pipeline factor (cheap, tested first)
 //    and step_time_floor() of the candidate's layer costs (predict.hpp: its layers, end ops and
 //    pipeline sends as predict costs them, without DP/ZeRO traffic and the optimizer). The
-//    floors are in search_bounds.hpp.
+//    floors are in search_bounds.hpp. (K here is the list the analytic search keeps: top_k, or
+//    with refinement the window of max(top_k, kRefineWindow) candidates the simulator re-ranks.)
 // Layer costs are computed once per LayerKey by each worker thread (predict.hpp), so predicting a
 // layout costs only its composition; results are the same as predict()'s.
 // tests/test_search.cpp checks pruned == brute force and bound <= predict on small spaces.
