@@ -11,7 +11,8 @@ namespace trainplan::search_detail {
 inline constexpr double kMargin = 1 - 1e-9;
 
 // The bound constants of `p`; with `activation_table`, the stored activation bytes of every layer
-// shape and variant too (what run_layout reads; candidate_bounds computes one strategy's directly).
+// shape and variant too (what the search reads per layout; candidate_bounds computes one strategy's
+// directly).
 BoundConstants bound_constants(const Problem& p, bool activation_table);
 
 // Floor of the work of all stages for one micro-batch (summed over stages): forward + backward
