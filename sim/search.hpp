@@ -81,17 +81,20 @@ SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_
 // max(top_k, kRefineWindow) feasible candidates by their simulated objective
 // (predict_with_simulation) and lists the best top_k of them. The window does not shrink with
 // top_k, so for any top_k <= kRefineWindow the list is the first top_k entries of one and the
-// same re-ranked window: --top 1 names the best layout of --top 10. (Only the analytic top K used
-// to be simulated, so --top 1 reported the analytic best, which the simulator often puts behind
+// same re-ranked window: --top 1 names the best layout of --top 10. (When only the analytic top
+// K were simulated, --top 1 reported the analytic best, which the simulator often puts behind
 // another of the top few.) A larger top_k widens the window with it, so its best can only be
-// better. Why a fixed window and not "simulate until no unsimulated candidate's lower bound can
-// beat the simulated best": the analytic floors lie some 1-5% below predict's step time and the
-// simulator differs from predict by up to 15% either way, so that certificate takes tens to
-// hundreds of simulations per search (530B on 4,480 A100s: over 130), far beyond the planner's
-// budget. 10 is the default --top, so the default simulates no more than before; in the spaces of
-// tests/test_search.cpp's refinement test and six more (GPT-3 175B, MT-NLG 530B, Llama 3.1 405B,
-// Llama 2/3 70B, Llama 2 7B, GPT-3 20B on A100/H100 clusters), the simulator's best among the
-// analytic top 200 lay within the analytic top 4.
+// better.
+// Why a fixed window and not "simulate until no unsimulated candidate's lower bound can beat the
+// simulated best": the step-time floors lie up to ~5% below predict's step time, and the
+// simulated step is up to ~16% longer than predict's (or up to ~1.5% shorter), so that
+// certificate needs every candidate whose floor is under the simulated best simulated: tens to
+// hundreds per search (530B on 4,480 A100s: over 130 among the analytic top 200), far beyond the
+// planner's time budget. Why 10: it is the default --top, so the default search simulates no more
+// than before; and in nine spaces tried when this was written (megatron-core; GPT-3 175B on 64
+// and 1,024 A100-80GB, MT-NLG 530B on 4,480 A100-80GB, Llama 3.1 405B on 1,024 H100, Llama 3 70B
+// on 64 H100, Llama 2 70B on 128 A100-80GB, GPT-3 20B on 64 A100-40GB, Llama 2 7B on 16 and
+// Llama 3 8B on 64 H100) the simulator's best of the analytic top 200 was among the analytic top 4.
 inline constexpr int kRefineWindow = 10;
 
 struct SearchOptions {
