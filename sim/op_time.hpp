@@ -9,6 +9,7 @@
 #pragma once
 #include "sim/cluster.hpp"
 #include "sim/layer_graph.hpp"
+#include "sim/plan_shape.hpp"
 #include "sim/software.hpp"
 #include "sim/strategy.hpp"
 
@@ -44,6 +45,10 @@ struct OpCosts {
   EndOpCosts pre, post;
 };
 
+// The op costs of one plan: its tokens, shares and element widths (the residual stream's, the
+// activations') are the shape's.
+OpCosts op_costs(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape);
+// The same for a strategy that passes cannot_shape() (its shape built here).
 OpCosts op_costs(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s);
 
 // Per step on one rank: the optimizer over `params_updated` parameters (after ZeRO sharding) and

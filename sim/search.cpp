@@ -77,9 +77,7 @@ using Clock = std::chrono::steady_clock;
 // into, so that predicting a layout allocates nothing.
 class Worker {
  public:
-  explicit Worker(const Problem& p) : slot_(p.tps.size(), p.cps.size(), p.micro_batches.size(), -1) {
-    for (StepCosts& c : costs_) c.memoize_chunks = true;
-  }
+  explicit Worker(const Problem& p) : slot_(p.tps.size(), p.cps.size(), p.micro_batches.size(), -1) {}
 
   // Layer costs of layout `l`'s layers with micro-batch micro_batches[mi] and variant `v`. The
   // reference stays valid for the worker's life (a deque does not move its elements as it grows).
@@ -94,12 +92,12 @@ class Worker {
   }
 
   // predict's scratch for a strategy: one per layer variant -- the settings' innermost digits, so
-  // that each sees one layer-cost setting under the ZeRO stages in turn (StepCosts's memos).
-  StepCosts& costs(const Strategy& s) { return costs_[LayerVariant{s.recompute, s.sequence_parallel}]; }
+  // that each sees one layer-cost setting under the ZeRO stages in turn (its StepMemo).
+  PredictScratch& costs(const Strategy& s) { return costs_[LayerVariant{s.recompute, s.sequence_parallel}]; }
   Estimate estimate;  // the last prediction
 
  private:
-  ByVariant<StepCosts> costs_;
+  ByVariant<PredictScratch> costs_;
   LayerTable<int> slot_;         // index into keys_; -1: not yet
   std::deque<LayerCosts> keys_;  // the layer costs met so far
 };

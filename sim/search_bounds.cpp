@@ -63,8 +63,7 @@ Seconds work_floor(const Problem& p, int tp, int cp, int mb, bool full_recompute
 Bytes states_floor(const Problem& p, const Layout& l, const StateKind& k) {
   StateBytes per_param = p.bounds.state;
   if (k.servers) per_param.optimizer = 0;
-  return model_state_bytes(p.graph.total_params() / l.tp, per_param, k.zero.stage, static_cast<double>(l.dp * l.cp))
-      .total();
+  return model_state_bytes(p.graph.total_params() / l.tp, per_param, k.zero, static_cast<double>(l.dp * l.cp)).total();
 }
 
 // sum_i in_flight_i * layers_i / vp, with at least one layer per chunk (vp per stage) and the

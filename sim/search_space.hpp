@@ -38,8 +38,6 @@ class ByVariant {
   explicit ByVariant(const T& fill) { cells_.fill(fill); }
   T& operator[](LayerVariant v) { return cells_[v.index()]; }
   const T& operator[](LayerVariant v) const { return cells_[v.index()]; }
-  auto begin() { return cells_.begin(); }
-  auto end() { return cells_.end(); }
 
  private:
   std::array<T, LayerVariant::kCount> cells_{};
