@@ -38,7 +38,9 @@ required:
 search:
   --seq S                   tokens per sequence (default: the model's seq_len)
   --top K                   layouts to list (default 10)
-  --refine on|off           re-rank the top K with the discrete-event step simulator (default on)
+  --refine on|off           simulate the analytic top max(K, %WINDOW%) with the discrete-event step
+                            simulator and list the best K of them (default on): the best layout
+                            is the same for any K up to %WINDOW%
   --objective throughput|cost|time
                             throughput: most tokens/s; time: shortest step (the same order for
                             a fixed global batch); cost: fewest USD per step (price per GPU-hour
@@ -131,6 +133,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   if (f.help()) {
     std::string help = kHelp;
     help.replace(help.find("%DP%\n"), 5, dp_space_flags_help() + "\n");
+    for (std::size_t at; (at = help.find("%WINDOW%")) != std::string::npos;) help.replace(at, 8, std::to_string(kRefineWindow));
     ctx.out << help;
     return 0;
   }
@@ -151,7 +154,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   options.top_k = static_cast<int>(f.get_int("top", 10, 1, 10000));
   options.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   options.pareto_window = f.get_double("pareto-window", 1.25, 1.0, 1e6);
-  const bool refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
+  options.refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
   auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
   auto html_out = open_text_output("html", f.get("html"));
   auto csv_out = open_text_output("csv", f.get("csv"));
@@ -164,7 +167,6 @@ int cmd_search(const Args& args, const Context& ctx) {
 
   const LayerGraph graph(model, seq);
   SearchResult result = search(graph, cluster, software, space, options);
-  if (refine) refine_top_with_simulation(result, graph, cluster, software, options.objective, options.threads);
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
   // Everything is computed and rendered before the first line is printed or file written.
   const auto doc = search_to_json(result, sc);

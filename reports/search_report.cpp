@@ -16,7 +16,8 @@ void print_counts(std::ostream& os, const SearchStats& st) {
                     "{} proven by the step-time bound to miss both the top list and the Pareto window\n",
                     st.evaluated, st.feasible, st.pruned_out_of_memory, st.pruned_by_bound);
   if (st.refined > 0) {
-    os << fmt::format("  the top {} re-ranked by the step simulator (their step times are simulated; --refine off for analytic)\n",
+    os << fmt::format("  the analytic top {} re-ranked by the step simulator, best first (their step times are simulated; "
+                      "--refine off for analytic)\n",
                       st.refined);
   }
   if (!st.infeasible_by_reason.empty()) {
