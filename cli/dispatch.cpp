@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <new>
 #include <filesystem>
 #include <iostream>
 
@@ -25,18 +29,48 @@ void usage(std::ostream& os, const CommandTable& commands, const char* title) {
   os << "\nenvironment: TRAINPLAN_DATA_DIR overrides where built-in models/ and topologies/ are read.\n";
 }
 
-// The message as one printable line: a control character (a newline or terminal escape in a flag
-// value or file name) is shown as \xNN, so the error is exactly one line and cannot drive the terminal.
-std::string one_line(const std::string& message) {
-  std::string out;
-  for (unsigned char ch : message) {
-    if (ch < 0x20 || ch == 0x7f) {
-      out += fmt::format("\\x{:02x}", ch);
-    } else {
-      out += static_cast<char>(ch);
-    }
+// What the terminate handler prefixes its line with ("trainplan predict"): set once, before the
+// command runs, in the one process-wide place a terminate handler can read.
+char g_prefix[96] = "trainplan";
+
+// One line for an exception that nothing caught: one that left a worker thread or a destructor
+// (std::terminate) or reached dispatch. Out of memory is said as such; the line is written with
+// write(2) from a fixed buffer when even the message cannot be allocated.
+int report_exception(std::exception_ptr e) {
+  const char* kind = "internal error: ";
+  std::string what = "unknown exception";
+  int code = 1;
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    char line[256];
+    const int n = std::snprintf(line, sizeof line,
+                                "%s: out of memory (a memory limit below what these inputs need; trainplan's own "
+                                "budget, see README, should have refused them first)\n",
+                                g_prefix);
+    if (n > 0) (void)!::write(STDERR_FILENO, line, std::min(sizeof line - 1, static_cast<std::size_t>(n)));
+    return 1;
+  } catch (const InputError& x) {
+    kind = "";
+    what = x.what();
+    code = 2;
+  } catch (const std::exception& x) {
+    what = x.what();
+  } catch (...) {
   }
-  return out;
+  std::cerr << g_prefix << ": " << kind << printable(what) << "\n" << std::flush;
+  return code;
+}
+
+[[noreturn]] void on_terminate() {
+  int code = 1;
+  try {
+    code = report_exception(std::current_exception());
+  } catch (...) {
+    static const char kLine[] = "trainplan: internal error: an exception escaped while another was reported\n";
+    (void)!::write(STDERR_FILENO, kLine, sizeof kLine - 1);
+  }
+  std::_Exit(code);
 }
 
 }  // namespace
@@ -58,27 +92,25 @@ int dispatch(int argc, char** argv, const CommandTable& commands, const char* ti
   }
   auto it = commands.find(args[0]);
   if (it == commands.end()) {
-    std::cerr << fmt::format("trainplan: '{}' is not a command (see trainplan --help)\n", one_line(args[0]));
+    std::cerr << fmt::format("trainplan: '{}' is not a command (see trainplan --help)\n", printable(args[0]));
     return 2;
   }
   const char* env_dir = std::getenv("TRAINPLAN_DATA_DIR");
   // A data folder that is not there is named as such, not as every built-in name being unknown.
   std::error_code ec;
   if (env_dir && !std::filesystem::is_directory(env_dir, ec)) {
-    std::cerr << fmt::format("trainplan {}: environment TRAINPLAN_DATA_DIR={}: {}\n", one_line(args[0]), one_line(env_dir),
+    std::cerr << fmt::format("trainplan {}: environment TRAINPLAN_DATA_DIR={}: {}\n", printable(args[0]), printable(env_dir),
                              *env_dir ? "not a folder (it names where the built-in models/, topologies/ and software/ are)"
                                       : "empty (unset it, or name the folder of the built-in models/ and topologies/)");
     return 2;
   }
   Context ctx{env_dir ? env_dir : TRAINPLAN_DATA_DIR, std::cout, std::cerr, isatty(STDOUT_FILENO) == 1};
+  std::snprintf(g_prefix, sizeof g_prefix, "trainplan %s", printable(args[0], 40).c_str());
+  std::set_terminate(on_terminate);
   try {
     return it->second.run(Args(args.begin() + 1, args.end()), ctx);
-  } catch (const InputError& e) {
-    std::cerr << "trainplan " << args[0] << ": " << one_line(e.what()) << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "trainplan " << args[0] << ": internal error: " << one_line(e.what()) << "\n";
-    return 1;
+  } catch (...) {
+    return report_exception(std::current_exception());
   }
 }
 
