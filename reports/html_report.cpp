@@ -12,6 +12,7 @@
 #include "reports/console.hpp"
 #include "reports/measurement_json.hpp"
 #include "reports/svg.hpp"
+#include "reports/thin.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/simulate.hpp"
@@ -385,6 +386,7 @@ std::string search_body(const JsonObject& root, const std::string& file) {
       steps.push_back(x);
       bytes.push_back(y);
     }
+    thinned = thin_drawn_points(steps, bytes) || thinned;  // memory and page size: see reports/thin.hpp
     drawn = steps.size();
   }
   double max_step = 0;
