@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,22 +34,35 @@ void usage(std::ostream& os, const CommandTable& commands, const char* title) {
 // command runs, in the one process-wide place a terminate handler can read.
 char g_prefix[96] = "trainplan";
 
+// Writes "PREFIX: KIND TEXT" as one line without allocating (memory may be what ran out): bytes
+// that printable() would escape become '?', and the text is cut to fit a fixed buffer.
+void write_line_without_memory(const char* kind, const char* text) {
+  char line[512];
+  int n = std::snprintf(line, sizeof line, "%s: %s", g_prefix, kind);
+  for (const char* p = text; *p && n >= 0 && n < static_cast<int>(sizeof line) - 1; ++p) {
+    const auto b = static_cast<unsigned char>(*p);
+    line[n++] = b < 0x20 || b >= 0x7f ? '?' : static_cast<char>(b);
+  }
+  n = std::max(0, std::min(n, static_cast<int>(sizeof line) - 1));
+  line[n++] = '\n';
+  (void)!::write(STDERR_FILENO, line, static_cast<std::size_t>(n));
+}
+
 // One line for an exception that nothing caught: one that left a worker thread or a destructor
-// (std::terminate) or reached dispatch. Out of memory is said as such; the line is written with
-// write(2) from a fixed buffer when even the message cannot be allocated.
-int report_exception(std::exception_ptr e) {
+// (std::terminate) or reached dispatch; returns the exit status. Out of memory is said as such.
+int report_exception(std::exception_ptr e) noexcept {
   const char* kind = "internal error: ";
-  std::string what = "unknown exception";
+  // No exception to show: std::terminate from a destructor or a thread object still running while
+  // an exception unwound the stack (e.g. a search whose calling thread ran out of memory).
+  const char* what = std::uncaught_exceptions() > 0
+                         ? "std::terminate while an exception unwound the stack (a worker thread was still running)"
+                         : "std::terminate was called without an exception";
   int code = 1;
   try {
     if (e) std::rethrow_exception(e);
   } catch (const std::bad_alloc&) {
-    char line[256];
-    const int n = std::snprintf(line, sizeof line,
-                                "%s: out of memory (a memory limit below what these inputs need; trainplan's own "
-                                "budget, see README, should have refused them first)\n",
-                                g_prefix);
-    if (n > 0) (void)!::write(STDERR_FILENO, line, std::min(sizeof line - 1, static_cast<std::size_t>(n)));
+    write_line_without_memory("out of memory (a memory limit below what these inputs need; trainplan's own budget, "
+                              "see README, should have refused them first)", "");
     return 1;
   } catch (const InputError& x) {
     kind = "";
@@ -57,20 +71,25 @@ int report_exception(std::exception_ptr e) {
   } catch (const std::exception& x) {
     what = x.what();
   } catch (...) {
+    what = "an exception of unknown type";
   }
-  std::cerr << g_prefix << ": " << kind << printable(what) << "\n" << std::flush;
+  try {
+    const std::string line = std::string(g_prefix) + ": " + kind + printable(what) + "\n";  // written at once
+    std::cout.flush();
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+  } catch (...) {
+    write_line_without_memory(kind, what);
+  }
   return code;
 }
 
+// Threads that fail at once all call it; the first one's line is the process's last word.
 [[noreturn]] void on_terminate() {
-  int code = 1;
-  try {
-    code = report_exception(std::current_exception());
-  } catch (...) {
-    static const char kLine[] = "trainplan: internal error: an exception escaped while another was reported\n";
-    (void)!::write(STDERR_FILENO, kLine, sizeof kLine - 1);
+  static std::atomic<bool> reported{false};
+  if (reported.exchange(true)) {
+    for (;;) ::pause();  // the first one ends the process
   }
-  std::_Exit(code);
+  std::_Exit(report_exception(std::current_exception()));
 }
 
 }  // namespace
