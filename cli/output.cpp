@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iomanip>
 
 #include "cli/commands.hpp"
 #include "cli/output.hpp"
@@ -162,7 +163,10 @@ void CommandFiles::stage(const std::string& flag, std::string_view content) {
   set_.stage(path(flag), content, fmt::format("--{} {}", flag, path(flag)));
 }
 
-void CommandFiles::stage_json(const std::string& flag, const nlohmann::json& doc) { stage(flag, json_file_text(doc)); }
+void CommandFiles::stage_json(const std::string& flag, const nlohmann::json& doc) {
+  // Streamed as json_file_text() formats it (indent 2), without a copy of a large document's text.
+  stage(flag, [&](std::ostream& os) { os << std::setw(2) << doc << '\n'; });
+}
 
 void CommandFiles::stage(const std::string& flag, const std::function<void(std::ostream&)>& write) {
   set_.stage(path(flag), fmt::format("--{} {}", flag, path(flag)), write);
