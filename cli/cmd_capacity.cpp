@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-
 #include <cmath>
+#include <filesystem>
 
 #include "reports/csv.hpp"
 #include "reports/search_report.hpp"
@@ -107,6 +107,66 @@ std::pair<int, int> parse_range(const std::string& v) {
   return {static_cast<int>(*lo), static_cast<int>(*hi)};
 }
 
+// --clusters a,b,c (default: every built-in cluster with a scale-out network), each loaded once.
+std::vector<Cluster> read_clusters(const Flags& f, const std::filesystem::path& data_dir) {
+  std::vector<std::string> names;
+  if (auto list = f.get("clusters")) {
+    for (const std::string& item : split_list("clusters", *list)) {
+      if (std::find(names.begin(), names.end(), item) != names.end()) {
+        throw InputError(fmt::format("--clusters {}: names {} twice", *list, item));
+      }
+      names.push_back(item);
+    }
+  } else {
+    names = builtin_clusters(data_dir);
+  }
+  const bool every_builtin = !f.has("clusters");
+  std::vector<Cluster> clusters;
+  std::vector<std::string> loaded_from;  // the --clusters item of each of clusters
+  for (const auto& n : names) {
+    Cluster c;
+    try {
+      c = load_cluster(n, data_dir);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--clusters: {}", e.what()));
+    }
+    // By default only GPU clusters that scale out: single hosts (cpu-local) are for exec runs.
+    if (every_builtin && c.network.empty()) continue;
+    // Options, picks and the report's series are keyed by cluster name: the same cluster given
+    // twice (a name and its file) or two files of one name would be listed as one.
+    for (std::size_t k = 0; k < clusters.size(); ++k) {
+      if (clusters[k].name == c.name) {
+        const std::string given = every_builtin ? std::string("(every built-in cluster)") : *f.get("clusters");
+        throw InputError(fmt::format("--clusters {}: {} and {} are both cluster '{}'", given, loaded_from[k], n, c.name));
+      }
+    }
+    clusters.push_back(std::move(c));
+    loaded_from.push_back(n);
+  }
+  return clusters;
+}
+
+// --reliability NAME|FILE with --mtbf-hours, --checkpoint-gbps and --restart-minutes over it.
+Reliability read_reliability_flags(const Flags& f, const std::filesystem::path& data_dir) {
+  Reliability rel = load_reliability(f.get_or("reliability", "default"), data_dir);
+  rel.mtbf_gpu_hours = f.get_double("mtbf-hours", rel.mtbf_gpu_hours, kMtbfHoursMin, kMtbfHoursMax);
+  rel.checkpoint_per_gpu =
+      f.get_double("checkpoint-gbps", rel.checkpoint_per_gpu / kGB, kCheckpointGbpsMin, kCheckpointGbpsMax) * kGB;
+  rel.restart = f.get_double("restart-minutes", rel.restart / 60, 0, kRestartMinutesMax) * 60;
+  return rel;
+}
+
+// The data-parallel part of every search space (read_dp_space_flags).
+void read_dp_flags(const Flags& f, CapacityRequest& req) {
+  SearchSpace dp_space;
+  read_dp_space_flags(f, dp_space);
+  req.dp_algorithms = dp_space.dp_algorithms;
+  req.grad_compressions = dp_space.grad_compressions;
+  req.ps_servers = dp_space.ps_servers;
+  req.ps_placement = dp_space.ps_placement;
+  req.fp32_grad_accum = dp_space.fp32_grad_accum;
+}
+
 }  // namespace
 
 int cmd_capacity(const Args& args, const Context& ctx) {
@@ -122,40 +182,8 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   const double tokens = parse_tokens(f.require("tokens"));
   CapacityRequest req;
   req.tokens = tokens;
-  std::vector<std::string> names;
   req.software = read_software_flag(f, ctx.data_dir);
-  if (auto list = f.get("clusters")) {
-    for (const std::string& item : split_list("clusters", *list)) {
-      if (std::find(names.begin(), names.end(), item) != names.end()) {
-        throw InputError(fmt::format("--clusters {}: names {} twice", *list, item));
-      }
-      names.push_back(item);
-    }
-  } else {
-    names = builtin_clusters(ctx.data_dir);
-  }
-  const bool every_builtin = !f.has("clusters");
-  std::vector<std::string> loaded_from;  // the --clusters item of each of req.clusters
-  for (const auto& n : names) {
-    Cluster c;
-    try {
-      c = load_cluster(n, ctx.data_dir);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("--clusters: {}", e.what()));
-    }
-    // By default only GPU clusters that scale out: single hosts (cpu-local) are for exec runs.
-    if (every_builtin && c.network.empty()) continue;
-    // Options, picks and the report's series are keyed by cluster name: the same cluster given
-    // twice (a name and its file) or two files of one name would be listed as one.
-    for (std::size_t k = 0; k < req.clusters.size(); ++k) {
-      if (req.clusters[k].name == c.name) {
-        const std::string given = every_builtin ? std::string("(every built-in cluster)") : *f.get("clusters");
-        throw InputError(fmt::format("--clusters {}: {} and {} are both cluster '{}'", given, loaded_from[k], n, c.name));
-      }
-    }
-    req.clusters.push_back(std::move(c));
-    loaded_from.push_back(n);
-  }
+  req.clusters = read_clusters(f, ctx.data_dir);
   if (auto range = f.get("gpus-range")) std::tie(req.gpus_lo, req.gpus_hi) = parse_range(*range);
   const int seq = static_cast<int>(f.get_int("seq", model.seq_len, 1, 1 << 24));
   // Default batch: about 4M tokens per step, rounded to a power of two of sequences.
@@ -170,20 +198,9 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   if (f.has("budget-usd")) req.budget_usd = f.get_double("budget-usd", 0, 1e-6, 1e15);
   req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
-  Reliability rel = load_reliability(f.get_or("reliability", "default"), ctx.data_dir);
-  rel.mtbf_gpu_hours = f.get_double("mtbf-hours", rel.mtbf_gpu_hours, kMtbfHoursMin, kMtbfHoursMax);
-  rel.checkpoint_per_gpu =
-      f.get_double("checkpoint-gbps", rel.checkpoint_per_gpu / kGB, kCheckpointGbpsMin, kCheckpointGbpsMax) * kGB;
-  rel.restart = f.get_double("restart-minutes", rel.restart / 60, 0, kRestartMinutesMax) * 60;
-  req.reliability = rel;
+  req.reliability = read_reliability_flags(f, ctx.data_dir);
   req.elastic = f.has("elastic");
-  SearchSpace dp_space;
-  read_dp_space_flags(f, dp_space);
-  req.dp_algorithms = dp_space.dp_algorithms;
-  req.grad_compressions = dp_space.grad_compressions;
-  req.ps_servers = dp_space.ps_servers;
-  req.ps_placement = dp_space.ps_placement;
-  req.fp32_grad_accum = dp_space.fp32_grad_accum;
+  read_dp_flags(f, req);
   f.finish();
   bool any_count = false;
   for (const Cluster& c : req.clusters) any_count |= !capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi).empty();

@@ -48,7 +48,7 @@ int cmd_compare(const Args& args, const Context& ctx) {
   }
   const std::string& prediction_path = files[0];
   const std::string& measurement_path = files[1];
-  const PredictionFile predicted = prediction_from_json(read_json_file(prediction_path), prediction_path);
+  const PredictionDoc predicted = prediction_from_json(read_json_file(prediction_path), prediction_path);
   // A relative error against a predicted step of 0 s (an infeasible or unsimulated plan) would read
   // as -100%: nothing to compare.
   if (!(predicted.estimate.time.step > 0)) {

@@ -56,13 +56,18 @@ int cmd_predict(const Args& args, const Context& ctx) {
   const std::string title = fmt::format("{} on {} x {} ({}), {} parameters, {} engine", in.model.name,
                                            in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
                                            format_count(graph.total_params()), engine);
-  auto doc = prediction_to_json(e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"software", in.software.name},
-                                    {"engine", engine}, {"cost", cost_to_json(e, in.cluster)}});
+  PredictionDoc prediction = prediction_doc(e);
+  prediction.model = in.model.name;
+  prediction.cluster = in.cluster.name;
+  prediction.software = in.software.name;
+  prediction.engine = engine;
+  prediction.cost = prediction_cost(e, in.cluster);
   std::vector<StageDetail> detail;
   if (layers && !cannot_cost(graph, in.cluster, in.strategy)) {
     detail = layer_detail(step_costs(graph, in.cluster, in.software, in.strategy));
-    doc["layers"] = layer_detail_to_json(detail);
+    prediction.layers = detail;
   }
+  const auto doc = prediction_to_json(prediction);
   // Everything is computed and rendered before the first line is printed or file written.
   check_finite(doc);
   if (files.wants("json")) files.stage_json("json", doc);

@@ -23,14 +23,17 @@ readable when printed) from the JSON files trainplan writes, one section per fil
   search --json       the top layouts, step time vs peak memory of the feasible candidates
                       with the Pareto front, infeasible counts by reason
   capacity --json     days to train vs cost per cluster kind and size, deadline/budget picks
-  exec --json         the measured run: step time spread, phases, memory per stage
+  exec --json         the measured run: step time spread, phases, memory per stage (a failed
+                      run: which rank failed, in which step and phase, and why)
   compare --json      predicted vs measured: paired bars per phase and for memory, % error
 The commands above also take --html FILE to write their own page directly.
 
   --html FILE     the page to write (required)
   --title T       the page's title (default: "trainplan report")
 
-Exit status: 0, or 2 on bad input (an unreadable file, an unknown schema, a missing figure).
+Each file is read by the strict reader of its schema, as compare and --plan read them.
+Exit status: 0, or 2 on bad input (an unreadable file, an unknown schema, a missing figure, a
+key the schema does not have).
 )";
 
 }  // namespace

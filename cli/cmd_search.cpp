@@ -91,27 +91,9 @@ void draw_progress(std::ostream& err, std::int64_t done, std::int64_t total) {
       << (done >= total ? "\n" : "") << std::flush;
 }
 
-}  // namespace
-
-int cmd_search(const Args& args, const Context& ctx) {
-  Flags f(args, "search", {"exact-gpus"});
-  if (f.help()) {
-    std::string help = kHelp;
-    help.replace(help.find("%DP%\n"), 5, dp_space_flags_help() + "\n");
-    ctx.out << help;
-    return 0;
-  }
-  CommandFiles files(f, ctx, {"json", "html", "csv"});  // before any input is read
-  const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
-  const Cluster cluster = load_cluster(f.require("cluster"), ctx.data_dir);
-  const Software software = read_software_flag(f, ctx.data_dir);
-  const auto gpus_flag = f.get_optional_int("gpus", 1, 1 << 24);
-  if (!gpus_flag) f.require("gpus");
-  const auto batch_flag = f.get_optional_int("global-batch", 1, 1 << 30);
-  if (!batch_flag) f.require("global-batch");
-  const int gpus = static_cast<int>(*gpus_flag), global_batch = static_cast<int>(*batch_flag);
-  const int seq = static_cast<int>(f.get_int("seq", model.seq_len, 1, 1 << 24));
-
+// The space to search: the cluster's defaults (default_space) narrowed by the flags.
+SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Cluster& cluster, int gpus, int global_batch,
+                             int seq) {
   const Attention attention = *parse_attention(f.get_choice("attention", "flash", {"flash", "standard"}));
   SearchSpace space = default_space(cluster, gpus, global_batch, seq, attention);
   space.exact_gpus = f.has("exact-gpus");
@@ -140,6 +122,31 @@ int cmd_search(const Args& args, const Context& ctx) {
                                    *f.get("schedules"), flag, limit));
     }
   }
+  return space;
+}
+
+}  // namespace
+
+int cmd_search(const Args& args, const Context& ctx) {
+  Flags f(args, "search", {"exact-gpus"});
+  if (f.help()) {
+    std::string help = kHelp;
+    help.replace(help.find("%DP%\n"), 5, dp_space_flags_help() + "\n");
+    ctx.out << help;
+    return 0;
+  }
+  CommandFiles files(f, ctx, {"json", "html", "csv"});  // before any input is read
+  const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
+  const Cluster cluster = load_cluster(f.require("cluster"), ctx.data_dir);
+  const Software software = read_software_flag(f, ctx.data_dir);
+  const auto gpus_flag = f.get_optional_int("gpus", 1, 1 << 24);
+  if (!gpus_flag) f.require("gpus");
+  const auto batch_flag = f.get_optional_int("global-batch", 1, 1 << 30);
+  if (!batch_flag) f.require("global-batch");
+  const int gpus = static_cast<int>(*gpus_flag), global_batch = static_cast<int>(*batch_flag);
+  const int seq = static_cast<int>(f.get_int("seq", model.seq_len, 1, 1 << 24));
+
+  const SearchSpace space = read_space_flags(f, model, cluster, gpus, global_batch, seq);
 
   SearchOptions options;
   options.objective = *parse_objective(f.get_choice("objective", "throughput", {"throughput", "cost", "time"}));

@@ -137,6 +137,24 @@ void check_trace_size(const Strategy& s, const std::vector<std::vector<int>>& st
                                shown_ranks(stage_ranks), simulated_slots(s) / s.pp, rank_slots, kMaxTraceRankSlots));
 }
 
+// The outputs of a plan that cannot be simulated still say so (as predict's do), rather than
+// leave an earlier run's files looking current: the analytic prediction, and an empty trace.
+void stage_not_simulated(CommandFiles& files, const Estimate& analytic, const PlanInputs& in, const std::string& title) {
+  PredictionDoc prediction = prediction_doc(analytic);
+  prediction.model = in.model.name;
+  prediction.cluster = in.cluster.name;
+  prediction.engine = "des";
+  const auto doc = prediction_to_json(prediction);
+  check_finite(doc);
+  if (files.wants("json")) files.stage_json("json", doc);
+  if (files.wants("html")) files.stage("html", html_page(doc, title + " -- not simulated"));
+  if (files.wants("trace")) {
+    files.stage("trace", [&](std::ostream& os) {
+      write_chrome_trace(os, Timeline{}, {}, title + " -- not simulated: the plan is infeasible");
+    });
+  }
+}
+
 }  // namespace
 
 int cmd_simulate(const Args& args, const Context& ctx) {
@@ -168,14 +186,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const std::string title = fmt::format("{} on {} x {} ({}), {} parameters", in.model.name, s.gpus(),
                                         in.cluster.gpu.name, in.cluster.name, format_count(graph.total_params()));
   if (!(analytic.time.step > 0)) {  // invalid plan: nothing to simulate
-    // Its outputs still say so (as predict's do), rather than leave an earlier run's files looking current.
-    const auto doc = prediction_to_json(analytic, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "des"}});
-    check_finite(doc);
-    if (files.wants("json")) files.stage_json("json", doc);
-    if (files.wants("html")) files.stage("html", html_page(doc, title + " -- not simulated"));
-    if (tracing) {
-      files.stage("trace", [&](std::ostream& os) { write_chrome_trace(os, Timeline{}, {}, title + " -- not simulated: the plan is infeasible"); });
-    }
+    stage_not_simulated(files, analytic, in, title);
     print_note();
     print_prediction(ctx.out, analytic, title);
     files.commit();
@@ -187,10 +198,13 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const auto ranks = replica_stage_ranks(s);
 
   // Everything is computed and rendered before the first line is printed or file written.
-  nlohmann::json simulation = timeline_summary_json(timeline, ranks);
-  if (files.wants("json") || files.wants("html")) simulation["timeline"] = timeline_events_json(timeline, ranks);  // every event: large
-  const auto doc = prediction_to_json(
-      e, {{"model", in.model.name}, {"cluster", in.cluster.name}, {"engine", "des"}, {"simulation", simulation}});
+  PredictionDoc prediction = prediction_doc(e);
+  prediction.model = in.model.name;
+  prediction.cluster = in.cluster.name;
+  prediction.engine = "des";
+  // Every event only for the outputs that carry it: large.
+  prediction.simulation = simulation_doc(timeline, ranks, files.wants("json") || files.wants("html"));
+  const auto doc = prediction_to_json(prediction);
   check_finite(doc);
   if (files.wants("json")) files.stage_json("json", doc);
   if (files.wants("html")) files.stage("html", html_page(doc, title + " -- simulated step"));

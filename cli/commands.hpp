@@ -20,12 +20,12 @@ struct Context {
 
 using Args = std::vector<std::string>;
 
-int cmd_predict(const Args& args, const Context& ctx);
-int cmd_simulate(const Args& args, const Context& ctx);  // issue 4
-int cmd_compare(const Args& args, const Context& ctx);  // issue 5
-int cmd_search(const Args& args, const Context& ctx);    // issue 3
-int cmd_capacity(const Args& args, const Context& ctx);  // issue 3
-int cmd_report(const Args& args, const Context& ctx);    // issue 10
+int cmd_predict(const Args& args, const Context& ctx);   // one layout, analytically
+int cmd_simulate(const Args& args, const Context& ctx);  // one step, event by event
+int cmd_compare(const Args& args, const Context& ctx);   // a prediction against a measured run
+int cmd_search(const Args& args, const Context& ctx);    // every layout, ranked
+int cmd_capacity(const Args& args, const Context& ctx);  // cluster kind and size for a token budget
+int cmd_report(const Args& args, const Context& ctx);    // an HTML page of result files
 // In trainplan-exec only (they need LibTorch):
 int cmd_exec(const Args& args, const Context& ctx);
 int cmd_calibrate(const Args& args, const Context& ctx);

@@ -4,7 +4,8 @@
 
 #include <algorithm>
 
-#include "reports/compare.hpp"
+#include "reports/prediction_json.hpp"
+#include "reports/search_json.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
 
@@ -19,22 +20,21 @@ bool on_off(const Flags& f, const std::string& name, bool fallback) {
 }
 
 // The prediction inside a --plan file: a prediction itself, or the best entry of a search, read
-// (and so checked, every figure) as compare and report read predictions.
-PredictionFile plan_prediction(const std::string& path) {
-  json j = read_json_file(path);
+// (and so checked, every figure) by the readers compare and report use.
+PredictionDoc plan_prediction(const std::string& path) {
+  const json j = read_json_file(path);
   if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string()) {
-    throw InputError(fmt::format("{}: schema is missing (expected trainplan/prediction/v1 or trainplan/search/v1)", path));
+    throw InputError(fmt::format("{}: schema is missing (expected {} or {})", path, kPredictionSchema, kSearchSchema));
   }
   const std::string schema = j["schema"];
-  if (schema == "trainplan/search/v1") {
-    if (!j.contains("top") || !j["top"].is_array() || j["top"].empty()) {
-      throw InputError(fmt::format("{}: top must be a non-empty array of predictions", path));
-    }
-    return prediction_from_json(j["top"][0], path + ": top[0]");
+  if (schema == kSearchSchema) {
+    SearchDoc search = search_from_json(j, path);
+    if (search.top.empty()) throw InputError(fmt::format("{}: top is empty (the search found no feasible layout)", path));
+    return std::move(search.top.front());
   }
-  if (schema != "trainplan/prediction/v1") {
+  if (schema != kPredictionSchema) {
     // JsonObject::error shows the value cut to 80 characters.
-    throw JsonObject(j, path).error("schema", "must be trainplan/prediction/v1 or trainplan/search/v1");
+    throw JsonObject(j, path).error("schema", fmt::format("must be {} or {}", kPredictionSchema, kSearchSchema));
   }
   return prediction_from_json(j, path);
 }
@@ -72,29 +72,25 @@ void print_notes(std::ostream& err, const char* command, std::initializer_list<s
     if (!note.empty()) err << "trainplan " << command << ": note: " << printable(note) << "\n";
 }
 
-PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster) {
-  std::optional<Strategy> from_plan;
-  std::string plan_model, plan_cluster, plan_software;
-  const auto plan = f.get("plan");
-  // A name taken from the plan (not given by a flag) that does not load is the plan's fault: the
-  // message names --plan, not a --model/--cluster/--software the user never gave.
+namespace {
+
+// Model, cluster and software: the flags, else the --plan file's names (`plan`), else the defaults.
+// A name taken from the plan (not given by a flag) that does not load is the plan's fault: the
+// message names --plan, not a --model/--cluster/--software the user never gave.
+void load_specs(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster,
+                const PredictionDoc* plan, PlanInputs& in) {
+  const auto plan_path = f.get("plan");
   auto from_plan_file = [&](const char* flag, const std::string& name, auto load) {
     if (f.has(flag) || !plan) return load();
     try {
       return load();
     } catch (const InputError& e) {
-      throw InputError(fmt::format("--plan {}: its {} '{}' does not load; give --{} NAME|FILE ({})", *plan, flag, name,
-                                   flag, e.what()));
+      throw InputError(fmt::format("--plan {}: its {} '{}' does not load; give --{} NAME|FILE ({})", *plan_path, flag,
+                                   name, flag, e.what()));
     }
   };
-  if (plan) {
-    const PredictionFile p = plan_prediction(*plan);
-    from_plan = p.estimate.strategy;
-    plan_model = p.model;
-    plan_cluster = p.cluster;
-    plan_software = p.software;
-  }
-  PlanInputs in;
+  const std::string plan_model = plan ? plan->model : "", plan_cluster = plan ? plan->cluster : "",
+                    plan_software = plan ? plan->software : "";
   const std::string model_name = f.has("model") || plan_model.empty() ? f.require("model") : plan_model;
   in.model = from_plan_file("model", model_name, [&] { return load_model(model_name, data_dir); });
   std::string cluster_name = f.get_or("cluster", plan_cluster.empty() ? default_cluster : plan_cluster);
@@ -102,9 +98,25 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   in.cluster = from_plan_file("cluster", cluster_name, [&] { return load_cluster(cluster_name, data_dir); });
   const std::string software_name = plan_software.empty() ? kDefaultSoftware : plan_software;
   in.software = from_plan_file("software", software_name, [&] { return read_software_flag(f, data_dir, software_name); });
+}
 
-  Strategy s = from_plan.value_or(Strategy{});
-  const bool have_plan = from_plan.has_value();
+// --rank-order tp,cp,dp,pp: each dimension once, fastest-varying first.
+void read_rank_order(const std::string& order, Strategy& s) {
+  bool used[4] = {false, false, false, false};
+  int k = 0;
+  for (const std::string& item : split_list("rank-order", order)) {
+    auto d = parse_dim(item);
+    if (!d || k >= 4 || used[static_cast<int>(*d)]) {
+      throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", order));
+    }
+    used[static_cast<int>(*d)] = true;
+    s.order[k++] = *d;
+  }
+  if (k != 4) throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", order));
+}
+
+// The layout flags over `s` (the plan's strategy, or the defaults): every field but dp.
+void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, Strategy& s) {
   auto int_flag = [&](const char* name, int current, int lo, int hi) {
     return static_cast<int>(f.get_int(name, current, lo, hi));
   };
@@ -119,8 +131,7 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   } else if (!have_plan) {
     throw InputError(fmt::format("--global-batch: required for 'trainplan {}' (sequences per optimizer step)", f.command()));
   }
-  if (!f.has("seq") && !have_plan) in.seq_note = sequence_note(in.model);
-  s.seq_len = int_flag("seq", have_plan ? s.seq_len : in.model.seq_len, 1, 1 << 24);
+  s.seq_len = int_flag("seq", have_plan ? s.seq_len : model.seq_len, 1, 1 << 24);
   s.recompute = *parse_recompute(f.get_choice("recompute", to_string(s.recompute), {"none", "selective", "full"}));
   s.sequence_parallel = on_off(f, "sequence-parallel", s.sequence_parallel);
   const ScheduleKind default_schedule = (!have_plan && s.vp > 1) ? ScheduleKind::interleaved : s.schedule;
@@ -136,22 +147,12 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
     if (!parsed) throw InputError(fmt::format("--grad-compression {}: must be none, bf16 or powersgd:R with R an integer in [1, 65536]", *g));
     s.grad_compression = *parsed;
   }
-  if (auto order = f.get("rank-order")) {
-    bool used[4] = {false, false, false, false};
-    int k = 0;
-    for (const std::string& item : split_list("rank-order", *order)) {
-      auto d = parse_dim(item);
-      if (!d || k >= 4 || used[static_cast<int>(*d)]) {
-        throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", *order));
-      }
-      used[static_cast<int>(*d)] = true;
-      s.order[k++] = *d;
-    }
-    if (k != 4) throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", *order));
-  }
+  if (auto order = f.get("rank-order")) read_rank_order(*order, s);
+}
 
-  // DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
-  // At most 2^56: a flag's size is at most 2^16 and a plan's dp x tp x pp x cp at most 2^24.
+// DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
+// At most 2^56: a flag's size is at most 2^16 and a plan's dp x tp x pp x cp at most 2^24.
+void read_gpus_flags(const Flags& f, bool have_plan, Strategy& s) {
   const long long model_parallel = static_cast<long long>(s.tp) * s.pp * s.cp;
   auto gpus = f.get_optional_int("gpus", 1, 1 << 24);
   auto dp = f.get_optional_int("dp", 1, 1 << 24);
@@ -171,6 +172,21 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   } else if (!dp && !have_plan) {
     throw InputError(fmt::format("--gpus: required for 'trainplan {}' (or give --dp)", f.command()));
   }
+}
+
+}  // namespace
+
+PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster) {
+  const auto plan = f.get("plan");
+  std::optional<PredictionDoc> from_plan;
+  if (plan) from_plan = plan_prediction(*plan);
+  PlanInputs in;
+  load_specs(f, data_dir, default_cluster, from_plan ? &*from_plan : nullptr, in);
+  const bool have_plan = from_plan.has_value();
+  Strategy s = have_plan ? from_plan->estimate.strategy : Strategy{};
+  if (!f.has("seq") && !have_plan) in.seq_note = sequence_note(in.model);
+  read_layout_flags(f, in.model, have_plan, s);
+  read_gpus_flags(f, have_plan, s);
   // A layout read from --plan names the plan file: its sizes were never given as flags.
   auto refuse = [&](const std::string& why) {
     return have_plan ? InputError(fmt::format("--plan {}: {}", *plan, why)) : InputError(why);

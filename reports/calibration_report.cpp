@@ -116,72 +116,66 @@ std::string tables_source(const CalibrationResult& r, const TopologyInputs& in) 
 
 }  // namespace
 
-// The topology file: the measured fields from `r`, the rest from the base (or, for a CPU
-// without a base, from this machine and the command line: memory size, price and power).
-nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInputs& in) {
-  const bool cuda = in.device == "cuda";
-  json t = in.base ? *in.base : json::object();
-  t["name"] = in.name;
+namespace {
+
+// What was measured, for the "calibration" text: the matmul rates, copy, SDPA, kernel floor,
+// framework and host costs, and the link.
+std::string measured_text(const CalibrationResult& r, const TopologyInputs& in) {
+  std::vector<std::string> rates;
+  for (const auto& p : by_flops(r.gemm)) rates.push_back(fmt::format("{} {:.3g} TFLOP/s", shape_text(p), p.rate / kTera));
   std::string measured = fmt::format(
       "Measured by `{}` on {} (LibTorch {}): {} forward matmul median rates (the fastest shape per FLOP count) {}; "
       "copy {:.1f} GB/s; causal SDPA {:.2f} TFLOP/s at {:.3g} FLOPs; kernel floor {:.2f} us; a {}x{}x{} matmul through autograd (fwd + bwd, 3 kernels) {:.1f} us vs {:.1f} us for one bare "
       "kernel; host time per kernel {:.1f} us (slope of a chain of linears through autograd, 3 kernels per layer; a software profile's host.per_kernel_us, not this schema's) and {:.1f} us fixed per forward + backward() call; ",
-      in.command, in.date, r.torch_version, r.dtype,
-      fmt::join([&] {
-        std::vector<std::string> v;
-        for (const auto& p : by_flops(r.gemm)) v.push_back(fmt::format("{} {:.3g} TFLOP/s", shape_text(p), p.rate / kTera));
-        return v;
-      }(),
-                ", "),
-      r.copy_bandwidth / kGB, r.attention_rate / kTera, r.attention_flops, r.kernel_floor / kMicro, r.autograd_m, r.autograd_n, r.autograd_k,
+      in.command, in.date, r.torch_version, r.dtype, fmt::join(rates, ", "), r.copy_bandwidth / kGB,
+      r.attention_rate / kTera, r.attention_flops, r.kernel_floor / kMicro, r.autograd_m, r.autograd_n, r.autograd_k,
       r.autograd_matmul / kMicro, r.bare_matmul / kMicro, r.host_per_kernel / kMicro, r.backward_call_overhead / kMicro);
   if (r.link.measured) {
-    measured += fmt::format("link: {}; fitted latency {:.1f} us, bus bandwidth {:.3f} GB/s.", r.link.note,
-                            r.link.latency / kMicro, r.link.bus_bandwidth / kGB);
-  } else {
-    measured += fmt::format("link {}", r.link.note);
+    return measured + fmt::format("link: {}; fitted latency {:.1f} us, bus bandwidth {:.3f} GB/s.", r.link.note,
+                                  r.link.latency / kMicro, r.link.bus_bandwidth / kGB);
   }
+  return measured + fmt::format("link {}", r.link.note);
+}
 
-  t["schema"] = kClusterSchema;
-  t["ops"] = op_tables(r, tables_source(r, in));
-  if (!t.contains("collectives")) {
-    t["collectives"] = {{"call_overhead_us", 0.0},
-                        {"overlap_slowdown", 0.0},
-                        {"source", "not measured: the fitted link latency includes the per-call cost"}};
-  }
-  if (cuda) {
-    if (r.link.measured) {
-      json& l = t["node"]["link"];
-      l["efficiency"] = efficiency(r.link.bus_bandwidth, l["bandwidth_gbps"].get<double>() * kGB);
-      l["latency_us"] = r.link.latency / kMicro;
-    }
-    t["calibration"] = fmt::format(
-        "Measured on one {}: the ops tables (ops.source){}; nothing is fitted on training runs, the other fields are "
-        "the base's. {}",
-        in.base_name, r.link.measured ? " and node.link efficiency and latency" : "", measured);
-    return t;
-  }
-
-  // CPU: one "device" is one rank's share of the host.
-  json link;
-  std::string link_note;
+// A GPU: the base topology with the measured op tables and, when measured, the node link's
+// efficiency and latency.
+json gpu_topology(json t, const CalibrationResult& r, const TopologyInputs& in, const std::string& measured) {
   if (r.link.measured) {
-    link = {{"name", "loopback-gloo"},
+    json& l = t["node"]["link"];
+    l["efficiency"] = efficiency(r.link.bus_bandwidth, l["bandwidth_gbps"].get<double>() * kGB);
+    l["latency_us"] = r.link.latency / kMicro;
+  }
+  t["calibration"] = fmt::format(
+      "Measured on one {}: the ops tables (ops.source){}; nothing is fitted on training runs, the other fields are "
+      "the base's. {}",
+      in.base_name, r.link.measured ? " and node.link efficiency and latency" : "", measured);
+  return t;
+}
+
+// A CPU's node link: the measured loopback all-reduce, else the base's, else an estimate from the
+// copy bandwidth; `note` says which when it was not measured.
+json cpu_link(const json& t, const CalibrationResult& r, const TopologyInputs& in, std::string& note) {
+  if (r.link.measured) {
+    return {{"name", "loopback-gloo"},
             {"bandwidth_gbps", r.link.bus_bandwidth / kGB},
             {"latency_us", r.link.latency / kMicro},
             {"efficiency", 1.0}};
-  } else if (in.base) {
-    link = t["node"]["link"];
-    link_note = " The link figures are the base's (not measured).";
-  } else {
-    // Simpler stand-in: a loopback transfer copies through the kernel twice, so half the copy
-    // bandwidth, and a typical loopback TCP round of 50 us.
-    link = {{"name", "loopback-estimate"},
-            {"bandwidth_gbps", r.copy_bandwidth / 2 / kGB},
-            {"latency_us", 50.0},
-            {"efficiency", 1.0}};
-    link_note = " The link figures are NOT measured: half the copy bandwidth and 50 us latency stand in.";
   }
+  if (in.base) {
+    note = " The link figures are the base's (not measured).";
+    return t["node"]["link"];
+  }
+  // Simpler stand-in: a loopback transfer copies through the kernel twice, so half the copy
+  // bandwidth, and a typical loopback TCP round of 50 us.
+  note = " The link figures are NOT measured: half the copy bandwidth and 50 us latency stand in.";
+  return {{"name", "loopback-estimate"}, {"bandwidth_gbps", r.copy_bandwidth / 2 / kGB}, {"latency_us", 50.0},
+          {"efficiency", 1.0}};
+}
+
+// A CPU: one "device" is one rank's share of the host.
+json cpu_topology(json t, const CalibrationResult& r, const TopologyInputs& in, const std::string& measured) {
+  std::string link_note;
+  const json link = cpu_link(t, r, in, link_note);
   std::string cost_note;
   if (in.price_usd || in.power_w) {
     cost_note = fmt::format(" Price {} USD and power {} W per rank are assumptions given on the command line{}.",
@@ -214,6 +208,24 @@ nlohmann::json calibrated_topology(const CalibrationResult& r, const TopologyInp
   if (in.power_w || !in.base) t["power_per_gpu_w"] = in.power_w.value_or(0.0);
   t["runtime_overhead_gb"] = r.baseline_rss / kGB;
   return t;
+}
+
+}  // namespace
+
+// The topology file: the measured fields from `r`, the rest from the base (or, for a CPU
+// without a base, from this machine and the command line: memory size, price and power).
+json calibrated_topology(const CalibrationResult& r, const TopologyInputs& in) {
+  json t = in.base ? *in.base : json::object();
+  t["name"] = in.name;
+  t["schema"] = kClusterSchema;
+  t["ops"] = op_tables(r, tables_source(r, in));
+  if (!t.contains("collectives")) {
+    t["collectives"] = {{"call_overhead_us", 0.0},
+                        {"overlap_slowdown", 0.0},
+                        {"source", "not measured: the fitted link latency includes the per-call cost"}};
+  }
+  const std::string measured = measured_text(r, in);
+  return in.device == "cuda" ? gpu_topology(std::move(t), r, in, measured) : cpu_topology(std::move(t), r, in, measured);
 }
 
 json calibrated_software(const json& base, const std::string& base_name, const CalibrationResult& r,

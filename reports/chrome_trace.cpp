@@ -51,26 +51,22 @@ constexpr int kServerPid = 1 << 20;
 constexpr int kServerUpdateTid = 1;
 int server_traffic_tid(int stage) { return 2 + stage; }
 
-// Ranks of each stage: the given ones, or the stage number itself.
-std::vector<std::vector<int>> ranks_or_stages(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
-  if (!stage_ranks.empty()) return stage_ranks;
-  std::vector<std::vector<int>> out(t.stages.size());
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = {static_cast<int>(i)};
-  return out;
-}
+// The trace's events, one per line, comma-separated.
+class EventLines {
+ public:
+  explicit EventLines(std::ostream& os) : os_(os) {}
+  void operator()(const std::string& line) {
+    os_ << (first_ ? "" : ",\n") << line;
+    first_ = false;
+  }
 
-}  // namespace
+ private:
+  std::ostream& os_;
+  bool first_ = true;
+};
 
-void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<std::vector<int>>& stage_ranks,
-                        const std::string& title) {
-  const auto ranks = ranks_or_stages(t, stage_ranks);
-  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << json{{"title", title}, {"step_s", t.step}}.dump()
-     << ",\"traceEvents\":[\n";
-  bool first = true;
-  auto put = [&](const std::string& line) {
-    os << (first ? "" : ",\n") << line;
-    first = false;
-  };
+// Names and order of the processes (ranks, then parameter servers) and their threads (streams).
+void put_metadata(EventLines& put, const Timeline& t, const std::vector<std::vector<int>>& ranks) {
   for (std::size_t stage = 0; stage < ranks.size(); ++stage) {
     for (int rank : ranks[stage]) {
       if (rank < 0) continue;  // left out of the trace
@@ -93,6 +89,11 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
                    {{"name", fmt::format("push/pull from stage {}", stage)}}).dump());
     }
   }
+}
+
+// Every event as a complete ("X") event on each rank of its stage; parameter-server work and
+// traffic also on every server.
+void put_events(EventLines& put, const Timeline& t, const std::vector<std::vector<int>>& ranks) {
   for (const Event& e : t.events) {
     if (e.stage < 0 || static_cast<std::size_t>(e.stage) >= ranks.size()) continue;
     if (e.stream == Stream::ps_server || e.kind == EventKind::ps_push_pull) {
@@ -117,8 +118,11 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
                       name, to_string(e.kind), rank, thread_id(e.stream), ts, dur, args));
     }
   }
-  // Flow arrows from each send to the slot that waited for it, rank j of the sending stage to
-  // rank j of the receiving one (the same TP/CP coordinates).
+}
+
+// Flow arrows from each send to the slot that waited for it, rank j of the sending stage to
+// rank j of the receiving one (the same TP/CP coordinates).
+void put_flows(EventLines& put, const Timeline& t, const std::vector<std::vector<int>>& ranks) {
   long long flow_id = 0;
   for (const Event& e : t.events) {
     if (e.input_send < 0 || static_cast<std::size_t>(e.input_send) >= t.events.size()) continue;
@@ -135,59 +139,20 @@ void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<s
                       flow_id, to[j], thread_id(e.stream), microseconds(e.start)));
     }
   }
+}
+
+}  // namespace
+
+void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<std::vector<int>>& stage_ranks,
+                        const std::string& title) {
+  const auto ranks = ranks_or_stages(t, stage_ranks);
+  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << json{{"title", title}, {"step_s", t.step}}.dump()
+     << ",\"traceEvents\":[\n";
+  EventLines put(os);
+  put_metadata(put, t, ranks);
+  put_events(put, t, ranks);
+  put_flows(put, t, ranks);
   os << "\n]}\n";
-}
-
-json timeline_summary_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
-  const auto ranks = ranks_or_stages(t, stage_ranks);
-  json stages = json::array();
-  for (std::size_t i = 0; i < t.stages.size(); ++i) {
-    const StageUsage& u = t.stages[i];
-    stages.push_back({{"stage", u.stage},
-                      {"ranks", i < ranks.size() ? ranks[i] : std::vector<int>{}},
-                      {"busy_s", u.busy()},
-                      {"idle_s", t.idle(static_cast<int>(i))},
-                      {"busy_share", t.busy_share(static_cast<int>(i))},
-                      {"compute_s", u.compute},
-                      {"recompute_s", u.recompute},
-                      {"tp_s", u.tp},
-                      {"cp_s", u.cp},
-                      {"optimizer_s", u.optimizer},
-                      {"wait_bubble_s", u.wait_bubble},
-                      {"wait_pp_s", u.wait_pp},
-                      {"wait_dp_s", u.wait_dp},
-                      {"pp_busy_s", u.pp_busy},
-                      {"dp_busy_s", u.dp_busy},
-                      {"end_s", u.end}});
-  }
-  return {{"step_s", t.step}, {"stages", std::move(stages)}, {"events", t.events.size()}};
-}
-
-json timeline_events_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks) {
-  const auto ranks = ranks_or_stages(t, stage_ranks);
-  json stages = json::array();
-  for (std::size_t i = 0; i < t.stages.size(); ++i) {
-    json stream = json::array(), kind = json::array(), mb = json::array(), chunk = json::array(),
-         start = json::array(), end = json::array();
-    for (const Event& e : t.events) {
-      if (e.stage != t.stages[i].stage) continue;
-      stream.push_back(to_string(e.stream));
-      kind.push_back(to_string(e.kind));
-      mb.push_back(e.micro_batch);
-      chunk.push_back(e.chunk);
-      start.push_back(e.start);
-      end.push_back(e.end);
-    }
-    stages.push_back({{"stage", t.stages[i].stage},
-                      {"ranks", i < ranks.size() ? ranks[i] : std::vector<int>{}},
-                      {"stream", std::move(stream)},
-                      {"kind", std::move(kind)},
-                      {"micro_batch", std::move(mb)},
-                      {"chunk", std::move(chunk)},
-                      {"start_s", std::move(start)},
-                      {"end_s", std::move(end)}});
-  }
-  return {{"stages", std::move(stages)}};
 }
 
 }  // namespace trainplan

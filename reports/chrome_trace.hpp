@@ -1,5 +1,7 @@
-// Timeline -> Chrome trace event format (the JSON that Perfetto and chrome://tracing open), and a
-// small JSON summary of a timeline. Formatting only: every figure comes from the Timeline.
+// Timeline -> Chrome trace event format (the JSON that Perfetto and chrome://tracing open).
+// Formatting only: every figure comes from the Timeline. (The timeline as trainplan/prediction/v1's
+// "simulation" object, timeline_summary_json and timeline_events_json, is
+// reports/simulation_json.hpp.)
 //
 // Trace layout: one process per rank (pid = global rank), one thread per stream (tid = Stream
 // index + 1), named by "process_name" / "thread_name" metadata events; each timeline event is a
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "reports/simulation_json.hpp"
 #include "sim/simulate.hpp"
 
 namespace trainplan {
@@ -25,16 +28,5 @@ namespace trainplan {
 // the trace's otherData, with the step time.
 void write_chrome_trace(std::ostream& os, const Timeline& t, const std::vector<std::vector<int>>& stage_ranks,
                         const std::string& title = "trainplan simulate");
-
-// {"step_s", "stages": [{"stage", "ranks", "busy_s", "idle_s", "busy_share", "compute_s",
-//  "recompute_s", "tp_s", "cp_s", "optimizer_s", "wait_bubble_s", "wait_pp_s", "wait_dp_s",
-//  "pp_busy_s", "dp_busy_s", "end_s"}], "events"} (events: count).
-nlohmann::json timeline_summary_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks);
-
-// Every event of the timeline, per pipeline stage, as columns (for trainplan report's Gantt chart):
-// {"stages": [{"stage", "ranks", "stream": [...], "kind": [...], "micro_batch": [...],
-//  "chunk": [...], "start_s": [...], "end_s": [...]}]}; stream and kind as to_string() spells
-// them, micro_batch and chunk -1 where the event has none. Every rank of "ranks" runs these events.
-nlohmann::json timeline_events_json(const Timeline& t, const std::vector<std::vector<int>>& stage_ranks);
 
 }  // namespace trainplan

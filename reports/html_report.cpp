@@ -4,13 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <optional>
 
+#include "reports/capacity_json.hpp"
 #include "reports/compare.hpp"
+#include "reports/comparison_json.hpp"
 #include "reports/console.hpp"
+#include "reports/infeasible.hpp"
 #include "reports/measurement_json.hpp"
+#include "reports/prediction_json.hpp"
+#include "reports/search_json.hpp"
 #include "reports/svg.hpp"
 #include "reports/thin.hpp"
 #include "sim/check.hpp"
@@ -23,8 +27,6 @@ using nlohmann::json;
 using svg::escape;
 
 namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The Tableau 10 palette (colour-blind-safe order), one colour per series.
 const char* const kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
@@ -180,81 +182,61 @@ std::string time_breakdown(const TimeBreakdown& t, const std::string& engine) {
 
 // --- prediction (and simulate's timeline) ---
 
-// Event kinds of the timeline JSON, in chart order, with colours.
-// (sim/simulate.cpp to_string(EventKind) spellings; every kind the simulator emits must be here,
-// else the --html of its own timeline is refused: the parameter-server kinds were missing.)
-const char* const kEventKinds[] = {"forward",         "backward",      "weight gradient", "recompute",
-                                   "optimizer",       "send activation", "send gradient", "gradient reduce",
-                                   "zero3 gather",    "parameter all-gather", "ps push/pull", "ps update"};
-static_assert(std::size(kEventKinds) == static_cast<std::size_t>(EventKind::ps_update) + 1,
+// Event kinds in chart order (each its palette colour), as to_string(EventKind) names them.
+constexpr EventKind kChartKinds[] = {EventKind::forward,         EventKind::backward,     EventKind::backward_weight,
+                                     EventKind::recompute,       EventKind::optimizer,    EventKind::send_activation,
+                                     EventKind::send_gradient,   EventKind::grad_reduce,  EventKind::zero3_gather,
+                                     EventKind::param_gather,    EventKind::ps_push_pull, EventKind::ps_update};
+static_assert(std::size(kChartKinds) == static_cast<std::size_t>(EventKind::ps_update) + 1,
               "one chart category per EventKind");
-static_assert(std::size(kPalette) >= std::size(kEventKinds), "a colour per event kind");
+static_assert(std::size(kPalette) >= std::size(kChartKinds), "a colour per event kind");
 
-// Short row labels for the streams (sim/simulate.cpp to_string(Stream) spellings).
-std::string stream_label(const std::string& s) {
-  if (s == "pp send activations") return "p2p fwd";
-  if (s == "pp send gradients") return "p2p bwd";
-  if (s == "dp collectives") return "dp";
-  return s;
+int chart_category(EventKind k) {
+  return static_cast<int>(std::find(std::begin(kChartKinds), std::end(kChartKinds), k) - std::begin(kChartKinds));
 }
 
-std::string timeline_chart(const JsonObject& sim) {
-  const json& stages = sim.raw("timeline");
-  if (!stages.is_object()) throw sim.error("timeline", "must be an object");
-  const JsonObject tl(stages, sim.file(), sim.field("timeline"));
-  const std::vector<JsonObject> per_stage = tl.objects("stages");
+// Short row labels for the streams (sim/simulate.cpp to_string(Stream) spellings).
+std::string stream_label(Stream s) {
+  switch (s) {
+    case Stream::pp_forward: return "p2p fwd";
+    case Stream::pp_backward: return "p2p bwd";
+    case Stream::dp: return "dp";
+    default: return to_string(s);
+  }
+}
+
+// " (rank 3)" or " (4 ranks)" for a stage's hover texts.
+std::string ranks_text(const std::vector<int>& ranks) {
+  if (ranks.empty()) return "";
+  return ranks.size() == 1 ? fmt::format(" (rank {})", ranks.front()) : fmt::format(" ({} ranks)", ranks.size());
+}
+
+// One stage's rows (one per stream, in order of first use) and bars; returns its events' end.
+double add_stage_bars(svg::Gantt& g, const TimelineStage& st) {
+  std::map<Stream, int> stream_row;
+  double end = 0;
+  for (const Event& e : st.events) {
+    auto [it, added] = stream_row.emplace(e.stream, static_cast<int>(g.rows.size()));
+    if (added) g.rows.push_back(fmt::format("stage {} {}", st.stage, stream_label(e.stream)));
+    g.bars.push_back({it->second, chart_category(e.kind), e.start, e.end,
+                      fmt::format("stage {}{}: {}{} {} .. {}", st.stage, ranks_text(st.ranks), to_string(e.kind),
+                                  e.micro_batch >= 0 ? fmt::format(" micro-batch {}", e.micro_batch) : "",
+                                  format_seconds(e.start), format_seconds(e.end))});
+    end = std::max(end, e.end);
+  }
+  return end;
+}
+
+std::string timeline_chart(const std::vector<TimelineStage>& stages) {
   svg::Gantt g;
   g.title = "pipeline timeline";
-  for (std::size_t k = 0; k < std::size(kEventKinds); ++k) g.categories.push_back({kEventKinds[k], kPalette[k]});
+  for (std::size_t k = 0; k < std::size(kChartKinds); ++k) g.categories.push_back({to_string(kChartKinds[k]), kPalette[k]});
   constexpr std::size_t kMaxStages = 32;
   double step = 0;
   std::size_t events = 0;
-  std::vector<std::vector<svg::GanttBar>> rows_bars;
-  for (std::size_t si = 0; si < per_stage.size() && si < kMaxStages; ++si) {
-    const JsonObject& st = per_stage[si];
-    const long long stage = st.integer("stage", 0, 1 << 24);
-    const json& ranks = st.raw("ranks");
-    std::string rank_text;
-    if (ranks.is_array() && !ranks.empty() && ranks.front().is_number_integer()) {
-      rank_text = ranks.size() == 1 ? fmt::format(" (rank {})", ranks.front().get<long long>())
-                                    : fmt::format(" ({} ranks)", ranks.size());
-    }
-    auto column = [&](const char* key) -> const json& {
-      const json& c = st.raw(key);
-      if (!c.is_array()) throw st.error(key, "must be an array");
-      return c;
-    };
-    const json &stream = column("stream"), &kind = column("kind"), &start = column("start_s"), &end = column("end_s"),
-               &mb = column("micro_batch");
-    const std::size_t n = stream.size();
-    if (kind.size() != n || start.size() != n || end.size() != n || mb.size() != n) {
-      throw st.error("kind", "stream, kind, micro_batch, start_s and end_s must have the same length");
-    }
-    std::map<std::string, int> stream_row;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!stream[i].is_string() || !kind[i].is_string() || !start[i].is_number() || !end[i].is_number() ||
-          !mb[i].is_number_integer()) {
-        throw st.error("stream", fmt::format("event {} must have string stream/kind, numeric start_s/end_s, "
-                                             "integer micro_batch", i));
-      }
-      const std::string s = stream[i].get<std::string>(), k = kind[i].get<std::string>();
-      const auto cat = std::find(std::begin(kEventKinds), std::end(kEventKinds), k);
-      if (cat == std::end(kEventKinds)) throw st.error("kind", fmt::format("event {}: '{}' is not an event kind", i, k));
-      auto [it, added] = stream_row.emplace(s, static_cast<int>(g.rows.size()));
-      if (added) g.rows.push_back(fmt::format("stage {} {}", stage, stream_label(s)));
-      const double a = start[i].get<double>(), b = end[i].get<double>();
-      if (!(a >= 0 && b >= a && b <= kMaxJsonMagnitude)) {
-        throw InputError(fmt::format("{}: {}[{}] = {} and {}[{}] = {}, must satisfy 0 <= start_s <= end_s <= {:g}",
-                                     st.file(), st.field("start_s"), i, a, st.field("end_s"), i, b, kMaxJsonMagnitude));
-      }
-      const long long m = mb[i].get<long long>();
-      g.bars.push_back({it->second, static_cast<int>(cat - std::begin(kEventKinds)), a, b,
-                        fmt::format("stage {}{}: {}{} {} .. {}", stage, rank_text, k,
-                                    m >= 0 ? fmt::format(" micro-batch {}", m) : "", format_seconds(a),
-                                    format_seconds(b))});
-      step = std::max(step, b);
-      ++events;
-    }
+  for (std::size_t si = 0; si < stages.size() && si < kMaxStages; ++si) {
+    step = std::max(step, add_stage_bars(g, stages[si]));
+    events += stages[si].events.size();
   }
   const TimeUnit u = time_unit(step);
   for (auto& b : g.bars) b.start /= u.seconds, b.end /= u.seconds;
@@ -268,19 +250,18 @@ std::string timeline_chart(const JsonObject& sim) {
       "The step simulator's timeline of one data-parallel replica ({} events): one row per pipeline stage and "
       "stream; all TP/CP ranks of a stage run the same events. Gaps on a compute row are idle time.",
       events);
-  if (per_stage.size() > kMaxStages) caption += fmt::format(" The first {} of {} stages are shown.", kMaxStages, per_stage.size());
+  if (stages.size() > kMaxStages) caption += fmt::format(" The first {} of {} stages are shown.", kMaxStages, stages.size());
   return figure(svg::gantt(g), caption, used);
 }
 
-std::string prediction_body(const JsonObject& root, const json& j, const std::string& file) {
-  const PredictionFile p = prediction_from_json(j, file);
+std::vector<std::pair<std::string, std::string>> plan_facts(const PredictionDoc& p, const std::string& engine) {
   const Estimate& e = p.estimate;
   const Strategy& s = e.strategy;
-  const std::string engine = root.has("engine") ? root.string("engine") : "analytic";
+  auto named = [](const std::string& n) { return n.empty() ? std::string("(not named)") : n; };
   std::vector<std::pair<std::string, std::string>> kv = {
-      {"model", p.model.empty() ? "(not named)" : p.model},
-      {"cluster", p.cluster.empty() ? "(not named)" : p.cluster},
-      {"software", p.software.empty() ? "(not named)" : p.software},
+      {"model", named(p.model)},
+      {"cluster", named(p.cluster)},
+      {"software", named(p.software)},
       {"layout", describe(s)},
       {"GPUs", fmt::format("{} (dp {} x tp {} x pp {} x cp {})", s.gpus(), s.dp, s.tp, s.pp, s.cp)},
       {"batch", fmt::format("{} sequences of {} tokens, {} micro-batches of {} per replica", s.global_batch,
@@ -294,249 +275,177 @@ std::string prediction_body(const JsonObject& root, const json& j, const std::st
       {"MFU / HFU", pct(e.throughput.mfu) + " / " + pct(e.throughput.hfu)},
       {"model TFLOP/s per GPU", fmt::format("{:.1f}", e.throughput.model_tflops_per_gpu)},
       {"peak memory", format_bytes(e.peak_memory) + " of " + format_bytes(e.capacity)}};
-  if (root.has("cost") && root.raw("cost").is_object()) {
-    const JsonObject cost = root.object("cost");
-    kv.emplace_back("cost per step", fmt::format("{} ({} GPUs x ${:.2f} per GPU-hour; {})",
-                                                 format_usd(cost.number("usd_per_step", 0, kInf)), e.strategy.gpus(),
-                                                 cost.number("price_per_gpu_hour_usd", 0, kInf),
-                                                 cost.string("price_source")));
+  if (p.cost && p.cost->priced) {
+    kv.emplace_back("cost per step", fmt::format("{} ({} GPUs x ${:.2f} per GPU-hour; {})", format_usd(p.cost->usd_per_step),
+                                                 s.gpus(), p.cost->price_per_gpu_hour_usd, p.cost->price_source));
   }
-  std::string body = facts(kv);
-  if (!p.infeasible_reasons.empty()) {
-    body += "<ul class=\"warnings\">";
-    for (const auto& r : p.infeasible_reasons) body += "<li>" + escape(r) + "</li>";
-    body += "</ul>\n";
-  }
+  return kv;
+}
+
+std::string warnings(const std::vector<std::string>& lines) {
+  if (lines.empty()) return "";
+  std::string out = "<ul class=\"warnings\">";
+  for (const auto& l : lines) out += "<li>" + escape(l) + "</li>";
+  return out + "</ul>\n";
+}
+
+std::string prediction_body(const PredictionDoc& p) {
+  const Estimate& e = p.estimate;
+  const std::string engine = p.engine.empty() ? "analytic" : p.engine;
+  std::string body = facts(plan_facts(p, engine)) + warnings(p.infeasible_reasons);
   if (!e.per_stage.empty()) body += h3("Memory per pipeline stage") + memory_chart(e);
   if (e.time.step > 0) body += h3("Step time") + time_breakdown(e.time, engine);
-  if (root.has("simulation")) {
-    const JsonObject sim = root.object("simulation");
-    if (sim.has("timeline")) body += h3("Pipeline timeline") + timeline_chart(sim);
-  }
+  if (p.simulation && p.simulation->timeline) body += h3("Pipeline timeline") + timeline_chart(*p.simulation->timeline);
   return body;
 }
 
 // --- search ---
 
-std::string search_body(const JsonObject& root, const std::string& file) {
-  const std::string model = root.string("model"), cluster = root.string("cluster");
-  const JsonObject stats = root.object("search");
-  const std::string objective = root.string("objective");
-  std::vector<PredictionFile> top, pareto;
-  const json& top_j = root.raw("top");
-  const json& pareto_j = root.raw("pareto");
-  if (!top_j.is_array()) throw root.error("top", "must be an array");
-  if (!pareto_j.is_array()) throw root.error("pareto", "must be an array");
-  for (std::size_t i = 0; i < top_j.size(); ++i) top.push_back(prediction_from_json(top_j[i], fmt::format("{}: top[{}]", file, i)));
-  for (std::size_t i = 0; i < pareto_j.size(); ++i) pareto.push_back(prediction_from_json(pareto_j[i], fmt::format("{}: pareto[{}]", file, i)));
-  // Read, and so checked, like top and pareto, though the page shows only counts by reason.
-  if (root.has("infeasible")) {
-    const json& infeasible_j = root.raw("infeasible");
-    if (!infeasible_j.is_array()) throw root.error("infeasible", "must be an array");
-    for (std::size_t i = 0; i < infeasible_j.size(); ++i) {
-      (void)prediction_from_json(infeasible_j[i], fmt::format("{}: infeasible[{}]", file, i));
-    }
-  }
-  const bool refined = stats.has("top_refined_with_simulation") && stats.integer("top_refined_with_simulation", 0, 1 << 30) > 0;
-
-  const long long feasible = stats.integer("feasible", 0, 1LL << 62);
-  std::string body = facts({{"model", model}, {"cluster", cluster}, {"objective", objective}});
+std::string search_summary(const SearchDoc& d) {
+  const SearchStats& st = d.stats;
+  std::string body = facts({{"model", d.model}, {"cluster", d.cluster}, {"objective", to_string(d.objective)}});
   body += fmt::format("<p>{} valid layouts: {} predicted ({} feasible), {} proven out of memory by the "
                       "model-state bound, {} proven by the step-time bound to miss the top list and the Pareto "
                       "window.</p>\n",
-                      stats.integer("candidates", 0, 1LL << 62), stats.integer("evaluated", 0, 1LL << 62), feasible,
-                      stats.integer("pruned_out_of_memory", 0, 1LL << 62),
-                      stats.integer("pruned_by_bound", 0, 1LL << 62));
-  if (!top.empty()) {
-    std::vector<std::vector<std::string>> rows;
-    for (std::size_t i = 0; i < top.size(); ++i) {
-      const Estimate& e = top[i].estimate;
-      rows.push_back({std::to_string(i + 1), describe(e.strategy), std::to_string(e.strategy.gpus()),
-                      format_bytes(e.peak_memory), format_seconds(e.time.step),
-                      fmt::format("{:.0f}", e.throughput.tokens_per_s), pct(e.throughput.mfu)});
-    }
-    body += h3(fmt::format("Top {} layouts{}", top.size(), refined ? " (step times from the step simulator)" : ""));
-    body += table({"rank", "layout", "GPUs", "peak memory", "step time", "tokens/s", "MFU"}, rows,
-                  {true, false, true, true, true, true, true});
+                      st.candidates, st.evaluated, st.feasible, st.pruned_out_of_memory, st.pruned_by_bound);
+  if (d.top.empty()) return body;
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t i = 0; i < d.top.size(); ++i) {
+    const Estimate& e = d.top[i].estimate;
+    rows.push_back({std::to_string(i + 1), describe(e.strategy), std::to_string(e.strategy.gpus()),
+                    format_bytes(e.peak_memory), format_seconds(e.time.step),
+                    fmt::format("{:.0f}", e.throughput.tokens_per_s), pct(e.throughput.mfu)});
   }
+  body += h3(fmt::format("Top {} layouts{}", d.top.size(), st.refined > 0 ? " (step times from the step simulator)" : ""));
+  return body + table({"rank", "layout", "GPUs", "peak memory", "step time", "tokens/s", "MFU"}, rows,
+                      {true, false, true, true, true, true, true});
+}
 
-  // Scatter: the feasible candidates (analytic), the Pareto front, the top K.
-  svg::Scatter sc;
-  sc.title = "step time vs peak memory of the feasible candidates";
-  std::vector<double> steps, bytes;
-  std::size_t drawn = 0;
-  long long predicted_feasible = 0;
-  bool thinned = false;
-  if (root.has("candidates")) {
-    const JsonObject c = root.object("candidates");
-    predicted_feasible = c.integer("feasible", 0, 1LL << 62);
-    thinned = c.boolean("thinned");
-    const json &xs = c.raw("step_s"), &ys = c.raw("peak_bytes");
-    if (!xs.is_array() || !ys.is_array() || xs.size() != ys.size()) {
-      throw c.error("step_s", "step_s and peak_bytes must be arrays of the same length");
-    }
-    for (std::size_t i = 0; i < xs.size(); ++i) {
-      if (!xs[i].is_number() || !ys[i].is_number()) throw c.error("step_s", fmt::format("entry {} must be numbers", i));
-      const double x = xs[i].get<double>(), y = ys[i].get<double>();
-      if (!(x > 0 && x <= kMaxJsonMagnitude) || !(y >= 0 && y <= kMaxJsonMagnitude)) {
-        throw InputError(fmt::format("{}: {}[{}] = {}, {}[{}] = {}: must be in (0, {:g}] and [0, {:g}]", c.file(),
-                                     c.field("step_s"), i, x, c.field("peak_bytes"), i, y, kMaxJsonMagnitude,
-                                     kMaxJsonMagnitude));
-      }
-      steps.push_back(x);
-      bytes.push_back(y);
-    }
-    thinned = thin_drawn_points(steps, bytes) || thinned;  // memory and page size: see reports/thin.hpp
-    drawn = steps.size();
-  }
-  double max_step = 0;
-  for (double x : steps) max_step = std::max(max_step, x);
-  for (const auto& p : pareto) max_step = std::max(max_step, p.estimate.time.step);
-  for (const auto& p : top) max_step = std::max(max_step, p.estimate.time.step);
-  const TimeUnit u = time_unit(max_step);
-  sc.x.label = fmt::format("step time ({})", u.name);
-  sc.y.label = "peak memory per GPU (GB)";
+// The scatter's series: the feasible candidates (analytic), the Pareto front, the top K.
+std::vector<svg::ScatterSeries> search_series(const SearchDoc& d, const TimeUnit& u) {
   svg::ScatterSeries all{"feasible candidates (analytic)", "#9aa5b1", {}, false, 2, true};
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    all.points.push_back({steps[i] / u.seconds, bytes[i] / kGB, "",
-                          fmt::format("{} , {}", format_seconds(steps[i]), format_bytes(bytes[i]))});
+  if (d.candidates) {
+    for (const auto& [step, bytes] : d.candidates->points) {
+      all.points.push_back({step / u.seconds, bytes / kGB, "", fmt::format("{} , {}", format_seconds(step), format_bytes(bytes))});
+    }
   }
   svg::ScatterSeries front{"Pareto front (analytic)", kPalette[2], {}, true, 3.5, true};
-  for (const auto& p : pareto) {
+  for (const PredictionDoc& p : d.pareto) {
     const Estimate& e = p.estimate;
     front.points.push_back({e.time.step / u.seconds, e.peak_memory / kGB, "",
                             fmt::format("{}: {}, {}", describe(e.strategy), format_seconds(e.time.step),
                                         format_bytes(e.peak_memory))});
   }
+  const bool refined = d.stats.refined > 0;
   svg::ScatterSeries best{refined ? "top layouts (simulated step time)" : "top layouts", kPalette[0], {}, false, 4.5, true};
-  for (std::size_t i = 0; i < top.size(); ++i) {
-    const Estimate& e = top[i].estimate;
+  for (std::size_t i = 0; i < d.top.size(); ++i) {
+    const Estimate& e = d.top[i].estimate;
     best.points.push_back({e.time.step / u.seconds, e.peak_memory / kGB, i < 5 ? std::to_string(i + 1) : "",
                            fmt::format("#{} {}: {}, {}", i + 1, describe(e.strategy), format_seconds(e.time.step),
                                        format_bytes(e.peak_memory))});
   }
-  if (!all.points.empty() || !front.points.empty() || !best.points.empty()) {
-    sc.series = {all, front, best};
-    std::string caption =
-        "Each grey dot is a feasible layout the search predicted (analytic model; candidates pruned by the "
-        "memory or step-time bounds are not drawn). The line is the step-time/peak-memory Pareto front within "
-        "the search's window; numbers label the five best.";
-    if (root.has("candidates")) {
-      caption += fmt::format(" {} of {} predicted feasible candidates drawn{}.", drawn, predicted_feasible,
-                             thinned ? " (dominated points thinned to one per grid cell, the front kept whole)" : "");
-    }
-    if (refined) caption += " The top layouts are drawn at their simulated step times, which differ from the analytic ones.";
-    std::vector<svg::Series> leg;
-    for (const auto& s : sc.series) leg.push_back({s.name, s.color});
-    body += h3("Step time vs peak memory") + figure(svg::scatter(sc), caption, leg);
-  }
-
-  const JsonObject reasons = stats.object("infeasible_by_reason");
-  const json& rj = stats.raw("infeasible_by_reason");
-  std::vector<std::vector<std::string>> rows;
-  for (auto it = rj.begin(); it != rj.end(); ++it) {
-    rows.push_back({it.key(), std::to_string(reasons.integer(it.key(), 0, 1LL << 62))});
-  }
-  const long long pruned_oom = stats.integer("pruned_out_of_memory", 0, 1LL << 62);
-  if (pruned_oom > 0) rows.push_back({"out of memory (proven by the bound, not predicted)", std::to_string(pruned_oom)});
-  if (!rows.empty()) body += h3("Infeasible candidates by reason") + table({"reason", "candidates"}, rows, {false, true});
-  return body;
+  return {all, front, best};
 }
+
+std::string search_scatter(const SearchDoc& d) {
+  double max_step = 0;
+  if (d.candidates)
+    for (const auto& pt : d.candidates->points) max_step = std::max(max_step, pt.first);
+  for (const auto& list : {&d.pareto, &d.top})
+    for (const PredictionDoc& p : *list) max_step = std::max(max_step, p.estimate.time.step);
+  const TimeUnit u = time_unit(max_step);
+  svg::Scatter sc;
+  sc.title = "step time vs peak memory of the feasible candidates";
+  sc.x.label = fmt::format("step time ({})", u.name);
+  sc.y.label = "peak memory per GPU (GB)";
+  sc.series = search_series(d, u);
+  if (sc.series[0].points.empty() && sc.series[1].points.empty() && sc.series[2].points.empty()) return "";
+  std::string caption =
+      "Each grey dot is a feasible layout the search predicted (analytic model; candidates pruned by the "
+      "memory or step-time bounds are not drawn). The line is the step-time/peak-memory Pareto front within "
+      "the search's window; numbers label the five best.";
+  if (d.candidates) {
+    caption += fmt::format(" {} of {} predicted feasible candidates drawn{}.", d.candidates->points.size(),
+                           d.candidates->feasible,
+                           d.candidates->thinned ? " (dominated points thinned to one per grid cell, the front kept whole)" : "");
+  }
+  if (d.stats.refined > 0) caption += " The top layouts are drawn at their simulated step times, which differ from the analytic ones.";
+  std::vector<svg::Series> leg;
+  for (const auto& s : sc.series) leg.push_back({s.name, s.color});
+  return h3("Step time vs peak memory") + figure(svg::scatter(sc), caption, leg);
+}
+
+std::string search_reasons(const SearchStats& st) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [reason, n] : counts_by_key(st.infeasible_by_reason)) rows.push_back({reason, std::to_string(n)});
+  if (st.pruned_out_of_memory > 0) {
+    rows.push_back({"out of memory (proven by the bound, not predicted)", std::to_string(st.pruned_out_of_memory)});
+  }
+  if (rows.empty()) return "";
+  return h3("Infeasible candidates by reason") + table({"reason", "candidates"}, rows, {false, true});
+}
+
+std::string search_body(const SearchDoc& d) { return search_summary(d) + search_scatter(d) + search_reasons(d.stats); }
 
 // --- capacity ---
 
-std::string capacity_body(const JsonObject& root) {
-  const std::vector<JsonObject> options = root.objects("options");
-  std::map<std::string, std::size_t> series_of;
+// The table's row of option i and its point on the days-vs-cost chart.
+std::vector<std::string> option_row(const CapacityResult& r, std::size_t i) {
+  const CapacityOption& o = r.options[i];
+  if (!o.feasible) return {o.cluster, std::to_string(o.gpus), "infeasible: " + o.why, "", "", "", "", ""};
+  std::string marks;
+  if (r.cheapest_in_deadline == i) marks += "cheapest within deadline ";
+  if (r.fastest_in_budget == i) marks += "fastest within budget ";
+  if (std::find(r.pareto.begin(), r.pareto.end(), i) != r.pareto.end()) marks += "Pareto";
+  return {o.cluster, std::to_string(o.gpus), describe(o.best.strategy), pct(o.best.throughput.mfu),
+          fmt::format("{:.1f}", o.days), fmt::format("{:.0f}", o.gpu_hours), fmt::format("{:.0f}", o.cost_usd), marks};
+}
+
+std::string capacity_chart(const CapacityDoc& d) {
+  const CapacityResult& r = d.result;
   svg::Scatter sc;
   sc.title = "days to train vs cost";
   sc.x = {"days to train", true, std::nullopt, std::nullopt};
   sc.y = {"cost (USD)", true, std::nullopt, std::nullopt};
-  std::vector<std::vector<std::string>> rows;
-  auto pick = [&](const char* key) -> std::optional<std::size_t> {
-    const json& v = root.raw(key);
-    if (v.is_null()) return std::nullopt;
-    const long long i = root.integer(key, 0, static_cast<long long>(options.size()) - 1);
-    return static_cast<std::size_t>(i);
-  };
-  const auto deadline_pick = pick("cheapest_within_deadline"), budget_pick = pick("fastest_within_budget");
-  std::vector<bool> on_front(options.size(), false);
-  const json& pareto = root.raw("pareto");
-  if (!pareto.is_array()) throw root.error("pareto", "must be an array of option indices");
-  for (const json& i : pareto) {
-    if (!i.is_number_unsigned() || i.get<std::size_t>() >= options.size()) {
-      throw root.error("pareto", "must be an array of option indices");
-    }
-    on_front[i.get<std::size_t>()] = true;
-  }
-  std::vector<std::pair<double, double>> xy(options.size(), {0, 0});
-  for (std::size_t i = 0; i < options.size(); ++i) {
-    const JsonObject& o = options[i];
-    const std::string cluster = o.string("cluster");
-    const long long gpus = o.integer("gpus", 1, 1LL << 40);
-    const bool feasible = o.boolean("feasible");
-    if (!feasible) {
-      rows.push_back({cluster, std::to_string(gpus), "infeasible: " + o.string("why"), "", "", "", "", ""});
-      continue;
-    }
-    const double days = o.number("days", 0, kInf), cost = o.number("cost_usd", 0, kInf);
-    xy[i] = {days, cost};
-    // Figures the page does not show are still checked: the option's layout (a prediction) and
-    // its non-negative figures, with the failure-aware ones (goodput a share in [0, 1]).
-    (void)prediction_from_json(o.raw("best"), fmt::format("{}: {}", o.file(), o.field("best")));
-    for (const char* k : {"hours", "tokens_per_s", "energy_kwh", "power_per_gpu_w", "price_per_gpu_hour_usd"}) {
-      (void)o.number(k, 0, kInf);
-    }
-    if (o.has("failures")) {
-      const JsonObject failures = o.object("failures");
-      for (const auto& [k, v] : o.raw("failures").items()) (void)failures.number(k, 0, k == "goodput" ? 1 : kInf);
-    }
-    std::string marks;
-    if (deadline_pick == i) marks += "cheapest within deadline ";
-    if (budget_pick == i) marks += "fastest within budget ";
-    if (on_front[i]) marks += "Pareto";
-    rows.push_back({cluster, std::to_string(gpus), o.string("layout"), pct(o.number("mfu", 0, kInf)),
-                    fmt::format("{:.1f}", days), fmt::format("{:.0f}", o.number("gpu_hours", 0, kInf)),
-                    fmt::format("{:.0f}", cost), marks});
-    auto [it, added] = series_of.emplace(cluster, sc.series.size());
-    if (added) sc.series.push_back({cluster, kPalette[sc.series.size() % std::size(kPalette)], {}, true, 4, true});
+  std::map<std::string, std::size_t> series_of;
+  for (const CapacityOption& o : r.options) {
+    if (!o.feasible) continue;
+    auto [it, added] = series_of.emplace(o.cluster, sc.series.size());
+    if (added) sc.series.push_back({o.cluster, kPalette[sc.series.size() % std::size(kPalette)], {}, true, 4, true});
     sc.series[it->second].points.push_back(
-        {days, cost, std::to_string(gpus),
-         fmt::format("{} x {}: {:.1f} days, ${:.0f}, {}", gpus, cluster, days, cost, o.string("layout"))});
+        {o.days, o.cost_usd, std::to_string(o.gpus),
+         fmt::format("{} x {}: {:.1f} days, ${:.0f}, {}", o.gpus, o.cluster, o.days, o.cost_usd, describe(o.best.strategy))});
   }
-  std::string body;
-  if (root.has("model")) {
-    body += facts({{"model", root.string("model")},
-                   {"tokens", fmt::format("{:g}", root.number("tokens", 0, kInf))},
-                   {"global batch", fmt::format("{} x {} tokens", root.integer("global_batch", 0, 1LL << 40),
-                                                root.integer("seq_len", 0, 1LL << 40))}});
-  }
-  if (deadline_pick && xy[*deadline_pick].first > 0) {
-    sc.markers.push_back({xy[*deadline_pick].first, xy[*deadline_pick].second,
-                          fmt::format("cheapest within {:g} days", root.number("deadline_days", 0, kInf)), "#c00"});
-  }
-  if (budget_pick && xy[*budget_pick].first > 0) {
-    sc.markers.push_back({xy[*budget_pick].first, xy[*budget_pick].second,
-                          fmt::format("fastest within ${:.0f}", root.number("budget_usd", 0, kInf)), "#070"});
-  }
-  if (!sc.series.empty()) {
-    std::vector<svg::Series> leg;
-    for (const auto& s : sc.series) leg.push_back({s.name, s.color});
-    body += h3("Days to train vs cost") +
-            figure(svg::scatter(sc),
-                   "One point per cluster kind and GPU count (labelled with the GPU count), with its fastest layout; "
-                   "both axes logarithmic. Rings mark the deadline and budget picks.",
-                   leg);
-  }
-  body += h3("Options") + table({"cluster", "GPUs", "best layout", "MFU", "days", "GPU-hours", "cost USD", "pick"},
-                                rows, {false, true, false, true, true, true, true, false});
-  return body;
+  if (sc.series.empty()) return "";
+  auto mark = [&](const std::optional<std::size_t>& pick, const std::string& caption, const char* color) {
+    if (pick && r.options[*pick].days > 0) sc.markers.push_back({r.options[*pick].days, r.options[*pick].cost_usd, caption, color});
+  };
+  if (d.context.deadline_days) mark(r.cheapest_in_deadline, fmt::format("cheapest within {:g} days", *d.context.deadline_days), "#c00");
+  if (d.context.budget_usd) mark(r.fastest_in_budget, fmt::format("fastest within ${:.0f}", *d.context.budget_usd), "#070");
+  std::vector<svg::Series> leg;
+  for (const auto& s : sc.series) leg.push_back({s.name, s.color});
+  return h3("Days to train vs cost") +
+         figure(svg::scatter(sc),
+                "One point per cluster kind and GPU count (labelled with the GPU count), with its fastest layout; "
+                "both axes logarithmic. Rings mark the deadline and budget picks.",
+                leg);
+}
+
+std::string capacity_body(const CapacityDoc& d) {
+  const CapacityContext& c = d.context;
+  std::string body = facts({{"model", c.model},
+                            {"tokens", fmt::format("{:g}", c.tokens)},
+                            {"global batch", fmt::format("{} x {} tokens", c.global_batch, c.seq_len)}});
+  body += capacity_chart(d);
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t i = 0; i < d.result.options.size(); ++i) rows.push_back(option_row(d.result, i));
+  return body + h3("Options") + table({"cluster", "GPUs", "best layout", "MFU", "days", "GPU-hours", "cost USD", "pick"},
+                                      rows, {false, true, false, true, true, true, true, false});
 }
 
 // --- measurement ---
 
-std::string measurement_body(const json& j, const std::string& file) {
-  const Measurement m = measurement_from_json(j, file);
+std::string measurement_body(const Measurement& m) {
   const Spread& s = m.step_time;
   std::string body = facts({{"model", m.model},
                             {"cluster", m.cluster},
@@ -564,46 +473,42 @@ std::string measurement_body(const json& j, const std::string& file) {
                       {"optimizer", b.optimizer},
                       {"other", b.other}},
                      s.median, "Median of each phase over the measured steps, on the busiest rank.", kPalette[1]);
-  if (!m.per_stage.empty()) {
-    svg::StackedBars c;
-    c.title = "measured peak memory per stage";
-    c.y.label = "peak memory per GPU (GB)";
-    c.series = {{"peak memory", kPalette[1]}};
-    for (const StagePeak& p : m.per_stage) {
-      c.categories.push_back(fmt::format("stage {}", p.stage));
-      c.values.push_back({p.peak / kGB});
-      c.tooltips.push_back(format_bytes(p.peak));
-    }
-    body += h3("Measured memory") +
-            figure(svg::stacked_bars(c), "Largest peak memory of the ranks of each pipeline stage (reserved by the "
-                                         "CUDA caching allocator on GPUs, max RSS on CPU).");
+  if (m.per_stage.empty()) return body;
+  svg::StackedBars c;
+  c.title = "measured peak memory per stage";
+  c.y.label = "peak memory per GPU (GB)";
+  c.series = {{"peak memory", kPalette[1]}};
+  for (const StagePeak& p : m.per_stage) {
+    c.categories.push_back(fmt::format("stage {}", p.stage));
+    c.values.push_back({p.peak / kGB});
+    c.tooltips.push_back(format_bytes(p.peak));
   }
-  return body;
+  return body + h3("Measured memory") +
+         figure(svg::stacked_bars(c), "Largest peak memory of the ranks of each pipeline stage (reserved by the "
+                                      "CUDA caching allocator on GPUs, max RSS on CPU).");
+}
+
+// A run that failed: its description and where and why it stopped (no figures to chart).
+std::string failed_run_body(const Measurement& m, const RunFailure& f) {
+  auto known = [](double bytes) { return bytes >= 0 ? format_bytes(bytes) : std::string("not known"); };
+  return facts({{"model", m.model},
+                {"cluster", m.cluster},
+                {"layout", describe(m.strategy)},
+                {"device", fmt::format("{} ({})", m.device, m.backend)},
+                {"status", "failed"},
+                {"failed rank", f.rank >= 0 ? std::to_string(f.rank) : "not known"},
+                {"step", f.step >= 0 ? std::to_string(f.step) : "before the first step"},
+                {"phase", f.phase.empty() ? "not known" : f.phase},
+                {"memory at the failure", fmt::format("allocated {}, reserved {}, capacity {}, RSS {}", known(f.allocated),
+                                                      known(f.reserved), known(f.capacity), known(f.rss))}}) +
+         warnings({f.error.empty() ? "no error recorded" : f.error});
 }
 
 // --- comparison ---
 
-struct Figure {
-  std::string label, unit;
-  std::optional<double> predicted, measured, error_pct;
-};
-
-std::vector<Figure> figures(const JsonObject& root, const char* key) {
-  std::vector<Figure> out;
-  for (const JsonObject& f : root.objects(key)) {
-    // Predicted and measured figures (times, bytes, rates) are never negative; errors may be.
-    auto opt = [&](const char* k) -> std::optional<double> {
-      if (f.raw(k).is_null()) return std::nullopt;
-      return f.number(k, std::string(k) == "error_pct" ? -kInf : 0, kInf);
-    };
-    out.push_back({f.string("label"), f.string("unit"), opt("predicted"), opt("measured"), opt("error_pct")});
-  }
-  return out;
-}
-
-std::string error_text(const Figure& f) {
+std::string error_text(const ComparedFigure& f) {
   if (f.predicted == 0.0 && f.measured == 0.0) return "n/a (both 0)";
-  if (f.error_pct) return fmt::format("{:+.1f}%", *f.error_pct);
+  if (f.error_pct) return format_error_pct(*f.error_pct);
   return "n/a";
 }
 
@@ -614,19 +519,16 @@ std::string value_text(std::optional<double> v, const std::string& unit) {
   return fmt::format("{:.4g} {}", *v, unit);
 }
 
-std::string paired_chart(const std::string& title, const std::vector<Figure>& figs, const std::string& unit,
+std::string paired_chart(const std::string& title, const std::vector<ComparedFigure>& figs, const std::string& unit,
                          const std::string& caption) {
   double top = 0;
   for (const auto& f : figs) top = std::max({top, f.predicted.value_or(0), f.measured.value_or(0)});
-  double scale = 1;
-  std::string axis;
+  double scale = kGB;
+  std::string axis = "peak memory (GB)";
   if (unit == "s") {
     const TimeUnit u = time_unit(top);
     scale = u.seconds;
     axis = fmt::format("time per step ({})", u.name);
-  } else {
-    scale = kGB;
-    axis = "peak memory (GB)";
   }
   svg::GroupedBars c;
   c.title = title;
@@ -642,37 +544,26 @@ std::string paired_chart(const std::string& title, const std::vector<Figure>& fi
   return figure(svg::grouped_bars(c), caption, c.series);
 }
 
-std::string comparison_body(const JsonObject& root) {
-  const JsonObject model = root.object("model"), cluster = root.object("cluster");
-  const JsonObject st = root.object("measured_step_time");
-  std::string body = facts({{"prediction", root.string("prediction_file")},
-                            {"measurement", root.string("measurement_file")},
-                            {"model", model.string("measured")},
-                            {"cluster", cluster.string("measured")},
-                            {"layout", describe(strategy_from_json(root.raw("strategy"), root.file()))},
-                            {"measured step", fmt::format("median {} over {} steps (stdev {})",
-                                                          format_seconds(st.number("median_s", 0, kInf)),
-                                                          st.integer("count", 0, 1LL << 40),
-                                                          format_seconds(st.number("stdev_s", 0, kInf)))}});
-  const json& warnings = root.raw("warnings");
-  if (warnings.is_array() && !warnings.empty()) {
-    body += "<ul class=\"warnings\">";
-    for (const json& w : warnings) body += "<li>" + escape(w.is_string() ? w.get<std::string>() : w.dump()) + "</li>";
-    body += "</ul>\n";
-  }
-  const std::vector<Figure> time = figures(root, "time"), memory = figures(root, "memory"),
-                            throughput = figures(root, "throughput");
+std::string comparison_body(const ComparisonDoc& d) {
+  const Comparison& c = d.comparison;
+  const Spread& st = c.measured_step_time;
+  std::string body = facts({{"prediction", d.prediction_file},
+                            {"measurement", d.measurement_file},
+                            {"model", c.measured_model},
+                            {"cluster", c.measured_cluster},
+                            {"layout", describe(c.strategy)},
+                            {"measured step", fmt::format("median {} over {} steps (stdev {})", format_seconds(st.median),
+                                                          st.count, format_seconds(st.stdev))}});
+  body += warnings(c.warnings);
   const std::string err = "Error = (predicted - measured) / measured; n/a where a side has no figure or the measured one is 0.";
-  if (!time.empty()) body += h3("Time per step") + paired_chart("predicted vs measured time", time, "s", err);
-  if (!memory.empty()) body += h3("Peak memory") + paired_chart("predicted vs measured memory", memory, "B", err);
-  if (!throughput.empty()) {
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& f : throughput) {
-      rows.push_back({f.label, value_text(f.predicted, f.unit), value_text(f.measured, f.unit), error_text(f)});
-    }
-    body += h3("Throughput") + table({"figure", "predicted", "measured", "error"}, rows, {false, true, true, true});
+  if (!c.time.empty()) body += h3("Time per step") + paired_chart("predicted vs measured time", c.time, "s", err);
+  if (!c.memory.empty()) body += h3("Peak memory") + paired_chart("predicted vs measured memory", c.memory, "B", err);
+  if (c.throughput.empty()) return body;
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& f : c.throughput) {
+    rows.push_back({f.label, value_text(f.predicted, f.unit), value_text(f.measured, f.unit), error_text(f)});
   }
-  return body;
+  return body + h3("Throughput") + table({"figure", "predicted", "measured", "error"}, rows, {false, true, true, true});
 }
 
 const char* kStyle = R"(
@@ -721,16 +612,46 @@ std::string report_kind(const json& j, const std::string& file) {
   // Through JsonObject::error, which shows the value cut to 80 characters (a schema of megabytes
   // made an error line as long).
   const JsonObject root(j, file);
-  if (!it->is_string()) throw root.error("schema", "must be a string such as \"trainplan/prediction/v1\"");
+  if (!it->is_string()) throw root.error("schema", fmt::format("must be a string such as \"{}\"", kPredictionSchema));
   const std::string s = it->get<std::string>();
-  if (s == "trainplan/prediction/v1") return "prediction";
-  if (s == "trainplan/search/v1") return "search";
-  if (s == "trainplan/capacity/v1") return "capacity";
-  if (s == "trainplan/measurement/v1") return "measurement";
+  if (s == kPredictionSchema) return "prediction";
+  if (s == kSearchSchema) return "search";
+  if (s == kCapacitySchema) return "capacity";
+  if (s == kMeasurementSchema) return "measurement";
   if (s == kComparisonSchema) return "comparison";
-  throw root.error("schema", "must be one of trainplan/prediction/v1, search/v1, capacity/v1, measurement/v1, "
-                             "comparison/v1");
+  throw root.error("schema", fmt::format("must be one of {}, {}, {}, {}, {}", kPredictionSchema, kSearchSchema,
+                                         kCapacitySchema, kMeasurementSchema, kComparisonSchema));
 }
+
+namespace {
+
+// The section of one document, read through its kind's reader.
+std::string document_section(const ReportDocument& d, const std::string& id, const std::string& kind,
+                             const std::string& file) {
+  if (kind == "prediction") {
+    const PredictionDoc p = prediction_from_json(d.json, file);
+    return section(id, fmt::format("{}{}", p.simulation ? "Simulated step" : "Prediction", p.model.empty() ? "" : ": " + p.model),
+                   d.file, prediction_body(p));
+  }
+  if (kind == "search") {
+    SearchDoc s = search_from_json(d.json, file);
+    // A file may hold millions of candidates: the page draws a bounded number (reports/thin.hpp).
+    if (s.candidates && thin_drawn_points(s.candidates->points)) s.candidates->thinned = true;
+    return section(id, "Search: " + s.model + " on " + s.cluster, d.file, search_body(s));
+  }
+  if (kind == "capacity") {
+    const CapacityDoc c = capacity_from_json(d.json, file);
+    return section(id, "Capacity: " + c.context.model, d.file, capacity_body(c));
+  }
+  if (kind == "measurement") {
+    const MeasurementDoc m = measurement_doc_from_json(d.json, file);
+    if (m.failure) return section(id, "Measured run (failed)", d.file, failed_run_body(m.measurement, *m.failure));
+    return section(id, "Measured run", d.file, measurement_body(m.measurement));
+  }
+  return section(id, "Predicted vs measured", d.file, comparison_body(comparison_from_json(d.json, file)));
+}
+
+}  // namespace
 
 std::string html_report(const std::vector<ReportDocument>& docs, const std::string& title) {
   std::string body, files;
@@ -738,24 +659,8 @@ std::string html_report(const std::vector<ReportDocument>& docs, const std::stri
     const ReportDocument& d = docs[i];
     const std::string file = d.file.empty() ? "(this run)" : d.file;
     const std::string kind = report_kind(d.json, file);
-    const JsonObject root(d.json, file);
-    const std::string id = fmt::format("{}-{}", kind, i + 1);
     files += (files.empty() ? "" : ", ") + file;
-    if (kind == "prediction") {
-      const bool simulated = root.has("simulation");
-      const std::string model = root.has("model") ? root.string("model") : "";
-      body += section(id, fmt::format("{}{}", simulated ? "Simulated step" : "Prediction", model.empty() ? "" : ": " + model),
-                      d.file, prediction_body(root, d.json, file));
-    } else if (kind == "search") {
-      body += section(id, "Search: " + root.string("model") + " on " + root.string("cluster"), d.file,
-                      search_body(root, file));
-    } else if (kind == "capacity") {
-      body += section(id, "Capacity: " + root.string("model"), d.file, capacity_body(root));
-    } else if (kind == "measurement") {
-      body += section(id, "Measured run", d.file, measurement_body(d.json, file));
-    } else {
-      body += section(id, "Predicted vs measured", d.file, comparison_body(root));
-    }
+    body += document_section(d, fmt::format("{}-{}", kind, i + 1), kind, file);
   }
   return fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"

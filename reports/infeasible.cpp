@@ -65,4 +65,12 @@ std::map<std::string, std::int64_t> counts_by_key(const std::map<InfeasibleReaso
   return out;
 }
 
+std::optional<InfeasibleReason> parse_reason_key(const std::string& key) {
+  for (InfeasibleReason r : {InfeasibleReason::invalid_strategy, InfeasibleReason::unsupported_dtype,
+                             InfeasibleReason::cluster_too_small, InfeasibleReason::out_of_memory}) {
+    if (key == reason_key(r)) return r;
+  }
+  return std::nullopt;
+}
+
 }  // namespace trainplan

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,5 +24,8 @@ std::vector<std::string> infeasible_reasons(const Estimate& e);
 
 // Counts by reason, keyed by reason_key() (sorted by that name, as the reports list them).
 std::map<std::string, std::int64_t> counts_by_key(const std::map<InfeasibleReason, std::int64_t>& counts);
+
+// The reason whose reason_key() is `key` (as a result file spells it); nullopt for another text.
+std::optional<InfeasibleReason> parse_reason_key(const std::string& key);
 
 }  // namespace trainplan

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "reports/schema_fields.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
 
@@ -15,7 +16,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using schema::kInf;
 
 json phases_to_json(const PhaseTimes& p) {
   return {{"compute_s", p.compute()},   {"forward_s", p.forward},       {"backward_s", p.backward},
@@ -26,22 +27,17 @@ json phases_to_json(const PhaseTimes& p) {
 
 json coords_to_json(const RankCoord& c) { return {{"tp", c.tp}, {"cp", c.cp}, {"dp", c.dp}, {"pp", c.pp}}; }
 
-// Two figures that the writer derives from one another must agree (to rounding in the file).
-void check_consistent(const JsonObject& o, const std::string& key, double stored, double expected,
-                      const std::string& rule) {
-  const double tol = 1e-9 * std::max({1.0, std::fabs(stored), std::fabs(expected)});
-  if (std::fabs(stored - expected) > tol) throw o.error(key, rule);
-}
+using schema::check_consistent;
 
 // A measured training step takes at least a microsecond (one kernel launch): a positive 1e-300 s
 // would pass "> 0" and make compare's relative errors 1e300 %.
 constexpr double kMinMeasuredStep = 1e-6;
 
-// Reads PHASES keys from `o` (which may hold other keys too; the caller calls finish()).
-PhaseTimes read_phases(const JsonObject& o) {
+// Reads PHASES keys from `o`; `alone`: they are all of its keys (else the caller reads the others
+// and calls finish()).
+PhaseTimes read_phases(const JsonObject& o, bool alone) {
   PhaseTimes p;
-  // Zero up to floating-point rounding (e.g. -1e-19 s) reads as 0; more negative is an error.
-  auto s = [&](const char* k) { return std::max(0.0, o.number(k, -1e-9, kInf)); };
+  auto s = [&](const char* k) { return schema::seconds(o, k); };
   p.forward = s("forward_s");
   p.backward = s("backward_s");
   p.recompute = s("recompute_s");
@@ -54,6 +50,7 @@ PhaseTimes read_phases(const JsonObject& o) {
   p.optimizer = s("optimizer_s");
   p.other = s("other_s");
   check_consistent(o, "compute_s", s("compute_s"), p.compute(), "must equal forward_s + backward_s");
+  if (alone) o.finish();
   return p;
 }
 
@@ -66,6 +63,124 @@ RankCoord read_coords(const JsonObject& o) {
   c.pp = i("pp");
   o.finish();
   return c;
+}
+
+void read_run(const JsonObject& run, Measurement& m, bool ok) {
+  m.backend = run.choice("backend", {"nccl", "gloo"});
+  m.device = run.choice("device", {"cuda", "cpu"});
+  m.warmup = static_cast<int>(run.integer("warmup_steps", 0, 1 << 24));
+  if (ok) m.steps = static_cast<int>(run.integer("measured_steps", 1, 1 << 24));
+  m.seed = run.integer("seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max());
+  if (schema::has(run, "requested_dtype")) m.requested_dtype = run.choice("requested_dtype", {"bf16", "fp16", "fp8", "fp32"});
+  run.finish();
+}
+
+std::vector<StepRecord> read_steps(const JsonObject& root, int measured_steps) {
+  std::vector<StepRecord> out;
+  for (const JsonObject& s : root.objects("steps", 1)) {
+    StepRecord r;
+    r.step = static_cast<int>(s.integer("step", 0, 1 << 30));
+    r.wall = s.number("wall_s", kMinMeasuredStep, kInf);
+    r.loss = s.number("loss", 0, kInf);  // cross-entropy: never negative
+    r.phases = read_phases(s.object("phases"), true);
+    s.finish();
+    out.push_back(r);
+  }
+  if (static_cast<int>(out.size()) != measured_steps) {
+    throw root.error("steps", fmt::format("must hold run.measured_steps = {} entries", measured_steps));
+  }
+  return out;
+}
+
+Spread read_step_time(const JsonObject& st) {
+  Spread s;
+  s.median = st.number("median_s", kMinMeasuredStep, kInf);
+  s.mean = st.number("mean_s", kMinMeasuredStep, kInf);
+  s.stdev = st.number("stdev_s", 0, kInf);
+  s.min = st.number("min_s", kMinMeasuredStep, kInf);
+  s.max = st.number("max_s", kMinMeasuredStep, kInf);
+  s.count = static_cast<int>(st.integer("count", 1, 1 << 30));
+  if (s.min > s.median || s.median > s.max) throw st.error("median_s", "must lie between min_s and max_s");
+  st.finish();
+  return s;
+}
+
+RankMeasurement read_rank(const JsonObject& r) {
+  RankMeasurement rm;
+  rm.rank = static_cast<int>(r.integer("rank", 0, 1 << 24));
+  rm.coords = read_coords(r.object("coords"));
+  rm.peak_allocated = r.number("peak_allocated_bytes", 0, kInf);
+  rm.peak_reserved = r.number("peak_reserved_bytes", 0, kInf);
+  rm.max_rss = r.number("max_rss_bytes", 0, kInf);
+  rm.dp_bytes_sent = schema::has(r, "dp_bytes_sent_per_step") ? r.number("dp_bytes_sent_per_step", 0, kInf) : 0;
+  schema::check_consistent(r, "peak_bytes", r.number("peak_bytes", 0, kInf), rm.peak_bytes(),
+                           "must equal peak_reserved_bytes, or max_rss_bytes when that is 0");
+  rm.phases = read_phases(r.object("phases"), true);
+  r.finish();
+  return rm;
+}
+
+void read_memory(const JsonObject& mem, Measurement& m) {
+  m.peak_memory = mem.number("peak_bytes", 0, kInf);
+  for (const JsonObject& s : mem.objects("per_stage")) {
+    m.per_stage.push_back({static_cast<int>(s.integer("stage", 0, 1 << 24)), s.number("peak_bytes", 0, kInf)});
+    s.finish();
+  }
+  for (const JsonObject& r : mem.objects("per_rank")) m.ranks.push_back(read_rank(r));
+  mem.finish();
+}
+
+MeasuredThroughput read_throughput(const JsonObject& t) {
+  MeasuredThroughput p;
+  p.tokens_per_s = t.number("tokens_per_s", 0, kInf);
+  p.tokens_per_s_per_gpu = t.number("tokens_per_s_per_gpu", 0, kInf);
+  p.model_flops_per_step = t.number("model_flops_per_step", 0, kInf);
+  p.model_tflops_per_gpu = t.number("model_tflops_per_gpu", 0, kInf);
+  t.finish();
+  return p;
+}
+
+// The figures of a successful run: steps, their spread, the phase medians, memory, throughput.
+void read_figures(const JsonObject& root, Measurement& m) {
+  m.per_step = read_steps(root, m.steps);
+  m.step_time = read_step_time(root.object("step_time"));
+  {
+    const JsonObject t = root.object("time");
+    m.breakdown = read_phases(t, false);
+    check_consistent(t, "step_s", t.number("step_s", kMinMeasuredStep, kInf), m.step_time.median,
+                     "must equal step_time.median_s");
+    t.finish();
+  }
+  read_memory(root.object("memory"), m);
+  m.throughput = read_throughput(root.object("throughput"));
+  // Derived: the largest per-rank figure.
+  m.dp_bytes_sent = 0;
+  for (const RankMeasurement& r : m.ranks) m.dp_bytes_sent = std::max(m.dp_bytes_sent, r.dp_bytes_sent);
+  if (schema::has(root, "dp_bytes_sent_per_step")) {
+    check_consistent(root, "dp_bytes_sent_per_step", root.number("dp_bytes_sent_per_step", 0, kInf), m.dp_bytes_sent,
+                     "must equal the largest per_rank figure");
+  }
+}
+
+// -1 for a figure the failure record does not know (null in the file).
+double known_or_minus_one(const JsonObject& o, const char* key) {
+  return schema::nullable_number(o, key, 0, kInf).value_or(-1);
+}
+
+RunFailure read_failure(const JsonObject& o) {
+  RunFailure f;
+  f.rank = static_cast<int>(schema::nullable_integer(o, "rank", 0, 1 << 24).value_or(-1));
+  f.step = static_cast<int>(schema::nullable_integer(o, "step", 0, 1 << 30).value_or(-1));
+  f.phase = schema::text(o, "phase");
+  f.error = schema::text(o, "error");
+  const JsonObject mem = o.object("memory");
+  f.allocated = known_or_minus_one(mem, "allocated_bytes");
+  f.reserved = known_or_minus_one(mem, "reserved_bytes");
+  f.capacity = known_or_minus_one(mem, "capacity_bytes");
+  f.rss = known_or_minus_one(mem, "rss_bytes");
+  mem.finish();
+  o.finish();
+  return f;
 }
 
 }  // namespace
@@ -145,126 +260,38 @@ json failed_measurement_to_json(const Measurement& m, const RunFailure& f) {
   return out;
 }
 
-Measurement measurement_from_json(const json& j, const std::string& file) {
-  JsonObject root(j, file);
-  const std::string schema = root.string("schema");
-  if (schema != kMeasurementSchema) {
-    throw root.error("schema", fmt::format("must be \"{}\" (is this a measurement file?)", kMeasurementSchema));
-  }
+MeasurementDoc measurement_doc_from_json(const json& j, const std::string& file) {
+  const JsonObject root(j, file);
+  schema::check_schema(root, kMeasurementSchema, "is this a measurement file?");
   // Files written before "status" existed are successful runs.
-  const std::string status = root.optional_string("status").value_or("ok");
-  if (status == "failed") {
-    std::string what = "the run failed";
-    if (j.contains("failure") && j["failure"].is_object() && j["failure"].value("error", json()).is_string())
-      what += ": " + j["failure"]["error"].get<std::string>();
-    throw root.error("status", fmt::format("is \"failed\" ({}); a failed run has no figures to read", what));
-  }
-  if (status != "ok") throw root.error("status", "must be \"ok\" or \"failed\"");
-  Measurement m;
+  const std::string status = schema::has(root, "status") ? root.choice("status", {"ok", "failed"}) : "ok";
+  const bool ok = status == "ok";
+  MeasurementDoc d;
+  Measurement& m = d.measurement;
   m.strategy = strategy_from_json(root.raw("strategy"), file);
   m.model = root.string("model");
   m.cluster = root.string("cluster");
-  if (root.has("software")) m.software = root.string("software");
-
-  {
-    JsonObject run = root.object("run");
-    m.backend = run.choice("backend", {"nccl", "gloo"});
-    m.device = run.choice("device", {"cuda", "cpu"});
-    m.warmup = static_cast<int>(run.integer("warmup_steps", 0, 1 << 24));
-    m.steps = static_cast<int>(run.integer("measured_steps", 1, 1 << 24));
-    m.seed = run.integer("seed", std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max());
-    if (run.has("requested_dtype")) {
-      m.requested_dtype = run.string("requested_dtype");
-      if (!parse_dtype(m.requested_dtype)) throw run.error("requested_dtype", "must be one of bf16|fp16|fp8|fp32");
-    }
-    run.finish();
-  }
-
+  if (ok && schema::has(root, "software")) m.software = root.string("software");
+  read_run(root.object("run"), m, ok);
   const json& env = root.raw("environment");
   if (!env.is_object()) throw root.error("environment", "must be a JSON object");
   m.environment = env;
-
-  for (const JsonObject& s : root.objects("steps", 1)) {
-    StepRecord r;
-    r.step = static_cast<int>(s.integer("step", 0, 1 << 30));
-    r.wall = s.number("wall_s", kMinMeasuredStep, kInf);
-    r.loss = s.number("loss", 0, kInf);  // cross-entropy: never negative
-    JsonObject ph = s.object("phases");
-    r.phases = read_phases(ph);
-    ph.finish();
-    s.finish();
-    m.per_step.push_back(r);
+  if (ok) {
+    read_figures(root, m);
+  } else {
+    d.failure = read_failure(root.object("failure"));
   }
-  if (static_cast<int>(m.per_step.size()) != m.steps) {
-    throw root.error("steps", fmt::format("must hold run.measured_steps = {} entries", m.steps));
-  }
-
-  {
-    JsonObject st = root.object("step_time");
-    m.step_time.median = st.number("median_s", kMinMeasuredStep, kInf);
-    m.step_time.mean = st.number("mean_s", kMinMeasuredStep, kInf);
-    m.step_time.stdev = st.number("stdev_s", 0, kInf);
-    m.step_time.min = st.number("min_s", kMinMeasuredStep, kInf);
-    m.step_time.max = st.number("max_s", kMinMeasuredStep, kInf);
-    m.step_time.count = static_cast<int>(st.integer("count", 1, 1 << 30));
-    if (m.step_time.min > m.step_time.median || m.step_time.median > m.step_time.max) {
-      throw st.error("median_s", "must lie between min_s and max_s");
-    }
-    st.finish();
-  }
-
-  {
-    JsonObject t = root.object("time");
-    m.breakdown = read_phases(t);
-    check_consistent(t, "step_s", t.number("step_s", kMinMeasuredStep, kInf), m.step_time.median,
-                     "must equal step_time.median_s");
-    t.finish();
-  }
-
-  {
-    JsonObject mem = root.object("memory");
-    m.peak_memory = mem.number("peak_bytes", 0, kInf);
-    for (const JsonObject& s : mem.objects("per_stage")) {
-      StagePeak p;
-      p.stage = static_cast<int>(s.integer("stage", 0, 1 << 24));
-      p.peak = s.number("peak_bytes", 0, kInf);
-      s.finish();
-      m.per_stage.push_back(p);
-    }
-    for (const JsonObject& r : mem.objects("per_rank")) {
-      RankMeasurement rm;
-      rm.rank = static_cast<int>(r.integer("rank", 0, 1 << 24));
-      rm.coords = read_coords(r.object("coords"));
-      rm.peak_allocated = r.number("peak_allocated_bytes", 0, kInf);
-      rm.peak_reserved = r.number("peak_reserved_bytes", 0, kInf);
-      rm.max_rss = r.number("max_rss_bytes", 0, kInf);
-      rm.dp_bytes_sent = r.optional_number("dp_bytes_sent_per_step", 0, kInf).value_or(0);  // absent before issue 11
-      check_consistent(r, "peak_bytes", r.number("peak_bytes", 0, kInf), rm.peak_bytes(),
-                       "must equal peak_reserved_bytes, or max_rss_bytes when that is 0");
-      JsonObject ph = r.object("phases");
-      rm.phases = read_phases(ph);
-      ph.finish();
-      r.finish();
-      m.ranks.push_back(rm);
-    }
-    mem.finish();
-  }
-
-  {
-    JsonObject t = root.object("throughput");
-    m.throughput.tokens_per_s = t.number("tokens_per_s", 0, kInf);
-    m.throughput.tokens_per_s_per_gpu = t.number("tokens_per_s_per_gpu", 0, kInf);
-    m.throughput.model_flops_per_step = t.number("model_flops_per_step", 0, kInf);
-    m.throughput.model_tflops_per_gpu = t.number("model_tflops_per_gpu", 0, kInf);
-    t.finish();
-  }
-  // Derived (the largest per-rank figure); absent in measurements from before issue 11.
-  m.dp_bytes_sent = 0;
-  for (const RankMeasurement& r : m.ranks) m.dp_bytes_sent = std::max(m.dp_bytes_sent, r.dp_bytes_sent);
-  if (const auto b = root.optional_number("dp_bytes_sent_per_step", 0, kInf))
-    check_consistent(root, "dp_bytes_sent_per_step", *b, m.dp_bytes_sent, "must equal the largest per_rank figure");
   root.finish();
-  return m;
+  return d;
+}
+
+Measurement measurement_from_json(const json& j, const std::string& file) {
+  MeasurementDoc d = measurement_doc_from_json(j, file);
+  if (d.failure) {
+    throw InputError(fmt::format("{}: status = \"failed\", the run failed ({}); a failed run has no figures to read",
+                                 file, d.failure->error.empty() ? "no error recorded" : d.failure->error));
+  }
+  return std::move(d.measurement);
 }
 
 }  // namespace trainplan

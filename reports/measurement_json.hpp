@@ -3,6 +3,7 @@
 //
 // {"schema": "trainplan/measurement/v1", "status": "ok",
 //  "strategy": {...same object as the prediction's, its dtype the one run...}, "model", "cluster",
+//  "software" (the profile describing the run, where known),
 //  "run": {"backend", "device", "warmup_steps", "measured_steps", "seed",
 //          "requested_dtype" (only where the plan asked for another dtype: CPU runs compute fp32)},
 //  "environment": {...free-form: devices, backend, torch version, hostname...},
@@ -11,19 +12,24 @@
 //  "time": {"step_s" (= step_time.median_s), PHASES...},
 //  "memory": {"peak_bytes", "per_stage": [{"stage", "peak_bytes"}],
 //             "per_rank": [{"rank", "coords": {"tp", "cp", "dp", "pp"}, "peak_allocated_bytes",
-//                           "peak_reserved_bytes", "max_rss_bytes", "peak_bytes", "phases": PHASES}]},
+//                           "peak_reserved_bytes", "max_rss_bytes", "peak_bytes",
+//                           "dp_bytes_sent_per_step", "phases": PHASES}]},
 //  "throughput": {"tokens_per_s", "tokens_per_s_per_gpu", "model_flops_per_step",
-//                 "model_tflops_per_gpu"}}
+//                 "model_tflops_per_gpu"},
+//  "dp_bytes_sent_per_step" (the largest per_rank figure)}
 // PHASES = {"compute_s" (= forward_s + backward_s), "forward_s", "backward_s", "recompute_s",
 //           "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "dp_comm_exposed_s", "bubble_s",
 //           "optimizer_s", "other_s"}
 //
 // A failed run writes {"schema", "status": "failed", "strategy", "model", "cluster", "run":
-// {"backend", "device", "warmup_steps", "seed"}, "environment", "failure": {"rank", "step",
-// "phase", "error", "memory": {"allocated_bytes", "reserved_bytes", "capacity_bytes",
-// "rss_bytes"}}} (a figure not known is null). measurement_from_json rejects it, naming the error.
+// {"backend", "device", "warmup_steps", "seed", "requested_dtype" (as above)}, "environment",
+// "failure": {"rank", "step", "phase", "error", "memory": {"allocated_bytes", "reserved_bytes",
+// "capacity_bytes", "rss_bytes"}}}; rank, step and the memory figures are null where not known.
+// Files written before "status" existed are successful runs; before per-rank DP traffic was
+// recorded they lack "dp_bytes_sent_per_step" (read as 0).
 #pragma once
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "sim/measurement.hpp"
@@ -32,15 +38,24 @@ namespace trainplan {
 
 inline constexpr const char* kMeasurementSchema = "trainplan/measurement/v1";
 
+// One measurement document: a run's figures, or (status "failed") its description and failure.
+struct MeasurementDoc {
+  Measurement measurement;            // failed: strategy, names, run and environment only
+  std::optional<RunFailure> failure;  // unknown figures of it are -1
+};
+
 nlohmann::json measurement_to_json(const Measurement& m);
 
 // The failed run's document: the run's description from `run` (strategy, model, cluster,
 // backend, device, warmup, seed, environment; its figures are ignored) and the failure.
 nlohmann::json failed_measurement_to_json(const Measurement& run, const RunFailure& f);
 
-// Strict reader: every key known, required keys present, types and ranges checked, derived
-// figures consistent (compute_s = forward_s + backward_s, time.step_s = step_time.median_s).
-// Throws InputError naming `file` and the field.
+// Strict reader of either status: every key known, required keys present, types and ranges
+// checked, derived figures consistent (compute_s = forward_s + backward_s, time.step_s =
+// step_time.median_s). Throws InputError naming `file` and the field.
+MeasurementDoc measurement_doc_from_json(const nlohmann::json& j, const std::string& file);
+
+// The figures of a successful run (what compare needs); a failed run is refused, naming its error.
 Measurement measurement_from_json(const nlohmann::json& j, const std::string& file);
 
 }  // namespace trainplan

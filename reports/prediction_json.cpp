@@ -1,13 +1,24 @@
 #include "reports/prediction_json.hpp"
 
+#include <fmt/format.h>
+
 #include "reports/infeasible.hpp"
+#include "reports/schema_fields.hpp"
 #include "sim/search.hpp"
 
 namespace trainplan {
 
 using nlohmann::json;
+using schema::kInf;
 
-json prediction_to_json(const Estimate& e, const json& extra) {
+namespace {
+
+// Sizes a plan can have (sim/strategy.hpp): at most 2^24 GPUs, stages and layers.
+constexpr long long kMaxCount = 1 << 24;
+
+// --- memory, time, throughput ---
+
+json memory_json(const Estimate& e) {
   json stages = json::array();
   for (std::size_t i = 0; i < e.per_stage.size(); ++i) {
     const StageMemory& m = e.per_stage[i];
@@ -24,74 +35,286 @@ json prediction_to_json(const Estimate& e, const json& extra) {
                       {"runtime", m.runtime},
                       {"total", m.total()}});
   }
-  const TimeBreakdown& t = e.time;
-  const Throughput& p = e.throughput;
+  return {{"peak_bytes", e.peak_memory}, {"capacity_bytes", e.capacity}, {"per_stage", stages}};
+}
+
+StageMemory read_stage_memory(const JsonObject& s, std::vector<int>& stage_layers) {
+  StageMemory m;
+  m.stage = static_cast<int>(s.integer("stage", 0, kMaxCount));
+  auto bytes = [&](const char* k) { return s.number(k, 0, kInf); };
+  // Written since the allocator-aware memory model; absent (0) in older predictions.
+  auto later = [&](const char* k) { return schema::has(s, k) ? bytes(k) : 0.0; };
+  m.weights = bytes("weights");
+  m.gradients = bytes("gradients");
+  m.optimizer = bytes("optimizer");
+  m.activations = bytes("activations");
+  m.other = bytes("other");
+  m.weight_copies = later("weight_copies");
+  m.temporaries = later("temporaries");
+  m.allocator = later("allocator");
+  m.runtime = later("runtime");
+  schema::check_consistent(s, "total", bytes("total"), m.total(),
+                           "must equal weights + gradients + optimizer + activations + other + weight_copies + "
+                           "temporaries + allocator + runtime");
+  if (schema::has(s, "layers")) stage_layers.push_back(static_cast<int>(s.integer("layers", 0, kMaxCount)));
+  s.finish();
+  return m;
+}
+
+void read_memory(const JsonObject& mem, Estimate& e) {
+  e.peak_memory = mem.number("peak_bytes", 0, kInf);
+  e.capacity = mem.number("capacity_bytes", 0, kInf);
+  for (const JsonObject& s : mem.objects("per_stage")) e.per_stage.push_back(read_stage_memory(s, e.stage_layers));
+  mem.finish();
+}
+
+json time_json(const TimeBreakdown& t) {
+  return {{"step_s", t.step},         {"compute_s", t.compute},     {"recompute_s", t.recompute},
+          {"tp_comm_s", t.tp_comm},   {"cp_comm_s", t.cp_comm},     {"pp_comm_s", t.pp_comm},
+          {"dp_comm_s", t.dp_comm},   {"dp_comm_exposed_s", t.dp_comm_exposed},
+          {"bubble_s", t.bubble},     {"optimizer_s", t.optimizer}};
+}
+
+TimeBreakdown read_time(const JsonObject& o) {
+  auto sec = [&](const char* k) { return schema::seconds(o, k); };
+  TimeBreakdown t;
+  t.step = sec("step_s");
+  t.compute = sec("compute_s");
+  t.recompute = sec("recompute_s");
+  t.tp_comm = sec("tp_comm_s");
+  t.cp_comm = sec("cp_comm_s");
+  t.pp_comm = sec("pp_comm_s");
+  t.dp_comm = sec("dp_comm_s");
+  t.dp_comm_exposed = sec("dp_comm_exposed_s");
+  t.bubble = sec("bubble_s");
+  t.optimizer = sec("optimizer_s");
+  o.finish();
+  return t;
+}
+
+json throughput_json(const Throughput& p) {
+  return {{"tokens_per_s", p.tokens_per_s},
+          {"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu},
+          {"model_flops_per_step", p.model_flops_per_step},
+          {"hardware_flops_per_step", p.hardware_flops_per_step},
+          {"model_tflops_per_gpu", p.model_tflops_per_gpu},
+          {"hardware_tflops_per_gpu", p.hardware_tflops_per_gpu},
+          {"mfu", p.mfu},
+          {"hfu", p.hfu}};
+}
+
+Throughput read_throughput(const JsonObject& o) {
+  auto num = [&](const char* k) { return o.number(k, 0, kInf); };
+  Throughput p;
+  p.tokens_per_s = num("tokens_per_s");
+  p.tokens_per_s_per_gpu = num("tokens_per_s_per_gpu");
+  p.model_flops_per_step = num("model_flops_per_step");
+  p.hardware_flops_per_step = num("hardware_flops_per_step");
+  p.model_tflops_per_gpu = num("model_tflops_per_gpu");
+  p.hardware_tflops_per_gpu = num("hardware_tflops_per_gpu");
+  p.mfu = num("mfu");
+  p.hfu = num("hfu");
+  o.finish();
+  return p;
+}
+
+ParamServerFigures read_parameter_server(const JsonObject& o) {
+  ParamServerFigures ps;
+  ps.workers = static_cast<int>(o.integer("workers", 0, kMaxCount));
+  ps.staleness = o.number("staleness_updates", 0, kInf);
+  ps.updates_per_s = o.number("updates_per_s", 0, kInf);
+  o.finish();
+  return ps;
+}
+
+// --- cost ---
+
+json cost_json(const PredictionCost& c) {
+  if (!c.priced) return nullptr;
+  return {{"usd_per_step", c.usd_per_step},
+          {"price_per_gpu_hour_usd", c.price_per_gpu_hour_usd},
+          {"gpus", c.gpus},
+          {"price_source", c.price_source}};
+}
+
+PredictionCost read_cost(const JsonObject& root) {
+  PredictionCost c;
+  if (root.raw("cost").is_null()) return c;
+  const JsonObject o = root.object("cost");
+  c.priced = true;
+  c.usd_per_step = o.number("usd_per_step", 0, kInf);
+  c.price_per_gpu_hour_usd = o.number("price_per_gpu_hour_usd", 0, kInf, true);
+  c.gpus = static_cast<int>(o.integer("gpus", 1, kMaxCount));
+  c.price_source = o.string("price_source");
+  o.finish();
+  return c;
+}
+
+// --- layers (predict --detail layers) ---
+
+constexpr const char* kLayersNote =
+    "times per micro-batch on one rank; a 'layers' row gives the figures of each of its count layers; bytes per "
+    "rank, activations as held at the stage's peak";
+
+const char* part_name(LayerRow::Kind k) {
+  return k == LayerRow::Kind::embedding ? "embedding" : k == LayerRow::Kind::head ? "head" : "layers";
+}
+
+json layer_row_json(const LayerRow& r) {
+  json row = {{"part", part_name(r.kind)},   {"chunk", r.chunk},         {"count", r.count},
+              {"forward_s", r.forward},      {"backward_s", r.backward}, {"recompute_s", r.recompute},
+              {"tp_comm_s", r.tp_comm},      {"cp_comm_s", r.cp_comm},   {"params", r.params},
+              {"weights", r.weights},        {"gradients", r.gradients}, {"optimizer", r.optimizer},
+              {"weight_copies", r.weight_copies}, {"activations", r.activations}};
+  if (r.kind == LayerRow::Kind::layers) row["first_layer"] = r.first_layer;
+  return row;
+}
+
+LayerRow read_layer_row(const JsonObject& o) {
+  LayerRow r;
+  const std::string part = o.choice("part", {"embedding", "layers", "head"});
+  r.kind = part == "embedding" ? LayerRow::Kind::embedding : part == "head" ? LayerRow::Kind::head : LayerRow::Kind::layers;
+  r.chunk = static_cast<int>(o.integer("chunk", 0, kMaxCount));
+  r.count = static_cast<int>(o.integer("count", 1, kMaxCount));
+  if (r.kind == LayerRow::Kind::layers) r.first_layer = static_cast<int>(o.integer("first_layer", 0, kMaxCount));
+  auto sec = [&](const char* k) { return schema::seconds(o, k); };
+  auto num = [&](const char* k) { return o.number(k, 0, kInf); };
+  r.forward = sec("forward_s");
+  r.backward = sec("backward_s");
+  r.recompute = sec("recompute_s");
+  r.tp_comm = sec("tp_comm_s");
+  r.cp_comm = sec("cp_comm_s");
+  r.params = num("params");
+  r.weights = num("weights");
+  r.gradients = num("gradients");
+  r.optimizer = num("optimizer");
+  r.weight_copies = num("weight_copies");
+  r.activations = num("activations");
+  o.finish();
+  return r;
+}
+
+StageDetail read_stage_detail(const JsonObject& o) {
+  StageDetail d;
+  d.stage = static_cast<int>(o.integer("stage", 0, kMaxCount));
+  d.chunks_in_flight = static_cast<int>(o.integer("chunks_in_flight", 0, 1LL << 40));
+  d.working_layer = o.number("recompute_working_bytes", 0, kInf);
+  for (const JsonObject& r : o.objects("rows")) d.rows.push_back(read_layer_row(r));
+  const JsonObject t = o.object("total");
+  d.forward = schema::seconds(t, "forward_s");
+  d.backward = schema::seconds(t, "backward_s");
+  d.recompute = schema::seconds(t, "recompute_s");
+  d.tp_comm = schema::seconds(t, "tp_comm_s");
+  d.cp_comm = schema::seconds(t, "cp_comm_s");
+  t.finish();
+  o.finish();
+  return d;
+}
+
+std::vector<StageDetail> read_layers(const JsonObject& o) {
+  (void)schema::text(o, "note");
+  std::vector<StageDetail> out;
+  for (const JsonObject& s : o.objects("stages")) out.push_back(read_stage_detail(s));
+  o.finish();
+  return out;
+}
+
+// --- the document ---
+
+// The keys beside the figures: names, engine, cost, layer detail, simulation, search rank.
+void read_extras(const JsonObject& root, const json& j, PredictionDoc& d) {
+  auto name = [&](const char* k) { return schema::has(root, k) ? root.string(k) : std::string(); };
+  d.model = name("model");
+  d.cluster = name("cluster");
+  d.software = name("software");
+  if (schema::has(root, "engine")) d.engine = root.choice("engine", {"analytic", "des"});
+  if (j.contains("cost")) d.cost = read_cost(root);
+  if (schema::has(root, "layers")) d.layers = read_layers(root.object("layers"));
+  if (schema::has(root, "simulation")) d.simulation = simulation_from_json(root.object("simulation"));
+  const bool ranked = schema::has(root, "rank");
+  if (ranked != schema::has(root, "objective_value")) {
+    throw root.error(ranked ? "rank" : "objective_value", "must come with rank and objective_value both");
+  }
+  if (ranked) {
+    d.rank = root.integer("rank", 1, 1LL << 40);
+    d.objective_value = root.number("objective_value", 0, kInf);
+  }
+}
+
+}  // namespace
+
+PredictionDoc prediction_doc(const Estimate& e) {
+  PredictionDoc d;
+  d.estimate = e;
+  d.infeasible_reasons = infeasible_reasons(e);
+  return d;
+}
+
+json prediction_to_json(const PredictionDoc& d) {
+  const Estimate& e = d.estimate;
   json j = {{"schema", kPredictionSchema},
             {"feasible", e.feasible},
-            {"infeasible_reasons", infeasible_reasons(e)},
+            {"infeasible_reasons", d.infeasible_reasons},
             {"strategy", to_json(e.strategy)},
-            {"memory", {{"peak_bytes", e.peak_memory}, {"capacity_bytes", e.capacity}, {"per_stage", stages}}},
-            {"time",
-             {{"step_s", t.step},
-              {"compute_s", t.compute},
-              {"recompute_s", t.recompute},
-              {"tp_comm_s", t.tp_comm},
-              {"cp_comm_s", t.cp_comm},
-              {"pp_comm_s", t.pp_comm},
-              {"dp_comm_s", t.dp_comm},
-              {"dp_comm_exposed_s", t.dp_comm_exposed},
-              {"bubble_s", t.bubble},
-              {"optimizer_s", t.optimizer}}},
-            {"throughput",
-             {{"tokens_per_s", p.tokens_per_s},
-              {"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu},
-              {"model_flops_per_step", p.model_flops_per_step},
-              {"hardware_flops_per_step", p.hardware_flops_per_step},
-              {"model_tflops_per_gpu", p.model_tflops_per_gpu},
-              {"hardware_tflops_per_gpu", p.hardware_tflops_per_gpu},
-              {"mfu", p.mfu},
-              {"hfu", p.hfu}}}};
+            {"memory", memory_json(e)},
+            {"time", time_json(e.time)},
+            {"throughput", throughput_json(e.throughput)}};
   // Parameter-server figures only where servers are used (default outputs keep their keys).
   if (e.strategy.uses_ps()) {
-    j["parameter_server"] = {{"workers", e.ps.workers},
-                             {"staleness_updates", e.ps.staleness},
-                             {"updates_per_s", e.ps.updates_per_s}};
+    j["parameter_server"] = {
+        {"workers", e.ps.workers}, {"staleness_updates", e.ps.staleness}, {"updates_per_s", e.ps.updates_per_s}};
   }
-  for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+  if (!d.model.empty()) j["model"] = d.model;
+  if (!d.cluster.empty()) j["cluster"] = d.cluster;
+  if (!d.software.empty()) j["software"] = d.software;
+  if (!d.engine.empty()) j["engine"] = d.engine;
+  if (d.cost) j["cost"] = cost_json(*d.cost);
+  if (d.layers) j["layers"] = layer_detail_to_json(*d.layers);
+  if (d.simulation) j["simulation"] = simulation_to_json(*d.simulation);
+  if (d.rank) j["rank"] = *d.rank;
+  if (d.objective_value) j["objective_value"] = *d.objective_value;
   return j;
 }
 
-json cost_to_json(const Estimate& e, const Cluster& cluster) {
-  if (cluster.price_per_gpu_hour <= 0 || !(e.time.step > 0)) return nullptr;
-  return {{"usd_per_step", objective_value(Objective::cost, e, cluster)},
-          {"price_per_gpu_hour_usd", cluster.price_per_gpu_hour},
-          {"gpus", e.strategy.gpus()},
-          {"price_source", "price_per_gpu_hour_usd of cluster file " + cluster.name}};
+PredictionDoc prediction_from_json(const json& j, const std::string& file) {
+  const JsonObject root(j, file);
+  schema::check_schema(root, kPredictionSchema, "is this a prediction file?");
+  PredictionDoc d;
+  Estimate& e = d.estimate;
+  e.feasible = root.boolean("feasible");
+  d.infeasible_reasons = schema::texts(root, "infeasible_reasons");
+  if (e.feasible != d.infeasible_reasons.empty()) {
+    throw root.error("infeasible_reasons", e.feasible ? "must be empty for a feasible plan"
+                                                      : "must name at least one reason for an infeasible plan");
+  }
+  e.strategy = strategy_from_json(root.raw("strategy"), file);
+  read_memory(root.object("memory"), e);
+  e.time = read_time(root.object("time"));
+  e.throughput = read_throughput(root.object("throughput"));
+  if (e.strategy.uses_ps()) e.ps = read_parameter_server(root.object("parameter_server"));
+  read_extras(root, j, d);
+  root.finish();
+  return d;
 }
+
+PredictionCost prediction_cost(const Estimate& e, const Cluster& cluster) {
+  PredictionCost c;
+  if (cluster.price_per_gpu_hour <= 0 || !(e.time.step > 0)) return c;
+  c.priced = true;
+  c.usd_per_step = objective_value(Objective::cost, e, cluster);
+  c.price_per_gpu_hour_usd = cluster.price_per_gpu_hour;
+  c.gpus = e.strategy.gpus();
+  c.price_source = "price_per_gpu_hour_usd of cluster file " + cluster.name;
+  return c;
+}
+
+json cost_to_json(const Estimate& e, const Cluster& cluster) { return cost_json(prediction_cost(e, cluster)); }
 
 json layer_detail_to_json(const std::vector<StageDetail>& stages) {
   json out = json::array();
   for (const StageDetail& d : stages) {
     json rows = json::array();
-    for (const LayerRow& r : d.rows) {
-      const char* part = r.kind == LayerRow::Kind::embedding ? "embedding" : r.kind == LayerRow::Kind::head ? "head" : "layers";
-      json row = {{"part", part},
-                      {"chunk", r.chunk},
-                      {"count", r.count},
-                      {"forward_s", r.forward},
-                      {"backward_s", r.backward},
-                      {"recompute_s", r.recompute},
-                      {"tp_comm_s", r.tp_comm},
-                      {"cp_comm_s", r.cp_comm},
-                      {"params", r.params},
-                      {"weights", r.weights},
-                      {"gradients", r.gradients},
-                      {"optimizer", r.optimizer},
-                      {"weight_copies", r.weight_copies},
-                      {"activations", r.activations}};
-      if (r.kind == LayerRow::Kind::layers) row["first_layer"] = r.first_layer;
-      rows.push_back(std::move(row));
-    }
+    for (const LayerRow& r : d.rows) rows.push_back(layer_row_json(r));
     out.push_back({{"stage", d.stage},
                    {"chunks_in_flight", d.chunks_in_flight},
                    {"recompute_working_bytes", d.working_layer},
@@ -103,9 +326,7 @@ json layer_detail_to_json(const std::vector<StageDetail>& stages) {
                      {"tp_comm_s", d.tp_comm},
                      {"cp_comm_s", d.cp_comm}}}});
   }
-  return {{"note", "times per micro-batch on one rank; a 'layers' row gives the figures of each of its count "
-                   "layers; bytes per rank, activations as held at the stage's peak"},
-          {"stages", out}};
+  return {{"note", kLayersNote}, {"stages", out}};
 }
 
 }  // namespace trainplan

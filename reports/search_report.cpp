@@ -4,28 +4,11 @@
 
 #include "reports/console.hpp"
 #include "reports/infeasible.hpp"
-#include "reports/prediction_json.hpp"
-#include "reports/svg.hpp"
 #include "sim/check.hpp"
 
 namespace trainplan {
 
-using nlohmann::json;
-
 namespace {
-
-
-const char* value_unit(Objective o) {
-  switch (o) {
-    case Objective::throughput: return "tokens/s";
-    case Objective::cost: return "USD/step";
-    case Objective::time: return "s/step";
-  }
-  return "";
-}
-
-// The objective value as the user reads it (throughput is ranked as minus tokens/s).
-double shown_value(Objective o, double v) { return o == Objective::throughput ? -v : v; }
 
 void print_counts(std::ostream& os, const SearchStats& st) {
   os << fmt::format("searched {} candidate layouts ({} dp x tp x pp x cp factorizations, up to {} GPUs) in {} on {} threads:\n",
@@ -46,37 +29,6 @@ void print_counts(std::ostream& os, const SearchStats& st) {
     }
     os << "\n";
   }
-}
-
-json stats_json(const SearchStats& st) {
-  return {{"candidates", st.candidates},
-          {"evaluated", st.evaluated},
-          {"feasible", st.feasible},
-          {"infeasible_by_reason", counts_by_key(st.infeasible_by_reason)},
-          {"pruned_out_of_memory", st.pruned_out_of_memory},
-          {"pruned_by_bound", st.pruned_by_bound},
-          {"layouts", st.layouts},
-          {"max_gpus_considered", st.max_gpus_considered},
-          {"elapsed_s", st.elapsed_s},
-          {"threads", st.threads},
-          {"top_refined_with_simulation", st.refined}};
-}
-
-json extra(const std::string& model, const std::string& cluster, const char* engine = "analytic") {
-  return {{"model", model}, {"cluster", cluster}, {"engine", engine}};
-}
-
-// The feasible candidates' (step, peak memory) for the report's scatter plot, thinned to at most
-// kMaxCandidatePoints (svg::thin_points: the front kept whole, dominated points one per grid cell).
-constexpr std::size_t kMaxCandidatePoints = 2000;
-json candidates_json(const std::vector<std::pair<Seconds, Bytes>>& points) {
-  const std::vector<std::size_t> kept = svg::thin_points(points, kMaxCandidatePoints);
-  json step = json::array(), bytes = json::array();
-  for (std::size_t i : kept) {
-    step.push_back(points[i].first);
-    bytes.push_back(points[i].second);
-  }
-  return {{"feasible", points.size()}, {"thinned", kept.size() < points.size()}, {"step_s", step}, {"peak_bytes", bytes}};
 }
 
 }  // namespace
@@ -127,62 +79,6 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
   }
   os << "\n";
   print_counts(os, r.stats);
-}
-
-json search_to_json(const SearchResult& r, const SearchContext& ctx) {
-  const SearchSpace& sp = *ctx.space;
-  json top = json::array(), pareto = json::array(), infeasible = json::array();
-  for (std::size_t i = 0; i < r.top.size(); ++i) {
-    json j = prediction_to_json(r.top[i], extra(ctx.model, ctx.cluster, r.stats.refined > 0 ? "des" : "analytic"));
-    j["rank"] = i + 1;
-    j["objective_value"] = shown_value(ctx.objective, r.top_value[i]);
-    top.push_back(std::move(j));
-  }
-  for (const Estimate& e : r.pareto) pareto.push_back(prediction_to_json(e, extra(ctx.model, ctx.cluster)));
-  for (const Estimate& e : r.infeasible) infeasible.push_back(prediction_to_json(e, extra(ctx.model, ctx.cluster)));
-  json lists = {{"zero", sp.zero_stages}, {"recompute", json::array()}, {"schedules", json::array()},
-                {"sequence_parallel", json::array()}};
-  for (Recompute x : sp.recompute) lists["recompute"].push_back(to_string(x));
-  for (ScheduleKind x : sp.schedules) lists["schedules"].push_back(to_string(x));
-  for (bool x : sp.sequence_parallel) lists["sequence_parallel"].push_back(x);
-  // The DP-algorithm and compression lists only where the search opted in (default outputs keep
-  // their keys).
-  const bool default_dp = sp.dp_algorithms == std::vector<DpAlgorithm>{DpAlgorithm::allreduce} &&
-                          sp.grad_compressions == std::vector<GradCompression>{GradCompression{}};
-  if (!default_dp) {
-    lists["dp_algorithms"] = json::array();
-    for (DpAlgorithm a : sp.dp_algorithms) lists["dp_algorithms"].push_back(to_string(a));
-    lists["grad_compressions"] = json::array();
-    for (const GradCompression& g : sp.grad_compressions) lists["grad_compressions"].push_back(to_string(g));
-    lists["ps_servers"] = sp.ps_servers;
-    lists["ps_placement"] = to_string(sp.ps_placement);
-  }
-  json j = {{"schema", kSearchSchema},
-          {"model", ctx.model},
-          {"cluster", ctx.cluster},
-          {"objective", to_string(ctx.objective)},
-          {"objective_unit", value_unit(ctx.objective)},
-          {"space",
-           {{"gpus", sp.gpus},
-            {"exact_gpus", sp.exact_gpus},
-            {"global_batch", sp.global_batch},
-            {"seq_len", sp.seq_len},
-            {"dtype", to_string(sp.dtype)},
-            {"attention", to_string(sp.attention)},
-            {"max_tp", sp.max_tp},
-            {"max_pp", sp.max_pp},
-            {"max_cp", sp.max_cp},
-            {"max_dp", sp.max_dp},
-            {"max_vp", sp.max_vp},
-            {"max_micro_batch", sp.max_micro_batch},
-            {"lists", lists}}},
-          {"search", stats_json(r.stats)},
-          {"pareto_window", ctx.pareto_window},
-          {"top", top},
-          {"pareto", pareto},
-          {"infeasible", infeasible}};
-  if (!r.points.empty()) j["candidates"] = candidates_json(r.points);
-  return j;
 }
 
 namespace {
@@ -280,85 +176,6 @@ void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityCon
   }
   if (r.reliability) print_failures(os, r);
   os << fmt::format("({} search{} in {})\n", r.options.size(), r.options.size() == 1 ? "" : "es", format_seconds(r.elapsed_s));
-}
-
-json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {
-  json options = json::array();
-  for (const CapacityOption& o : r.options) {
-    json j = {{"cluster", o.cluster},
-              {"gpus", o.gpus},
-              {"feasible", o.feasible},
-              {"price_per_gpu_hour_usd", o.price_per_gpu_hour},
-              {"power_per_gpu_w", o.power_per_gpu_w},
-              {"search", stats_json(o.stats)}};
-    if (o.feasible) {
-      j["days"] = o.days;
-      j["hours"] = o.hours;
-      j["gpu_hours"] = o.gpu_hours;
-      j["cost_usd"] = o.cost_usd;
-      j["energy_kwh"] = o.energy_kwh;
-      j["layout"] = describe(o.best.strategy);
-      j["mfu"] = o.best.throughput.mfu;
-      j["tokens_per_s"] = o.best.throughput.tokens_per_s;
-      j["best"] = prediction_to_json(o.best, extra(ctx.model, o.cluster));
-      if (o.with_failures) {
-        const Goodput& g = o.goodput;
-        j["failures"] = {{"job_mtbf_hours", g.job_mtbf / 3600},
-                         {"checkpoint_bytes", g.checkpoint},
-                         {"checkpoint_write_s", g.checkpoint_write},
-                         {"checkpoint_interval_s", g.interval},
-                         {"checkpoint_interval_steps", g.interval_steps},
-                         {"restart_s", g.restart},
-                         {"failures_per_day", g.failures_per_day},
-                         {"lost_work_hours_per_day", g.lost_work_per_day / 3600},
-                         {"restart_hours_per_day", g.restart_per_day / 3600},
-                         {"checkpoint_hours_per_day", g.checkpoint_per_day / 3600},
-                         {"goodput", g.goodput},
-                         {"days", g.goodput > 0 ? json(o.days_with_failures) : json(nullptr)},
-                         {"gpu_hours", g.goodput > 0 ? json(o.gpu_hours_with_failures) : json(nullptr)},
-                         {"cost_usd", g.goodput > 0 ? json(o.cost_usd_with_failures) : json(nullptr)},
-                         {"energy_kwh", g.goodput > 0 ? json(o.energy_kwh_with_failures) : json(nullptr)}};
-      }
-      if (o.elastic) {
-        const ElasticOption& e = *o.elastic;
-        json el = {{"gpus", e.gpus}, {"feasible", e.feasible}};
-        if (e.feasible) {
-          el["gpus_used"] = e.best.strategy.gpus();
-          el["layout"] = describe(e.best.strategy);
-          el["tokens_per_s"] = e.best.throughput.tokens_per_s;
-          el["throughput_share"] = e.throughput_share;
-          el["resume_s"] = e.resume;
-          el["best"] = prediction_to_json(e.best, extra(ctx.model, o.cluster));
-        } else {
-          el["why"] = e.why;
-        }
-        j["elastic"] = std::move(el);
-      }
-    } else {
-      j["why"] = o.why;
-    }
-    options.push_back(std::move(j));
-  }
-  auto index = [](const std::optional<std::size_t>& i) { return i ? json(*i) : json(nullptr); };
-  json j = {{"schema", kCapacitySchema},
-            {"model", ctx.model},
-            {"tokens", ctx.tokens},
-            {"global_batch", ctx.global_batch},
-            {"seq_len", ctx.seq_len},
-            {"deadline_days", ctx.deadline_days ? json(*ctx.deadline_days) : json(nullptr)},
-            {"budget_usd", ctx.budget_usd ? json(*ctx.budget_usd) : json(nullptr)},
-            {"options", options},
-            {"cheapest_within_deadline", index(r.cheapest_in_deadline)},
-            {"fastest_within_budget", index(r.fastest_in_budget)},
-            {"pareto", r.pareto},
-            {"elapsed_s", r.elapsed_s}};
-  if (r.reliability) {
-    j["reliability"] = {{"source", r.reliability->source},
-                        {"mtbf_gpu_hours", r.reliability->mtbf_gpu_hours},
-                        {"checkpoint_gbps_per_gpu", r.reliability->checkpoint_per_gpu / kGB},
-                        {"restart_minutes", r.reliability->restart / 60}};
-  }
-  return j;
 }
 
 }  // namespace trainplan

@@ -16,7 +16,7 @@ namespace {
 
 const std::string kDir = std::string(TRAINPLAN_TEST_DATA_DIR) + "/compare/";
 
-PredictionFile prediction(const std::string& name) {
+PredictionDoc prediction(const std::string& name) {
   return prediction_from_json(read_json_file(kDir + name), kDir + name);
 }
 Measurement measurement(const std::string& name) {
@@ -40,7 +40,7 @@ TEST(PercentError, Definition) {
 }
 
 TEST(Compare, HandMadeFilesGiveHandWorkedErrors) {
-  const PredictionFile p = prediction("prediction_pp2.json");
+  const PredictionDoc p = prediction("prediction_pp2.json");
   EXPECT_EQ(p.model, "tiny-gpt");
   EXPECT_EQ(p.cluster, "cpu-local");
   const Comparison c = compare(p.estimate, p.model, p.cluster, measurement("measurement_pp2.json"));
@@ -76,7 +76,7 @@ TEST(Compare, HandMadeFilesGiveHandWorkedErrors) {
 }
 
 TEST(Compare, MismatchedStrategyIsWarnedAndListed) {
-  const PredictionFile p = prediction("prediction_pp2.json");
+  const PredictionDoc p = prediction("prediction_pp2.json");
   const Comparison c = compare(p.estimate, p.model, "dgx-a100-80g", measurement("measurement_other_strategy.json"));
   EXPECT_FALSE(c.strategies_match);
   ASSERT_EQ(c.strategy_differences.size(), 2u);
@@ -88,7 +88,7 @@ TEST(Compare, MismatchedStrategyIsWarnedAndListed) {
 }
 
 TEST(Compare, MissingMeasuredModelFlopsLeavesTflopsOpen) {
-  const PredictionFile p = prediction("prediction_pp2.json");
+  const PredictionDoc p = prediction("prediction_pp2.json");
   Measurement m = measurement("measurement_pp2.json");
   m.throughput.model_flops_per_step = 0;
   const Comparison c = compare(p.estimate, p.model, p.cluster, m);
@@ -111,7 +111,7 @@ TEST(Compare, WrongSchemaNamesTheFile) {
   expect_input_error([] { measurement("prediction_pp2.json"); },
                      {kDir + "prediction_pp2.json: schema = \"trainplan/prediction/v1\"", "trainplan/measurement/v1"});
   expect_input_error([] { prediction("measurement_pp2.json"); },
-                     {kDir + "measurement_pp2.json: schema", "the first file is the prediction"});
+                     {kDir + "measurement_pp2.json: schema", "is this a prediction file?"});
   expect_input_error([] { prediction("truncated.json"); }, {"truncated.json: malformed JSON"});
 }
 
@@ -130,7 +130,7 @@ TEST(Compare, PredictionReaderChecksFields) {
 }
 
 TEST(CompareReport, TableAndJsonCarryEveryFigure) {
-  const PredictionFile p = prediction("prediction_pp2.json");
+  const PredictionDoc p = prediction("prediction_pp2.json");
   const Comparison c = compare(p.estimate, p.model, p.cluster, measurement("measurement_pp2.json"));
   std::ostringstream os;
   print_comparison(os, c, "p.json", "m.json");
@@ -158,7 +158,7 @@ TEST(CompareReport, TableAndJsonCarryEveryFigure) {
 // A phase the prediction has as 0 while the run measured it (here CP communication): no -100%,
 // "n/a" and "not predicted" in the table, a null error and not_predicted in the JSON.
 TEST(CompareReport, PredictedZeroIsNotPredictedNotMinus100) {
-  PredictionFile p = prediction("prediction_pp2.json");
+  PredictionDoc p = prediction("prediction_pp2.json");
   Measurement m = measurement("measurement_pp2.json");
   p.estimate.time.cp_comm = 0;
   m.breakdown.cp_comm = 0.25;

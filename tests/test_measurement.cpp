@@ -213,7 +213,7 @@ TEST(MeasurementJson, FileErrorsNameTheFile) {
   EXPECT_THROW(read_json_file(kDir + "truncated.json"), InputError);
 }
 
-// CPU ranks compute in fp32 whatever the plan asks (issue 13): the strategy records fp32 and the
+// CPU ranks compute in fp32 whatever the plan asks: the strategy records fp32 and the
 // requested dtype goes beside it, through the JSON and back; on a GPU the dtype is the plan's.
 TEST(MeasurementJson, CpuRunRecordsTheDtypeItRan) {
   Measurement a = pp2_run();

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Browser test of trainplan's HTML reports (issue 10), run by ctest.
+"""Browser test of trainplan's HTML reports, run by ctest.
 
 Makes one report of each kind with the built trainplan (predict, simulate, search, capacity,
 compare, a measured run), opens each in headless Chromium through the DevTools protocol (over
