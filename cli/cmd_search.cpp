@@ -9,6 +9,7 @@
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
 #include "cli/flags.hpp"
+#include "cli/output.hpp"
 #include "cli/plan_flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/layer_graph.hpp"
@@ -137,6 +138,7 @@ int cmd_search(const Args& args, const Context& ctx) {
     ctx.out << help;
     return 0;
   }
+  CommandFiles files(f, ctx, {"json", "html", "csv"});  // before any input is read
   const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
   const Cluster cluster = load_cluster(f.require("cluster"), ctx.data_dir);
   const Software software = read_software_flag(f, ctx.data_dir);
@@ -155,12 +157,8 @@ int cmd_search(const Args& args, const Context& ctx) {
   options.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   options.pareto_window = f.get_double("pareto-window", 1.25, 1.0, 1e6);
   options.refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
-  auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
-  auto html_out = open_text_output("html", f.get("html"));
-  auto csv_out = open_text_output("csv", f.get("csv"));
-  check_outputs_apart(f, {"json", "html", "csv"});
   f.finish();
-  options.keep_points = json_out || html_out;
+  options.keep_points = files.wants("json") || files.wants("html");
   if (ctx.out_is_terminal) {
     options.progress = [&ctx](std::int64_t done, std::int64_t total) { draw_progress(ctx.err, done, total); };
   }
@@ -171,15 +169,15 @@ int cmd_search(const Args& args, const Context& ctx) {
   // Everything is computed and rendered before the first line is printed or file written.
   const auto doc = search_to_json(result, sc);
   check_finite(doc);
-  const std::string html =
-      html_out ? html_page(doc, fmt::format("trainplan search: {} on up to {} x {}", model.name, gpus, cluster.name)) : "";
-  const std::string csv = csv_out ? search_to_csv(result, sc) : "";
+  if (files.wants("json")) files.stage_json("json", doc);
+  if (files.wants("html")) {
+    files.stage("html", html_page(doc, fmt::format("trainplan search: {} on up to {} x {}", model.name, gpus, cluster.name)));
+  }
+  if (files.wants("csv")) files.stage("csv", search_to_csv(result, sc));
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
   print_notes(ctx.err, "search", {f.has("seq") ? std::string() : sequence_note(model), dropout_note(model, software), attention_kernel_note(cluster, software)});
   print_search(ctx.out, result, sc);
-  if (json_out) json_out->write(doc);
-  if (html_out) html_out->write(html);
-  if (csv_out) csv_out->write(csv);
+  files.commit();
   return result.top.empty() ? 3 : 0;
 }
 
