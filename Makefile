@@ -28,7 +28,7 @@ deps-planner:
 	@bash cmake/install-deps.sh planner
 
 build-planner: deps-planner
-	@cmake -S . -B $(RUN_BUILD) -DCMAKE_BUILD_TYPE=Release -DTRAINPLAN_WITH_EXEC=OFF -DTRAINPLAN_TESTS=OFF \
+	@cmake -S . -B $(RUN_BUILD) -DCMAKE_BUILD_TYPE=Release -DTRAINPLAN_WITH_EXEC=OFF -DTRAINPLAN_TESTS=OFF -DTRAINPLAN_PYTHON=OFF \
 	  -DTRAINPLAN_UNITY=ON "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" $(LAUNCHER) >/dev/null
 	@cmake --build $(RUN_BUILD) -j$(JOBS) --target trainplan
 

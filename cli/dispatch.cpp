@@ -25,6 +25,8 @@ void usage(std::ostream& os, const CommandTable& commands, const char* title) {
   os << "\nenvironment: TRAINPLAN_DATA_DIR overrides where built-in models/ and topologies/ are read.\n";
 }
 
+}  // namespace
+
 // The message as one printable line: a control character (a newline or terminal escape in a flag
 // value or file name) is shown as \xNN, so the error is exactly one line and cannot drive the terminal.
 std::string one_line(const std::string& message) {
@@ -38,8 +40,6 @@ std::string one_line(const std::string& message) {
   }
   return out;
 }
-
-}  // namespace
 
 int dispatch(int argc, char** argv, const CommandTable& commands, const char* title) {
   Args args(argv + 1, argv + argc);

@@ -16,6 +16,9 @@ struct Command {
 };
 using CommandTable = std::map<std::string, Command>;
 
+// The message as the one printable line the CLI prints (control characters shown as \xNN).
+std::string one_line(const std::string& message);
+
 // Runs argv[1] from `commands`; `title` heads the usage text.
 int dispatch(int argc, char** argv, const CommandTable& commands, const char* title);
 
