@@ -11,7 +11,7 @@ case "$mode" in planner|all) ;; *) echo "install-deps: unknown mode '$mode' (pla
 # Debian packages (headers and libraries for the C++ build).
 pkgs=(cmake g++ make libboost-graph-dev libfmt-dev nlohmann-json3-dev)
 [ "$mode" = all ] && pkgs+=(ccache libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pip python3-dev
-                           python3-venv clang libclang-rt-14-dev)
+                           clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
