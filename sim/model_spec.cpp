@@ -201,8 +201,8 @@ ModelSpec load_model(const std::string& name_or_path, const std::filesystem::pat
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     if (!std::filesystem::exists(path / "config.json", ec)) {
-      throw InputError(fmt::format("--model {}: a folder without config.json (a model folder holds the Hugging Face "
-                                   "config.json; or name a model file)",
+      throw InputError(fmt::format("--model {}: is a directory without a config.json (a Hugging Face model folder "
+                                   "holds one; or name a model file)",
                                    name_or_path));
     }
     path /= "config.json";

@@ -31,7 +31,7 @@ TEST_F(ModelInputCli, FolderWithoutConfigJsonIsOneLine) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "trainplan predict: --model " + kHf +
-                       ": a folder without config.json (a model folder holds the Hugging Face config.json; "
+                       ": is a directory without a config.json (a Hugging Face model folder holds one; "
                        "or name a model file)\n");
 }
 

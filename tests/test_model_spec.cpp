@@ -512,8 +512,8 @@ TEST(HfConfig, FolderMeansItsConfigJson) {
     EXPECT_EQ(to_json(m), to_json(load_model(kHf + "llama3-8b/config.json", kSource))) << dir;
   }
   EXPECT_EQ(input_error([] { load_model(kData + "/hf", kSource); }),
-            "--model " + kData + "/hf: a folder without config.json (a model folder holds the Hugging Face "
-            "config.json; or name a model file)");
+            "--model " + kData + "/hf: is a directory without a config.json (a Hugging Face model folder "
+            "holds one; or name a model file)");
   // "." is named by the folder it stands for (--model . inside a model folder).
   const json j = read_json_file(kHf + "gpt2/config.json");
   EXPECT_EQ(parse_hf_config(j, "./config.json").name, fs::current_path().filename().string());
