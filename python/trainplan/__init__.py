@@ -28,7 +28,8 @@ from pathlib import Path as _Path
 
 from . import _core
 
-__all__ = ["predict", "simulate", "search", "capacity", "help", "data_dir", "InputError", "PlanError", "Note"]
+# (help is left out of __all__: `from trainplan import *` would hide the built-in help.)
+__all__ = ["predict", "simulate", "search", "capacity", "data_dir", "InputError", "PlanError", "Note"]
 __version__ = _core.VERSION
 
 
@@ -46,7 +47,8 @@ class Note(UserWarning):
 
 
 # The CLI's switch flags (given alone, without a value), by command; every other boolean flag
-# takes on|off. A switch missing here reaches the CLI as --name=on, which it refuses by name.
+# takes on|off. A switch missing here reaches the CLI as --name=on, which it refuses by name;
+# tests/python checks this table against each command's --help.
 _SWITCHES = {"search": {"exact-gpus"}, "capacity": {"elastic"}}
 
 

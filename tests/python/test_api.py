@@ -177,6 +177,14 @@ def test_help_is_the_cli_help():
     assert trainplan.help("search") == r.stdout
 
 
+@pytest.mark.parametrize("command", ["predict", "simulate", "search", "capacity"])
+def test_switch_table_is_the_clis(command):
+    # A switch is listed in --help as "  --name" followed by its description, with no value.
+    import re
+    switches = set(re.findall(r"(?m)^\s+--([a-z0-9-]+)(?: {2,}|$)", trainplan.help(command)))
+    assert switches == trainplan._SWITCHES.get(command, set())
+
+
 def test_builtin_data_is_found():
     data = Path(trainplan.data_dir())
     for folder in ("models", "topologies", "software", "reliability"):
