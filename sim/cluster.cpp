@@ -45,6 +45,7 @@ static LinkTier parse_tier(const JsonObject& o, bool with_span) {
   t.bandwidth = o.number("bandwidth_gbps", 1e-3, 1e6) * kGB;
   t.latency = o.number("latency_us", 0, 1e6) * kMicro;
   t.efficiency = o.number("efficiency", 1e-3, 1);
+  if (with_span && o.has("in_network_reduction")) t.in_network_reduction = o.boolean("in_network_reduction");
   o.finish();
   return t;
 }

@@ -1,12 +1,23 @@
-// Collective communication cost: a table of (collective x algorithm) -> latency * steps + bytes /
-// bus bandwidth, with latency and bandwidth taken from the cluster tier that a group spans.
-// Ring costs (n ranks, message M bytes, per-step latency a, bus bandwidth B), as in NCCL and
-// nccl-tests PERFORMANCE.md:
-//   all-reduce      ring: 2(n-1) a + 2(n-1)/n M/B     tree: 2 ceil(log2 n) a + 2 M/B
-//   reduce-scatter  ring: (n-1) a + (n-1)/n M/B
-//   all-gather      ring: (n-1) a + (n-1)/n M/B
-//   send/recv       one step: a + M/B
+// Collective communication cost: a table of (collective x algorithm) -> latency x steps + bytes /
+// bus bandwidth, with latency and bandwidth taken from the cluster tier that a group spans; each
+// call takes the cheapest algorithm of its collective, as NCCL's tuner does (src/graph/tuning.cc:
+// ncclTopoTuneModel and ncclTopoGetAlgoTime, time = latency + bytes / algorithm bandwidth).
+//
+// n ranks on N nodes, r = n / N of them per node (Link::ranks_per_node), message M bytes, bus
+// bandwidth B, a per step over the network (the tier's latency), a_i per step over the node link.
+// NCCL's model counts a ring's steps by where they go: of a ring's n - 1 steps, N - 1 cross
+// between nodes and n - N stay inside one (tuning.cc: nInterSteps; nccl-tests PERFORMANCE.md for
+// the bus-bandwidth factors):
+//   all-reduce  ring:        2(n-N) a_i + 2(N-1) a  + 2(n-1)/n M/B
+//               tree:        2((r-1) a_i + ceil(log2 N) a) + 2 M/B   (double binary tree between
+//                            nodes, a chain inside each; NCCL 2.4+)
+//               in-network:  2(r-1) a_i + a + M/B   (CollNet/SHARP, only on a tier that declares
+//                            in_network_reduction: the switches reduce, so each byte goes up once
+//                            and the result comes down once instead of 2(n-1)/n times round a ring)
+//   reduce-scatter, all-gather  ring: (n-N) a_i + (N-1) a + (n-1)/n M/B
+//   send/recv   one step: a + M/B
 // M is the full (unsharded) buffer: the all-reduced tensor, or the gathered/scattered whole.
+// Inside one node (N = 1) every step is a node-link step and a = the node link's latency.
 #pragma once
 #include "sim/cluster.hpp"
 #include "sim/units.hpp"
@@ -16,8 +27,11 @@ namespace trainplan {
 enum class Collective { all_reduce, reduce_scatter, all_gather, send_recv };
 
 struct Link {
-  Seconds latency = 0;            // per algorithm step
+  Seconds latency = 0;            // per algorithm step between nodes (inside one node: the node link's)
   BytesPerSecond bandwidth = 0;   // achieved bus bandwidth per rank (0: no communication)
+  int ranks_per_node = 1;         // group members on one node; steps among them take intra_latency
+  Seconds intra_latency = 0;      // per step over the node link, where ranks_per_node > 1
+  bool in_network_reduction = false;  // the tier reduces in its switches (LinkTier)
 };
 
 // The network tier that traffic among `extent` consecutive ranks takes (ranks are placed on
@@ -28,11 +42,16 @@ const LinkTier* spanning_tier(const Cluster& c, long long extent);
 
 // The link a group of `size` ranks uses when its members are `stride` ranks apart. Inside one
 // node: the node link. Across nodes: spanning_tier(size x stride), with its per-GPU bandwidth
-// times the group members sharing a node (each GPU has its own NIC), capped by the node link.
+// times the group members sharing a node (each GPU has its own NIC), capped by the node link;
+// the members sharing a node step to each other over the node link.
 Link group_link(const Cluster& c, int size, int stride);
 
 // Time of one collective over `n` ranks: the cheapest algorithm in the table.
 Seconds collective_time(Collective kind, int n, Bytes message, const Link& link);
+
+// `link` with its bandwidth capped at `cap` bytes/s (0: no cap): a stack whose own copies and
+// synchronisation around each call bound how fast its collectives move data (Software::zero3).
+Link capped(Link link, BytesPerSecond cap);
 
 // One parallel group as its collectives see it. Every method is the cost of ONE call on the
 // group: the table's latency x steps + bytes / bus bandwidth, plus the cluster's fixed per-call

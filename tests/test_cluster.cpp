@@ -344,6 +344,21 @@ TEST(ParseCluster, TinyPositiveRatesSizesAndTimesAreRejected) {
   EXPECT_NO_THROW(parse_cluster(j, "toy.json"));
 }
 
+// A network tier may declare in-switch reduction (SHARP); the key is optional and must be a
+// boolean; the node link has no switches to reduce in and refuses it.
+TEST(ParseCluster, InNetworkReductionIsAnOptionalTierFlag) {
+  json j = small_cluster();
+  EXPECT_FALSE(parse_cluster(j, "toy.json").network[0].in_network_reduction);
+  j["network"][0]["in_network_reduction"] = true;
+  EXPECT_TRUE(parse_cluster(j, "toy.json").network[0].in_network_reduction);
+  j["network"][0]["in_network_reduction"] = 1;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: network[0].in_network_reduction = 1, must be true or false");
+  j = small_cluster();
+  j["node"]["link"]["in_network_reduction"] = true;
+  EXPECT_TRUE(Contains(input_error([&] { parse_cluster(j, "toy.json"); }), "in_network_reduction")) ;
+}
+
 TEST(ParseCluster, FirstTierMustSpanAtLeastANode) {
   json j = small_cluster();
   j["network"][0]["span_gpus"] = 2;
