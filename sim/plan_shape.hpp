@@ -86,6 +86,8 @@ struct ParallelGroups {
                  // nearer of the DP and CP neighbours.
   GroupLink pp;  // the pipeline: pp stages; its link is the one between adjacent stages (the
                  // pipeline only sends to neighbours), i.e. group_link of 2 ranks pp-stride apart
+  GroupLink zero3;  // the DP group as the stack's ZeRO-3 gathers and reduce-scatters use it: dp's
+                    // link with its bandwidth capped at the profile's zero3.max_bus_gbps (PlanShape)
   // Expert parallelism (the experts' all-to-all) and expert data parallelism (their gradients'
   // reduction) join here as `ep` and `edp`.
 };

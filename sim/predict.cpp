@@ -538,9 +538,11 @@ void set_chunk_collectives(const PlanShape& shape, double layer_params, const Co
   const ZeroPolicy& zero = shape.zero;
   const double n = c.layers;
   const double calls = std::max(1.0, n) + (c.params > n * layer_params ? 1 : 0);
-  if (zero.shards_params) c.zero3_gather = calls * dp.all_gather(c.params * shape.bytes.gathered_param / calls);
+  // ZeRO-3's gathers and reduce-scatters take the stack's view of the DP group (its cap).
+  const GroupLink& per_mb = zero.shards_params ? shape.groups.zero3 : dp;
+  if (zero.shards_params) c.zero3_gather = calls * per_mb.all_gather(c.params * shape.bytes.gathered_param / calls);
   if (zero.reduce_each_micro_batch) {
-    c.dp_reduce = calls * dp.reduce_scatter(cc.wire / calls);
+    c.dp_reduce = calls * per_mb.reduce_scatter(cc.wire / calls);
   } else {
     const double rounds = cc.rounds;
     c.dp_reduce = rounds * (zero.reduce_scatters ? dp.reduce_scatter(cc.wire / rounds) : dp.all_reduce(cc.wire / rounds));
@@ -612,6 +614,7 @@ void set_step_facts(const LayerGraph& graph, const Cluster& cluster, const Softw
   const Strategy& s = shape.strategy;
   const LayerCost& layer = p.layer;
   out.overlap = sw.overlap;
+  out.zero3_backward_gathers = sw.zero3.regathers_for_recompute && s.recompute == Recompute::full ? 2 : 1;
   out.pp_overlap = shape.pp_overlap;
   out.overlap_slowdown = cluster.collectives.overlap_slowdown;
   out.zero = shape.zero;
@@ -804,10 +807,11 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
     };
     if (zero.shards_params) {
       sum_chunks([&](const ChunkCost& c) {
-        t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
+        const Seconds backward_gathers = costs.zero3_backward_gathers * c.zero3_gather;
+        t.zero_mb += c.zero3_gather + backward_gathers + c.dp_reduce;
         t.zero_mb_exposed +=
             exposed(costs, c.zero3_gather, c.forward + c.tp_forward + c.cp_forward, costs.overlap.zero3) +
-            exposed(costs, c.zero3_gather + c.dp_reduce, c.backward + c.recompute + c.tp_backward + c.cp_backward,
+            exposed(costs, backward_gathers + c.dp_reduce, c.backward + c.recompute + c.tp_backward + c.cp_backward,
                     costs.overlap.zero3);
       });
     } else if (zero.reduce_each_micro_batch) {

@@ -191,7 +191,10 @@ void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, S
 void issue_gather(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start) {
   if (!r.zero3) return;
   // A weight gradient needs the layer inputs and output gradients, not the parameters.
-  const Seconds gather = slot.phase == Phase::backward_weight ? 0.0 : c.zero3_gather;
+  const double gathers = slot.phase == Phase::backward_weight ? 0.0
+                         : slot.phase == Phase::backward      ? r.costs.zero3_backward_gathers
+                                                              : 1.0;
+  const Seconds gather = gathers * c.zero3_gather;
   StageState& st = r.stages[stage];
   st.gather_done = dp_issue(st, stage, start, gather, r.zero3_rate, EventKind::zero3_gather, slot.micro_batch, slot.chunk);
 }
