@@ -760,6 +760,19 @@ Bytes set_stage_memory(const MemoryModel& mm, int stage, double params, int laye
   return total;
 }
 
+// The backward a stage's once-a-step gradient reduction can hide under, for a stage whose backward
+// of one micro-batch takes `stage_backward`. A chunk's gradients are final after its last
+// micro-batch's backward. Under 1F1B and GPipe (one chunk per stage) that is the step's last
+// backward slot. The interleaved schedule runs the backwards of its last round of min(m, pp)
+// micro-batches chunk by chunk, the last chunk first (Narayanan et al. 2021, Sec. 2.2.2; Megatron's
+// get_model_chunk_id), so the chunks' gradients become final one after another over those
+// min(m, pp) backwards of the whole stage, and the reduction of every chunk but the first can
+// run under the backwards of the chunks after it. The simulator replays exactly this order.
+Seconds reduction_window(const Strategy& s, Seconds stage_backward) {
+  if (s.schedule != ScheduleKind::interleaved || s.vp == 1) return stage_backward;
+  return std::min(s.micro_batches(), s.pp) * stage_backward;
+}
+
 // One pass over the stages (predict runs millions of times in a search): each stage's sums, what
 // the step takes from them in stage order, and the stage's memory (memory_model.hpp; the runtime
 // reserve from the cluster file, the allocator's behaviour and the safety margin from the
@@ -832,9 +845,10 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
     t.work = t.compute + t.recompute + t.tp + t.cp + t.pp + t.zero_mb_exposed;
     work_sum += t.work;
     if (i == 0 || b.work < t.work) b = t;
-    // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
-    // as soon as their layer's gradients exist, one bucket per layer); the last bucket shows.
-    step_exposed = std::max(step_exposed, bucketed_exposed_comm(t.dp_step, t.bwd, t.layers,
+    // DP gradient reduction overlaps with the backward after a chunk's gradients are final
+    // (gradient buckets start as soon as their layer's gradients exist, one bucket per layer); the
+    // last bucket shows.
+    step_exposed = std::max(step_exposed, bucketed_exposed_comm(t.dp_step, reduction_window(s, t.bwd), t.layers,
                                                                 costs.overlap_cost_rate(costs.overlap.dp)));
     dp_total = std::max(dp_total, t.dp_step + m * t.zero_mb);
     e.stage_layers[i] = t.layers;
