@@ -43,7 +43,7 @@ struct Cluster {
   std::string source;
   std::string calibration;    // what in the file was measured, fitted or assumed, and on what
   GpuSpec gpu;
-  OpCostTables ops;           // measured kernel times of this GPU (op_costs.hpp)
+  OpCostTables ops;           // kernel times of this GPU: measured, or derived (op_costs.hpp)
   CollectiveCosts collectives;
   int gpus_per_node = 1;
   LinkTier node;              // intra-node (NVLink/NVSwitch, PCIe, or loopback)
@@ -55,7 +55,9 @@ struct Cluster {
   int max_gpus() const;
 };
 
-Cluster parse_cluster(const nlohmann::json& j, const std::string& file);
+// `data_dir` finds the built-in cluster a derived file's "ops.derive.from" names (empty: only
+// files can be named).
+Cluster parse_cluster(const nlohmann::json& j, const std::string& file, const std::filesystem::path& data_dir = {});
 // `name_or_path` is a built-in name (topologies/<name>.json under data_dir) or a path.
 Cluster load_cluster(const std::string& name_or_path, const std::filesystem::path& data_dir);
 // Names of the built-in clusters (file stems under data_dir/topologies), sorted.
