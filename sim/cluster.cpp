@@ -35,7 +35,7 @@ FlopsPerSecond GpuSpec::peak(Dtype d) const {
   return 0;
 }
 
-int Cluster::max_gpus() const { return network.empty() ? gpus_per_node : network.back().span_gpus; }
+int Cluster::max_gpus() const { return network.empty() ? scale_up_gpus : network.back().span_gpus; }
 
 namespace {
 
@@ -67,6 +67,8 @@ GpuSpec parse_gpu(const JsonObject& g) {
   gpu.peak_fp16 = peak_or_zero("fp16");
   gpu.peak_fp8 = peak_or_zero("fp8");
   gpu.peak_fp32 = peak.number("fp32", 1e-3, 1e6) * kTera;
+  if (peak.has("mxfp8")) gpu.peak_mxfp8 = peak_or_zero("mxfp8");
+  if (peak.has("nvfp4")) gpu.peak_nvfp4 = peak_or_zero("nvfp4");
   peak.finish();
   gpu.hbm = g.number("hbm_gb", 1e-3, 1e6) * kGB;
   gpu.hbm_bandwidth = g.number("hbm_bandwidth_gbps", 1e-3, 1e6) * kGB;
@@ -164,6 +166,57 @@ void check_measured_gpu(const GpuSpec& gpu, const OpCostTables& ops, const std::
   }
 }
 
+// "node": {"gpus", "link", "scale_up_gpus"?, "peer_link_gbps"?, "in_switch_reduction"?: {"efficiency",
+// "source"}}.
+void parse_node(const JsonObject& n, Cluster& c) {
+  c.gpus_per_node = static_cast<int>(n.integer("gpus", 1, 1 << 16));
+  c.node = parse_tier(n.object("link"), false);
+  c.node.span_gpus = c.gpus_per_node;
+  c.scale_up_gpus = c.gpus_per_node;
+  if (n.has("scale_up_gpus")) {
+    c.scale_up_gpus = static_cast<int>(n.integer("scale_up_gpus", c.gpus_per_node, 1 << 16));
+    if (c.scale_up_gpus % c.gpus_per_node != 0) {
+      throw n.error("scale_up_gpus", fmt::format("must be a multiple of node.gpus ({}): a domain of whole nodes",
+                                                 c.gpus_per_node));
+    }
+  }
+  if (n.has("peer_link_gbps")) {
+    c.peer_link_bandwidth = n.number("peer_link_gbps", 1e-3, 1e6) * kGB;
+    if (c.peer_link_bandwidth > c.node.bandwidth) {
+      throw n.error("peer_link_gbps", fmt::format("must be at most node.link.bandwidth_gbps ({:g}): one peer's link "
+                                                  "is a part of the GPU's node bandwidth",
+                                                  c.node.bandwidth / kGB));
+    }
+  }
+  if (n.has("in_switch_reduction")) {
+    const JsonObject r = n.object("in_switch_reduction");
+    c.in_switch_reduction.efficiency = r.number("efficiency", 1e-3, 1);
+    (void)r.string("source");
+    r.finish();
+  }
+  n.finish();
+}
+
+// Tiers go innermost first: each spans at least as many GPUs as the one inside it (the scale-up
+// domain for the first), in whole domains.
+void parse_network(const std::vector<JsonObject>& tiers, Cluster& c) {
+  const bool domain = c.scale_up_gpus != c.gpus_per_node;
+  const std::string unit = domain ? "node.scale_up_gpus" : "node.gpus";
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    const JsonObject& t = tiers[i];
+    c.network.push_back(parse_tier(t, true));
+    const int span = c.network.back().span_gpus;
+    const int inner = i == 0 ? c.scale_up_gpus : c.network[i - 1].span_gpus;
+    if (span < inner) {
+      throw t.error("span_gpus", i == 0 ? fmt::format("must be at least {} ({})", unit, inner)
+                                        : fmt::format("must be at least network[{}].span_gpus ({})", i - 1, inner));
+    }
+    if (span % c.scale_up_gpus != 0) {
+      throw t.error("span_gpus", fmt::format("must be a multiple of {} ({})", unit, c.scale_up_gpus));
+    }
+  }
+}
+
 // parse_cluster; `may_derive` false for the source of a derivation (one level: no chains, no cycles).
 Cluster parse_cluster_file(const json& j, const std::string& file, const std::filesystem::path& data_dir,
                            bool may_derive) {
@@ -185,29 +238,8 @@ Cluster parse_cluster_file(const json& j, const std::string& file, const std::fi
     (void)k.string("source");
     k.finish();
   }
-  {
-    JsonObject n = o.object("node");
-    c.gpus_per_node = static_cast<int>(n.integer("gpus", 1, 1 << 16));
-    c.node = parse_tier(n.object("link"), false);
-    n.finish();
-    c.node.span_gpus = c.gpus_per_node;
-  }
-  // Tiers go innermost first: each spans at least as many GPUs as the one inside it (the node
-  // for the first), in whole nodes.
-  const auto tiers = o.objects("network");
-  for (std::size_t i = 0; i < tiers.size(); ++i) {
-    const JsonObject& t = tiers[i];
-    c.network.push_back(parse_tier(t, true));
-    const int span = c.network.back().span_gpus;
-    const int inner = i == 0 ? c.gpus_per_node : c.network[i - 1].span_gpus;
-    if (span < inner) {
-      throw t.error("span_gpus", i == 0 ? fmt::format("must be at least node.gpus ({})", inner)
-                                        : fmt::format("must be at least network[{}].span_gpus ({})", i - 1, inner));
-    }
-    if (span % c.gpus_per_node != 0) {
-      throw t.error("span_gpus", fmt::format("must be a multiple of node.gpus ({})", c.gpus_per_node));
-    }
-  }
+  parse_node(o.object("node"), c);
+  parse_network(o.objects("network"), c);
   c.runtime_overhead = o.number("runtime_overhead_gb", 0, 1e6) * kGB;
   c.price_per_gpu_hour = o.number("price_per_gpu_hour_usd", 0, 1e6);
   c.power_per_gpu = o.number("power_per_gpu_w", 0, 1e6);

@@ -47,11 +47,14 @@ TEST(Topologies, EveryShippedFileLoadsAndIsNamedLikeItsFile) {
     }
     EXPECT_GT(c.price_per_gpu_hour, 0);
     EXPECT_GT(c.power_per_gpu, 0);
+    // Tables are measured on this very GPU, or derived by the rule (and say from what).
+    EXPECT_TRUE(c.ops.measured_on.gpu == c.gpu.name || !c.ops.derivation.from.empty()) << c.name;
     for (const auto& t : c.network) EXPECT_EQ(t.span_gpus % c.gpus_per_node, 0);
     names.insert(c.name);
   }
   EXPECT_EQ(builtin_clusters(kSource), std::vector<std::string>(names.begin(), names.end()));
-  for (const char* required : {"dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "dgx-h200"}) {
+  for (const char* required : {"dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-b300",
+                               "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x", "mi355x"}) {
     EXPECT_TRUE(names.count(required)) << "topologies/" << required << ".json is missing";
   }
 }
@@ -356,6 +359,75 @@ TEST(DerivedOps, FromAFileBesideTheDerivingOne) {
   fs::remove_all(dir);
 }
 
+// ---- scale-up domains, in-switch reduction, full-mesh nodes -------------------------------------
+
+TEST(Topologies, Nvl72RacksAreOneNvlinkDomainOfFourGpuTrays) {
+  for (const char* name : {"gb200-nvl72", "gb300-nvl72"}) {
+    const Cluster c = load_cluster(name, kSource);
+    EXPECT_EQ(c.gpus_per_node, 4) << name;
+    EXPECT_EQ(c.scale_up_gpus, 72) << name;
+    EXPECT_DOUBLE_EQ(c.node.bandwidth, 900e9) << name;  // NVLink 5: 1.8 TB/s both directions together
+    EXPECT_DOUBLE_EQ(c.in_switch_reduction.efficiency, 0.6) << name;
+    for (const auto& t : c.network) EXPECT_EQ(t.span_gpus % 72, 0) << name;
+  }
+  const Cluster b = load_cluster("dgx-b200", kSource);
+  EXPECT_EQ(b.scale_up_gpus, b.gpus_per_node);  // the NVLink domain ends at the node
+  EXPECT_DOUBLE_EQ(b.gpu.peak_nvfp4, 9000e12);
+  EXPECT_DOUBLE_EQ(b.gpu.peak_mxfp8, b.gpu.peak_fp8);
+  const Cluster h = load_cluster("dgx-h100", kSource);
+  EXPECT_EQ(h.gpu.peak_mxfp8, 0);  // Hopper has no block-scaled tensor-core formats
+  EXPECT_EQ(h.gpu.peak_nvfp4, 0);
+  const Cluster amd = load_cluster("mi300x", kSource);
+  EXPECT_DOUBLE_EQ(amd.peer_link_bandwidth, 64e9);
+  EXPECT_DOUBLE_EQ(amd.node.bandwidth, 7 * 64e9);
+}
+
+TEST(ParseCluster, ScaleUpDomainIsWholeNodesAndTiersSpanWholeDomains) {
+  json j = small_cluster();  // 4 GPUs per node, one 64-GPU tier
+  j["node"]["scale_up_gpus"] = 32;
+  const Cluster c = parse_cluster(j, "toy.json");
+  EXPECT_EQ(c.scale_up_gpus, 32);
+  EXPECT_EQ(c.max_gpus(), 64);
+  j["node"]["scale_up_gpus"] = 6;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: node.scale_up_gpus = 6, must be a multiple of node.gpus (4): a domain of whole nodes");
+  j["node"]["scale_up_gpus"] = 2;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: node.scale_up_gpus = 2, must be in [4, 65536]");
+  j["node"]["scale_up_gpus"] = 24;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: network[0].span_gpus = 64, must be a multiple of node.scale_up_gpus (24)");
+  j["node"]["scale_up_gpus"] = 128;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: network[0].span_gpus = 64, must be at least node.scale_up_gpus (128)");
+  j.erase("network");
+  j["network"] = json::array();
+  EXPECT_EQ(parse_cluster(j, "toy.json").max_gpus(), 128);  // one domain, no scale-out
+}
+
+TEST(ParseCluster, InSwitchReductionAndPeerLinksAreChecked) {
+  json j = small_cluster();
+  j["node"]["in_switch_reduction"] = {{"efficiency", 0.6}, {"source", "test"}};
+  j["node"]["peer_link_gbps"] = 5;
+  const Cluster c = parse_cluster(j, "toy.json");
+  EXPECT_DOUBLE_EQ(c.in_switch_reduction.efficiency, 0.6);
+  EXPECT_DOUBLE_EQ(c.peer_link_bandwidth, 5e9);
+  j["node"]["in_switch_reduction"]["efficiency"] = 1.5;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: node.in_switch_reduction.efficiency = 1.5, must be in [0.001, 1]");
+  j["node"]["in_switch_reduction"] = {{"efficiency", 0.6}};
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: node.in_switch_reduction.source is missing (required key)");
+  j["node"].erase("in_switch_reduction");
+  j["node"]["peer_link_gbps"] = 25;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: node.peer_link_gbps = 25, must be at most node.link.bandwidth_gbps (20): one peer's link is a "
+            "part of the GPU's node bandwidth");
+  j["node"].erase("peer_link_gbps");
+  j["gpu"]["peak_tflops"]["nvfp4"] = 1e-9;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: gpu.peak_tflops.nvfp4 = 1e-09, must be 0 (not supported) or in [0.001, 1e+06]");
+}
+
 // ---- `trainplan calibrate`'s topology file (reports/calibration_report.cpp) -------------------
 
 // One point per table, as a device would have measured it.
@@ -529,7 +601,7 @@ TEST(BadClusterFileJson, MalformedAndTruncated) {
 TEST(BadClusterName, UnknownBuiltinNameListsTheBuiltins) {
   const std::string msg = input_error([] { load_cluster("dgx-z9000", kSource); });
   EXPECT_EQ(msg.rfind("--cluster dgx-z9000: not a built-in cluster (one of: ", 0), 0u) << msg;
-  EXPECT_TRUE(Contains(msg, "dgx-a100-40g, dgx-a100-80g, dgx-h100, dgx-h200"));
+  EXPECT_TRUE(Contains(msg, "dgx-a100-40g, dgx-a100-80g, dgx-b200, dgx-b300, dgx-h100, dgx-h200, gb200-nvl72"));
   EXPECT_TRUE(Contains(msg, ") and not a file"));
 }
 
