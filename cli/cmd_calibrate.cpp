@@ -152,48 +152,36 @@ std::string utc_date() {
   return buf;
 }
 
-}  // namespace
+// --base: the cluster whose fields are not measured (on CUDA also the GPU's datasheet peak and
+// memory): its raw JSON and name into `in`; returns its network tiers' GPU spans.
+std::vector<int> read_base(const Flags& f, const Context& ctx, bool cuda, TopologyInputs& in, double& device_memory) {
+  std::vector<int> spans;
+  const auto base = f.get("base");
+  if (!base) {
+    if (cuda) throw InputError("--base is required with --device cuda (the GPU's datasheet peak, memory and links come from it)");
+    return spans;
+  }
+  Cluster c;
+  try {
+    c = load_cluster(*base, ctx.data_dir);  // validates it
+  } catch (const InputError& e) {
+    // load_cluster names the flag --cluster; here it is --base.
+    std::string what = e.what();
+    if (what.rfind("--cluster ", 0) == 0) what = "--base " + what.substr(10);
+    throw InputError(what);
+  }
+  const bool is_path = base->find('/') != std::string::npos || base->ends_with(".json");
+  in.base = read_json_file(is_path ? std::filesystem::path(*base) : ctx.data_dir / "topologies" / (*base + ".json"));
+  in.base_name = c.name;
+  for (const LinkTier& t : c.network) spans.push_back(t.span_gpus);
+  if (cuda) device_memory = c.gpu.hbm;
+  return spans;
+}
 
-int cmd_calibrate(const Args& args, const Context& ctx) {
-  Flags f(args, "calibrate", {"cpu"});
-  if (f.help()) {
-    ctx.out << kHelp;
-    return 0;
-  }
-  if (!f.positionals().empty()) {
-    throw InputError(fmt::format("'{}': calibrate takes no positional arguments", f.positionals()[0]));
-  }
-  exec::CalibrateOptions o;
-  const bool cpu_flag = f.has("cpu");
-  o.device = f.get_choice("device", "cpu", {"cpu", "cuda"});
-  if (cpu_flag && o.device != "cpu") throw InputError("--cpu and --device cuda: choose one");
-  const bool cuda = o.device == "cuda";
-  TopologyInputs in;
-  in.device = o.device;
-  double device_memory = 0;  // bytes of memory the measurements may use (half of it, below)
-  std::vector<int> base_spans;  // the --base network tiers' GPU spans
-  if (const auto base = f.get("base")) {
-    Cluster c;
-    try {
-      c = load_cluster(*base, ctx.data_dir);  // validates it
-    } catch (const InputError& e) {
-      // load_cluster names the flag --cluster; here it is --base.
-      std::string what = e.what();
-      if (what.rfind("--cluster ", 0) == 0) what = "--base " + what.substr(10);
-      throw InputError(what);
-    }
-    const bool is_path = base->find('/') != std::string::npos || base->ends_with(".json");
-    in.base = read_json_file(is_path ? std::filesystem::path(*base)
-                                     : ctx.data_dir / "topologies" / (*base + ".json"));
-    in.base_name = c.name;
-    for (const LinkTier& t : c.network) base_spans.push_back(t.span_gpus);
-    if (cuda) device_memory = c.gpu.hbm;
-  } else if (cuda) {
-    throw InputError("--base is required with --device cuda (the GPU's datasheet peak, memory and links come from it)");
-  }
-  // Checked now, not when the measured topology is loaded back after minutes of measuring.
-  in.name = f.get_text("name", cuda ? in.base_name + "-calibrated" : "cpu-local");
-  const auto out_path = f.get("out");
+// The topology's own fields from the flags: peak, ranks per node, price and power; checked now,
+// not when the measured topology is loaded back after minutes of measuring.
+void read_topology_flags(const Flags& f, bool cuda, const std::vector<int>& base_spans, TopologyInputs& in,
+                         exec::CalibrateOptions& o) {
   // From a slow CPU core (~0.01 TFLOP/s fp32) to ~10x the fp8 peak of today's largest GPUs: a
   // value outside is a unit mistake and would make the fp32 peak, and so MFU, absurd.
   if (f.has("peak-tflops")) in.peak_tflops = f.get_double("peak-tflops", 0, 0.01, 50000);
@@ -201,7 +189,7 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   o.threads = static_cast<int>(f.get_int("threads", 1, 1, 1024));
   in.ranks_per_node = static_cast<int>(f.get_int("ranks-per-node", 4, 1, 1024));
   // On CPU the node becomes --ranks-per-node ranks under the base's network tiers, which must span
-  // whole nodes of them; checked now rather than when the written topology is re-read after minutes.
+  // whole nodes of them.
   for (int span : cuda ? std::vector<int>{} : base_spans) {
     if (span < in.ranks_per_node || span % in.ranks_per_node != 0) {
       throw InputError(fmt::format("--ranks-per-node {}: the --base network tier spanning {} GPUs is not a whole number "
@@ -213,9 +201,28 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   if (f.has("power-w")) in.power_w = f.get_double("power-w", 0, 0, 1e6);
   in.cost_source = f.get_text("cost-source", "");
   if (cuda && (in.price_usd || in.power_w)) throw InputError("--price-usd/--power-w: CUDA takes price and power from --base");
-  const int gpus = static_cast<int>(f.get_int("gpus", 1, 1, 64));
-  o.link_ranks = cuda ? (gpus >= 2 ? gpus : 0) : static_cast<int>(f.get_int("link-ranks", 2, 0, 64));
-  o.link_backend = cuda ? "nccl" : "gloo";
+}
+
+// The written topology's gemm table must load (op_costs.hpp kMaxOpTableWork): refused now, not
+// after the minutes of measuring it.
+void check_gemm_table_size(const exec::CalibrateOptions& o) {
+  std::vector<std::array<double, 3>> shapes;
+  for (const auto* list : {&o.gemm_shapes, &o.model_shapes})
+    for (const auto& sh : *list) shapes.push_back({double(sh.m), double(sh.n), double(sh.k)});
+  std::sort(shapes.begin(), shapes.end());
+  shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
+  const double work = op_table_work(shapes);
+  if (work > kMaxOpTableWork) {
+    throw InputError(fmt::format("--sizes/--shapes/--model/--tokens/--tp-sizes: {} matmul shapes whose distinct sizes "
+                                 "make an interpolation grid of nodes x points = {:.3g}, more than the {:.3g} a "
+                                 "topology's gemm table may have; measure fewer shapes",
+                                 shapes.size(), work, kMaxOpTableWork));
+  }
+}
+
+// The matmuls to time: --sizes, --shapes and the layers of the --model list (split for each of
+// --tp-sizes, at each of --tokens); each model's head dim joins the attention head dims.
+void read_gemm_flags(const Flags& f, const Context& ctx, bool cuda, exec::CalibrateOptions& o) {
   for (double s : number_list(f, "sizes", 1, 65536)) {
     if (s != std::floor(s)) throw InputError(fmt::format("--sizes {}: each entry must be a whole number in [1, 65536]", *f.get("sizes")));
     const int n = static_cast<int>(s);
@@ -225,13 +232,9 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
     sh.label = "--shapes";
     o.gemm_shapes.push_back(sh);
   }
-  const std::vector<std::string> models = [&] {
-    std::vector<std::string> v;
-    for (const std::string& item : split_list("model", f.get_or("model", cuda ? "llama2-7b,gpt3-175b" : "tiny-gpt,gpt2"))) {
-      if (item != "none") v.push_back(item);
-    }
-    return v;
-  }();
+  std::vector<std::string> models;
+  for (const std::string& item : split_list("model", f.get_or("model", cuda ? "llama2-7b,gpt3-175b" : "tiny-gpt,gpt2")))
+    if (item != "none") models.push_back(item);
   std::vector<int> tokens, tp_sizes;
   for (double t : number_list(f, "tokens", 1, 1 << 20)) tokens.push_back(static_cast<int>(t));
   if (tokens.empty()) tokens = cuda ? std::vector<int>{512, 2048, 8192} : std::vector<int>{16, 64, 256};
@@ -249,22 +252,11 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
       o.attention_head_dims.push_back(model.head_dim());
     }
   }
-  {
-    // The written topology's gemm table must load (op_costs.hpp kMaxOpTableWork): refused now,
-    // not after the minutes of measuring it.
-    std::vector<std::array<double, 3>> shapes;
-    for (const auto* list : {&o.gemm_shapes, &o.model_shapes})
-      for (const auto& sh : *list) shapes.push_back({double(sh.m), double(sh.n), double(sh.k)});
-    std::sort(shapes.begin(), shapes.end());
-    shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
-    const double work = op_table_work(shapes);
-    if (work > kMaxOpTableWork) {
-      throw InputError(fmt::format("--sizes/--shapes/--model/--tokens/--tp-sizes: {} matmul shapes whose distinct sizes "
-                                   "make an interpolation grid of nodes x points = {:.3g}, more than the {:.3g} a "
-                                   "topology's gemm table may have; measure fewer shapes",
-                                   shapes.size(), work, kMaxOpTableWork));
-    }
-  }
+  check_gemm_table_size(o);
+}
+
+// Attention, memory-bound kernels, launches, copy, link sizes and repetitions.
+void read_kernel_flags(const Flags& f, exec::CalibrateOptions& o) {
   for (double t : number_list(f, "attn-seqs", 1, 1 << 20)) o.attention_seqs.push_back(static_cast<int>(t));
   if (f.has("head-dims")) {
     o.attention_head_dims.clear();
@@ -284,59 +276,67 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   }
   o.warmup = static_cast<int>(f.get_int("warmup", 3, 0, 1000));
   o.repeats = static_cast<int>(f.get_int("repeats", 10, 1, 10000));
-  const std::optional<JsonOutput> out = open_json_output("out", out_path);  // before measuring
-  // The software profile --software-out writes: read and checked now, before any measuring.
-  const auto software_out_path = f.get("software-out");
+}
+
+// --software-out and the profile it starts from (--software-base), read and checked before any
+// measuring.
+struct SoftwareOut {
+  std::optional<std::string> path;
+  std::string base_name = "trainplan-exec";
+  std::optional<json> base;
+  std::optional<JsonOutput> out;
+};
+
+SoftwareOut read_software_out(const Flags& f, const Context& ctx) {
+  SoftwareOut so;
+  so.path = f.get("software-out");
   const auto software_base = f.get("software-base");
-  if (software_base && !software_out_path) throw InputError("--software-base: needs --software-out (the file to write)");
-  std::optional<json> software_json;
-  std::string software_base_name = software_base.value_or("trainplan-exec");
-  if (software_out_path) {
-    const std::filesystem::path p = software_file(software_base_name, ctx.data_dir, "--software-base");
+  if (software_base && !so.path) throw InputError("--software-base: needs --software-out (the file to write)");
+  so.base_name = software_base.value_or("trainplan-exec");
+  if (so.path) {
+    const std::filesystem::path p = software_file(so.base_name, ctx.data_dir, "--software-base");
     try {
-      software_json = read_json_file(p);
-      (void)parse_software(*software_json, p.string());
+      so.base = read_json_file(p);
+      (void)parse_software(*so.base, p.string());
     } catch (const InputError& e) {
-      throw InputError(fmt::format("--software-base {}: {}", software_base_name, e.what()));
+      throw InputError(fmt::format("--software-base {}: {}", so.base_name, e.what()));
     }
   }
-  const std::optional<JsonOutput> software_out = open_json_output("software-out", software_out_path);
-  check_outputs_apart(f, {"out", "software-out"});
-  f.finish();
+  so.out = open_json_output("software-out", so.path);
+  return so;
+}
 
-  // Memory bound, before any LibTorch call: each measurement must fit in half of the device's
-  // memory (CPU: this machine's MemTotal; CUDA: the base's HBM). Needs: a matmul holds A, B and C
-  // (M*K + K*N + M*N elements: fp32 on CPU, bf16 on CUDA); the copy a source and a destination;
-  // the CPU link test one buffer per rank and a reduction copy of the largest message.
+// Memory bound, before any LibTorch call: each measurement must fit in half of the device's
+// memory (CPU: this machine's MemTotal; CUDA: the base's HBM). Needs: a matmul holds A, B and C
+// (M*K + K*N + M*N elements: fp32 on CPU, bf16 on CUDA); the copy a source and a destination;
+// the CPU link test one buffer per rank and a reduction copy of the largest message.
+void check_calibration_fits(const Flags& f, const exec::CalibrateOptions& o, bool cuda, double device_memory) {
   if (device_memory <= 0) device_memory = mem_total_bytes();
-  if (device_memory > 0) {
-    const double limit = device_memory / 2, elem = cuda ? 2 : 4;
-    const std::string where = cuda ? fmt::format("the --base GPU's {:.1f} GB", device_memory / 1e9)
-                                   : fmt::format("this machine's {:.1f} GB", device_memory / 1e9);
-    for (const auto& sh : o.gemm_shapes) {
-      const double need = (double(sh.m) * sh.k + double(sh.k) * sh.n + double(sh.m) * sh.n) * elem;
-      if (need > limit) {
-        throw InputError(fmt::format("--shapes/--sizes {}x{}x{}: a matmul of that shape needs {:.1f} GB, more than half of "
-                                     "{}",
-                                     sh.m, sh.n, sh.k, need / 1e9, where));
-      }
-    }
-    if (2 * o.copy_bytes > limit) {
-      throw InputError(fmt::format("--copy-mb {}: the copy needs {:.1f} GB (source and destination), more than half of {}",
-                                   *f.get("copy-mb"), 2 * o.copy_bytes / 1e9, where));
-    }
-    if (!cuda && !o.link_bytes.empty() && 2.0 * o.link_ranks * o.link_bytes.back() > limit) {
-      throw InputError(fmt::format("--link-bytes {}: {} ranks x 2 buffers of {:.0f} bytes need more than half of {}",
-                                   *f.get("link-bytes"), o.link_ranks, o.link_bytes.back(), where));
+  if (device_memory <= 0) return;
+  const double limit = device_memory / 2, elem = cuda ? 2 : 4;
+  const std::string where = cuda ? fmt::format("the --base GPU's {:.1f} GB", device_memory / 1e9)
+                                 : fmt::format("this machine's {:.1f} GB", device_memory / 1e9);
+  for (const auto& sh : o.gemm_shapes) {
+    const double need = (double(sh.m) * sh.k + double(sh.k) * sh.n + double(sh.m) * sh.n) * elem;
+    if (need > limit) {
+      throw InputError(fmt::format("--shapes/--sizes {}x{}x{}: a matmul of that shape needs {:.1f} GB, more than half of "
+                                   "{}",
+                                   sh.m, sh.n, sh.k, need / 1e9, where));
     }
   }
-  in.command = "trainplan calibrate";
-  in.date = utc_date();
-  in.host_memory = mem_total_bytes();
-  for (const auto& a : args) in.command += a.find_first_of(" \"'") == std::string::npos ? " " + a : " '" + a + "'";
+  if (2 * o.copy_bytes > limit) {
+    throw InputError(fmt::format("--copy-mb {}: the copy needs {:.1f} GB (source and destination), more than half of {}",
+                                 *f.get("copy-mb"), 2 * o.copy_bytes / 1e9, where));
+  }
+  if (!cuda && !o.link_bytes.empty() && 2.0 * o.link_ranks * o.link_bytes.back() > limit) {
+    throw InputError(fmt::format("--link-bytes {}: {} ranks x 2 buffers of {:.0f} bytes need more than half of {}",
+                                 *f.get("link-bytes"), o.link_ranks, o.link_bytes.back(), where));
+  }
+}
 
-  const exec::CalibrationResult r = exec::calibrate(o);
-  print_calibration(ctx.err, r);
+// Writes (or prints) the measured topology and, with --software-out, the profile; both must load.
+void write_outputs(const Context& ctx, const exec::CalibrationResult& r, const TopologyInputs& in,
+                   const std::optional<std::string>& out_path, const std::optional<JsonOutput>& out, const SoftwareOut& so) {
   const json topology = calibrated_topology(r, in);
   // What we write must load. It can fail only through a combination of flags (e.g. a base whose
   // network tiers are not whole multiples of --ranks-per-node), so it is reported as input.
@@ -347,9 +347,9 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
                                  e.what()));
   }
   std::optional<json> software;
-  if (software_out) {
-    software = calibrated_software(*software_json, software_base_name, r, in);
-    (void)parse_software(*software, *software_out_path);  // what we write must load
+  if (so.out) {
+    software = calibrated_software(*so.base, so.base_name, r, in);
+    (void)parse_software(*software, *so.path);  // what we write must load
   }
   if (out) {
     out->write(topology);
@@ -357,10 +357,54 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   } else {
     ctx.out << topology.dump(2) << "\n";
   }
-  if (software_out) {
-    software_out->write(*software);
-    ctx.err << "wrote " << *software_out_path << "\n";
+  if (so.out) {
+    so.out->write(*software);
+    ctx.err << "wrote " << *so.path << "\n";
   }
+}
+
+}  // namespace
+
+int cmd_calibrate(const Args& args, const Context& ctx) {
+  Flags f(args, "calibrate", {"cpu"});
+  if (f.help()) {
+    ctx.out << kHelp;
+    return 0;
+  }
+  if (!f.positionals().empty()) {
+    throw InputError(fmt::format("'{}': calibrate takes no positional arguments", f.positionals()[0]));
+  }
+  exec::CalibrateOptions o;
+  const bool cpu_flag = f.has("cpu");
+  o.device = f.get_choice("device", "cpu", {"cpu", "cuda"});
+  if (cpu_flag && o.device != "cpu") throw InputError("--cpu and --device cuda: choose one");
+  const bool cuda = o.device == "cuda";
+  TopologyInputs in;
+  in.device = o.device;
+  double device_memory = 0;  // bytes of memory the measurements may use (half of it, below)
+  const std::vector<int> base_spans = read_base(f, ctx, cuda, in, device_memory);
+  // Checked now, not when the measured topology is loaded back after minutes of measuring.
+  in.name = f.get_text("name", cuda ? in.base_name + "-calibrated" : "cpu-local");
+  const auto out_path = f.get("out");
+  read_topology_flags(f, cuda, base_spans, in, o);
+  const int gpus = static_cast<int>(f.get_int("gpus", 1, 1, 64));
+  o.link_ranks = cuda ? (gpus >= 2 ? gpus : 0) : static_cast<int>(f.get_int("link-ranks", 2, 0, 64));
+  o.link_backend = cuda ? "nccl" : "gloo";
+  read_gemm_flags(f, ctx, cuda, o);
+  read_kernel_flags(f, o);
+  const std::optional<JsonOutput> out = open_json_output("out", out_path);  // before measuring
+  const SoftwareOut software = read_software_out(f, ctx);
+  check_outputs_apart(f, {"out", "software-out"});
+  f.finish();
+  check_calibration_fits(f, o, cuda, device_memory);
+  in.command = "trainplan calibrate";
+  in.date = utc_date();
+  in.host_memory = mem_total_bytes();
+  for (const auto& a : args) in.command += a.find_first_of(" \"'") == std::string::npos ? " " + a : " '" + a + "'";
+
+  const exec::CalibrationResult r = exec::calibrate(o);
+  print_calibration(ctx.err, r);
+  write_outputs(ctx, r, in, out_path, out, software);
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
 #include "cli/flags.hpp"
+#include "cli/output.hpp"
 #include "cli/plan_flags.hpp"
 #include "sim/model_spec.hpp"
 
@@ -205,6 +206,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
     ctx.out << help;
     return 0;
   }
+  CommandFiles files(f, ctx, {"json", "html", "csv"});  // before any input is read
   const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
   const double tokens = parse_tokens(f.require("tokens"));
   CapacityRequest req;
@@ -229,10 +231,6 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   req.reliability = read_reliability_flags(f, ctx.data_dir);
   req.elastic = f.has("elastic");
   read_dp_flags(f, req);
-  auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
-  auto html_out = open_text_output("html", f.get("html"));
-  auto csv_out = open_text_output("csv", f.get("csv"));
-  check_outputs_apart(f, {"json", "html", "csv"});
   f.finish();
   bool any_count = false;
   for (const Cluster& c : req.clusters) any_count |= !capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi).empty();
@@ -247,15 +245,14 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   // Everything is computed and rendered before the first line is printed or file written.
   const auto doc = capacity_to_json(r, cc);
   check_finite(doc);
-  const std::string html = html_out ? html_page(doc, fmt::format("trainplan capacity: {}", model.name)) : "";
-  const std::string csv = csv_out ? capacity_to_csv(r, cc) : "";
+  if (files.wants("json")) files.stage_json("json", doc);
+  if (files.wants("html")) files.stage("html", html_page(doc, fmt::format("trainplan capacity: {}", model.name)));
+  if (files.wants("csv")) files.stage("csv", capacity_to_csv(r, cc));
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
   print_notes(ctx.err, "capacity", {f.has("seq") ? std::string() : sequence_note(model), dropout_note(model, req.software)});
   for (const Cluster& c : req.clusters) print_notes(ctx.err, "capacity", {attention_kernel_note(c, req.software)});
   print_capacity(ctx.out, r, cc);
-  if (json_out) json_out->write(doc);
-  if (html_out) html_out->write(html);
-  if (csv_out) csv_out->write(csv);
+  files.commit();
   return r.pareto.empty() ? 3 : 0;
 }
 

@@ -9,6 +9,7 @@
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
 #include "cli/flags.hpp"
+#include "cli/output.hpp"
 #include "sim/compare.hpp"
 #include "sim/json_reader.hpp"
 
@@ -38,8 +39,7 @@ int cmd_compare(const Args& args, const Context& ctx) {
     ctx.out << kHelp;
     return 0;
   }
-  auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
-  auto html_out = open_text_output("html", f.get("html"));
+  CommandFiles outputs(f, ctx, {"json", "html"});  // before any input is read
   const std::vector<std::string>& files = f.take_positionals();
   f.finish();
   if (files.size() != 2) {
@@ -48,7 +48,6 @@ int cmd_compare(const Args& args, const Context& ctx) {
   }
   const std::string& prediction_path = files[0];
   const std::string& measurement_path = files[1];
-  check_outputs_apart(f, {"json", "html"});
   const PredictionDoc predicted = prediction_from_json(read_json_file(prediction_path), prediction_path);
   // A relative error against a predicted step of 0 s (an infeasible or unsimulated plan) would read
   // as -100%: nothing to compare.
@@ -70,11 +69,11 @@ int cmd_compare(const Args& args, const Context& ctx) {
   // Everything is computed and rendered before the first line is printed or file written.
   const auto doc = comparison_to_json(c, prediction_path, measurement_path);
   check_finite(doc);
-  const std::string html = html_out ? html_page(doc, "trainplan compare: predicted vs measured") : "";
-  for (const std::string& w : c.warnings) ctx.err << "trainplan compare: warning: " << w << "\n";
+  if (outputs.wants("json")) outputs.stage_json("json", doc);
+  if (outputs.wants("html")) outputs.stage("html", html_page(doc, "trainplan compare: predicted vs measured"));
+  for (const std::string& w : c.warnings) ctx.err << "trainplan compare: warning: " << printable(w) << "\n";
   print_comparison(ctx.out, c, prediction_path, measurement_path);
-  if (json_out) json_out->write(doc);
-  if (html_out) html_out->write(html);
+  outputs.commit();
   return 0;
 }
 

@@ -1,4 +1,4 @@
-// trainplan exec: run a plan for real with LibTorch and measure it (issue 5).
+// trainplan exec: run a plan for real with LibTorch and measure it.
 #include <fmt/format.h>
 
 #include <fcntl.h>
@@ -25,6 +25,7 @@
 #include "sim/atomic_file.hpp"
 #include "sim/predict.hpp"
 #include "sim/rank_layout.hpp"
+#include "sim/zero_policy.hpp"
 
 namespace trainplan::cli {
 
@@ -208,9 +209,10 @@ Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions&
   return m;
 }
 
-// Parameter servers and gradient compression (issue 11): the combinations exec runs; the planner
-// models the others.
+// Parameter servers and gradient compression: the combinations exec runs; the planner models the
+// others.
 void check_exec_supports(const Strategy& s) {
+  const ZeroPolicy zero = ZeroPolicy::of(s.zero);
   if (s.dp_algorithm == DpAlgorithm::ps_async)
     throw InputError("--dp-algorithm ps-async: exec runs synchronous parameter servers only (use ps); predict and "
                      "simulate model ps-async");
@@ -218,7 +220,7 @@ void check_exec_supports(const Strategy& s) {
     if (s.tp > 1 || s.pp > 1 || s.cp > 1)
       throw InputError(fmt::format("--dp-algorithm ps: exec runs parameter servers with data parallelism only, "
                                    "tp = pp = cp = 1 (got tp {}, pp {}, cp {})", s.tp, s.pp, s.cp));
-    if (s.zero != 0)
+    if (zero.shards_optimizer)
       throw InputError(fmt::format("--zero {}: with --dp-algorithm ps the servers hold the optimizer state; --zero must be 0",
                                    s.zero));
     if (s.dtype == Dtype::fp16)
@@ -227,26 +229,13 @@ void check_exec_supports(const Strategy& s) {
       throw InputError(fmt::format("--grad-compression {}: exec compresses the all-reduce, not parameter-server pushes; "
                                    "use none with --dp-algorithm ps", to_string(s.grad_compression)));
   }
-  if (s.grad_compression.kind != CompressionKind::none && s.zero != 0)
+  if (s.grad_compression.kind != CompressionKind::none && zero.reduce_scatters)
     throw InputError(fmt::format("--grad-compression {}: exec compresses the ZeRO-0 all-reduce; --zero must be 0 (got {})",
                                  to_string(s.grad_compression), s.zero));
 }
 
-}  // namespace
-
-int cmd_exec(const Args& given, const Context& ctx) {
-  Args args = given;
-  if (const auto g = default_gpus(given)) {
-    args.push_back("--gpus");
-    args.push_back(*g);
-  }
-  Flags f(args, "exec");
-  if (f.help()) {
-    ctx.out << kHelp << plan_flags_help() << kExecFlags;
-    return 0;
-  }
-  const bool cuda = exec::cuda_available();
-  PlanInputs in = read_plan_flags(f, ctx.data_dir, "cpu-local");
+// The execution flags (the plan flags are read before them).
+exec::ExecOptions read_exec_options(const Flags& f, bool cuda) {
   exec::ExecOptions o;
   o.steps = static_cast<int>(f.get_int("steps", 5, 1, 1000000));
   o.warmup = static_cast<int>(f.get_int("warmup", 1, 0, 1000000));
@@ -272,21 +261,11 @@ int cmd_exec(const Args& given, const Context& ctx) {
   o.faults.grad_bug = bug == "sum-dp"              ? exec::FaultOptions::GradBug::sum_dp
                       : bug == "sum-micro-batches" ? exec::FaultOptions::GradBug::sum_micro_batches
                                                    : exec::FaultOptions::GradBug::none;
-  const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
-  const auto json_path = f.get("json");
-  f.finish();
-  const bool is_spawned_rank = std::getenv("TRAINPLAN_EXEC_SPAWNED") != nullptr;
-  // Notes only once nothing can be refused any more (just before the run): a refusal is exactly one line.
-  auto print_exec_notes = [&] {
-    if (is_spawned_rank) return;
-    const std::string dropout =
-        in.model.dropout > 0 ? fmt::format("{} has dropout {}; trainplan exec trains without dropout (as its software "
-                                           "profile, trainplan-exec, predicts)",
-                                           in.model.name, in.model.dropout)
-                             : "";
-    print_notes(ctx.err, "exec", {in.seq_note, dropout});
-  };
+  return o;
+}
 
+// What exec cannot run with this plan and these options, refused before any rank starts.
+void check_exec_request(const PlanInputs& in, const exec::ExecOptions& o, bool cuda) {
   const Strategy& s = in.strategy;
   if (o.device == "cuda" && !cuda) throw InputError("--device cuda: this build has no CUDA or no GPU is visible");
   if (o.backend == "nccl" && o.device != "cuda") throw InputError("--backend nccl: needs --device cuda; use --backend gloo");
@@ -313,103 +292,112 @@ int cmd_exec(const Args& given, const Context& ctx) {
     throw InputError(fmt::format("--fault-step {}: the run has --warmup {} + --steps {} = {} steps, numbered from 0",
                                  o.faults.step, o.warmup, o.steps, o.warmup + o.steps));
   }
+}
 
-  // The profile that describes what exec launches, unless --software names another.
-  in.software = read_software_flag(f, ctx.data_dir, "trainplan-exec");
-  // Layers per virtual stage exactly as predict partitions them.
+// The plan as exec runs it: layers per virtual stage exactly as predict partitions them.
+exec::ExecPlan exec_plan(const PlanInputs& in) {
+  const Strategy& s = in.strategy;
   exec::ExecPlan plan;
   plan.model = in.model;
   plan.strategy = s;
   plan.cluster = in.cluster.name;
-  {
-    const LayerGraph graph(in.model, s.seq_len);
-    const StepCosts costs = step_costs(graph, in.cluster, in.software, s);
-    for (const ChunkCost& c : costs.chunks) {
-      plan.first_layer.push_back(c.first_layer);
-      plan.layers.push_back(c.layers);
-    }
-    plan.model_flops_per_step = costs.model_flops_per_micro_batch_per_replica * s.micro_batches() * s.dp;
+  const LayerGraph graph(in.model, s.seq_len);
+  const StepCosts costs = step_costs(graph, in.cluster, in.software, s);
+  for (const ChunkCost& c : costs.chunks) {
+    plan.first_layer.push_back(c.first_layer);
+    plan.layers.push_back(c.layers);
   }
+  plan.model_flops_per_step = costs.model_flops_per_micro_batch_per_replica * s.micro_batches() * s.dp;
+  return plan;
+}
 
-  const bool spawned = std::getenv("TRAINPLAN_EXEC_SPAWNED") != nullptr;
-  const bool torchrun = std::getenv("RANK") != nullptr;
-  const bool slurm = !torchrun && std::getenv("SLURM_PROCID") != nullptr;
-  const bool local_launch = nproc && !spawned && !torchrun && !slurm;
+// How this process was started: a rank spawned by the local launcher, one under torchrun or
+// Slurm, or the command that launches --nproc local ranks.
+struct Launch {
+  bool spawned = std::getenv("TRAINPLAN_EXEC_SPAWNED") != nullptr;
+  bool torchrun = std::getenv("RANK") != nullptr;
+  bool slurm = !torchrun && std::getenv("SLURM_PROCID") != nullptr;
+  bool local = false;  // --nproc here, with none of the above
+};
 
-  // Checked once, before any rank starts (a spawned rank's launcher has checked them already):
-  // the data file, the dump folders, and the predicted memory against this machine's.
-  if (!spawned) {
-    if (!o.data_file.empty()) check_data_file(o.data_file, in.model.vocab, s.seq_len);
-    // The prefix itself must name a file: "dumps/" would write the hidden dumps/.rank0.
-    for (const auto& [flag, prefix] : {std::pair{"dump-params", o.dump_params}, std::pair{"dump-grads", o.dump_grads}}) {
-      if (prefix.empty()) continue;
-      const std::string what = fmt::format("--{} {}", flag, prefix);
-      check_output_path(prefix, what);
-      check_output_path(prefix + ".rank0", what);
+// The predicted memory of the plan against this machine's (CPU: the host's, for every local rank;
+// GPU: the cluster's HBM).
+void check_memory_fits(const PlanInputs& in, const exec::ExecOptions& o, int local_ranks) {
+  const LayerGraph graph(in.model, in.strategy.seq_len);
+  // On CPU the ranks compute in fp32 whatever --dtype says (the measurement's compute_dtype), and
+  // a CPU cluster has no 16-bit peak to cost a bf16 plan with: its memory is predicted in fp32.
+  Strategy as_run = in.strategy;
+  if (o.device == "cpu") as_run.dtype = Dtype::fp32;
+  const Estimate e = predict(graph, in.cluster, in.software, as_run);
+  if (o.device == "cpu") {
+    // Every CPU rank allocates from the same host memory.
+    const double host = host_memory_bytes();
+    const double need = e.peak_memory * local_ranks;
+    if (host > 0 && need > host) {
+      throw InputError(fmt::format("--model {}: the plan needs a predicted {:.1f} GB per rank x {} rank(s) = {:.1f} GB, "
+                                   "more than this machine's memory ({:.1f} GB, /proc/meminfo); choose a smaller "
+                                   "model or more parallelism",
+                                   in.model.name, e.peak_memory / 1e9, local_ranks, need / 1e9, host / 1e9));
     }
-    check_outputs_apart(f, {"json", "dump-params", "dump-grads"});
-    const LayerGraph graph(in.model, s.seq_len);
-    // On CPU the ranks compute in fp32 whatever --dtype says (the measurement's compute_dtype), and
-    // a CPU cluster has no 16-bit peak to cost a bf16 plan with: its memory is predicted in fp32.
-    Strategy as_run = s;
-    if (o.device == "cpu") as_run.dtype = Dtype::fp32;
-    const Estimate e = predict(graph, in.cluster, in.software, as_run);
-    // Ranks on this machine: all of them under the local launcher, else the launcher's count.
-    const int local_ranks = local_launch ? static_cast<int>(*nproc)
-                                         : std::max(1, env_int(torchrun ? "LOCAL_WORLD_SIZE" : "SLURM_NTASKS_PER_NODE", 1));
-    if (o.device == "cpu") {
-      // Every CPU rank allocates from the same host memory.
-      const double host = host_memory_bytes();
-      const double need = e.peak_memory * local_ranks;
-      if (host > 0 && need > host) {
-        throw InputError(fmt::format("--model {}: the plan needs a predicted {:.1f} GB per rank x {} rank(s) = {:.1f} GB, "
-                                     "more than this machine's memory ({:.1f} GB, /proc/meminfo); choose a smaller "
-                                     "model or more parallelism",
-                                     in.model.name, e.peak_memory / 1e9, local_ranks, need / 1e9, host / 1e9));
-      }
-    } else if (e.peak_memory > in.cluster.gpu.hbm) {
-      throw InputError(fmt::format("--model {}: the plan needs a predicted {:.1f} GB per GPU, more than the {:.1f} GB of "
-                                   "{} ({}); choose a layout that fits (trainplan search)",
-                                   in.model.name, e.peak_memory / 1e9, in.cluster.gpu.hbm / 1e9, in.cluster.gpu.name,
-                                   in.cluster.name));
-    }
+  } else if (e.peak_memory > in.cluster.gpu.hbm) {
+    throw InputError(fmt::format("--model {}: the plan needs a predicted {:.1f} GB per GPU, more than the {:.1f} GB of "
+                                 "{} ({}); choose a layout that fits (trainplan search)",
+                                 in.model.name, e.peak_memory / 1e9, in.cluster.gpu.hbm / 1e9, in.cluster.gpu.name,
+                                 in.cluster.name));
   }
+}
 
-  if (local_launch) {
-    if (*nproc != job_ranks(s)) throw InputError(fmt::format("--nproc {}: the plan has {}", *nproc, describe_ranks(s)));
-    const std::optional<JsonOutput> out = open_json_output("json", json_path);  // an unwritable path: now
-    std::vector<std::string> argv{"trainplan", "exec"};
-    argv.insert(argv.end(), given.begin(), given.end());
-    const Measurement run = run_description(plan, o, o.backend == "nccl", *nproc);
-    print_exec_notes();
-    return exec::launch_local(*nproc, argv, env_port(0, true), ctx.err, [&](const RunFailure& fail) {
-      if (out) out->write(failed_measurement_to_json(run, fail));
-    });
+// Checked once, before any rank starts (a spawned rank's launcher has checked them already): the
+// data file, the dump folders, and the predicted memory against this machine's.
+void check_before_start(const Flags& f, const PlanInputs& in, const exec::ExecOptions& o, const Launch& launch,
+                        std::optional<long long> nproc) {
+  if (!o.data_file.empty()) check_data_file(o.data_file, in.model.vocab, in.strategy.seq_len);
+  // The prefix itself must name a file: "dumps/" would write the hidden dumps/.rank0.
+  for (const auto& [flag, prefix] : {std::pair{"dump-params", o.dump_params}, std::pair{"dump-grads", o.dump_grads}}) {
+    if (prefix.empty()) continue;
+    const std::string what = fmt::format("--{} {}", flag, prefix);
+    check_output_path(prefix, what);
+    check_output_path(prefix + ".rank0", what);
   }
+  check_outputs_apart(f, {"json", "dump-params", "dump-grads"});
+  // Ranks on this machine: all of them under the local launcher, else the launcher's count.
+  const int local_ranks = launch.local ? static_cast<int>(*nproc)
+                                       : std::max(1, env_int(launch.torchrun ? "LOCAL_WORLD_SIZE" : "SLURM_NTASKS_PER_NODE", 1));
+  check_memory_fits(in, o, local_ranks);
+}
 
+// This process as one rank of a job started by torchrun or Slurm (from their environment), or
+// the only rank of a one-rank plan.
+exec::RankEnv rank_env(const Strategy& s, const Launch& launch) {
   exec::RankEnv env;
-  if (torchrun || slurm) {
-    env.rank = env_int(torchrun ? "RANK" : "SLURM_PROCID", 0);
-    env.world = env_int(torchrun ? "WORLD_SIZE" : "SLURM_NTASKS", -1);
-    if (env.world < 1) throw InputError(fmt::format("environment {}: required with {}", torchrun ? "WORLD_SIZE" : "SLURM_NTASKS", torchrun ? "RANK" : "SLURM_PROCID"));
-    env.local_rank = env_int(torchrun ? "LOCAL_RANK" : "SLURM_LOCALID", torchrun ? env.rank : 0);
-    env.master_addr = env_str("MASTER_ADDR", torchrun ? "127.0.0.1" : "");
-    if (env.master_addr.empty()) throw InputError("environment MASTER_ADDR: required under Slurm (the first node's address)");
-    if (!spawned) check_master_addr(env.master_addr);
-    env.master_port = env_port(29500, false);
-    env.store_server_external = spawned;
-    env.status_fd = spawned ? env_int("TRAINPLAN_STATUS_FD", -1) : -1;
-    if (env.world != job_ranks(s))
-      throw InputError(fmt::format("world size {} does not match the plan's {}", env.world, describe_ranks(s)));
-    if (env.rank >= env.world) throw InputError(fmt::format("rank {} is not below the world size {}", env.rank, env.world));
-  } else if (job_ranks(s) != 1) {
-    throw InputError(fmt::format("the plan needs {}: add --nproc {}, or run under torchrun or Slurm",
-                                 describe_ranks(s), job_ranks(s)));
+  if (!launch.torchrun && !launch.slurm) {
+    if (job_ranks(s) != 1) {
+      throw InputError(fmt::format("the plan needs {}: add --nproc {}, or run under torchrun or Slurm",
+                                   describe_ranks(s), job_ranks(s)));
+    }
+    return env;
   }
+  const bool torchrun = launch.torchrun;
+  env.rank = env_int(torchrun ? "RANK" : "SLURM_PROCID", 0);
+  env.world = env_int(torchrun ? "WORLD_SIZE" : "SLURM_NTASKS", -1);
+  if (env.world < 1) throw InputError(fmt::format("environment {}: required with {}", torchrun ? "WORLD_SIZE" : "SLURM_NTASKS", torchrun ? "RANK" : "SLURM_PROCID"));
+  env.local_rank = env_int(torchrun ? "LOCAL_RANK" : "SLURM_LOCALID", torchrun ? env.rank : 0);
+  env.master_addr = env_str("MASTER_ADDR", torchrun ? "127.0.0.1" : "");
+  if (env.master_addr.empty()) throw InputError("environment MASTER_ADDR: required under Slurm (the first node's address)");
+  if (!launch.spawned) check_master_addr(env.master_addr);
+  env.master_port = env_port(29500, false);
+  env.store_server_external = launch.spawned;
+  env.status_fd = launch.spawned ? env_int("TRAINPLAN_STATUS_FD", -1) : -1;
+  if (env.world != job_ranks(s))
+    throw InputError(fmt::format("world size {} does not match the plan's {}", env.world, describe_ranks(s)));
+  if (env.rank >= env.world) throw InputError(fmt::format("rank {} is not below the world size {}", env.rank, env.world));
+  return env;
+}
 
-  std::optional<JsonOutput> json_out;
-  if (env.rank == 0) json_out = open_json_output("json", json_path);
-  print_exec_notes();
+// Runs this rank; rank 0 prints and writes the measurement. A failed rank reports (to the local
+// launcher, or on the console and, on rank 0, in the JSON) and ends the process.
+int run_this_rank(const Context& ctx, const exec::ExecPlan& plan, const exec::ExecOptions& o, const exec::RankEnv& env,
+                  const std::optional<JsonOutput>& json_out) {
   try {
     std::optional<Measurement> m = exec::run_rank(plan, o, env);
     if (m) {
@@ -437,6 +425,62 @@ int cmd_exec(const Args& given, const Context& ctx) {
     // peers that are gone, so this rank process ends here (the job has already failed).
     std::_Exit(1);
   }
+}
+
+}  // namespace
+
+int cmd_exec(const Args& given, const Context& ctx) {
+  Args args = given;
+  if (const auto g = default_gpus(given)) {
+    args.push_back("--gpus");
+    args.push_back(*g);
+  }
+  Flags f(args, "exec");
+  if (f.help()) {
+    ctx.out << kHelp << plan_flags_help() << kExecFlags;
+    return 0;
+  }
+  const bool cuda = exec::cuda_available();
+  PlanInputs in = read_plan_flags(f, ctx.data_dir, "cpu-local");
+  const exec::ExecOptions o = read_exec_options(f, cuda);
+  const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
+  const auto json_path = f.get("json");
+  f.finish();
+  Launch launch;
+  launch.local = nproc && !launch.spawned && !launch.torchrun && !launch.slurm;
+  // Notes only once nothing can be refused any more (just before the run): a refusal is exactly one line.
+  auto print_exec_notes = [&] {
+    if (launch.spawned) return;
+    const std::string dropout =
+        in.model.dropout > 0 ? fmt::format("{} has dropout {}; trainplan exec trains without dropout (as its software "
+                                           "profile, trainplan-exec, predicts)",
+                                           in.model.name, in.model.dropout)
+                             : "";
+    print_notes(ctx.err, "exec", {in.seq_note, dropout});
+  };
+  check_exec_request(in, o, cuda);
+  // The profile that describes what exec launches, unless --software names another.
+  in.software = read_software_flag(f, ctx.data_dir, "trainplan-exec");
+  const exec::ExecPlan plan = exec_plan(in);
+  if (!launch.spawned) check_before_start(f, in, o, launch, nproc);
+
+  const Strategy& s = in.strategy;
+  if (launch.local) {
+    if (*nproc != job_ranks(s)) throw InputError(fmt::format("--nproc {}: the plan has {}", *nproc, describe_ranks(s)));
+    const std::optional<JsonOutput> out = open_json_output("json", json_path);  // an unwritable path: now
+    std::vector<std::string> argv{"trainplan", "exec"};
+    argv.insert(argv.end(), given.begin(), given.end());
+    const Measurement run = run_description(plan, o, o.backend == "nccl", *nproc);
+    print_exec_notes();
+    return exec::launch_local(*nproc, argv, env_port(0, true), ctx.err, [&](const RunFailure& fail) {
+      if (out) out->write(failed_measurement_to_json(run, fail));
+    });
+  }
+  const exec::RankEnv env = rank_env(s, launch);
+  std::optional<JsonOutput> json_out;
+  if (env.rank == 0) json_out = open_json_output("json", json_path);
+  print_exec_notes();
+  return run_this_rank(ctx, plan, o, env, json_out);
 }
 
 }  // namespace trainplan::cli

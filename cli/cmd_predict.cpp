@@ -7,6 +7,7 @@
 #include "reports/prediction_json.hpp"
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
+#include "cli/output.hpp"
 #include "cli/plan_flags.hpp"
 #include "sim/layer_detail.hpp"
 #include "sim/predict.hpp"
@@ -43,12 +44,10 @@ int cmd_predict(const Args& args, const Context& ctx) {
                "  --html FILE               also write an HTML report (memory per stage, step time; see trainplan report)\n";
     return 0;
   }
+  CommandFiles files(f, ctx, {"json", "html"});  // before any input is read
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
   const std::string engine = f.get_choice("engine", "analytic", {"analytic", "des"});
   const bool layers = f.get_choice("detail", "none", {"none", "layers"}) == "layers";
-  auto json_out = open_json_output("json", f.get("json"));
-  auto html_out = open_text_output("html", f.get("html"));
-  check_outputs_apart(f, {"json", "html"});
   f.finish();
   const LayerGraph graph(in.model, in.strategy.seq_len);
   // The step costs are computed once and shared by the closed form and the simulator.
@@ -71,14 +70,14 @@ int cmd_predict(const Args& args, const Context& ctx) {
   const auto doc = prediction_to_json(prediction);
   // Everything is computed and rendered before the first line is printed or file written.
   check_finite(doc);
-  const std::string html = html_out ? html_page(doc, title) : "";
+  if (files.wants("json")) files.stage_json("json", doc);
+  if (files.wants("html")) files.stage("html", html_page(doc, title));
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
   print_notes(ctx.err, "predict", {in.seq_note, dropout_note(in.model, in.software), attention_kernel_note(in.cluster, in.software)});
   print_prediction(ctx.out, e, title);
   print_cost(ctx.out, e, in.cluster);
   if (!detail.empty()) print_layer_detail(ctx.out, detail);
-  if (json_out) json_out->write(doc);
-  if (html_out) html_out->write(html);
+  files.commit();
   return e.feasible ? 0 : 3;
 }
 

@@ -2,10 +2,9 @@
 // (reports/html_report.hpp).
 #include <fmt/format.h>
 
-#include <filesystem>
-
 #include "cli/commands.hpp"
 #include "cli/flags.hpp"
+#include "cli/output.hpp"
 #include "reports/html_report.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
@@ -46,22 +45,19 @@ int cmd_report(const Args& args, const Context& ctx) {
     return 0;
   }
   const std::string out_path = f.require("html");
+  CommandFiles outputs(f, ctx, {"html"});  // before any input is read: the path, inputs apart, their sizes
   // Written into the page: no control characters (as calibrate's --name).
   const std::string title = f.get_text("title", "trainplan report");
   const std::vector<std::string>& files = f.take_positionals();
   f.finish();
   if (files.empty()) throw InputError("expects at least one JSON file (see trainplan report --help)");
-  for (const std::string& in : files) {
-    std::error_code ec;
-    if (out_path == in || std::filesystem::equivalent(out_path, in, ec)) {
-      throw InputError(fmt::format("--html {}: is also an input file; write the report elsewhere", out_path));
-    }
-  }
-  const TextOutput out("html", out_path);  // a bad path is one line, before any work
+  // The documents are all held at once, so together they may hold what one file may (memory).
+  JsonBudget budget{kMaxJsonAllocations, kMaxJsonValues, "the report's input files"};
   std::vector<ReportDocument> docs;
-  for (const std::string& file : files) docs.push_back({file, read_json_file(file)});
-  out.write(html_report(docs, title));
-  ctx.out << fmt::format("report: {} ({} section{})\n", out_path, docs.size(), docs.size() == 1 ? "" : "s");
+  for (const std::string& file : files) docs.push_back({file, read_json_file(file, budget)});
+  outputs.stage("html", html_report(docs, title));
+  ctx.out << fmt::format("report: {} ({} section{})\n", printable(out_path), docs.size(), docs.size() == 1 ? "" : "s");
+  outputs.commit();
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
 #include "cli/flags.hpp"
+#include "cli/output.hpp"
 #include "cli/plan_flags.hpp"
 #include "sim/cluster.hpp"
 #include "sim/layer_graph.hpp"
@@ -38,7 +39,9 @@ required:
 search:
   --seq S                   tokens per sequence (default: the model's seq_len)
   --top K                   layouts to list (default 10)
-  --refine on|off           re-rank the top K with the discrete-event step simulator (default on)
+  --refine on|off           simulate the analytic top max(K, %WINDOW%) with the discrete-event step
+                            simulator and list the best K of them (default on): the best layout
+                            is the same for any K up to %WINDOW%
   --objective throughput|cost|time
                             throughput: most tokens/s; time: shortest step (the same order for
                             a fixed global batch); cost: fewest USD per step (price per GPU-hour
@@ -131,9 +134,11 @@ int cmd_search(const Args& args, const Context& ctx) {
   if (f.help()) {
     std::string help = kHelp;
     help.replace(help.find("%DP%\n"), 5, dp_space_flags_help() + "\n");
+    for (std::size_t at; (at = help.find("%WINDOW%")) != std::string::npos;) help.replace(at, 8, std::to_string(kRefineWindow));
     ctx.out << help;
     return 0;
   }
+  CommandFiles files(f, ctx, {"json", "html", "csv"});  // before any input is read
   const ModelSpec model = load_model(f.require("model"), ctx.data_dir);
   const Cluster cluster = load_cluster(f.require("cluster"), ctx.data_dir);
   const Software software = read_software_flag(f, ctx.data_dir);
@@ -151,33 +156,28 @@ int cmd_search(const Args& args, const Context& ctx) {
   options.top_k = static_cast<int>(f.get_int("top", 10, 1, 10000));
   options.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   options.pareto_window = f.get_double("pareto-window", 1.25, 1.0, 1e6);
-  const bool refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
-  auto json_out = open_json_output("json", f.get("json"));  // a bad path is one line, before any work
-  auto html_out = open_text_output("html", f.get("html"));
-  auto csv_out = open_text_output("csv", f.get("csv"));
-  check_outputs_apart(f, {"json", "html", "csv"});
+  options.refine = f.get_choice("refine", "on", {"on", "off"}) == "on";
   f.finish();
-  options.keep_points = json_out || html_out;
+  options.keep_points = files.wants("json") || files.wants("html");
   if (ctx.out_is_terminal) {
     options.progress = [&ctx](std::int64_t done, std::int64_t total) { draw_progress(ctx.err, done, total); };
   }
 
   const LayerGraph graph(model, seq);
   SearchResult result = search(graph, cluster, software, space, options);
-  if (refine) refine_top_with_simulation(result, graph, cluster, software, options.objective, options.threads);
   const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window};
   // Everything is computed and rendered before the first line is printed or file written.
   const auto doc = search_to_json(result, sc);
   check_finite(doc);
-  const std::string html =
-      html_out ? html_page(doc, fmt::format("trainplan search: {} on up to {} x {}", model.name, gpus, cluster.name)) : "";
-  const std::string csv = csv_out ? search_to_csv(result, sc) : "";
+  if (files.wants("json")) files.stage_json("json", doc);
+  if (files.wants("html")) {
+    files.stage("html", html_page(doc, fmt::format("trainplan search: {} on up to {} x {}", model.name, gpus, cluster.name)));
+  }
+  if (files.wants("csv")) files.stage("csv", search_to_csv(result, sc));
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
   print_notes(ctx.err, "search", {f.has("seq") ? std::string() : sequence_note(model), dropout_note(model, software), attention_kernel_note(cluster, software)});
   print_search(ctx.out, result, sc);
-  if (json_out) json_out->write(doc);
-  if (html_out) html_out->write(html);
-  if (csv_out) csv_out->write(csv);
+  files.commit();
   return result.top.empty() ? 3 : 0;
 }
 

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <sstream>
 #include <optional>
 
 #include "reports/chrome_trace.hpp"
@@ -11,6 +10,7 @@
 #include "reports/prediction_json.hpp"
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
+#include "cli/output.hpp"
 #include "sim/atomic_file.hpp"
 #include "cli/plan_flags.hpp"
 #include "sim/predict.hpp"
@@ -53,6 +53,9 @@ const char* kOutputHelp = R"(output:
   --html FILE               write an HTML report with the timeline as a Gantt chart (see
                             trainplan report)
 )";
+
+// The most (ranks shown x schedule slots of their stage) a --trace may hold: ~0.8 GB of trace.
+constexpr long long kMaxTraceRankSlots = 1LL << 21;
 
 // "0-7", "0,2,4" or "8-15,24-31": ascending ranks as ranges.
 std::string rank_ranges(const std::vector<int>& ranks) {
@@ -117,6 +120,41 @@ std::vector<std::vector<int>> select_ranks(const std::string& list, int gpus,
   return stage_ranks;
 }
 
+long long shown_ranks(const std::vector<std::vector<int>>& stage_ranks) {
+  long long shown = 0;
+  for (const auto& stage : stage_ranks) shown += std::count_if(stage.begin(), stage.end(), [](int r) { return r >= 0; });
+  return shown;
+}
+
+// The trace holds every slot of a stage once per rank it shows (measured: ~400 bytes of trace per
+// rank and slot, Llama-3-8B with tp 8, pp 4 and 32 to 256 micro-batches), so its size is bounded
+// before the step is simulated: a legal layout of thousands of ranks made a trace of many GB.
+void check_trace_size(const Strategy& s, const std::vector<std::vector<int>>& stage_ranks) {
+  const long long rank_slots = shown_ranks(stage_ranks) * (simulated_slots(s) / s.pp);
+  if (rank_slots <= kMaxTraceRankSlots) return;
+  throw InputError(fmt::format("--trace: {} ranks x {} schedule slots each is {} rank-slots, more than the {} a trace "
+                               "may hold (~400 bytes each); choose ranks with --trace-ranks or lower --global-batch",
+                               shown_ranks(stage_ranks), simulated_slots(s) / s.pp, rank_slots, kMaxTraceRankSlots));
+}
+
+// The outputs of a plan that cannot be simulated still say so (as predict's do), rather than
+// leave an earlier run's files looking current: the analytic prediction, and an empty trace.
+void stage_not_simulated(CommandFiles& files, const Estimate& analytic, const PlanInputs& in, const std::string& title) {
+  PredictionDoc prediction = prediction_doc(analytic);
+  prediction.model = in.model.name;
+  prediction.cluster = in.cluster.name;
+  prediction.engine = "des";
+  const auto doc = prediction_to_json(prediction);
+  check_finite(doc);
+  if (files.wants("json")) files.stage_json("json", doc);
+  if (files.wants("html")) files.stage("html", html_page(doc, title + " -- not simulated"));
+  if (files.wants("trace")) {
+    files.stage("trace", [&](std::ostream& os) {
+      write_chrome_trace(os, Timeline{}, {}, title + " -- not simulated: the plan is infeasible");
+    });
+  }
+}
+
 }  // namespace
 
 int cmd_simulate(const Args& args, const Context& ctx) {
@@ -125,14 +163,11 @@ int cmd_simulate(const Args& args, const Context& ctx) {
     ctx.out << kHelp << plan_flags_help() << kOutputHelp;
     return 0;
   }
+  CommandFiles files(f, ctx, {"json", "trace", "html"});  // before any input is read
   const PlanInputs in = read_plan_flags(f, ctx.data_dir);
-  auto json_out = open_json_output("json", f.get("json"));
-  auto html_out = open_text_output("html", f.get("html"));
-  const auto trace_path = f.get("trace");
-  if (trace_path) check_output_path(*trace_path, fmt::format("--trace {}", *trace_path));
+  const bool tracing = files.wants("trace");
   const auto trace_ranks = f.get("trace-ranks");
-  if (trace_ranks && !trace_path) throw InputError(fmt::format("--trace-ranks {}: needs --trace FILE", *trace_ranks));
-  check_outputs_apart(f, {"json", "trace", "html"});
+  if (trace_ranks && !tracing) throw InputError(fmt::format("--trace-ranks {}: needs --trace FILE", *trace_ranks));
   f.finish();
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
   auto print_note = [&] { print_notes(ctx.err, "simulate", {in.seq_note, dropout_note(in.model, in.software), attention_kernel_note(in.cluster, in.software)}); };
@@ -142,6 +177,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   // The trace's ranks per stage; with --trace-ranks, the others are -1 (left out).
   std::vector<std::vector<int>> traced;
   if (trace_ranks) traced = select_ranks(*trace_ranks, s.gpus(), replica_stage_ranks(s));
+  if (tracing) check_trace_size(s, trace_ranks ? traced : replica_stage_ranks(s));
   const LayerGraph graph(in.model, s.seq_len);
   // Step costs computed once: the closed form and the simulator both read them.
   std::optional<StepCosts> costs;
@@ -150,8 +186,10 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   const std::string title = fmt::format("{} on {} x {} ({}), {} parameters", in.model.name, s.gpus(),
                                         in.cluster.gpu.name, in.cluster.name, format_count(graph.total_params()));
   if (!(analytic.time.step > 0)) {  // invalid plan: nothing to simulate
+    stage_not_simulated(files, analytic, in, title);
     print_note();
     print_prediction(ctx.out, analytic, title);
+    files.commit();
     return 3;
   }
   const Schedule schedule = schedule_for(s);
@@ -165,12 +203,13 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   prediction.cluster = in.cluster.name;
   prediction.engine = "des";
   // Every event only for the outputs that carry it: large.
-  prediction.simulation = simulation_doc(timeline, ranks, json_out || html_out);
+  prediction.simulation = simulation_doc(timeline, ranks, files.wants("json") || files.wants("html"));
   const auto doc = prediction_to_json(prediction);
   check_finite(doc);
-  const std::string html = html_out ? html_page(doc, title + " -- simulated step") : "";
-  std::ostringstream trace;
-  if (trace_path) write_chrome_trace(trace, timeline, trace_ranks ? traced : ranks, title);
+  if (files.wants("json")) files.stage_json("json", doc);
+  if (files.wants("html")) files.stage("html", html_page(doc, title + " -- simulated step"));
+  // Written to its file as it is formatted: a trace of many ranks is never held in memory.
+  if (tracing) files.stage("trace", [&](std::ostream& os) { write_chrome_trace(os, timeline, trace_ranks ? traced : ranks, title); });
 
   print_note();
   print_prediction(ctx.out, e, title + " -- simulated step (discrete-event)");
@@ -181,14 +220,12 @@ int cmd_simulate(const Args& args, const Context& ctx) {
                          100 * (timeline.step - analytic.time.step) / analytic.time.step);
   print_usage_table(ctx.out, timeline, ranks);
 
-  if (trace_path) {
-    write_file_atomically(*trace_path, trace.str(), fmt::format("--trace {}", *trace_path));
-    int shown = 0;
-    for (const auto& stage : trace_ranks ? traced : ranks) shown += static_cast<int>(std::count_if(stage.begin(), stage.end(), [](int r) { return r >= 0; }));
-    ctx.out << fmt::format("\ntrace: {} ({} rank{} x {} streams)\n", *trace_path, shown, shown == 1 ? "" : "s", kStreams);
+  if (tracing) {
+    const long long shown = shown_ranks(trace_ranks ? traced : ranks);
+    ctx.out << fmt::format("\ntrace: {} ({} rank{} x {} streams)\n", printable(files.path("trace")), shown,
+                           shown == 1 ? "" : "s", kStreams);
   }
-  if (json_out) json_out->write(doc);
-  if (html_out) html_out->write(html);
+  files.commit();
   return e.feasible ? 0 : 3;
 }
 

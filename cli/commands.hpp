@@ -52,8 +52,9 @@ void write_json_file(const std::string& flag, const std::string& path, const nlo
 
 class Flags;
 // Throws InputError when two of the given output flags name the same file, or an output names a
-// file that is also an input (--model, --cluster, --software, --plan, --data, --base or a
-// positional argument): writing it would destroy the input or one output. Call before any work.
+// file that another argument names (any flag's value or an item of it, or a positional: every
+// input is one of those): writing it would destroy the input or one output. Call before any work.
+// (The planner commands check all their files at once with CommandFiles, cli/output.hpp.)
 void check_outputs_apart(const Flags& f, const std::vector<std::string>& output_flags);
 
 // Opens `path` for --<flag> when given; nothing otherwise.

@@ -147,8 +147,8 @@ std::string Flags::require(const std::string& name) const {
 std::string Flags::get_text(const std::string& name, const std::string& fallback) const {
   const auto v = get(name);
   if (!v) return fallback;
-  for (unsigned char ch : *v) {
-    if (ch < 0x20 || ch == 0x7f) throw InputError(fmt::format("--{} {}: must not contain control characters", name, *v));
+  if (has_control_characters(*v)) {
+    throw InputError(fmt::format("--{} {}: must not contain control characters or bytes that are not UTF-8", name, *v));
   }
   return *v;
 }

@@ -50,6 +50,9 @@ class Flags {
   // that never does rejects any in finish().
   const std::vector<std::string>& positionals() const { return positionals_; }
   const std::vector<std::string>& take_positionals() const;
+  // Every flag given with a value, by name (without marking any read): the command's files are
+  // among these and the positionals (see CommandFiles).
+  const std::map<std::string, std::string>& given() const { return values_; }
   bool help() const { return help_; }
   const std::string& command() const { return command_; }
 

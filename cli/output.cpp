@@ -1,10 +1,14 @@
-// JSON output files of the CLI commands (see commands.hpp).
+// Output files of the CLI commands, and the files of a command checked together (see commands.hpp
+// and output.hpp).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iomanip>
 
 #include "cli/commands.hpp"
+#include "cli/output.hpp"
 #include "cli/flags.hpp"
 #include "sim/check.hpp"
 #include "reports/html_report.hpp"
@@ -17,7 +21,7 @@ JsonOutput::JsonOutput(const std::string& flag, const std::string& path) : flag_
 }
 
 void JsonOutput::write(const nlohmann::json& j) const {
-  write_file_atomically(path_, j.dump(2) + "\n", fmt::format("--{} {}", flag_, path_));
+  write_file_atomically(path_, json_file_text(j), fmt::format("--{} {}", flag_, path_));
 }
 
 void write_json_file(const std::string& flag, const std::string& path, const nlohmann::json& j) {
@@ -26,6 +30,8 @@ void write_json_file(const std::string& flag, const std::string& path, const nlo
 
 namespace {
 
+namespace fs = std::filesystem;
+
 // Same file: equal text, the same place once resolved (the file need not exist yet), or the
 // same inode (hard links, ./x vs x).
 bool same_file(const std::string& a, const std::string& b) {
@@ -33,10 +39,100 @@ bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec1, ec2, ec3;
   // absolute() first: weakly_canonical leaves a relative path whose file does not exist yet
   // relative ("x.json"), but resolves "./x.json" through the existing "." (an absolute path).
-  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a, ec1), ec1),
-             cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b, ec2), ec2);
+  const auto ca = fs::weakly_canonical(fs::absolute(a, ec1), ec1), cb = fs::weakly_canonical(fs::absolute(b, ec2), ec2);
   if (!ec1 && !ec2 && ca == cb) return true;
-  return std::filesystem::equivalent(a, b, ec3) && !ec3;
+  return fs::equivalent(a, b, ec3) && !ec3;
+}
+
+struct Named {
+  std::string label;  // how a message names it: "--clusters" or "a positional argument"
+  std::string path;
+};
+
+bool is_regular_file(const std::string& path) {
+  std::error_code ec;
+  return !path.empty() && fs::is_regular_file(path, ec);
+}
+
+// The existing files the arguments name, other than the outputs: each flag's value, each item of
+// a comma-separated value (--clusters a.json,b.json) and each positional. Every input of every
+// command is among them, whichever flag names it; a value that names no file (a number, a
+// built-in name) is not.
+std::vector<Named> named_files(const Flags& f, const std::vector<std::string>& output_flags) {
+  std::vector<Named> out;
+  auto add = [&](const std::string& label, const std::string& value) {
+    if (is_regular_file(value)) out.push_back({label, value});
+    if (value.find(',') == std::string::npos) return;
+    for (std::size_t from = 0; from <= value.size();) {
+      const std::size_t comma = std::min(value.find(',', from), value.size());
+      if (const std::string item = value.substr(from, comma - from); is_regular_file(item)) out.push_back({label, item});
+      from = comma + 1;
+    }
+  };
+  for (const auto& [name, value] : f.given()) {
+    if (std::find(output_flags.begin(), output_flags.end(), name) == output_flags.end()) add("--" + name, value);
+  }
+  for (const std::string& p : f.positionals()) add("a positional argument", p);
+  return out;
+}
+
+// Outputs (flag, path) apart from each other and from every named input file.
+void check_apart(const std::vector<std::pair<std::string, std::string>>& outputs, const std::vector<Named>& inputs) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (same_file(outputs[i].second, outputs[j].second)) {
+        throw InputError(fmt::format("--{} {}: the same file as --{}; give them different names", outputs[i].first,
+                                     outputs[i].second, outputs[j].first));
+      }
+    }
+    for (const Named& in : inputs) {
+      if (same_file(outputs[i].second, in.path)) {
+        throw InputError(fmt::format("--{} {}: is also an input file ({} {}); write it elsewhere", outputs[i].first,
+                                     outputs[i].second, in.label, in.path));
+      }
+    }
+  }
+}
+
+// An output in data_dir/models/ (or another of kDataFolders, or below one) would add to or replace
+// the built-in data every later run reads.
+void check_outside_data(const std::string& flag, const std::string& path, const fs::path& data_dir) {
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(fs::absolute(fs::path(path), ec).parent_path(), ec);
+  if (ec) return;
+  for (const char* sub : kDataFolders) {
+    std::error_code ec2;
+    const fs::path data = fs::weakly_canonical(fs::absolute(data_dir / sub, ec2), ec2);
+    if (ec2) continue;
+    const auto rel = folder.lexically_relative(data);
+    if (!rel.empty() && *rel.begin() != "..") {
+      throw InputError(fmt::format("--{} {}: is in the built-in data folder {}, which every run reads; write it "
+                                   "elsewhere",
+                                   flag, path, (data_dir / sub).string()));
+    }
+  }
+}
+
+// At most kMaxInputFiles named files of kMaxInputBytesTotal together (each mention counts: a file
+// named twice is read twice).
+void check_input_budget(const std::vector<Named>& inputs) {
+  std::uintmax_t total = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (i == kMaxInputFiles) {
+      throw InputError(fmt::format("{} {}: more than {} input files (the most one command reads; memory)",
+                                   inputs[i].label, inputs[i].path, kMaxInputFiles));
+    }
+    std::error_code ec;
+    const std::uintmax_t size = fs::file_size(inputs[i].path, ec);
+    if (ec) continue;
+    total += size;
+    if (total > kMaxInputBytesTotal) {
+      throw InputError(fmt::format("{} {}: brings the input files to {} MiB, more than the {} MiB one command reads "
+                                   "(memory; each file may have 64 MiB)",
+                                   inputs[i].label, inputs[i].path, (total + (1 << 20) - 1) >> 20,
+                                   kMaxInputBytesTotal >> 20));
+    }
+  }
 }
 
 }  // namespace
@@ -45,28 +141,38 @@ void check_outputs_apart(const Flags& f, const std::vector<std::string>& output_
   std::vector<std::pair<std::string, std::string>> outputs;  // (flag, path)
   for (const auto& flag : output_flags)
     if (auto v = f.peek(flag)) outputs.emplace_back(flag, *v);
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    for (std::size_t j = 0; j < i; ++j) {
-      if (same_file(outputs[i].second, outputs[j].second)) {
-        throw InputError(fmt::format("--{} {}: the same file as --{}; give them different names", outputs[i].first,
-                                     outputs[i].second, outputs[j].first));
-      }
-    }
-  }
-  std::vector<std::pair<std::string, std::string>> inputs;  // only existing files can be destroyed
-  for (const char* flag : {"model", "cluster", "software", "plan", "data", "base"})
-    if (auto v = f.peek(flag)) inputs.emplace_back(std::string("--") + flag, *v);
-  for (const auto& p : f.positionals()) inputs.emplace_back("an input", p);
-  for (const auto& [oflag, out] : outputs) {
-    for (const auto& [iflag, in] : inputs) {
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(in, ec) && same_file(out, in)) {
-        throw InputError(fmt::format("--{} {}: is also {} file; write it elsewhere", oflag, out,
-                                     iflag == "an input" ? iflag : "the " + iflag));
-      }
-    }
-  }
+  check_apart(outputs, named_files(f, output_flags));
 }
+
+CommandFiles::CommandFiles(const Flags& f, const Context& ctx, const std::vector<std::string>& outputs) {
+  std::vector<std::pair<std::string, std::string>> given;  // (flag, path)
+  for (const std::string& flag : outputs) {
+    if (auto v = f.get(flag)) {
+      check_output_path(*v, fmt::format("--{} {}", flag, *v));
+      check_outside_data(flag, *v, ctx.data_dir);
+      given.emplace_back(flag, *v);
+      paths_[flag] = *v;
+    }
+  }
+  const std::vector<Named> inputs = named_files(f, outputs);
+  check_apart(given, inputs);
+  check_input_budget(inputs);
+}
+
+void CommandFiles::stage(const std::string& flag, std::string_view content) {
+  set_.stage(path(flag), content, fmt::format("--{} {}", flag, path(flag)));
+}
+
+void CommandFiles::stage_json(const std::string& flag, const nlohmann::json& doc) {
+  // Streamed as json_file_text() formats it (indent 2), without a copy of a large document's text.
+  stage(flag, [&](std::ostream& os) { os << std::setw(2) << doc << '\n'; });
+}
+
+void CommandFiles::stage(const std::string& flag, const std::function<void(std::ostream&)>& write) {
+  set_.stage(path(flag), fmt::format("--{} {}", flag, path(flag)), write);
+}
+
+std::string json_file_text(const nlohmann::json& doc) { return doc.dump(2) + "\n"; }
 
 std::optional<JsonOutput> open_json_output(const std::string& flag, const std::optional<std::string>& path) {
   if (!path) return std::nullopt;

@@ -69,7 +69,7 @@ std::string attention_kernel_note(const Cluster& cluster, const Software& softwa
 
 void print_notes(std::ostream& err, const char* command, std::initializer_list<std::string> notes) {
   for (const std::string& note : notes)
-    if (!note.empty()) err << "trainplan " << command << ": note: " << note << "\n";
+    if (!note.empty()) err << "trainplan " << command << ": note: " << printable(note) << "\n";
 }
 
 namespace {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "exec/grad_sync.hpp"
+
 namespace trainplan::exec {
 
 // One compressed gradient matrix: where it lies in the flat gradient and its PowerSGD state.
@@ -122,6 +124,55 @@ void GradCompressor::reduce(int chunk, Comm& dp) {
     g.narrow(0, m.offset, m.rows * m.cols).view({m.rows, m.cols}).copy_(approx);
     m.q.copy_(qs[i]);                                  // warm start for the next step
   }
+}
+
+namespace {
+
+// ZeRO 0 with --grad-compression over several replicas: every replica holds and steps the whole
+// chunk, as replicated_all_reduce, but the chunk's gradient is summed through a GradCompressor,
+// synchronously once its gradients are complete (each compressed sum needs the one before it, so
+// nothing overlaps the backward).
+class CompressedAllReduce final : public GradSync {
+ public:
+  CompressedAllReduce(Comm& dp, Comm& tp, PhaseClock& clock, bool sequence_parallel, const GradCompression& kind,
+                      long long seed)
+      : dp_(dp), tp_(tp), clock_(clock), sp_(sequence_parallel), compressor_(kind, seed) {}
+
+  Shard add_chunk(ModelChunk& model, bool) override {
+    // PowerSGD compresses per matrix of the unfused model (wq, wk, wv apart, as predict counts them).
+    compressor_.add_chunk(model.flat_grad(), model.tensors());
+    models_.push_back(&model);
+    Shard s;
+    s.master = model.flat();
+    s.grad = model.flat_grad();
+    return s;
+  }
+  void begin_step() override {
+    for (ModelChunk* m : models_) m->flat_grad().zero_();
+  }
+  void reduce(int chunk) override {
+    if (sp_) sum_over_tp(models_[chunk]->tp_partial_grads(), tp_);
+    PhaseScope sc(clock_, Ph::dp_comm);
+    const auto t0 = SyncClock::now();
+    compressor_.reduce(chunk, dp_);
+    clock_.dp_in_flight += seconds_since(t0);
+  }
+  void finish(bool) override {}
+
+ private:
+  Comm& dp_;
+  Comm& tp_;
+  PhaseClock& clock_;
+  bool sp_;
+  GradCompressor compressor_;
+  std::vector<ModelChunk*> models_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradSync> compressed_all_reduce(Comm& dp, Comm& tp, PhaseClock& clock, bool sequence_parallel,
+                                                const GradCompression& kind, long long seed) {
+  return std::make_unique<CompressedAllReduce>(dp, tp, clock, sequence_parallel, kind, seed);
 }
 
 }  // namespace trainplan::exec

@@ -1,5 +1,6 @@
-// Gradient compression in the data-parallel reduction (issue 11): what `--grad-compression`
-// asks the executor to put on the wire instead of the fp32 gradients.
+// Gradient compression in the ZeRO-0 data-parallel all-reduce: what `--grad-compression` asks the
+// executor to put on the wire instead of the fp32 gradients (the scheme compressed_all_reduce of
+// grad_sync.hpp runs it; the planner costs the same bytes, sim/compression.hpp).
 //   bf16       the gradient is cast to bfloat16, all-reduced (summed) in bfloat16 and cast back:
 //              half the bytes, rounding error ~2^-9 relative per element and sum.
 //   powersgd:r rank-r PowerSGD with error feedback (Vogels, Karimireddy & Jaggi, NeurIPS 2019,

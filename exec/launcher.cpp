@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -79,6 +80,226 @@ std::string describe_exit(int status) {
   return fmt::format("exited with status {}", WEXITSTATUS(status));
 }
 
+using Clock = std::chrono::steady_clock;
+
+// The launcher serves the TCPStore itself: with port 0 the kernel picks a free port, so two jobs
+// on one machine never collide; an explicit busy MASTER_PORT is reported.
+c10::intrusive_ptr<c10d::TCPStore> serve_store(int port) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(port);
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.numWorkers = std::nullopt;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    throw InputError(fmt::format("MASTER_PORT {}: cannot listen on it ({}); choose a free port or unset MASTER_PORT",
+                                 port, what));
+  }
+}
+
+// Forks `nproc` ranks running `argv` (this program, /proc/self/exe), each with its rank's
+// environment and the status pipe's write end; returns pid -> rank. The children's environments
+// and argv are built before the first fork (nothing allocates after it), and each child dies with
+// the launcher (PR_SET_PDEATHSIG).
+std::map<pid_t, int> spawn_ranks(int nproc, const std::vector<std::string>& argv, int port, int status_fd,
+                                 int status_read_fd) {
+  std::vector<std::vector<std::string>> envs(nproc);
+  for (int r = 0; r < nproc; ++r) {
+    for (char** e = environ; *e; ++e)
+      if (!overridden(*e)) envs[r].push_back(*e);
+    envs[r].push_back(fmt::format("RANK={}", r));
+    envs[r].push_back(fmt::format("LOCAL_RANK={}", r));
+    envs[r].push_back(fmt::format("WORLD_SIZE={}", nproc));
+    envs[r].push_back(fmt::format("LOCAL_WORLD_SIZE={}", nproc));
+    envs[r].push_back("MASTER_ADDR=127.0.0.1");
+    envs[r].push_back(fmt::format("MASTER_PORT={}", port));
+    envs[r].push_back("TRAINPLAN_EXEC_SPAWNED=1");
+    envs[r].push_back(fmt::format("TRAINPLAN_STATUS_FD={}", status_fd));
+  }
+  std::vector<std::vector<char*>> envp(nproc);
+  for (int r = 0; r < nproc; ++r) {
+    for (auto& s : envs[r]) envp[r].push_back(s.data());
+    envp[r].push_back(nullptr);
+  }
+  std::vector<std::string> args = argv;
+  std::vector<char*> cargv;
+  for (auto& a : args) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  const pid_t parent = getpid();
+  std::map<pid_t, int> alive;  // pid -> rank
+  for (int r = 0; r < nproc; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (auto& [p, rr] : alive) kill(p, SIGKILL);
+      throw std::runtime_error("fork() failed");
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
+      if (getppid() != parent) _exit(1);
+      close(status_read_fd);
+      execve("/proc/self/exe", cargv.data(), envp[r].data());
+      _exit(127);
+    }
+    alive[pid] = r;
+  }
+  return alive;
+}
+
+// The launcher's view of its running ranks: what each last reported on the status pipe, its last
+// resident set, and once one has failed, the cause and when to stop the others.
+class RankWatch {
+ public:
+  RankWatch(int nproc, int fd) : nproc_(nproc), fd_(fd), last_step_(nproc, -1), last_phase_(nproc, "starting"),
+                                 last_rss_(nproc, -1) {}
+  void drain();                                 // reads every complete line waiting on the pipe
+  void sample_rss(const std::map<pid_t, int>& alive);
+  void exited(const std::vector<std::pair<int, int>>& exited, const std::map<pid_t, int>& alive);
+  void escalate(const std::map<pid_t, int>& alive);  // SIGTERM, then SIGKILL, to ranks still running
+  bool failed() const { return failed_; }
+  RunFailure cause() const;                     // after a failure: the job's one cause
+
+ private:
+  void take_line(const std::vector<std::string>& f);
+  int nproc_, fd_;
+  std::vector<int> last_step_;
+  std::vector<std::string> last_phase_;
+  std::vector<double> last_rss_;
+  std::vector<RunFailure> reported_;  // failures the ranks reported, in the order they arrived
+  std::optional<RunFailure> cause_;   // a rank killed by a signal or not responding
+  std::string partial_;
+  bool failed_ = false;
+  Clock::time_point term_at_ = Clock::time_point::max(), kill_at_ = Clock::time_point::max();
+};
+
+void RankWatch::take_line(const std::vector<std::string>& f) {
+  if (f.size() == 4 && f[0] == "P") {
+    const int rank = std::stoi(f[1]);
+    if (rank < 0 || rank >= nproc_) return;
+    last_step_[rank] = std::stoi(f[2]);
+    last_phase_[rank] = f[3];
+  } else if (f.size() == 9 && f[0] == "F") {
+    RunFailure r;
+    r.rank = std::stoi(f[1]);
+    r.step = std::stoi(f[2]);
+    r.allocated = std::stod(f[3]);
+    r.reserved = std::stod(f[4]);
+    r.capacity = std::stod(f[5]);
+    r.rss = std::stod(f[6]);
+    r.phase = f[7];
+    r.error = f[8];
+    reported_.push_back(r);
+  }
+}
+
+void RankWatch::drain() {
+  char buf[4096];
+  for (;;) {
+    pollfd pfd{fd_, POLLIN, 0};
+    if (poll(&pfd, 1, 0) <= 0 || !(pfd.revents & POLLIN)) return;
+    const ssize_t n = read(fd_, buf, sizeof buf);
+    if (n <= 0) return;
+    partial_.append(buf, static_cast<size_t>(n));
+    size_t pos;
+    while ((pos = partial_.find('\n')) != std::string::npos) {
+      const std::vector<std::string> f = split_tabs(partial_.substr(0, pos));
+      partial_.erase(0, pos + 1);
+      try {
+        take_line(f);
+      } catch (const std::exception&) {  // a malformed line is ignored, as an unknown one is
+      }
+    }
+  }
+}
+
+void RankWatch::sample_rss(const std::map<pid_t, int>& alive) {
+  for (auto& [p, r] : alive) {
+    const double rss = rss_of(p);
+    if (rss > 0) last_rss_[r] = rss;  // an exited rank not yet reaped (a zombie) reads 0
+  }
+}
+
+// `exited`: (status, rank) of the ranks reaped now, killed ones first. The first failure decides:
+// a rank that died by a signal is the cause and the rest are stopped now; a rank that exited with
+// an error usually gave up on a peer (timeout, lost connection), so the other ranks get a few
+// seconds to fail the same way, and whoever is still running then is named as not responding.
+void RankWatch::exited(const std::vector<std::pair<int, int>>& exited, const std::map<pid_t, int>& alive) {
+  for (const auto& [status, rank] : exited) {
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok || failed_) continue;
+    failed_ = true;
+    if (WIFSIGNALED(status)) {
+      RunFailure k;
+      k.rank = rank;
+      k.step = last_step_[rank];
+      k.phase = last_phase_[rank];
+      k.error = fmt::format("rank {} {}", rank, describe_exit(status));
+      k.rss = last_rss_[rank];
+      cause_ = k;
+      for (auto& [p, r] : alive) kill(p, SIGTERM);
+      kill_at_ = Clock::now() + std::chrono::seconds(5);
+    } else {
+      term_at_ = Clock::now() + std::chrono::seconds(3);
+    }
+  }
+}
+
+void RankWatch::escalate(const std::map<pid_t, int>& alive) {
+  if (!failed_ || alive.empty()) return;
+  if (Clock::now() >= term_at_) {
+    for (auto& [p, r] : alive) {
+      const std::string msg = fmt::format("rank {} is not responding (last seen {})", r,
+                                          last_step_[r] < 0 ? "before its first step" : fmt::format("in step {}", last_step_[r]));
+      if (!cause_) {
+        RunFailure h;
+        h.rank = r;
+        h.step = last_step_[r];
+        h.phase = last_phase_[r];
+        h.error = msg + "; stopped by the launcher";
+        h.rss = last_rss_[r];
+        cause_ = h;
+      }
+      kill(p, SIGTERM);
+    }
+    term_at_ = Clock::time_point::max();
+    kill_at_ = Clock::now() + std::chrono::seconds(5);
+  }
+  if (Clock::now() >= kill_at_) {
+    for (auto& [p, r] : alive) kill(p, SIGKILL);
+    kill_at_ = Clock::time_point::max();
+  }
+}
+
+// The rank killed by a signal, else the first failure a rank reported, else the rank that stopped
+// responding.
+RunFailure RankWatch::cause() const {
+  if (cause_) return *cause_;
+  if (!reported_.empty()) return reported_.front();
+  RunFailure unknown;
+  unknown.error = "a rank exited with an error before reporting it";
+  return unknown;
+}
+
+// Reaps every rank that has exited: (status, rank), ranks killed by a signal first (they are the
+// cause; the others merely saw them go).
+std::vector<std::pair<int, int>> reap(std::map<pid_t, int>& alive) {
+  std::vector<std::pair<int, int>> exited;
+  for (;;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    auto it = alive.find(pid);
+    if (it == alive.end()) continue;
+    exited.emplace_back(status, it->second);
+    alive.erase(it);
+  }
+  std::stable_sort(exited.begin(), exited.end(),
+                   [](const auto& a, const auto& b) { return WIFSIGNALED(a.first) > WIFSIGNALED(b.first); });
+  return exited;
+}
+
 }  // namespace
 
 void report_rank_progress(int status_fd, int rank, int step, const std::string& phase) {
@@ -92,202 +313,38 @@ void report_rank_failure(int status_fd, const RunFailure& f) {
 
 int launch_local(int nproc, const std::vector<std::string>& argv, int port, std::ostream& err,
                  const std::function<void(const RunFailure&)>& on_failure) {
-  // The launcher serves the TCPStore itself: with port 0 the kernel picks a free port, so two
-  // jobs on one machine never collide; an explicit busy MASTER_PORT is reported.
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<uint16_t>(port);
-  so.isServer = true;
-  so.waitWorkers = false;
-  so.numWorkers = std::nullopt;
-  c10::intrusive_ptr<c10d::TCPStore> store;
-  try {
-    store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
-    throw InputError(fmt::format("MASTER_PORT {}: cannot listen on it ({}); choose a free port or unset MASTER_PORT",
-                                 port, what));
-  }
-  const int actual_port = store->getPort();
-
+  const c10::intrusive_ptr<c10d::TCPStore> store = serve_store(port);
   int fds[2];
   if (pipe(fds) != 0) throw std::runtime_error("pipe() failed");
   fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-
-  // Environment and argv of the children, built before fork (nothing allocates after it).
-  std::vector<std::vector<std::string>> envs(nproc);
-  for (int r = 0; r < nproc; ++r) {
-    for (char** e = environ; *e; ++e)
-      if (!overridden(*e)) envs[r].push_back(*e);
-    envs[r].push_back(fmt::format("RANK={}", r));
-    envs[r].push_back(fmt::format("LOCAL_RANK={}", r));
-    envs[r].push_back(fmt::format("WORLD_SIZE={}", nproc));
-    envs[r].push_back(fmt::format("LOCAL_WORLD_SIZE={}", nproc));
-    envs[r].push_back("MASTER_ADDR=127.0.0.1");
-    envs[r].push_back(fmt::format("MASTER_PORT={}", actual_port));
-    envs[r].push_back("TRAINPLAN_EXEC_SPAWNED=1");
-    envs[r].push_back(fmt::format("TRAINPLAN_STATUS_FD={}", fds[1]));
-  }
-  std::vector<std::vector<char*>> envp(nproc);
-  for (int r = 0; r < nproc; ++r) {
-    for (auto& s : envs[r]) envp[r].push_back(s.data());
-    envp[r].push_back(nullptr);
-  }
-  std::vector<std::string> args = argv;
-  std::vector<char*> cargv;
-  for (auto& a : args) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-
-  const pid_t parent = getpid();
-  std::map<pid_t, int> alive;  // pid -> rank
-  for (int r = 0; r < nproc; ++r) {
-    const pid_t pid = fork();
-    if (pid < 0) {
-      for (auto& [p, rr] : alive) kill(p, SIGKILL);
-      throw std::runtime_error("fork() failed");
-    }
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
-      if (getppid() != parent) _exit(1);
-      close(fds[0]);
-      execve("/proc/self/exe", cargv.data(), envp[r].data());
-      _exit(127);
-    }
-    alive[pid] = r;
-  }
+  std::map<pid_t, int> alive = spawn_ranks(nproc, argv, store->getPort(), fds[1], fds[0]);
   close(fds[1]);
-
-  std::vector<int> last_step(nproc, -1);
-  std::vector<std::string> last_phase(nproc, "starting");
-  std::vector<double> last_rss(nproc, -1);
-  std::vector<RunFailure> reported;  // failures the ranks reported, in the order they arrived
-  std::optional<RunFailure> cause;   // a rank killed by a signal or not responding
-  std::string partial;
-  bool failed = false;
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point term_at = Clock::time_point::max(), kill_at = Clock::time_point::max();
-  auto drain = [&] {
-    char buf[4096];
-    for (;;) {
-      pollfd pfd{fds[0], POLLIN, 0};
-      if (poll(&pfd, 1, 0) <= 0 || !(pfd.revents & POLLIN)) return;
-      const ssize_t n = read(fds[0], buf, sizeof buf);
-      if (n <= 0) return;
-      partial.append(buf, static_cast<size_t>(n));
-      size_t pos;
-      while ((pos = partial.find('\n')) != std::string::npos) {
-        const std::vector<std::string> f = split_tabs(partial.substr(0, pos));
-        partial.erase(0, pos + 1);
-        try {
-          if (f.size() == 4 && f[0] == "P") {
-            const int rank = std::stoi(f[1]);
-            if (rank < 0 || rank >= nproc) continue;
-            last_step[rank] = std::stoi(f[2]);
-            last_phase[rank] = f[3];
-          } else if (f.size() == 9 && f[0] == "F") {
-            RunFailure r;
-            r.rank = std::stoi(f[1]);
-            r.step = std::stoi(f[2]);
-            r.allocated = std::stod(f[3]);
-            r.reserved = std::stod(f[4]);
-            r.capacity = std::stod(f[5]);
-            r.rss = std::stod(f[6]);
-            r.phase = f[7];
-            r.error = f[8];
-            reported.push_back(r);
-          }
-        } catch (const std::exception&) {  // a malformed line is ignored, as an unknown one is
-        }
-      }
-    }
-  };
+  RankWatch watch(nproc, fds[0]);
   while (!alive.empty()) {
     pollfd pfd{fds[0], POLLIN, 0};
     poll(&pfd, 1, 100);
-    drain();
-    for (auto& [p, r] : alive) {
-      const double rss = rss_of(p);
-      if (rss > 0) last_rss[r] = rss;  // an exited rank not yet reaped (a zombie) reads 0
-    }
-    // Reap everything that has exited; report a killed rank before ranks that merely saw it go.
-    std::vector<std::pair<int, int>> exited;  // (status, rank)
-    for (;;) {
-      int status = 0;
-      const pid_t pid = waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) break;
-      auto it = alive.find(pid);
-      if (it == alive.end()) continue;
-      exited.emplace_back(status, it->second);
-      alive.erase(it);
-    }
-    drain();  // a rank writes its failure before it exits
-    std::stable_sort(exited.begin(), exited.end(),
-                     [](const auto& a, const auto& b) { return WIFSIGNALED(a.first) > WIFSIGNALED(b.first); });
-    for (const auto& [status, rank] : exited) {
-      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (ok || failed) continue;
-      failed = true;
-      // A rank that died by a signal is the cause: stop the rest now. A rank that exited with an
-      // error usually gave up on a peer (timeout, lost connection): the other ranks get a few
-      // seconds to fail the same way, and whoever is still running then is named as not responding.
-      if (WIFSIGNALED(status)) {
-        RunFailure k;
-        k.rank = rank;
-        k.step = last_step[rank];
-        k.phase = last_phase[rank];
-        k.error = fmt::format("rank {} {}", rank, describe_exit(status));
-        k.rss = last_rss[rank];
-        cause = k;
-        for (auto& [p, r] : alive) kill(p, SIGTERM);
-        kill_at = Clock::now() + std::chrono::seconds(5);
-      } else {
-        term_at = Clock::now() + std::chrono::seconds(3);
-      }
-    }
-    if (failed && !alive.empty() && Clock::now() >= term_at) {
-      for (auto& [p, r] : alive) {
-        const std::string msg = fmt::format("rank {} is not responding (last seen {})", r,
-                                            last_step[r] < 0 ? "before its first step" : fmt::format("in step {}", last_step[r]));
-        if (!cause) {
-          RunFailure h;
-          h.rank = r;
-          h.step = last_step[r];
-          h.phase = last_phase[r];
-          h.error = msg + "; stopped by the launcher";
-          h.rss = last_rss[r];
-          cause = h;
-        }
-        kill(p, SIGTERM);
-      }
-      term_at = Clock::time_point::max();
-      kill_at = Clock::now() + std::chrono::seconds(5);
-    }
-    if (failed && !alive.empty() && Clock::now() >= kill_at) {
-      for (auto& [p, r] : alive) kill(p, SIGKILL);
-      kill_at = Clock::time_point::max();
-    }
+    watch.drain();
+    watch.sample_rss(alive);
+    const auto exited = reap(alive);
+    watch.drain();  // a rank writes its failure before it exits
+    watch.exited(exited, alive);
+    watch.escalate(alive);
   }
-  drain();
+  watch.drain();
   close(fds[0]);
-  // One line for the whole job: the cause (the rank killed by a signal, else the first failure a
-  // rank reported, else the rank that stopped responding), not one line per rank that saw it.
-  if (failed) {
-    if (!cause && !reported.empty()) cause = reported.front();
-    if (!cause) {
-      cause = RunFailure{};
-      cause->error = "a rank exited with an error before reporting it";
-    }
-    const std::string where = cause->step < 0 ? fmt::format("while {}", cause->phase.empty() ? "starting" : cause->phase)
-                                              : fmt::format("in step {}", cause->step);
-    // Launcher-made causes already start with "rank N ..."; a rank's own error is its message.
-    const std::string line = cause->error.rfind("rank ", 0) == 0
-                                 ? fmt::format("{} ({}); the job was stopped", cause->error, where)
-                                 : fmt::format("rank {} failed {}: {}; the job was stopped", cause->rank, where, cause->error);
-    err << "trainplan exec: " << line << "\n";
-    err.flush();
-    if (on_failure) on_failure(*cause);
-  }
-  return failed ? 1 : 0;
+  if (!watch.failed()) return 0;
+  // One line for the whole job: the cause, not one line per rank that saw it.
+  const RunFailure cause = watch.cause();
+  const std::string where = cause.step < 0 ? fmt::format("while {}", cause.phase.empty() ? "starting" : cause.phase)
+                                           : fmt::format("in step {}", cause.step);
+  // Launcher-made causes already start with "rank N ..."; a rank's own error is its message.
+  const std::string line = cause.error.rfind("rank ", 0) == 0
+                               ? fmt::format("{} ({}); the job was stopped", cause.error, where)
+                               : fmt::format("rank {} failed {}: {}; the job was stopped", cause.rank, where, cause.error);
+  err << "trainplan exec: " << line << "\n";
+  err.flush();
+  if (on_failure) on_failure(cause);
+  return 1;
 }
 
 }  // namespace trainplan::exec

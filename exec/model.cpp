@@ -20,6 +20,10 @@ struct ModelChunk::Layer {
 
 namespace {
 
+// Standard deviation of the normal initialisation of weight matrices and embeddings: GPT-2's
+// (Radford et al. 2019, as in its released code and Megatron's --init-method-std default).
+constexpr double kInitStd = 0.02;
+
 // FNV-1a of the parameter name mixed with the seed: each parameter's own random stream, the same
 // whatever the layout.
 uint64_t param_seed(long long seed, const std::string& name) {
@@ -66,14 +70,11 @@ int64_t local_seq_len(const ModelSettings& s) {
 ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm& tp, Comm& cp, PhaseClock& clock)
     : s_(s), place_(place), tp_(tp), cp_(cp), clock_(clock) {
   const ModelSpec& m = s_.spec;
-  const bool gpt = m.activation == Activation::gelu;
   const bool layernorm = m.norm == Norm::layernorm;
-  const bool biases = gpt;  // GPT-2 linears have biases, Llama's do not
   head_dim_ = m.head_dim();
   heads_local_ = m.heads / s_.tp;
   kv_local_ = m.kv_heads / s_.tp;
-  const int64_t h = m.hidden, f = m.ffn_hidden, q_out = m.q_width(), kv_out = m.kv_width();
-  const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * m.layers);
+  const int64_t h = m.hidden;
   const int64_t vocab_rows = padded_vocab(m.vocab, s_.tp);
   positions_ = zigzag_positions(s_.seq_len, s_.cp, s_.cp_rank).to(s_.device);
 
@@ -81,39 +82,13 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
     // The embedding's backward reads only the token indices, never the weights' values.
     begin_unit(false);
     embed_unit_ = 0;
-    wte_ = declare("embed.wte", {vocab_rows, h}, 0, std_in, 0, m.vocab);
-    if (m.position == Position::learned) wpe_ = declare("embed.wpe", {s_.seq_len, h}, -1, std_in);
+    wte_ = declare("embed.wte", {vocab_rows, h}, 0, kInitStd, 0, m.vocab);
+    if (m.position == Position::learned) wpe_ = declare("embed.wpe", {s_.seq_len, h}, -1, kInitStd);
   }
   for (int i = 0; i < place_.layers; ++i) {
-    auto l = std::make_unique<Layer>();
-    const std::string p = fmt::format("layers.{}.", place_.first_layer + i);
     begin_unit(true);
     if (i == 0) first_layer_unit_ = static_cast<int>(units_.size()) - 1;
-    l->ln1_w = declare(p + "norm1.w", {h}, -1, 0, 1);
-    if (layernorm) l->ln1_b = declare(p + "norm1.b", {h}, -1, 0, 0);
-    l->wqkv = declare_fused(p + "attn.wqkv", {{p + "attn.wq", q_out}, {p + "attn.wk", kv_out}, {p + "attn.wv", kv_out}},
-                            h, std_in);
-    if (biases) {
-      l->bq = declare(p + "attn.bq", {q_out}, 0, 0, 0);
-      // No key bias: softmax is invariant to it, so its exact gradient is zero and it would only
-      // be driven by rounding noise (which Adam normalises into full-size updates).
-      l->bv = declare(p + "attn.bv", {kv_out}, 0, 0, 0);
-    }
-    l->wo = declare(p + "attn.wo", {h, q_out}, 1, std_out);
-    if (biases) l->bo = declare(p + "attn.bo", {h}, -1, 0, 0);
-    l->ln2_w = declare(p + "norm2.w", {h}, -1, 0, 1);
-    if (layernorm) l->ln2_b = declare(p + "norm2.b", {h}, -1, 0, 0);
-    if (gpt)
-      l->w1 = declare(p + "mlp.w1", {f, h}, 0, std_in);
-    else  // SwiGLU's gate and up projections: one GEMM
-      l->wgu = declare_fused(p + "mlp.wgu", {{p + "mlp.wg", f}, {p + "mlp.w1", f}}, h, std_in);
-    if (biases) l->b1 = declare(p + "mlp.b1", {f}, 0, 0, 0);
-    l->w2 = declare(p + "mlp.w2", {h, f}, 1, std_out);
-    if (biases) l->b2 = declare(p + "mlp.b2", {h}, -1, 0, 0);
-    const Layer* lp = l.get();
-    l->whole = [this, lp](const std::vector<at::Tensor>& in) { return layer_forward(*lp, in[0]); };
-    l->attention = [this, lp](const std::vector<at::Tensor>& in) { return attention_core(*lp, in[0], in[1], in[2]); };
-    layers_.push_back(std::move(l));
+    layers_.push_back(declare_layer(place_.first_layer + i));
   }
   if (place_.has_head) {
     begin_unit(true);
@@ -123,21 +98,60 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
     // A tied head is a copy of the word embedding (same name, same initial values); when it sits
     // on another rank than the embedding, the two copies' gradients are summed every step.
     if (m.tied_embeddings)
-      head_ = place_.has_embedding ? wte_ : declare("embed.wte", {vocab_rows, h}, 0, std_in, 0, m.vocab);
+      head_ = place_.has_embedding ? wte_ : declare("embed.wte", {vocab_rows, h}, 0, kInitStd, 0, m.vocab);
     else
-      head_ = declare("head.lm", {vocab_rows, h}, 0, std_in, 0, m.vocab);
+      head_ = declare("head.lm", {vocab_rows, h}, 0, kInitStd, 0, m.vocab);
   }
   materialize();
+  if (m.position == Position::rope) make_rope_tables();
+}
 
-  if (m.position == Position::rope) {
-    // RoPE (Su et al. 2021), rotate-half form, base 10000, at this rank's sequence positions.
-    auto inv = at::pow(10000.0, -at::arange(0, head_dim_, 2, at::kDouble) / head_dim_);
-    auto freqs = at::outer(positions_.cpu().to(at::kDouble), inv);
-    auto emb = at::cat({freqs, freqs}, -1).to(at::kFloat).to(s_.device);
-    const int64_t L = positions_.size(0);
-    rope_cos_ = emb.cos().view({L, 1, 1, head_dim_});
-    rope_sin_ = emb.sin().view({L, 1, 1, head_dim_});
+// One transformer layer's parameters (pass 1), in the unit begun for it.
+std::unique_ptr<ModelChunk::Layer> ModelChunk::declare_layer(int layer) {
+  const ModelSpec& m = s_.spec;
+  const bool gpt = m.activation == Activation::gelu;
+  const bool layernorm = m.norm == Norm::layernorm;
+  const bool biases = gpt;  // GPT-2 linears have biases, Llama's do not
+  const int64_t h = m.hidden, f = m.ffn_hidden, q_out = m.q_width(), kv_out = m.kv_width();
+  // Output projections scaled down by sqrt(2 * layers), GPT-2's residual-path initialisation.
+  const double std_in = kInitStd, std_out = kInitStd / std::sqrt(2.0 * m.layers);
+  auto l = std::make_unique<Layer>();
+  const std::string p = fmt::format("layers.{}.", layer);
+  l->ln1_w = declare(p + "norm1.w", {h}, -1, 0, 1);
+  if (layernorm) l->ln1_b = declare(p + "norm1.b", {h}, -1, 0, 0);
+  l->wqkv = declare_fused(p + "attn.wqkv", {{p + "attn.wq", q_out}, {p + "attn.wk", kv_out}, {p + "attn.wv", kv_out}},
+                          h, std_in);
+  if (biases) {
+    l->bq = declare(p + "attn.bq", {q_out}, 0, 0, 0);
+    // No key bias: softmax is invariant to it, so its exact gradient is zero and it would only
+    // be driven by rounding noise (which Adam normalises into full-size updates).
+    l->bv = declare(p + "attn.bv", {kv_out}, 0, 0, 0);
   }
+  l->wo = declare(p + "attn.wo", {h, q_out}, 1, std_out);
+  if (biases) l->bo = declare(p + "attn.bo", {h}, -1, 0, 0);
+  l->ln2_w = declare(p + "norm2.w", {h}, -1, 0, 1);
+  if (layernorm) l->ln2_b = declare(p + "norm2.b", {h}, -1, 0, 0);
+  if (gpt)
+    l->w1 = declare(p + "mlp.w1", {f, h}, 0, std_in);
+  else  // SwiGLU's gate and up projections: one GEMM
+    l->wgu = declare_fused(p + "mlp.wgu", {{p + "mlp.wg", f}, {p + "mlp.w1", f}}, h, std_in);
+  if (biases) l->b1 = declare(p + "mlp.b1", {f}, 0, 0, 0);
+  l->w2 = declare(p + "mlp.w2", {h, f}, 1, std_out);
+  if (biases) l->b2 = declare(p + "mlp.b2", {h}, -1, 0, 0);
+  const Layer* lp = l.get();
+  l->whole = [this, lp](const std::vector<at::Tensor>& in) { return layer_forward(*lp, in[0]); };
+  l->attention = [this, lp](const std::vector<at::Tensor>& in) { return attention_core(*lp, in[0], in[1], in[2]); };
+  return l;
+}
+
+// RoPE (Su et al. 2021), rotate-half form, base 10000, at this rank's sequence positions.
+void ModelChunk::make_rope_tables() {
+  auto inv = at::pow(10000.0, -at::arange(0, head_dim_, 2, at::kDouble) / head_dim_);
+  auto freqs = at::outer(positions_.cpu().to(at::kDouble), inv);
+  auto emb = at::cat({freqs, freqs}, -1).to(at::kFloat).to(s_.device);
+  const int64_t L = positions_.size(0);
+  rope_cos_ = emb.cos().view({L, 1, 1, head_dim_});
+  rope_sin_ = emb.sin().view({L, 1, 1, head_dim_});
 }
 
 ModelChunk::~ModelChunk() = default;

@@ -7,7 +7,7 @@
 // sliced, so every layout starts from the same model. All parameters of a chunk are laid out in
 // one flat buffer (and their gradients in a second), which DP/ZeRO reduce and shard as a whole.
 // With ZeRO-3 over several replicas there is no flat parameter buffer: each unit (the embedding,
-// each layer, the head) has a buffer of its own that a UnitGatherer (the DP reducer) fills just
+// each layer, the head) has a buffer of its own that a UnitGatherer (unit_gather.hpp) fills just
 // before the unit runs, forward and backward, and frees after; under mixed precision in the 16-bit
 // compute dtype (ModelSettings::unit_dtype), so those parameters are 16-bit tensors.
 //
@@ -68,7 +68,7 @@ struct ParamUnit {
   bool backward_values = true;   // its backward reads the parameters' values (the embedding's does not)
   at::Tensor buffer;             // with unit buffers: the storage its parameters view
   // A 16-bit unit buffer (ModelSettings::unit_dtype): the parameters' initial values in fp32, kept
-  // until the reducer has taken its fp32 master shard from them, then released.
+  // until UnitGathers (ZeRO 3) has taken its fp32 master shard from them, then released.
   at::Tensor initial;
 };
 
@@ -106,7 +106,7 @@ struct ModelSettings {
   at::ScalarType unit_dtype = at::kFloat;
   // A flat gradient buffer that the parameters' .grad are views of (autograd accumulates into it).
   // false (ZeRO-2/3 over several replicas): no buffer; each backward's gradients are fresh tensors
-  // that the DpReducer reduces into its shard bucket by bucket and then releases.
+  // that the sharded optimizer (grad_sync.hpp) reduces into its shard bucket by bucket and releases.
   bool grad_buffer = true;
   at::Device device = at::kCPU;
   // The loss computes logits for at most this many bytes (fp32) at a time (chunked cross-entropy).
@@ -171,6 +171,8 @@ class ModelChunk {
   int declare_fused(const std::string& name, const std::vector<std::pair<std::string, int64_t>>& part_rows,
                     int64_t cols, double init_std);
   void begin_unit(bool backward_values);  // the parameters declared next belong to a new unit
+  std::unique_ptr<Layer> declare_layer(int layer);  // layer `layer` of the model (its global index)
+  void make_rope_tables();
   void need(int unit, int prefetch = -1);
   void release(int unit);
   // Backward reaches `t`, the output of unit `before` (-1: the chunk's input): unit before + 1 is

@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "exec/grad_sync.hpp"
+
 namespace trainplan::exec {
 
 namespace {
@@ -104,6 +106,51 @@ void ParamServer::exchange(bool with_grads) {
   for (auto& w : pulls) ps_.wait(w, Ph::dp_comm);
   for (auto& w : sends) ps_.wait(w, Ph::dp_comm);
   clock_.dp_in_flight += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+namespace {
+
+// A worker of a job with parameter servers: it holds the whole chunk and steps none of it. The
+// step's reduction is the exchange: the gradient pushed, the servers' AdamW, the parameters pulled
+// (a barrier), all in finish(); the worker's own optimizer has no state and nothing to do.
+class ParameterServerSync final : public GradSync {
+ public:
+  ParameterServerSync(const RankLayout& layout, int rank, Comm& ps, PhaseClock& clock, AdamWSettings adam)
+      : layout_(layout), rank_(rank), ps_(ps), clock_(clock), adam_(adam) {}
+
+  Shard add_chunk(ModelChunk& model, bool) override {
+    TORCH_CHECK(!server_, "parameter_server: one model chunk per worker (no pipeline stages)");
+    server_ = std::make_unique<ParamServer>(layout_, rank_, ps_, clock_, adam_, model);
+    model_ = &model;
+    Shard s;
+    s.master = model.flat();
+    s.grad = model.flat_grad();
+    s.steps_here = false;
+    return s;
+  }
+  void begin_step() override { model_->flat_grad().zero_(); }
+  void reduce(int) override {}
+  void finish(bool keep_grads) override {
+    server_->exchange(keep_grads);
+    torch::NoGradGuard ng;
+    if (keep_grads) model_->flat_grad().copy_(server_->reduced_grad());
+  }
+
+ private:
+  const RankLayout& layout_;
+  int rank_;
+  Comm& ps_;
+  PhaseClock& clock_;
+  AdamWSettings adam_;
+  std::unique_ptr<ParamServer> server_;
+  ModelChunk* model_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<GradSync> parameter_server(const RankLayout& layout, int rank, Comm& ps, PhaseClock& clock,
+                                           AdamWSettings adam) {
+  return std::make_unique<ParameterServerSync>(layout, rank, ps, clock, adam);
 }
 
 }  // namespace trainplan::exec

@@ -1,5 +1,6 @@
-// Synchronous parameter server over c10d (issue 11; Li et al., "Scaling Distributed Machine
-// Learning with the Parameter Server", OSDI 2014, with a barrier per step).
+// Synchronous parameter server over c10d (Li et al., "Scaling Distributed Machine Learning with the
+// Parameter Server", OSDI 2014, with a barrier per step): `--dp-algorithm ps`. A worker runs it as
+// its data-parallel scheme (parameter_server, grad_sync.hpp); a dedicated server runs it alone.
 //
 // The model's flat parameter buffer (n elements, one model chunk: PS runs without TP, CP and PP)
 // is split into S contiguous shards, shard k = [floor(k·n/S), floor((k+1)·n/S)), held by server k
@@ -19,7 +20,7 @@
 
 #include "exec/model.hpp"
 #include "exec/parallel.hpp"
-#include "exec/reducer.hpp"
+#include "exec/optimizer.hpp"
 #include "sim/rank_layout.hpp"
 
 namespace trainplan::exec {

@@ -1,7 +1,8 @@
 // The schedule runner: one rank's training steps. It sets the rank up (rendezvous, process
 // groups, model chunks), walks the shared Schedule's slots (forward/backward, send/recv between
 // pipeline stages), and hands the data-parallel work to the DpReducer, the figures to the
-// StepRecorder, the test faults to faults.hpp and the data to the TokenSource.
+// StepRecorder, the data to the TokenSource, and calls the test faults' hooks (faults.hpp) at named
+// points of the step.
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -24,7 +25,8 @@
 #endif
 
 #include "exec/exec.hpp"
-#include "exec/compression.hpp"
+#include "exec/faults.hpp"
+#include "exec/grad_sync.hpp"
 #include "exec/model.hpp"
 #include "exec/param_server.hpp"
 #include "exec/parallel.hpp"
@@ -34,6 +36,7 @@
 #include "sim/model_spec.hpp"
 #include "sim/rank_layout.hpp"
 #include "sim/schedule.hpp"
+#include "sim/zero_policy.hpp"
 
 namespace trainplan::exec {
 
@@ -48,7 +51,6 @@ bool cuda_available() {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::string first_line(const std::string& s) {
   auto n = s.find('\n');
@@ -76,9 +78,9 @@ PhaseTimes phase_times(const std::array<double, kPhases>& x, double dp_in_flight
 // The CUDA caching allocator's settings for a run: the user's PYTORCH_ALLOC_CONF (or the older
 // PYTORCH_CUDA_ALLOC_CONF) when set, else expandable segments. With them the allocator grows a
 // segment by mapping more physical memory instead of caching fixed blocks, so memory freed by one
-// phase (the optimizer's, the logits') can be reused by another: issue 12's gpt2-xl mb 12 ran out
-// of memory with 40 GB reserved but unallocated without them. Returns the note the measurement
-// records.
+// phase (the optimizer's, the logits') can be reused by another: without them gpt2-xl with
+// micro-batch 12 on one 80 GB GPU ran out of memory with 40 GB reserved but unallocated. Returns
+// the note the measurement records.
 std::string configure_cuda_allocator(bool apply) {
   for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"})
     if (const char* v = std::getenv(name); v && *v) return fmt::format("{}={} (from the environment)", name, v);
@@ -92,13 +94,25 @@ struct Stash {
   at::Tensor output;  // activation sent on, or the loss
 };
 
+// One step's state while the runner walks the schedule's slots.
+struct StepState {
+  int index = 0;
+  std::map<std::pair<int, int>, Stash> stash;  // (micro-batch, chunk) -> what its backward needs
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> sends;  // in flight, with their buffers
+  // Sum of the last stage's micro-batch losses, kept on the device: reading each one on the host
+  // would synchronise the device once per micro-batch.
+  at::Tensor loss_sum;
+  double loss_scale = 1;  // the last stage's backward starts from loss * loss_scale
+};
+
 class ScheduleRunner {
  public:
   ScheduleRunner(const ExecPlan& plan, const ExecOptions& opt, const RankEnv& env, at::Device device, bool on_gpu)
       : plan_(plan), s_(plan.strategy), opt_(opt), env_(env), device_(device), on_gpu_(on_gpu),
         layout_(plan.strategy), coord_(layout_.is_worker(env.rank) ? layout_.coord(env.rank) : RankCoord{}), clock_(on_gpu),
         tokens_(opt.seed, opt.data_file, plan.model.vocab, plan.strategy.seq_len),
-        schedule_(schedule_for(s_)) {}
+        schedule_(schedule_for(s_)),
+        faults_(make_fault_injector(opt.faults, env.rank, s_.micro_batches(), s_.dp)) {}
 
   std::optional<Measurement> run();
 
@@ -111,8 +125,16 @@ class ScheduleRunner {
   at::ScalarType compute_dtype() const {
     return !mixed_precision() ? at::kFloat : s_.dtype == Dtype::bf16 ? at::kBFloat16 : at::kHalf;
   }
+  bool sequence_parallel() const { return s_.sequence_parallel && s_.tp > 1; }
   void setup();
+  void rendezvous();
+  ModelSettings model_settings() const;
+  std::unique_ptr<GradSync> grad_sync(const AdamWSettings& adam);
+  void build_worker(const ModelSettings& ms, const AdamWSettings& adam);
   void step(int index, bool measured);
+  void forward_slot(StepState& st, const Slot& slot);
+  void backward_slot(StepState& st, const Slot& slot);
+  void reduce_and_update(StepState& st);
   void serve(int index, bool measured);  // a dedicated parameter server's step
   void finish_step(at::Tensor loss, Clock::time_point t0, double bytes0, bool measured);
   double dp_bytes_sent() const;          // so far, by this rank's DP (or parameter-server) group
@@ -127,6 +149,8 @@ class ScheduleRunner {
   RankFailure reported(RankFailure f) const;            // sent to the launcher, if there is one
   void enter(std::string phase);  // what the rank does now, for failure reports
   Measurement collect();
+  nlohmann::json environment() const;
+  nlohmann::json model_states();
 
   const ExecPlan& plan_;
   const Strategy& s_;
@@ -139,13 +163,17 @@ class ScheduleRunner {
   PhaseClock clock_;
   TokenSource tokens_;
   Schedule schedule_;
+  std::unique_ptr<FaultInjector> faults_;  // test faults' hooks; they do nothing unless --fault-* asks
   c10::intrusive_ptr<c10d::Store> store_;
   Groups g_;
+  // What ZeRO does over this rank's DP group: the plan's stage, or with one replica (or parameter
+  // servers) stage 0, as there is nothing to shard over.
+  ZeroPolicy zero_;
   std::vector<std::unique_ptr<ModelChunk>> chunks_;  // this rank's model chunks, in chunk order
   std::vector<int> vstage_;                           // virtual stage of each chunk
   std::vector<int> backward_left_;                    // per chunk: backward slots left this step
   std::unique_ptr<DpReducer> reducer_;   // null on a dedicated parameter server
-  std::unique_ptr<ParamServer> ps_;      // with parameter servers (RankLayout::servers() > 0)
+  std::unique_ptr<ParamServer> server_;  // a dedicated parameter server's only part
   StepRecorder recorder_;
   int current_step_ = -1;
   std::string phase_ = "setting up";
@@ -156,8 +184,9 @@ void ScheduleRunner::enter(std::string phase) {
   if (env_.status_fd >= 0) report_rank_progress(env_.status_fd, env_.rank, current_step_, phase_);
 }
 
-void ScheduleRunner::setup() {
-  // Rendezvous through c10d's TCPStore: rank 0 serves it unless the local spawner does.
+// Rendezvous through c10d's TCPStore (rank 0 serves it unless the local spawner does), then this
+// rank's process groups.
+void ScheduleRunner::rendezvous() {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(env_.master_port);
   so.isServer = env_.rank == 0 && !env_.store_server_external;
@@ -179,9 +208,9 @@ void ScheduleRunner::setup() {
   if (a == "127.0.0.1" || a == "localhost" || a == "::1") gs.gloo_host = "127.0.0.1";
   gs.stage_cuda = on_gpu_;
   g_ = make_groups(layout_, env_.rank, store_, gs, clock_);
-  // Replicas of the same parameters (gradients summed, ZeRO shards): the dp x cp ranks.
-  const int replicas = g_.dp->size();
+}
 
+ModelSettings ScheduleRunner::model_settings() const {
   ModelSettings ms;
   ms.spec = plan_.model;
   ms.seq_len = s_.seq_len;
@@ -189,32 +218,54 @@ void ScheduleRunner::setup() {
   ms.tp_rank = coord_.tp;
   ms.cp = s_.cp;
   ms.cp_rank = coord_.cp;
-  ms.sequence_parallel = s_.sequence_parallel && s_.tp > 1;
+  ms.sequence_parallel = sequence_parallel();
   ms.recompute = s_.recompute;
   ms.seed = opt_.seed;
-  ms.pad_to = replicas;
-  ms.grad_buffer = !(s_.zero >= 2 && replicas > 1);  // ZeRO-2/3: gradients reduced bucket by bucket
-  ms.unit_buffers = s_.zero == 3 && replicas > 1;     // ZeRO-3: parameters gathered unit by unit
-  ms.unit_dtype = compute_dtype();                    // ...in the compute dtype (16-bit under mixed precision)
+  ms.pad_to = g_.dp->size();  // replicas of the same parameters (the dp x cp ranks) shard the buffers
+  ms.grad_buffer = !zero_.shards_grads;  // sharded gradients are reduced bucket by bucket instead
+  ms.unit_buffers = zero_.shards_params;  // sharded parameters are gathered unit by unit
+  ms.unit_dtype = compute_dtype();        // ...in the compute dtype (16-bit under mixed precision)
   ms.device = device_;
   ms.fused_kernels = opt_.fused_kernels;
+  return ms;
+}
+
+// The data-parallel scheme of this rank (grad_sync.hpp), one function per scheme: parameter
+// servers, else what ZeRO does over the DP group, the all-reduce compressed where asked.
+std::unique_ptr<GradSync> ScheduleRunner::grad_sync(const AdamWSettings& adam) {
+  const int64_t bucket_elems = std::max<int64_t>(1, static_cast<int64_t>(opt_.bucket_bytes / 4));  // fp32
+  if (s_.uses_ps()) return parameter_server(layout_, env_.rank, *g_.ps, clock_, adam);
+  if (zero_.shards_optimizer)
+    return sharded_optimizer(*g_.dp, *g_.tp, clock_, zero_, sequence_parallel(), bucket_elems);
+  if (s_.grad_compression.kind != CompressionKind::none && g_.dp->size() > 1)
+    return compressed_all_reduce(*g_.dp, *g_.tp, clock_, sequence_parallel(), s_.grad_compression, opt_.seed);
+  return replicated_all_reduce(*g_.dp, *g_.tp, clock_, sequence_parallel(), bucket_elems);
+}
+
+void ScheduleRunner::setup() {
+  rendezvous();
+  zero_ = ZeroPolicy::of(g_.dp->size() > 1 && !s_.uses_ps() ? s_.zero : 0);
+  ModelSettings ms = model_settings();
   AdamWSettings adam;
   adam.lr = opt_.lr;
-  LossScaling scaling;
-  scaling.enabled = s_.dtype == Dtype::fp16;
-  scaling.scale = opt_.loss_scale;
-  scaling.growth_interval = opt_.loss_scale_window;
   if (!layout_.is_worker(env_.rank)) {
     // A dedicated parameter server trains no model: it builds the whole one (PS runs with one
     // stage and no TP/CP) only to take its shard's initial values, padded as the workers pad.
     ms.pad_to = s_.dp * s_.cp;
     ModelChunk whole(ms, ChunkPlacement{plan_.first_layer[0], plan_.layers[0], true, true}, *g_.tp, *g_.cp, clock_);
-    ps_ = std::make_unique<ParamServer>(layout_, env_.rank, *g_.ps, clock_, adam, whole);
+    server_ = std::make_unique<ParamServer>(layout_, env_.rank, *g_.ps, clock_, adam, whole);
     return;
   }
-  reducer_ = std::make_unique<DpReducer>(s_, g_.dp->index(), g_, clock_, adam, scaling, opt_.bucket_bytes);
-  if (s_.grad_compression.kind != CompressionKind::none)
-    reducer_->compress_with(std::make_unique<GradCompressor>(s_.grad_compression, opt_.seed));
+  build_worker(ms, adam);
+}
+
+// A worker's model chunks (one per virtual stage it runs) and its DP side.
+void ScheduleRunner::build_worker(const ModelSettings& ms, const AdamWSettings& adam) {
+  LossScaling scaling;
+  scaling.enabled = s_.dtype == Dtype::fp16;
+  scaling.scale = opt_.loss_scale;
+  scaling.growth_interval = opt_.loss_scale_window;
+  reducer_ = std::make_unique<DpReducer>(grad_sync(adam), g_, clock_, adam, scaling);
   const int V = schedule_.virtual_stages();
   for (int c = 0; c < s_.vp; ++c) {
     const int vs = schedule_.virtual_stage(coord_.pp, c);
@@ -223,12 +274,11 @@ void ScheduleRunner::setup() {
     vstage_.push_back(vs);
   }
   backward_left_.assign(chunks_.size(), 0);
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    const ChunkPlacement& place = chunks_[c]->placement();
+  for (auto& chunk : chunks_) {
+    const ChunkPlacement& place = chunk->placement();
     const bool tied_copy = plan_.model.tied_embeddings && V > 1 && (place.has_embedding || place.has_head);
-    reducer_->add_chunk(*chunks_[c], tied_copy);
+    reducer_->add_chunk(*chunk, tied_copy);
   }
-  if (layout_.servers() > 0) ps_ = std::make_unique<ParamServer>(layout_, env_.rank, *g_.ps, clock_, adam, *chunks_[0]);
 }
 
 double ScheduleRunner::dp_bytes_sent() const { return g_.dp->bytes_sent() + (g_.ps ? g_.ps->bytes_sent() : 0.0); }
@@ -240,7 +290,7 @@ void ScheduleRunner::serve(int index, bool measured) {
   const double bytes0 = dp_bytes_sent();
   clock_.start();
   const bool dump_grads = index == 0 && !opt_.dump_grads.empty();
-  ps_->exchange(dump_grads);
+  server_->exchange(dump_grads);
   if (dump_grads) dump(opt_.dump_grads, true);  // empty: a server holds no whole parameter
   enter("end of step (loss all-reduce)");
   at::Tensor l = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));  // a server has no loss
@@ -267,7 +317,7 @@ void ScheduleRunner::finish_step(at::Tensor loss, Clock::time_point t0, double b
 }
 
 at::Tensor ScheduleRunner::activation_buffer() const {
-  const int64_t s = (s_.sequence_parallel && s_.tp > 1) ? s_.seq_len / s_.cp / s_.tp : s_.seq_len / s_.cp;
+  const int64_t s = sequence_parallel() ? s_.seq_len / s_.cp / s_.tp : s_.seq_len / s_.cp;
   return at::empty({s, s_.micro_batch, plan_.model.hidden}, at::TensorOptions().dtype(at::kFloat).device(device_));
 }
 
@@ -279,115 +329,117 @@ void ScheduleRunner::step(int index, bool measured) {
   const double bytes0 = dp_bytes_sent();
   clock_.start();
   const int m = s_.micro_batches();
-  const int V = schedule_.virtual_stages();
-  const int stage = coord_.pp, prev = (stage - 1 + s_.pp) % s_.pp, next = (stage + 1) % s_.pp;
   reducer_->begin_step();
   std::fill(backward_left_.begin(), backward_left_.end(), m);
-  std::map<std::pair<int, int>, Stash> stash;
-  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> sends;
-  // Sum of the last stage's micro-batch losses, kept on the device: reading each one on the host
-  // would synchronise the device once per micro-batch.
-  at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
-  bool forward_seen = false, backward_seen = false;
+  StepState st;
+  st.index = index;
+  st.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
   // Mean over the global batch (m micro-batches on each of dp replicas), times the fp16 loss scale.
-  const double loss_scale = reducer_->loss_scale() / (double(m) * s_.dp) * grad_bug_factor(opt_.faults, m, s_.dp);
-
-  for (const Slot& slot : schedule_.per_stage[stage]) {
-    ModelChunk& model = *chunks_[slot.chunk];
-    const int vs = vstage_[slot.chunk];
-    const bool first = vs == 0, last = vs == V - 1;
+  st.loss_scale = reducer_->loss_scale() / (double(m) * s_.dp);
+  for (const Slot& slot : schedule_.per_stage[coord_.pp]) {
     enter(fmt::format("{} (micro-batch {}, chunk {})", slot.phase == Phase::forward ? "forward" : "backward",
                       slot.micro_batch, slot.chunk));
-    if (slot.phase == Phase::forward) {
-      Stash st;
-      at::Tensor input, targets;
-      if (first || last) {
-        at::Tensor all = tokens_.micro_batch(index, slot.micro_batch, coord_.dp, s_.dp, s_.micro_batch, s_.global_batch);
-        // From pinned memory the copy is asynchronous (a pageable one can wait for the stream).
-        all = on_gpu_ ? all.pin_memory().to(device_, /*non_blocking=*/true) : all.to(device_);
-        if (first) input = all.narrow(1, 0, s_.seq_len);
-        targets = all.narrow(1, 1, s_.seq_len);
-      }
-      if (!first) {
-        at::Tensor buf = activation_buffer();
-        auto w = g_.pp->recv(buf, prev, tag(slot.micro_batch, vs, false));
-        g_.pp->wait(w, Ph::bubble);
-        input = buf.requires_grad_(true);
-        st.input = input;
-      }
-      {
-        PhaseScope f(clock_, Ph::forward);
-        st.output = model.forward(input, targets);
-      }
-      if (last) {
-        loss_sum.add_(st.output.detach());
-      } else {
-        at::Tensor out = st.output.detach().to(at::kFloat).contiguous();
-        sends.emplace_back(g_.pp->send(out, next, tag(slot.micro_batch, vs + 1, false)), out);
-      }
-      stash.emplace(std::make_pair(slot.micro_batch, slot.chunk), std::move(st));
-      if (inject_after_forward(opt_.faults, env_.rank, index, !forward_seen)) {
-        // Test fault: ask the device's allocator for 4 PiB, which no machine has.
-        at::Tensor too_big = at::empty({int64_t(1) << 52}, at::TensorOptions().dtype(at::kByte).device(device_));
-        (void)too_big;
-      }
-      forward_seen = true;
-    } else {
-      auto it = stash.find({slot.micro_batch, slot.chunk});
-      TORCH_CHECK(it != stash.end(), "backward before forward for ", to_string(slot));
-      Stash st = std::move(it->second);
-      stash.erase(it);
-      reducer_->set_last_backward(slot.chunk, backward_left_[slot.chunk] == 1);
-      if (last) {
-        PhaseScope b(clock_, Ph::backward);
-        (st.output * loss_scale).backward();
-      } else {
-        at::Tensor grad = activation_buffer();
-        auto w = g_.pp->recv(grad, next, tag(slot.micro_batch, vs, true));
-        g_.pp->wait(w, Ph::bubble);
-        PhaseScope b(clock_, Ph::backward);
-        torch::autograd::backward({st.output}, {grad});
-      }
-      if (!first) {
-        at::Tensor gin = st.input.grad().to(at::kFloat).contiguous();
-        sends.emplace_back(g_.pp->send(gin, prev, tag(slot.micro_batch, vs - 1, true)), gin);
-      }
-      reducer_->after_backward(slot.chunk);
-      if (poison_after_backward(opt_.faults, env_.rank, index, !backward_seen)) reducer_->poison_gradient(slot.chunk);
-      backward_seen = true;
-      if (--backward_left_[slot.chunk] == 0) reducer_->backward_done(slot.chunk);
-    }
+    if (slot.phase == Phase::forward)
+      forward_slot(st, slot);
+    else
+      backward_slot(st, slot);
   }
+  reduce_and_update(st);
+  enter("end of step (loss all-reduce)");
+  // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
+  const bool reports = vstage_.back() == schedule_.virtual_stages() - 1 && coord_.tp == 0 && coord_.cp == 0;
+  at::Tensor l = reports ? st.loss_sum.mul_(1.0 / (double(m) * s_.dp)) : st.loss_sum.zero_();
+  finish_step(l, t0, bytes0, measured);
+}
+
+void ScheduleRunner::forward_slot(StepState& st, const Slot& slot) {
+  ModelChunk& model = *chunks_[slot.chunk];
+  const int vs = vstage_[slot.chunk];
+  const bool first = vs == 0, last = vs == schedule_.virtual_stages() - 1;
+  Stash stash;
+  at::Tensor input, targets;
+  if (first || last) {
+    at::Tensor all = tokens_.micro_batch(st.index, slot.micro_batch, coord_.dp, s_.dp, s_.micro_batch, s_.global_batch);
+    // From pinned memory the copy is asynchronous (a pageable one can wait for the stream).
+    all = on_gpu_ ? all.pin_memory().to(device_, /*non_blocking=*/true) : all.to(device_);
+    if (first) input = all.narrow(1, 0, s_.seq_len);
+    targets = all.narrow(1, 1, s_.seq_len);
+  }
+  if (!first) {
+    const int prev = (coord_.pp - 1 + s_.pp) % s_.pp;
+    at::Tensor buf = activation_buffer();
+    auto w = g_.pp->recv(buf, prev, tag(slot.micro_batch, vs, false));
+    g_.pp->wait(w, Ph::bubble);
+    input = buf.requires_grad_(true);
+    stash.input = input;
+  }
+  {
+    PhaseScope f(clock_, Ph::forward);
+    stash.output = model.forward(input, targets);
+  }
+  if (last) {
+    st.loss_sum.add_(stash.output.detach());
+  } else {
+    const int next = (coord_.pp + 1) % s_.pp;
+    at::Tensor out = stash.output.detach().to(at::kFloat).contiguous();
+    st.sends.emplace_back(g_.pp->send(out, next, tag(slot.micro_batch, vs + 1, false)), out);
+  }
+  faults_->after_forward(st.index, stash.output);
+  st.stash.emplace(std::make_pair(slot.micro_batch, slot.chunk), std::move(stash));
+}
+
+void ScheduleRunner::backward_slot(StepState& st, const Slot& slot) {
+  const int vs = vstage_[slot.chunk];
+  const bool first = vs == 0, last = vs == schedule_.virtual_stages() - 1;
+  auto it = st.stash.find({slot.micro_batch, slot.chunk});
+  TORCH_CHECK(it != st.stash.end(), "backward before forward for ", to_string(slot));
+  Stash stash = std::move(it->second);
+  st.stash.erase(it);
+  reducer_->begin_backward(slot.chunk, backward_left_[slot.chunk] == 1);
+  if (last) {
+    PhaseScope b(clock_, Ph::backward);
+    at::Tensor objective = stash.output * st.loss_scale;
+    faults_->before_backward(st.index, objective);
+    objective.backward();
+  } else {
+    const int next = (coord_.pp + 1) % s_.pp;
+    at::Tensor grad = activation_buffer();
+    auto w = g_.pp->recv(grad, next, tag(slot.micro_batch, vs, true));
+    g_.pp->wait(w, Ph::bubble);
+    PhaseScope b(clock_, Ph::backward);
+    torch::autograd::backward({stash.output}, {grad});
+  }
+  if (!first) {
+    const int prev = (coord_.pp - 1 + s_.pp) % s_.pp;
+    at::Tensor gin = stash.input.grad().to(at::kFloat).contiguous();
+    st.sends.emplace_back(g_.pp->send(gin, prev, tag(slot.micro_batch, vs - 1, true)), gin);
+  }
+  reducer_->after_backward(slot.chunk);
+  faults_->after_backward(st.index, slot.chunk);
+  if (--backward_left_[slot.chunk] == 0) reducer_->backward_done(slot.chunk);
+}
+
+// After the schedule: the rest of the DP reduction, the pipeline sends waited for, the optimizer.
+void ScheduleRunner::reduce_and_update(StepState& st) {
   // The bf16 copies of the weights, cast once at their first use this step and shared by every
   // micro-batch (autocast's cache), are not needed past the last backward: free them before the
   // optimizer.
   if (mixed_precision()) at::autocast::clear_cache();
   enter("data-parallel reduction and optimizer");
   reducer_->reduce_tied();
-  for (auto& [w, t] : sends) g_.pp->wait(w, Ph::pp_comm);
-  sends.clear();
-  reducer_->finish_reduction();
-  const bool dump_grads = index == 0 && !opt_.dump_grads.empty();
-  if (ps_) {
-    ps_->exchange(dump_grads);  // push, the servers' AdamW, pull: the DP reduction and optimizer
-    if (dump_grads) dump(opt_.dump_grads, true);
-  } else {
-    if (dump_grads) dump(opt_.dump_grads, true);
-    reducer_->update(index);
-  }
-  enter("end of step (loss all-reduce)");
-  // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
-  const bool reports = vstage_.back() == V - 1 && coord_.tp == 0 && coord_.cp == 0;
-  at::Tensor l = reports ? loss_sum.mul_(1.0 / (double(m) * s_.dp)) : loss_sum.zero_();
-  finish_step(l, t0, bytes0, measured);
+  for (auto& [w, t] : st.sends) g_.pp->wait(w, Ph::pp_comm);
+  st.sends.clear();
+  const bool dump_grads = st.index == 0 && !opt_.dump_grads.empty();
+  reducer_->finish_reduction(dump_grads);
+  if (dump_grads) dump(opt_.dump_grads, true);
+  faults_->before_update(st.index, *reducer_);
+  reducer_->update(st.index);
 }
 
 void ScheduleRunner::dump(const std::string& prefix, bool grads) {
   std::vector<at::Tensor> flat;  // per chunk: the reduced gradient (grads) or the fp32 parameters
   for (size_t c = 0; c < chunks_.size(); ++c)
-    flat.push_back(!grads ? reducer_->parameters(static_cast<int>(c))
-                   : ps_  ? ps_->reduced_grad()
-                          : reducer_->reduced_grad(static_cast<int>(c)));
+    flat.push_back(grads ? reducer_->reduced_grad(static_cast<int>(c)) : reducer_->parameters(static_cast<int>(c)));
   std::ofstream f(fmt::format("{}.rank{}", prefix, env_.rank));
   for (size_t c = 0; c < chunks_.size(); ++c) {
     // The unfused model's tensors (a fused q/k/v or gate/up parameter as its parts), so that dumps
@@ -440,49 +492,61 @@ Measurement ScheduleRunner::collect() {
   m.device = on_gpu_ ? "cuda" : "cpu";
   m.warmup = opt_.warmup;
   m.seed = opt_.seed;
+  m.environment = environment();
+  m.environment["model_states"] = model_states();
+  m.throughput.model_flops_per_step = plan_.model_flops_per_step;
+  return recorder_.build(std::move(m), rows);
+}
+
+// The measurement's `environment`: what ran, and how it was timed.
+nlohmann::json ScheduleRunner::environment() const {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  m.environment = {{"torch_version", TORCH_VERSION},
-                   {"backend", opt_.backend},
-                   {"device", m.device},
-                   {"ranks", env_.world},
-                   {"hostname", host},
-                   {"intra_op_threads", at::get_num_threads()},
-                   {"compute_dtype", !mixed_precision()         ? "fp32"
-                                     : s_.dtype == Dtype::bf16 ? "bf16 (autocast, fp32 master)"
-                                                               : "fp16 (autocast, fp32 master)"},
-                   {"data", opt_.data_file.empty() ? "synthetic" : opt_.data_file},
-                   {"fused_kernels", opt_.fused_kernels ? "on" : "off"},
-                   {"vocab_padding",
-                    {{"vocab", plan_.model.vocab},
-                     {"padded_vocab", padded_vocab(plan_.model.vocab, s_.tp)},
-                     {"note", "embedding and LM head rows padded to a multiple of 128*tp (Megatron); padding "
-                              "rows are not in the layer graph's parameter count and get no logit"}}},
-                   {"phase_notes",
-                    std::string(on_gpu_ ? "CUDA events on each rank's compute stream (device time between phase "
-                                          "switches, no synchronisation per switch)"
-                                        : "steady clock per rank") +
-                        "; bubble = waiting to receive from a pipeline neighbour; "
-                    "dp_comm = data-parallel collectives from launch to completion"}};
+  const std::string device = on_gpu_ ? "cuda" : "cpu";
+  nlohmann::json e = {{"torch_version", TORCH_VERSION},
+                      {"backend", opt_.backend},
+                      {"device", device},
+                      {"ranks", env_.world},
+                      {"hostname", host},
+                      {"intra_op_threads", at::get_num_threads()},
+                      {"compute_dtype", !mixed_precision()         ? "fp32"
+                                        : s_.dtype == Dtype::bf16 ? "bf16 (autocast, fp32 master)"
+                                                                  : "fp16 (autocast, fp32 master)"},
+                      {"data", opt_.data_file.empty() ? "synthetic" : opt_.data_file},
+                      {"fused_kernels", opt_.fused_kernels ? "on" : "off"},
+                      {"vocab_padding",
+                       {{"vocab", plan_.model.vocab},
+                        {"padded_vocab", padded_vocab(plan_.model.vocab, s_.tp)},
+                        {"note", "embedding and LM head rows padded to a multiple of 128*tp (Megatron); padding "
+                                 "rows are not in the layer graph's parameter count and get no logit"}}},
+                      {"phase_notes",
+                       std::string(on_gpu_ ? "CUDA events on each rank's compute stream (device time between phase "
+                                             "switches, no synchronisation per switch)"
+                                           : "steady clock per rank") +
+                           "; bubble = waiting to receive from a pipeline neighbour; "
+                           "dp_comm = data-parallel collectives from launch to completion"}};
   if (reducer_ && reducer_->loss_scaling().enabled) {
     const LossScaling& ls = reducer_->loss_scaling();
-    m.environment["loss_scaling"] = {{"initial_scale", opt_.loss_scale},
-                                     {"growth_interval", ls.growth_interval},
-                                     {"growth", ls.growth},
-                                     {"backoff", ls.backoff},
-                                     {"final_scale", ls.scale},
-                                     {"skipped_steps", ls.skipped}};
+    e["loss_scaling"] = {{"initial_scale", opt_.loss_scale},
+                         {"growth_interval", ls.growth_interval},
+                         {"growth", ls.growth},
+                         {"backoff", ls.backoff},
+                         {"final_scale", ls.scale},
+                         {"skipped_steps", ls.skipped}};
   }
 #ifdef TRAINPLAN_EXEC_CUDA
   if (on_gpu_) {
-    m.environment["allocator_settings"] = configure_cuda_allocator(false);
-    m.environment["allocator_expandable_segments"] =
-        c10::CachingAllocator::AcceleratorAllocatorConfig::use_expandable_segments();
+    e["allocator_settings"] = configure_cuda_allocator(false);
+    e["allocator_expandable_segments"] = c10::CachingAllocator::AcceleratorAllocatorConfig::use_expandable_segments();
   }
 #endif
-  // Model states each rank held, counted from the reducer's tensors (the figures memory_model
-  // predicts per stage as weights, gradients and optimizer).
-  // A dedicated parameter server has no reducer: it holds no model states of a worker.
+  return e;
+}
+
+// Model states each rank held, counted from the reducer's tensors (the figures memory_model
+// predicts per stage as weights, gradients and optimizer), gathered from every rank. A dedicated
+// parameter server has no reducer: it holds no model states of a worker.
+nlohmann::json ScheduleRunner::model_states() {
   const DpReducer::HeldBytes held = reducer_ ? reducer_->held_bytes() : DpReducer::HeldBytes{};
   at::Tensor hb = at::tensor(std::vector<double>{double(env_.rank), double(coord_.pp), held.weights, held.gathered,
                                                  held.gradients, held.optimizer, held.buffers_peak},
@@ -500,15 +564,12 @@ Measurement ScheduleRunner::collect() {
                       {"optimizer", r[5].item<double>()},
                       {"bucket_buffers_peak", r[6].item<double>()}});
   }
-  m.environment["model_states"] = {
-      {"bucket_bytes", opt_.bucket_bytes},
-      {"note", "bytes of the tensors the DP reducer holds per rank (fp32): weights between steps (ZeRO-3: the "
-               "master shard), ZeRO-3's gathered parameters during the step (in the compute dtype: 16-bit "
-               "under mixed precision), the gradient buffer (ZeRO-2/3: the shard), AdamW's moments, and the "
-               "peak of ZeRO-2/3's bucket buffers in flight"},
-      {"per_rank", states}};
-  m.throughput.model_flops_per_step = plan_.model_flops_per_step;
-  return recorder_.build(std::move(m), rows);
+  return {{"bucket_bytes", opt_.bucket_bytes},
+          {"note", "bytes of the tensors the DP reducer holds per rank (fp32): weights between steps (ZeRO-3: the "
+                   "master shard), ZeRO-3's gathered parameters during the step (in the compute dtype: 16-bit "
+                   "under mixed precision), the gradient buffer (ZeRO-2/3: the shard), AdamW's moments, and the "
+                   "peak of ZeRO-2/3's bucket buffers in flight"},
+          {"per_rank", states}};
 }
 
 std::optional<Measurement> ScheduleRunner::run() {
@@ -522,7 +583,7 @@ std::optional<Measurement> ScheduleRunner::run() {
       at::autocast::set_autocast_dtype(dev, compute_dtype());
       // ZeRO-3 gathers each unit in the compute dtype already (ModelSettings::unit_dtype): the
       // cache of 16-bit casts of fp32 parameters has nothing of them to keep.
-      if (s_.zero == 3 && g_.dp->size() > 1) at::autocast::set_autocast_cache_enabled(false);
+      if (zero_.shards_params) at::autocast::set_autocast_cache_enabled(false);
     }
     for (int i = 0; i < total; ++i) step(i, i >= opt_.warmup);
     enter("after the last step (dumps, measurement gather)");

@@ -41,10 +41,10 @@ void print_section(std::ostream& os, const std::string& title, const std::vector
 
 void print_comparison(std::ostream& os, const Comparison& c, const std::string& prediction_file,
                       const std::string& measurement_file) {
-  os << fmt::format("predicted: {}\nmeasured:  {}\n", prediction_file, measurement_file);
-  os << fmt::format("model {}, cluster {}, strategy {}\n", c.measured_model, c.measured_cluster,
+  os << fmt::format("predicted: {}\nmeasured:  {}\n", printable(prediction_file), printable(measurement_file));
+  os << fmt::format("model {}, cluster {}, strategy {}\n", printable(c.measured_model), printable(c.measured_cluster),
                     describe(c.strategy));
-  for (const std::string& w : c.warnings) os << "WARNING: " << w << "\n";
+  for (const std::string& w : c.warnings) os << "WARNING: " << printable(w) << "\n";
   const Spread& s = c.measured_step_time;
   os << fmt::format("measured step time over {} steps (after {} warm-up): median {}, mean {}, stdev {}, min {}, max {}\n",
                     s.count, c.warmup, seconds_text(s.median), seconds_text(s.mean), seconds_text(s.stdev),

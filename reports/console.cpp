@@ -2,6 +2,7 @@
 
 #include "reports/infeasible.hpp"
 #include "sim/search.hpp"
+#include "sim/check.hpp"
 
 #include <fmt/format.h>
 
@@ -41,12 +42,12 @@ std::string format_usd(double usd) {
 void print_cost(std::ostream& os, const Estimate& e, const Cluster& cluster) {
   if (!(e.time.step > 0)) return;
   if (cluster.price_per_gpu_hour <= 0) {
-    os << fmt::format("cost: unknown (cluster {} gives no price_per_gpu_hour_usd)\n", cluster.name);
+    os << fmt::format("cost: unknown (cluster {} gives no price_per_gpu_hour_usd)\n", printable(cluster.name));
     return;
   }
   os << fmt::format("cost: {} per step ({} GPUs x ${:.2f} per GPU-hour x {}; price_per_gpu_hour_usd of cluster file {})\n",
                     format_usd(objective_value(Objective::cost, e, cluster)), e.strategy.gpus(),
-                    cluster.price_per_gpu_hour, format_seconds(e.time.step), cluster.name);
+                    cluster.price_per_gpu_hour, format_seconds(e.time.step), printable(cluster.name));
 }
 
 std::string layer_row_name(const LayerRow& r) {
@@ -88,14 +89,14 @@ void print_layer_detail(std::ostream& os, const std::vector<StageDetail>& stages
 
 void print_prediction(std::ostream& os, const Estimate& e, const std::string& title) {
   const Strategy& s = e.strategy;
-  os << title << "\n";
+  os << printable(title) << "\n";
   os << fmt::format("layout: {}  ({} GPU{}, {} micro-batch{} of {} x {} tokens per replica, {}, {} attention)\n",
                     describe(s), s.gpus(), s.gpus() == 1 ? "" : "s", s.micro_batches(),
                     s.micro_batches() == 1 ? "" : "es", s.micro_batch, s.seq_len, to_string(s.dtype),
                     to_string(s.attention));
   if (!e.feasible) {
     os << "INFEASIBLE:\n";
-    for (const auto& r : infeasible_reasons(e)) os << "  - " << r << "\n";
+    for (const auto& r : infeasible_reasons(e)) os << "  - " << printable(r) << "\n";
     if (e.per_stage.empty()) return;
   }
   os << fmt::format("\nmemory per GPU (peak {} of {}):\n", format_bytes(e.peak_memory), format_bytes(e.capacity));

@@ -16,6 +16,7 @@
 #include "reports/prediction_json.hpp"
 #include "reports/search_json.hpp"
 #include "reports/svg.hpp"
+#include "reports/thin.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/simulate.hpp"
@@ -697,7 +698,9 @@ std::string document_section(const ReportDocument& d, const std::string& id, con
                    d.file, prediction_body(p));
   }
   if (kind == "search") {
-    const SearchDoc s = search_from_json(d.json, file);
+    SearchDoc s = search_from_json(d.json, file);
+    // A file may hold millions of candidates: the page draws a bounded number (reports/thin.hpp).
+    if (s.candidates && thin_drawn_points(s.candidates->points)) s.candidates->thinned = true;
     return section(id, "Search: " + s.model + " on " + s.cluster, d.file, search_body(s));
   }
   if (kind == "capacity") {

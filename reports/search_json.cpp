@@ -5,6 +5,7 @@
 #include "reports/infeasible.hpp"
 #include "reports/schema_fields.hpp"
 #include "reports/svg.hpp"
+#include "reports/thin.hpp"
 
 namespace trainplan {
 
@@ -29,10 +30,10 @@ PredictionDoc entry(const Estimate& e, const SearchContext& ctx, const char* eng
 }
 
 // The feasible candidates' (step, peak memory) for the report's scatter plot, thinned to at most
-// kMaxCandidatePoints (svg::thin_points: the front kept whole, dominated points one per grid cell).
-constexpr std::size_t kMaxCandidatePoints = 2000;
+// the points a chart draws (kMaxDrawnPoints; svg::thin_points: the front kept whole, dominated
+// points one per grid cell).
 SearchCandidates candidates_of(const std::vector<std::pair<Seconds, Bytes>>& points) {
-  const std::vector<std::size_t> kept = svg::thin_points(points, kMaxCandidatePoints);
+  const std::vector<std::size_t> kept = svg::thin_points(points, kMaxDrawnPoints);
   SearchCandidates c;
   c.feasible = static_cast<std::int64_t>(points.size());
   c.thinned = kept.size() < points.size();

@@ -6,6 +6,7 @@
 
 #include "reports/console.hpp"
 #include "reports/infeasible.hpp"
+#include "sim/check.hpp"
 
 namespace trainplan {
 
@@ -18,7 +19,8 @@ void print_counts(std::ostream& os, const SearchStats& st) {
                     "{} proven by the step-time bound to miss both the top list and the Pareto window\n",
                     st.evaluated, st.feasible, st.pruned_out_of_memory, st.pruned_by_bound);
   if (st.refined > 0) {
-    os << fmt::format("  the top {} re-ranked by the step simulator (their step times are simulated; --refine off for analytic)\n",
+    os << fmt::format("  the analytic top {} re-ranked by the step simulator, best first (their step times are simulated; "
+                      "--refine off for analytic)\n",
                       st.refined);
   }
   if (!st.infeasible_by_reason.empty()) {
@@ -36,10 +38,10 @@ void print_counts(std::ostream& os, const SearchStats& st) {
 
 void print_search(std::ostream& os, const SearchResult& r, const SearchContext& ctx) {
   const SearchSpace& sp = *ctx.space;
-  os << fmt::format("{} on up to {} x {}, global batch {} x {} tokens, objective {}\n\n", ctx.model, sp.gpus,
-                    ctx.cluster, sp.global_batch, sp.seq_len, to_string(ctx.objective));
+  os << fmt::format("{} on up to {} x {}, global batch {} x {} tokens, objective {}\n\n", printable(ctx.model), sp.gpus,
+                    printable(ctx.cluster), sp.global_batch, sp.seq_len, to_string(ctx.objective));
   if (!sp.exact_gpus && sp.gpus > r.stats.max_gpus_considered) {
-    os << fmt::format("(--gpus {} is more than {} has; layouts use at most {})\n\n", sp.gpus, ctx.cluster,
+    os << fmt::format("(--gpus {} is more than {} has; layouts use at most {})\n\n", sp.gpus, printable(ctx.cluster),
                       r.stats.max_gpus_considered);
   }
   if (!r.top.empty()) {
@@ -91,7 +93,7 @@ std::string tokens_text(double t) {
 }
 
 void print_option_line(std::ostream& os, const CapacityOption& o) {
-  os << fmt::format("{} x {}: {} -- {:.1f} days, {:.0f} GPU-hours, ${:.0f}, {:.0f} kWh", o.gpus, o.cluster,
+  os << fmt::format("{} x {}: {} -- {:.1f} days, {:.0f} GPU-hours, ${:.0f}, {:.0f} kWh", o.gpus, printable(o.cluster),
                     describe(o.best.strategy), o.days, o.gpu_hours, o.cost_usd, o.energy_kwh);
   if (o.with_failures) {
     os << fmt::format("; with failures {:.1f} days, ${:.0f} (goodput {:.1f}%)", o.days_with_failures,
@@ -112,7 +114,7 @@ void print_failures(std::ostream& os, const CapacityResult& r) {
   for (const CapacityOption& o : r.options) {
     if (!o.feasible || !o.with_failures) continue;
     const Goodput& g = o.goodput;
-    os << fmt::format("{:<14} {:>6} {:>9.2f} {:>9.0f} {:>10.1f} {:>9.1f} {:>8.0f} {:>9.2f} {:>9.2f} {:>7.1f}% ", o.cluster,
+    os << fmt::format("{:<14} {:>6} {:>9.2f} {:>9.0f} {:>10.1f} {:>9.1f} {:>8.0f} {:>9.2f} {:>9.2f} {:>7.1f}% ", printable(o.cluster),
                       o.gpus, g.job_mtbf / 3600, g.checkpoint / kGB, g.checkpoint_write, g.interval / 60,
                       g.interval_steps, g.failures_per_day, (g.lost_work_per_day + g.restart_per_day) / 3600,
                       100 * g.goodput);
@@ -133,10 +135,10 @@ void print_failures(std::ostream& os, const CapacityResult& r) {
     if (!o.elastic) continue;
     const ElasticOption& e = *o.elastic;
     if (!e.feasible) {
-      os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52}\n", o.cluster, o.gpus, e.gpus, "-", "infeasible: " + e.why);
+      os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52}\n", printable(o.cluster), o.gpus, e.gpus, "-", printable("infeasible: " + e.why));
       continue;
     }
-    os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52} {:>11.1f}% {:>10.0f}\n", o.cluster, o.gpus, e.gpus,
+    os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52} {:>11.1f}% {:>10.0f}\n", printable(o.cluster), o.gpus, e.gpus,
                       e.best.strategy.gpus(), describe(e.best.strategy), 100 * e.throughput_share, e.resume);
   }
 }
@@ -188,16 +190,16 @@ void print_ranking(std::ostream& os, const CapacityResult& r, const CapacityCont
 }  // namespace
 
 void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityContext& ctx) {
-  os << fmt::format("{}: {} tokens, global batch {} x {} tokens; fastest layout per cluster and size\n\n", ctx.model,
+  os << fmt::format("{}: {} tokens, global batch {} x {} tokens; fastest layout per cluster and size\n\n", printable(ctx.model),
                     tokens_text(ctx.tokens), ctx.global_batch, ctx.seq_len);
   os << fmt::format("{:<14} {:>6}  {:<52} {:>6} {:>9} {:>12} {:>14} {:>12}\n", "cluster", "GPUs", "best layout",
                     "MFU %", "days", "GPU-hours", "cost USD", "energy kWh");
   for (const CapacityOption& o : r.options) {
     if (!o.feasible) {
-      os << fmt::format("{:<14} {:>6}  {:<52}\n", o.cluster, o.gpus, "infeasible: " + o.why);
+      os << fmt::format("{:<14} {:>6}  {:<52}\n", printable(o.cluster), o.gpus, printable("infeasible: " + o.why));
       continue;
     }
-    os << fmt::format("{:<14} {:>6}  {:<52} {:>6.1f} {:>9.1f} {:>12.0f} {:>14.0f} {:>12.0f}\n", o.cluster, o.gpus,
+    os << fmt::format("{:<14} {:>6}  {:<52} {:>6.1f} {:>9.1f} {:>12.0f} {:>14.0f} {:>12.0f}\n", printable(o.cluster), o.gpus,
                       describe(o.best.strategy), 100 * o.best.throughput.mfu, o.days, o.gpu_hours, o.cost_usd,
                       o.energy_kwh);
   }

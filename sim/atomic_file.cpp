@@ -9,7 +9,10 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <ostream>
+#include <streambuf>
 #include <string>
+#include <utility>
 
 #include "sim/check.hpp"
 
@@ -62,7 +65,50 @@ void check_output_path(const fs::path& path, std::string_view what) {
   }
 }
 
-void write_file_atomically(const fs::path& path, std::string_view content, std::string_view what) {
+namespace {
+
+// A stream buffer writing to a file descriptor; the first failed write(2) is kept (errno) and
+// makes every later one fail too.
+class FdBuffer : public std::streambuf {
+ public:
+  explicit FdBuffer(int fd) : fd_(fd) { setp(buffer_, buffer_ + sizeof buffer_); }
+  int error() const { return error_; }
+
+ protected:
+  int_type overflow(int_type ch) override {
+    if (!drain()) return traits_type::eof();
+    if (!traits_type::eq_int_type(ch, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(ch);
+      pbump(1);
+    }
+    return traits_type::not_eof(ch);
+  }
+  int sync() override { return drain() ? 0 : -1; }
+
+ private:
+  bool drain() {
+    const char* p = pbase();
+    while (error_ == 0 && p < pptr()) {
+      const ssize_t n = ::write(fd_, p, static_cast<std::size_t>(pptr() - p));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) error_ = errno;
+      if (n > 0) p += n;
+    }
+    setp(buffer_, buffer_ + sizeof buffer_);
+    return error_ == 0;
+  }
+  int fd_;
+  int error_ = 0;
+  char buffer_[1 << 16];
+};
+
+}  // namespace
+
+void OutputSet::stage(const fs::path& path, std::string_view content, std::string what) {
+  stage(path, std::move(what), [&](std::ostream& os) { os.write(content.data(), static_cast<std::streamsize>(content.size())); });
+}
+
+void OutputSet::stage(const fs::path& path, std::string what, const std::function<void(std::ostream&)>& write) {
   check_output_path(path, what);
   std::string leaf = ".";  // hidden temporary beside the target: .NAME.tmp-XXXXXX
   leaf += path.filename().string();
@@ -70,38 +116,53 @@ void write_file_atomically(const fs::path& path, std::string_view content, std::
   std::string tmp = (folder_of(path) / leaf).string();
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) throw InputError(fmt::format("{}: cannot create a temporary file: {}", what, std::strerror(errno)));
-  auto fail = [&](const char* step) {
-    const std::string why = std::strerror(errno);
+  staged_.push_back({path, tmp, what});  // removed by the destructor unless committed
+  const char* step = nullptr;  // what failed, with errno in `err`
+  int err = 0;
+  try {
+    FdBuffer buffer(fd);
+    std::ostream os(&buffer);
+    write(os);
+    os.flush();
+    if (buffer.error() != 0 || !os) step = "writing", err = buffer.error() != 0 ? buffer.error() : EIO;
+  } catch (...) {
     ::close(fd);
-    ::unlink(tmp.c_str());
-    throw InputError(fmt::format("{}: {} failed: {}", what, step, why));
-  };
-  const char* p = content.data();
-  std::size_t left = content.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("writing");
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
+    throw;
   }
   // Keep the permissions an ordinary new file would get (mkstemp creates 0600).
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  if (::fchmod(fd, 0666 & ~mask) != 0) fail("setting permissions");
-  if (::fsync(fd) != 0) fail("flushing");
-  if (::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw InputError(fmt::format("{}: closing failed: {}", what, why));
+  if (!step && ::fchmod(fd, 0666 & ~mask) != 0) step = "setting permissions", err = errno;
+  if (!step && ::fsync(fd) != 0) step = "flushing", err = errno;
+  if (::close(fd) != 0 && !step) step = "closing", err = errno;
+  if (step) throw InputError(fmt::format("{}: {} failed: {}", what, step, std::strerror(err)));
+}
+
+void OutputSet::commit() {
+  std::string replaced;  // the outputs already renamed, for a failure part-way
+  for (std::size_t i = 0; i < staged_.size(); ++i) {
+    const Staged& s = staged_[i];
+    if (std::rename(s.temporary.c_str(), s.target.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      throw InputError(fmt::format("{}: renaming into place failed: {}{}", s.what, why,
+                                   replaced.empty() ? "; no output was replaced"
+                                                    : "; already replaced: " + replaced));
+    }
+    replaced += (replaced.empty() ? "" : ", ") + s.what;
+    staged_[i].temporary.clear();  // renamed: nothing to remove
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw InputError(fmt::format("{}: renaming into place failed: {}", what, why));
-  }
+  staged_.clear();
+}
+
+OutputSet::~OutputSet() {
+  for (const Staged& s : staged_)
+    if (!s.temporary.empty()) ::unlink(s.temporary.c_str());
+}
+
+void write_file_atomically(const fs::path& path, std::string_view content, std::string_view what) {
+  OutputSet one;
+  one.stage(path, content, std::string(what));
+  one.commit();
 }
 
 }  // namespace trainplan

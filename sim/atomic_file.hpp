@@ -1,9 +1,14 @@
 // Output files that are either complete or absent: content goes to a temporary file in the same
 // folder, is flushed, then renamed over the target (rename(2) is atomic within one file system).
-// A failure leaves no temporary behind and the previous file, if any, untouched.
+// A failure leaves no temporary behind and the previous file, if any, untouched. OutputSet does
+// the same for all the outputs of one command together.
 #pragma once
 #include <filesystem>
+#include <functional>
+#include <ostream>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace trainplan {
 
@@ -15,5 +20,36 @@ void check_output_path(const std::filesystem::path& path, std::string_view what)
 
 // Writes `content` to `path` atomically (see above). Throws InputError naming `what` on failure.
 void write_file_atomically(const std::filesystem::path& path, std::string_view content, std::string_view what);
+
+// The outputs of one command, written all or none: stage() writes each in full (flushed to disk)
+// to a hidden temporary beside its target (.NAME.tmp-XXXXXX) and replaces nothing; commit() then
+// renames every temporary over its target, in the order staged. So a write that fails (a full
+// disk, a file-size limit) leaves every target as it was, and a command that stages its outputs
+// before it prints its results reports such a failure as its only line. A set destroyed before
+// commit() (an exception) removes its temporaries. What remains possible: rename(2) failing for
+// one target after others were renamed (only a change to the folder between the two, e.g. a
+// target turned into a directory); commit() then names the outputs already replaced.
+class OutputSet {
+ public:
+  OutputSet() = default;
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+  ~OutputSet();
+
+  // Throws InputError naming `what` when the temporary cannot be created or written.
+  void stage(const std::filesystem::path& path, std::string_view content, std::string what);
+  // The same, the content written by `write` to a stream on the temporary (a large trace is then
+  // never held in memory).
+  void stage(const std::filesystem::path& path, std::string what, const std::function<void(std::ostream&)>& write);
+  // Renames every staged temporary into place; throws InputError naming the output that failed.
+  void commit();
+
+ private:
+  struct Staged {
+    std::filesystem::path target, temporary;
+    std::string what;
+  };
+  std::vector<Staged> staged_;
+};
 
 }  // namespace trainplan

@@ -36,22 +36,27 @@ Seconds cheapest(const Algorithm (&algos)[N], int n, Bytes m, const Link& l) {
 
 }  // namespace
 
+const LinkTier* spanning_tier(const Cluster& c, long long extent) {
+  if (extent <= c.gpus_per_node || c.network.empty()) return nullptr;
+  for (const auto& t : c.network) {
+    if (extent <= t.span_gpus) return &t;
+  }
+  return &c.network.back();
+}
+
 Link group_link(const Cluster& c, int size, int stride) {
   if (size <= 1) return {};
   const int gpn = c.gpus_per_node;
-  const long extent = static_cast<long>(stride) * size;  // ranks covered by the group
   const BytesPerSecond node_bw = c.node.bandwidth * c.node.efficiency;
-  if (extent <= gpn || c.network.empty()) return {c.node.latency, node_bw};
-  const LinkTier* tier = &c.network.back();
-  for (const auto& t : c.network) {
-    if (extent <= t.span_gpus) {
-      tier = &t;
-      break;
-    }
-  }
+  const LinkTier* tier = spanning_tier(c, static_cast<long long>(stride) * size);  // ranks the group covers
+  if (!tier) return {c.node.latency, node_bw};
   const int per_node = std::clamp(gpn / std::max(stride, 1), 1, size);
   const BytesPerSecond bw = std::min(node_bw, per_node * tier->bandwidth * tier->efficiency);
   return {tier->latency, bw};
+}
+
+GroupLink group_of(const Cluster& c, int size, int stride) {
+  return {size, stride, group_link(c, size, stride), c.collectives.call_overhead};
 }
 
 Seconds collective_time(Collective kind, int n, Bytes message, const Link& link) {

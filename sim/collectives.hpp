@@ -20,13 +20,44 @@ struct Link {
   BytesPerSecond bandwidth = 0;   // achieved bus bandwidth per rank (0: no communication)
 };
 
-// The link a group of `size` ranks uses when its members are `stride` ranks apart (ranks are
-// placed on nodes in order). Inside one node: the node link. Across nodes: the innermost network
-// tier spanning the group, with its per-GPU bandwidth times the group members sharing a node
-// (each GPU has its own NIC), capped by the node link.
+// The network tier that traffic among `extent` consecutive ranks takes (ranks are placed on
+// nodes in order): the innermost tier whose span covers them, the outermost where none does;
+// nullptr where they fit on one node or the cluster has no network (the node link carries it).
+// The one tier lookup: group links (below) and parameter servers (param_server.hpp) both use it.
+const LinkTier* spanning_tier(const Cluster& c, long long extent);
+
+// The link a group of `size` ranks uses when its members are `stride` ranks apart. Inside one
+// node: the node link. Across nodes: spanning_tier(size x stride), with its per-GPU bandwidth
+// times the group members sharing a node (each GPU has its own NIC), capped by the node link.
 Link group_link(const Cluster& c, int size, int stride);
 
 // Time of one collective over `n` ranks: the cheapest algorithm in the table.
 Seconds collective_time(Collective kind, int n, Bytes message, const Link& link);
+
+// One parallel group as its collectives see it. Every method is the cost of ONE call on the
+// group: the table's latency x steps + bytes / bus bandwidth, plus the cluster's fixed per-call
+// overhead (CollectiveCosts::call_overhead: launch, proxy, synchronisation); a group of one rank
+// communicates nothing and costs 0. Callers multiply by the number of calls they make.
+struct GroupLink {
+  int size = 1;               // ranks in the group
+  int stride = 1;             // rank distance between neighbouring members (RankLayout::stride)
+  Link link;                  // the link its traffic takes (group_link, or see PlanShape's pp group)
+  Seconds call_overhead = 0;  // the cluster's per-call overhead
+
+  Seconds all_reduce(Bytes message) const { return call(Collective::all_reduce, size, message); }
+  Seconds reduce_scatter(Bytes message) const { return call(Collective::reduce_scatter, size, message); }
+  Seconds all_gather(Bytes message) const { return call(Collective::all_gather, size, message); }
+  // A send from one member to its neighbour (a ring or pipeline step: two ranks).
+  Seconds send_recv(Bytes message) const { return call(Collective::send_recv, 2, message); }
+
+ private:
+  Seconds call(Collective kind, int n, Bytes message) const {
+    return size > 1 ? collective_time(kind, n, message, link) + call_overhead : 0.0;
+  }
+};
+
+// The group of `size` ranks `stride` apart on cluster `c`: group_link's link, the cluster's
+// per-call overhead.
+GroupLink group_of(const Cluster& c, int size, int stride);
 
 }  // namespace trainplan

@@ -57,7 +57,7 @@ struct CompressionCost {
 CompressionCost operator*(double k, const CompressionCost& c);
 
 // The cost of reducing `grads` under `s.grad_compression`, with `grad_bytes` bytes per gradient
-// element as held (memory_model's state_bytes(s).grad).
+// element on the wire (PlanShape's bytes.wire_grad, state_bytes(s).grad).
 CompressionCost compression_cost(const GradientShapes& grads, const Cluster& c, const Strategy& s, double grad_bytes);
 
 // Bytes of the error-feedback buffer per compressed parameter: 4 (fp32) for PowerSGD, else 0.

@@ -4,7 +4,7 @@
 //   M  = job MTBF (s) = MTBF of one GPU / GPUs (failures independent, any one stops the job)
 //   C  = checkpoint write time (s) = checkpoint bytes / (write bandwidth per GPU x GPUs); the
 //        checkpoint holds one copy of the model states a restart needs: parameters x (weight +
-//        optimizer bytes per parameter) (memory_model's state_bytes; gradients are not saved)
+//        optimizer bytes per parameter) (plan_shape.hpp's state_bytes; gradients are not saved)
 //   R  = restart (s) = detection, rescheduling and re-initialisation + reading the checkpoint back
 //        at the write bandwidth
 //   tau = checkpoint interval (work between checkpoints, s) = sqrt(2 C M)   (Young/Daly)

@@ -60,7 +60,12 @@ std::string read_input_file(const std::filesystem::path& path, std::uintmax_t ma
 }
 
 json read_json_file(const std::filesystem::path& path) {
-  return parse_json_text(read_input_file(path, kMaxInputFileBytes), path.string());
+  JsonBudget one_file;
+  return read_json_file(path, one_file);
+}
+
+json read_json_file(const std::filesystem::path& path, JsonBudget& budget) {
+  return parse_json_text(read_input_file(path, kMaxInputFileBytes), path.string(), budget);
 }
 
 namespace {
@@ -70,7 +75,8 @@ namespace {
 //    silently drop a value);
 //  - nesting deeper than kMaxJsonDepth (printing a value, in error messages and reports, recurses
 //    once per level: a value nested 100,000 deep in a field overflowed the stack);
-//  - more than kMaxJsonAllocations objects, arrays and strings (memory: see json_reader.hpp).
+//  - more than the budget's objects, arrays and strings, or values of any kind (memory: see
+//    json_reader.hpp).
 // parse() with a callback did the key check before, but after every object or array it closes the
 // callback parser scans the parent for a discarded value: quadratic, so a 64 MB array of {} ran
 // for hours. This builder is the plain parser's (linear).
@@ -78,7 +84,8 @@ class StrictDomParser : public nlohmann::detail::json_sax_dom_parser<json> {
   using Base = nlohmann::detail::json_sax_dom_parser<json>;
 
  public:
-  StrictDomParser(json& result, const std::string& file) : Base(result, true), file_(file) {}
+  StrictDomParser(json& result, const std::string& file, JsonBudget& budget)
+      : Base(result, true), file_(file), budget_(budget) {}
 
   bool start_object(std::size_t n) {
     open();
@@ -104,6 +111,11 @@ class StrictDomParser : public nlohmann::detail::json_sax_dom_parser<json> {
     allocate();
     return Base::string(s);
   }
+  bool null() { return count(), Base::null(); }
+  bool boolean(bool b) { return count(), Base::boolean(b); }
+  bool number_integer(json::number_integer_t x) { return count(), Base::number_integer(x); }
+  bool number_unsigned(json::number_unsigned_t x) { return count(), Base::number_unsigned(x); }
+  bool number_float(json::number_float_t x, const json::string_t& text) { return count(), Base::number_float(x, text); }
   bool key(std::string& k) {
     if (!keys_.back().insert(k).second) {
       throw InputError(fmt::format("{}: key {} appears twice in the same object", file_, json(k).dump()));
@@ -119,20 +131,34 @@ class StrictDomParser : public nlohmann::detail::json_sax_dom_parser<json> {
     }
   }
   void allocate() {
-    if (++allocations_ > kMaxJsonAllocations) {
-      throw InputError(fmt::format("{}: more than {} objects, arrays and strings (no trainplan file holds so many)",
-                                   file_, kMaxJsonAllocations));
+    count();
+    if (--budget_.allocations < 0) refuse(kMaxJsonAllocations, "objects, arrays and strings");
+  }
+  void count() {
+    if (--budget_.values < 0) refuse(kMaxJsonValues, "values (numbers, strings, objects, ...)");
+  }
+  [[noreturn]] void refuse(long long limit, const char* what) const {
+    if (budget_.scope.empty()) {
+      throw InputError(fmt::format("{}: more than {} {} (no trainplan file holds so many)", file_, limit, what));
     }
+    throw InputError(fmt::format("{}: {} hold more than {} {} together, the most one input file may hold (memory); "
+                                 "give fewer or smaller files",
+                                 file_, budget_.scope, limit, what));
   }
   const std::string& file_;
+  JsonBudget& budget_;
   int depth_ = 0;
-  long long allocations_ = 0;
   std::vector<std::set<std::string>> keys_;  // of each open object
 };
 
 }  // namespace
 
 json parse_json_text(const std::string& text, const std::string& file) {
+  JsonBudget one_file;
+  return parse_json_text(text, file, one_file);
+}
+
+json parse_json_text(const std::string& text, const std::string& file, JsonBudget& budget) {
   // nlohmann's lexer takes a NUL byte for the end of the input, so "{...}\0garbage" was read as
   // "{...}" without a word. JSON text never holds one (a string holds it escaped, \u0000).
   if (const auto nul = text.find('\0'); nul != std::string::npos) {
@@ -141,7 +167,7 @@ json parse_json_text(const std::string& text, const std::string& file) {
                                  file, nul));
   }
   json result;
-  StrictDomParser builder(result, file);
+  StrictDomParser builder(result, file, budget);
   try {
     json::sax_parse(text, &builder);
   } catch (const json::exception& e) {
@@ -243,9 +269,7 @@ std::string JsonObject::string(const std::string& key) const {
   if (s.empty()) throw error(key, "must not be empty");
   // Names and texts are printed on terminals: a newline or an escape sequence in a file must not
   // reach them (the message shows the value JSON-escaped).
-  for (unsigned char ch : s) {
-    if (ch < 0x20 || ch == 0x7f) throw error(key, "must not contain control characters (newlines, escapes)");
-  }
+  if (has_control_characters(s)) throw error(key, "must not contain control characters (newlines, escapes)");
   return s;
 }
 

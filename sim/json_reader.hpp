@@ -36,15 +36,31 @@ inline constexpr double kMaxJsonMagnitude = 1e100;
 // with every option, holds 304,146.
 inline constexpr int kMaxJsonDepth = 64;
 inline constexpr long long kMaxJsonAllocations = 1 << 22;
+// And how many values of any kind (numbers, booleans and nulls too): each costs 16 bytes and more
+// while its array grows, for as little as 2 bytes of text ("0,"), so 64 MiB of numbers needed
+// 1 GB; 2^23 (~0.3 GB) is six times the 1.35 M values of the largest trainplan file above.
+inline constexpr long long kMaxJsonValues = 1 << 23;
+
+// What JSON text may still hold, counted down as it is parsed. A default one is one file's limits;
+// a command that keeps several documents at once (report) reads them all through one budget, so
+// that together they hold no more than one file may ("scope" names them in the message).
+struct JsonBudget {
+  long long allocations = kMaxJsonAllocations;  // objects, arrays and strings
+  long long values = kMaxJsonValues;            // values of any kind
+  std::string scope;                            // "" for one file, else e.g. "the report's inputs"
+};
 
 // Reads (as read_input_file, capped at kMaxInputFileBytes) and parses a JSON file; throws
 // InputError naming the file for a missing or unreadable file or bad JSON.
 nlohmann::json read_json_file(const std::filesystem::path& path);
+// The same, counted against `budget` (kept across calls).
+nlohmann::json read_json_file(const std::filesystem::path& path, JsonBudget& budget);
 
 // Parses JSON text strictly (a key twice in one object is an error, so is nesting deeper than
-// kMaxJsonDepth or more than kMaxJsonAllocations objects, arrays and strings); `file` names it in
-// messages.
+// kMaxJsonDepth, more than kMaxJsonAllocations objects, arrays and strings or kMaxJsonValues
+// values); `file` names it in messages.
 nlohmann::json parse_json_text(const std::string& text, const std::string& file);
+nlohmann::json parse_json_text(const std::string& text, const std::string& file, JsonBudget& budget);
 
 // One JSON object being read. Call the accessors for every key, then finish() to reject extras.
 class JsonObject {

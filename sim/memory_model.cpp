@@ -1,22 +1,15 @@
 #include "sim/memory_model.hpp"
 
-#include "sim/compression.hpp"
-
 #include <algorithm>
 
 namespace trainplan {
 
-StateBytes state_bytes(Dtype dtype, bool fp32_grad_accum) {
-  if (dtype == Dtype::fp32) return {4, 4, 8};
-  return {2, fp32_grad_accum ? 4.0 : 2.0, 12};
-}
-
-ModelStateBytes model_state_bytes(double params, const StateBytes& b, int zero, double shard) {
+ModelStateBytes model_state_bytes(double params, const StateBytes& b, const ZeroPolicy& zero, double shard) {
   ModelStateBytes m;
   // (Not divided by 1 where unsharded: the same figure without a division, predict's hot path.)
-  m.weights = zero == 3 ? params * b.weight / shard : params * b.weight;
-  m.gradients = zero >= 2 ? params * b.grad / shard : params * b.grad;
-  m.optimizer = zero >= 1 ? params * b.optimizer / shard : params * b.optimizer;
+  m.weights = zero.shards_params ? params * b.weight / shard : params * b.weight;
+  m.gradients = zero.shards_grads ? params * b.grad / shard : params * b.grad;
+  m.optimizer = zero.shards_optimizer ? params * b.optimizer / shard : params * b.optimizer;
   return m;
 }
 
@@ -36,11 +29,6 @@ int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, in
 
 namespace {
 
-double seq_share(const Strategy& s) { return s.sequence_parallel ? 1.0 / s.tp : 1.0; }
-// Residual-stream element width: the profile's (4 under autocast with fp32 parameters), never
-// narrower than the activations.
-double stream_bytes(const Software& sw, const Strategy& s) { return std::max(sw.stream_bytes, activation_bytes(s.dtype)); }
-
 // 16-bit copies of a GEMM's sequence-split input that the layer saves: autocast casts the fp32
 // stream once per GEMM call, so unfused Q, K, V keep three copies and unfused gate and up two.
 double gemm_input_copies(const Software& sw, const ModelSpec& m, OpKind kind) {
@@ -50,23 +38,13 @@ double gemm_input_copies(const Software& sw, const ModelSpec& m, OpKind kind) {
   return 1;
 }
 
-}  // namespace
-
-StateBytes state_bytes(const MemoryProfile& p, const Strategy& s) {
-  if (!p.fp32_parameters) return state_bytes(s);
-  // fp32 parameters and .grad (4 + 4 B), Adam's two fp32 moments (8 B), the profile's extras.
-  return {4, 4, 8 + p.optimizer_extra_bytes};
-}
-
-Bytes layer_activation_bytes(const LayerGraph& graph, const Strategy& s, bool keep_all) {
-  return layer_activation_bytes(graph, Software{}, s, keep_all);
-}
-
-Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, bool keep_all) {
+// layer_activation_bytes from the strategy's tokens and element widths (PlanShape's).
+Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, const TokenShape& t,
+                             const ElementBytes& w, bool keep_all) {
   const ModelSpec& m = graph.model();
   const MemoryProfile& p = sw.memory;
-  const double tokens = s.tokens_per_rank(), share = seq_share(s), act = activation_bytes(s.dtype);
-  const double stream = stream_bytes(sw, s), tensor = 1.0 / s.tp;
+  const double tokens = t.per_rank, share = t.seq_share, act = w.activation;
+  const double stream = w.stream, tensor = t.tensor_share;
   // Attention widths (layer_graph.cpp): q = heads x head_dim, kv = kv_heads x head_dim.
   const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()), f = m.ffn_hidden;
   const bool keep_scores = s.attention == Attention::standard && (keep_all || s.recompute == Recompute::none);
@@ -76,8 +54,8 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     // masks) by tp only with SP; standard attention's score matrix is split by heads (tp).
     // A norm saves its input from the residual stream (composite RMSNorm also x * rsqrt(...));
     // a GEMM saves its 16-bit input, once per cast.
-    // Under FP8 the stack may keep the quantized GEMM inputs (software precision section).
-    const double width = op.matmul && s.dtype == Dtype::fp8 ? sw.fp8_saved_gemm_input_bytes : act;
+    // Under FP8 the stack may keep the quantized GEMM inputs (ElementBytes::saved_gemm_input).
+    const double width = op.matmul ? w.saved_gemm_input : act;
     double seq_bytes = op.saved_seq_elems_per_token * width;
     if (op.kind == OpKind::norm) {
       const int copies = m.norm == Norm::rmsnorm ? p.rms_norm_saved_stream_tensors : 1;
@@ -104,15 +82,52 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
   return total;
 }
 
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, const TokenShape& t,
+                                    const ElementBytes& w) {
+  if (s.recompute == Recompute::full) return t.per_rank * graph.model().hidden * w.stream * t.seq_share;
+  return layer_activation_bytes(graph, sw, s, t, w, false);
+}
+
+// ZeRO-3's gathered units (zero3_gathered_bytes), per rank, at `bytes` per parameter (the compute
+// dtype's: ElementBytes::gathered_param). Units as exec/model.cpp cuts them: a layer; the embedding
+// (vocabulary-parallel table, learned positions whole); the head (final norm and LM head; a tied
+// head on the last of several stages holds its own copy of the table, as step_costs counts it).
+void set_zero3_units(MemoryModel& mm, const LayerGraph& graph, const Strategy& s, double bytes) {
+  const ModelSpec& m = graph.model();
+  double embedding = 0, head = 0;
+  for (const OpSpec& op : graph.pre_ops()) embedding += rank_params(op, s.tp);
+  for (const OpSpec& op : graph.post_ops()) head += rank_params(op, s.tp);
+  if (m.tied_embeddings && s.pp > 1) head += m.vocab * static_cast<double>(m.hidden) / s.tp;
+  mm.gathered_layer = graph.params_per_layer_per_rank(s.tp) * bytes;
+  mm.gathered_embedding = embedding * bytes;
+  mm.gathered_head = head * bytes;
+  mm.head_reads_embedding = m.tied_embeddings && s.pp == 1;
+}
+
+}  // namespace
+
+Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, bool keep_all) {
+  return layer_activation_bytes(graph, sw, shape.strategy, shape.tokens, shape.bytes, keep_all);
+}
+
+Bytes layer_activation_bytes(const LayerGraph& graph, const Strategy& s, bool keep_all) {
+  return layer_activation_bytes(graph, Software{}, s, keep_all);
+}
+
+Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, bool keep_all) {
+  return layer_activation_bytes(graph, sw, s, token_shape(s), element_bytes(sw, s), keep_all);
+}
+
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape) {
+  return stored_layer_activation_bytes(graph, sw, shape.strategy, shape.tokens, shape.bytes);
+}
+
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s) {
   return stored_layer_activation_bytes(graph, Software{}, s);
 }
 
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s) {
-  if (s.recompute == Recompute::full) {
-    return s.tokens_per_rank() * graph.model().hidden * stream_bytes(sw, s) * seq_share(s);
-  }
-  return layer_activation_bytes(graph, sw, s, false);
+  return stored_layer_activation_bytes(graph, sw, s, token_shape(s), element_bytes(sw, s));
 }
 
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
@@ -120,68 +135,44 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
 }
 
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s) {
-  return memory_model(graph, cluster, sw, s, stored_layer_activation_bytes(graph, sw, s),
-                      s.recompute == Recompute::full ? layer_activation_bytes(graph, sw, s, true) : 0);
+  const PlanShape shape(graph.model(), cluster, sw, s);
+  return memory_model(graph, cluster, sw, shape, stored_layer_activation_bytes(graph, sw, shape),
+                      s.recompute == Recompute::full ? layer_activation_bytes(graph, sw, shape, true) : 0);
 }
 
-MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s,
+MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
                          Bytes stored_layer, Bytes working_layer) {
   MemoryModel mm;
-  mm.per_param = state_bytes(sw.memory, s);
-  mm.zero = s.zero;
-  mm.shard = static_cast<double>(s.dp * s.cp);
+  memory_model(graph, cluster, sw, shape, stored_layer, working_layer, mm);
+  return mm;
+}
+
+void memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
+                  Bytes stored_layer, Bytes working_layer, MemoryModel& mm) {
+  // Every field is written here (or by set_zero3_units).
+  const Strategy& s = shape.strategy;
+  mm.zero = shape.zero;
+  mm.shard = static_cast<double>(shape.groups.dp.size);
   mm.pp = s.pp;
   mm.vp = s.vp;
-  mm.micro_batches = s.micro_batches();
+  mm.micro_batches = shape.micro_batches;
   mm.schedule = s.schedule;
   mm.stored_layer = stored_layer;
   mm.working_layer = working_layer;
-  mm.tokens = s.tokens_per_rank();
+  mm.tokens = shape.tokens.per_rank;
   mm.hidden = graph.model().hidden;
-  mm.vocab = vocab_rows(sw, graph.model().vocab, s.tp);
+  mm.vocab = shape.vocab_rows;
   mm.tp = s.tp;
-  mm.seq_share = seq_share(s);
-  mm.act_bytes = activation_bytes(s.dtype);
+  mm.seq_share = shape.tokens.seq_share;
+  mm.bytes = shape.bytes;
   mm.dropout_masks = runs_dropout(sw, graph.model().dropout);
-  mm.stream_bytes = stream_bytes(sw, s);
-  mm.logit_bytes = sw.memory.loss_bytes_per_logit;
-  mm.weight_copy = s.dtype == Dtype::fp32 ? 0.0 : sw.memory.weight_copy_bytes;
-  mm.optimizer_temp = sw.memory.optimizer_temp_bytes;
   mm.reserved_over_allocated = sw.allocator.reserved_over_allocated;
   mm.workspace = sw.allocator.workspace;
   mm.safety_margin = sw.allocator.safety_margin;
   mm.runtime = cluster.runtime_overhead;
-  if (s.zero == 3) {
-    // ZeRO-3's gathered units (zero3_gathered_bytes), per rank, in the compute dtype: under mixed
-    // precision each rank casts its fp32 master shard to 16 bits and all-gathers that, whatever the
-    // width of the master weights (FSDP MixedPrecision(param_dtype=bf16), Megatron's distributed
-    // optimizer; exec/reducer.cpp likewise), 2 B per parameter (FP8 too: its GEMMs quantize from
-    // the 16-bit weights); 4 B in fp32 training. Units as exec/model.cpp cuts them: a layer; the
-    // embedding (vocabulary-parallel table, learned positions whole); the head (final norm and LM
-    // head; a tied head on the last of several stages holds its own copy of the table, as
-    // step_costs counts it).
-    const double bytes = s.dtype == Dtype::fp32 ? 4.0 : 2.0;
-    const ModelSpec& m = graph.model();
-    double embedding = 0, head = 0;
-    for (const OpSpec& op : graph.pre_ops()) embedding += rank_params(op, s.tp);
-    for (const OpSpec& op : graph.post_ops()) head += rank_params(op, s.tp);
-    if (m.tied_embeddings && s.pp > 1) head += m.vocab * static_cast<double>(m.hidden) / s.tp;
-    mm.gathered_layer = graph.params_per_layer_per_rank(s.tp) * bytes;
-    mm.gathered_embedding = embedding * bytes;
-    mm.gathered_head = head * bytes;
-    mm.head_reads_embedding = m.tied_embeddings && s.pp == 1;
-  }
-  // Parameter servers hold the optimizer states and run the optimizer (param_server.hpp): the
-  // workers keep weights and gradients only.
-  if (s.uses_ps()) {
-    mm.per_param.optimizer = 0;
-    mm.optimizer_temp = 0;
-  }
-  // Gradient compression's error feedback: one fp32 copy per parameter (compression.hpp). Counted
-  // over every parameter, the few uncompressed ones (norms, biases) included, when gradients are
-  // reduced at all.
-  if (s.dp * s.cp > 1 || s.uses_ps()) mm.error_feedback = error_feedback_bytes_per_param(s.grad_compression);
-  return mm;
+  mm.gathered_layer = mm.gathered_embedding = mm.gathered_head = 0;
+  mm.head_reads_embedding = false;
+  if (shape.zero.shards_params) set_zero3_units(mm, graph, s, shape.bytes.gathered_param);
 }
 
 StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int layers) {
@@ -196,8 +187,8 @@ StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int la
     // The loss's logits of one micro-batch at their peak (logit_bytes per element: 4 for fp32
     // logits, Korthikanti et al. 2022 Sec. 4.3 4sbv/t; more where the loss keeps fp32 copies and
     // their gradients), plus the final norm's input (stream width) and the head's input.
-    a.head = mm.tokens * mm.vocab / mm.tp * mm.logit_bytes +
-             mm.tokens * mm.hidden * mm.seq_share * (mm.stream_bytes + mm.act_bytes);
+    a.head = mm.tokens * mm.vocab / mm.tp * mm.bytes.logit +
+             mm.tokens * mm.hidden * mm.seq_share * (mm.bytes.stream + mm.bytes.activation);
   }
   return a;
 }
@@ -221,18 +212,20 @@ Bytes zero3_gathered_bytes(const MemoryModel& mm, int stage, int layers) {
 StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int layers) {
   StageMemory mem;
   mem.stage = stage;
-  const ModelStateBytes states = model_state_bytes(params, mm.per_param, mm.zero, mm.shard);
+  const ModelStateBytes states = model_state_bytes(params, mm.bytes.state, mm.zero, mm.shard);
   mem.weights = states.weights;
   mem.gradients = states.gradients;
   mem.optimizer = states.optimizer;
-  mem.weight_copies = mm.zero == 3 ? params * mm.weight_copy / mm.shard : params * mm.weight_copy;
-  const Bytes error_feedback = params * mm.error_feedback;
+  const double copy = mm.bytes.weight_copy;
+  mem.weight_copies = mm.zero.shards_params ? params * copy / mm.shard : params * copy;
+  const Bytes error_feedback = params * mm.bytes.error_feedback;
   mem.other = zero3_gathered_bytes(mm, stage, layers) + mm.workspace + error_feedback;
   mem.runtime = mm.runtime;
   // The larger of the backward peak (activations) and the optimizer peak (its temporaries over
   // the parameters this rank updates).
   const Bytes activations = stage_activation_bytes(mm, stage, layers);
-  const Bytes temporaries = mm.zero >= 1 ? params * mm.optimizer_temp / mm.shard : params * mm.optimizer_temp;
+  const double temp = mm.bytes.optimizer_temp;
+  const Bytes temporaries = mm.zero.shards_optimizer ? params * temp / mm.shard : params * temp;
   if (temporaries > activations) {
     mem.temporaries = temporaries;
   } else {

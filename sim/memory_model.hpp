@@ -1,11 +1,12 @@
 // memory_model: what one GPU holds during a training step, in bytes. The single home of every
 // memory formula of the analytical model: predict() composes a stage's memory from it, and search's
 // pruning bounds (search.cpp) call the same functions, so a bound can never drift from the figure it
-// bounds. Pure functions of the model, strategy and (for the runtime reserve) the cluster.
+// bounds. Pure functions of the model, the plan's shape (plan_shape.hpp: tokens, shares, element
+// widths, the ZeroPolicy, the DP group) and (for the runtime reserve) the cluster.
 //
 // Per GPU and pipeline stage:
-//   model states  = params x bytes per parameter (state_bytes), each kind sharded by ZeRO over the
-//                   data-parallel group (model_state_bytes);
+//   model states  = params x bytes per parameter (ElementBytes::state), each kind the ZeroPolicy
+//                   shards divided over the data-parallel group (model_state_bytes);
 //   activations   = micro-batch chunks in flight (in_flight_chunks) x layers per chunk x stored bytes
 //                   per layer (stored_layer_activation_bytes), plus the working layer of full
 //                   recomputation and the extras of the first and last stage (stage_activation_bytes);
@@ -27,29 +28,24 @@
 #include "sim/software.hpp"
 #include "sim/estimate.hpp"
 #include "sim/layer_graph.hpp"
+#include "sim/plan_shape.hpp"
 #include "sim/strategy.hpp"
 
 namespace trainplan {
 
-// Bytes per parameter of each model state. Mixed-precision Adam (Rajbhandari et al. 2020, ZeRO,
-// Sec. 3.1): 16-bit weights and gradients (fp32 gradients with fp32_grad_accum), K = 12 bytes of fp32
-// master weights, momentum and variance. Pure fp32 training: 4-byte weights and gradients, K = 8
-// (momentum, variance).
-struct StateBytes {
-  double weight = 0, grad = 0, optimizer = 0;  // bytes per parameter
-};
-StateBytes state_bytes(Dtype dtype, bool fp32_grad_accum);
-inline StateBytes state_bytes(const Strategy& s) { return state_bytes(s.dtype, s.fp32_grad_accum); }
-
 // Model-state bytes one rank holds for `params` parameters (already split by TP/PP), with ZeRO
 // sharding over `shard` ranks (the dp x cp group that holds replicas of the same parameters):
-// ZeRO 1 shards the optimizer states, 2 also the gradients, 3 also the weights
-// (Rajbhandari et al. 2020, Sec. 5, Fig. 1).
+// each state the policy shards is divided by `shard` (ZeRO 1 the optimizer states, 2 also the
+// gradients, 3 also the weights; Rajbhandari et al. 2020, Sec. 5, Fig. 1).
 struct ModelStateBytes {
   Bytes weights = 0, gradients = 0, optimizer = 0;
   Bytes total() const { return weights + gradients + optimizer; }
 };
-ModelStateBytes model_state_bytes(double params, const StateBytes& per_param, int zero, double shard);
+ModelStateBytes model_state_bytes(double params, const StateBytes& per_param, const ZeroPolicy& zero, double shard);
+// The same for a stage number (0..3; a file's, a flag's or search's).
+inline ModelStateBytes model_state_bytes(double params, const StateBytes& per_param, int zero_stage, double shard) {
+  return model_state_bytes(params, per_param, ZeroPolicy::of(zero_stage), shard);
+}
 
 // Peak number of micro-batch-chunks whose activations pipeline stage `stage` holds (closed form,
 // equal to Schedule::peak_in_flight for the same sizes): GPipe all m; 1F1B min(p - i, m) (Narayanan
@@ -65,24 +61,22 @@ int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, in
 // the residual stream's width, one 16-bit copy per GEMM that casts its input under autocast,
 // expanded K/V, RoPE and attention-output copies, silu's output, no dropout masks (see
 // MemoryProfile).
+// Tokens, shares and element widths come from the plan's shape (plan_shape.hpp); the overloads
+// for a strategy derive them as PlanShape does (token_shape, element_bytes).
+Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, bool keep_all);
 Bytes layer_activation_bytes(const LayerGraph& graph, const Strategy& s, bool keep_all);
 Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, bool keep_all);
 // As stored: with full recomputation only the layer input (tokens x hidden at the stream's width,
 // sequence-split with SP).
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s);
 
-// Bytes per parameter of the model states as the stack holds them: state_bytes() of the strategy,
-// or with fp32 parameters (autocast over an fp32 module) 4 B weights, 4 B gradients and 8 B Adam
-// moments plus the profile's optimizer extras.
-StateBytes state_bytes(const MemoryProfile& p, const Strategy& s);
-
-// Everything the per-stage memory figures need that does not depend on the stage; built once per
-// strategy by memory_model().
+// Everything the per-stage memory figures need that does not depend on the stage, built once per
+// plan by memory_model() from its PlanShape.
 struct MemoryModel {
-  StateBytes per_param;
-  int zero = 0;
-  double shard = 1;           // ZeRO shard group: dp x cp ranks
+  ZeroPolicy zero;            // which model states are sharded over the DP group
+  double shard = 1;           // ZeRO shard group: dp x cp ranks (PlanShape's groups.dp)
   int pp = 1, vp = 1, micro_batches = 1;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   Bytes stored_layer = 0;     // stored_layer_activation_bytes
@@ -90,12 +84,11 @@ struct MemoryModel {
   double tokens = 0;          // tokens per rank per micro-batch: b x seq / cp
   double hidden = 0, vocab = 0, tp = 1;
   double seq_share = 1;       // share of a sequence-split tensor a rank holds: 1/tp with SP
-  double act_bytes = 2;       // bytes per activation element
-  double stream_bytes = 2;    // bytes per element of the residual stream
+  // Bytes per element of each tensor kind, as the plan's shape has them: the model states per
+  // parameter (bytes.state), activations, the residual stream, logits, 16-bit weight copies,
+  // optimizer temporaries and gradient compression's error feedback (in "other").
+  ElementBytes bytes;
   bool dropout_masks = true;  // the stack saves 1-byte dropout masks
-  double logit_bytes = 4;     // bytes per logit of one micro-batch at the loss's peak
-  double weight_copy = 0;     // 16-bit weight copies, bytes per parameter
-  double optimizer_temp = 0;  // optimizer temporaries, bytes per updated parameter
   double reserved_over_allocated = 1;
   Bytes workspace = 0;        // inside the allocator, not scaled
   double safety_margin = 0;   // share of capacity a plan must leave free (Allocator::safety_margin)
@@ -105,17 +98,22 @@ struct MemoryModel {
   // reads the embedding's unit too. All 0 without ZeRO-3.
   Bytes gathered_layer = 0, gathered_embedding = 0, gathered_head = 0;
   bool head_reads_embedding = false;
-  double error_feedback = 0;  // gradient compression's error-feedback bytes per parameter (in "other")
   Bytes runtime = 0;          // the cluster's runtime reserve, outside the allocator
 };
-// The default MemoryProfile and Allocator (Megatron-style accounting, no allocator overhead).
+// The memory model of a plan, with the per-layer activation bytes already computed:
+// stored_layer_activation_bytes() and, under full recomputation, layer_activation_bytes(keep_all)
+// (else 0). Both depend only on the strategy's per-rank layer split (predict.hpp's LayerKey), so
+// search computes them once per key (LayerCosts).
+MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
+                         Bytes stored_layer, Bytes working_layer);
+// The same, written into `out` (step_costs: StepCosts::memory, without a copy).
+void memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
+                  Bytes stored_layer, Bytes working_layer, MemoryModel& out);
+// The same for a strategy that passes cannot_shape(): its shape and layer bytes computed here; with
+// the default MemoryProfile and Allocator (Megatron-style accounting, no allocator overhead) where
+// no software is given.
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Strategy& s);
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s);
-// The same with the per-layer activation bytes already computed: stored_layer_activation_bytes()
-// and, under full recomputation, layer_activation_bytes(keep_all) (else 0). Both depend only on the
-// strategy's per-rank layer split (predict.hpp's LayerKey), so search computes them once per key.
-MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s,
-                         Bytes stored_layer, Bytes working_layer);
 
 // Activation bytes pipeline stage `stage` holds at its peak, with `layers` transformer layers over
 // its vp chunks: in flight x layers per chunk x stored bytes per layer, the working layer of full

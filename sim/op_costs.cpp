@@ -292,6 +292,102 @@ FlopsPerSecond OpCostTables::best_attention_rate() const {
   return best;
 }
 
+namespace {
+
+// A measured time in microseconds, converted to seconds. Shapes are at least 1 element and
+// measured times at least 1 ns: a positive 1e-300 would pass "> 0" yet make the interpolated rate,
+// and so every step figure, overflow.
+Seconds time_us(const JsonObject& p, const char* key) { return p.number(key, 1e-3, 1e12) * kMicro; }
+
+// The "gemm" table: one point per measured M x N x K shape.
+void parse_gemm_table(const JsonObject& o, OpCostTables& t) {
+  std::vector<std::array<double, 3>> gemm_shapes;
+  for (const auto& p : o.objects("gemm", 1)) {
+    GemmMeasure g;
+    g.m = p.number("m", 1, 1e9);
+    g.n = p.number("n", 1, 1e9);
+    g.k = p.number("k", 1, 1e9);
+    g.fwd = time_us(p, "fwd_us");
+    g.dgrad = time_us(p, "dgrad_us");
+    g.wgrad = time_us(p, "wgrad_us");
+    p.finish();
+    t.gemm.push_back(g);
+    gemm_shapes.push_back({g.m, g.n, g.k});
+  }
+  check_table_size(o, "gemm", gemm_shapes);
+}
+
+// An attention table (`key` of `parent`); `work`, when given, sums the tables' interpolation work
+// (the attention kernels are bounded in all).
+std::vector<AttentionMeasure> attention_points(const JsonObject& parent, const char* key, double* work = nullptr) {
+  std::vector<AttentionMeasure> points;
+  for (const auto& p : parent.objects(key, 1)) {
+    AttentionMeasure a;
+    a.seq = p.number("seq", 1, 1e9);
+    a.head_dim = p.number("head_dim", 1, 1e6);
+    a.batch_heads = p.number("batch_heads", 1, 1e9);
+    a.fwd = time_us(p, "fwd_us");
+    a.fwd_bwd = time_us(p, "fwd_bwd_us");
+    if (a.fwd_bwd <= a.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
+    p.finish();
+    points.push_back(a);
+  }
+  std::vector<std::array<double, 2>> shapes;
+  for (const auto& a : points) shapes.push_back({a.seq, a.head_dim});
+  const double table_work = check_table_size(parent, key, shapes);
+  if (work) *work += table_work;
+  return points;
+}
+
+// The optional "attention_kernels": one named table per kernel a stack may run.
+void parse_attention_kernels(const JsonObject& o, OpCostTables& t) {
+  if (!o.has("attention_kernels")) return;
+  double kernels_work = 0;
+  JsonObject kernels = o.object("attention_kernels");
+  for (const std::string& name : kernels.keys()) {
+    if (name == OpCostTables::kCalibratedAttention) {
+      throw kernels.error(name, "names the \"attention\" table; give this kernel another name");
+    }
+    JsonObject k = kernels.object(name);
+    t.attention_kernels.push_back({name, k.string("source"), attention_points(k, "points", &kernels_work)});
+    k.finish();
+  }
+  kernels.finish();
+  // Each table is bounded above; so is their sum (thousands of bounded kernels ran as long).
+  if (kernels_work > kMaxOpTableWork) {
+    throw o.error("attention_kernels", fmt::format("{} kernels whose interpolation grids need nodes x points = {:.3g} in "
+                                                   "all, must be at most {:.3g}",
+                                                   t.attention_kernels.size(), kernels_work, kMaxOpTableWork));
+  }
+}
+
+// The "memory_bound" tables: one per kernel family ("add" required), the optimizers' by step time.
+void parse_memory_bound(const JsonObject& o, OpCostTables& t) {
+  JsonObject mb = o.object("memory_bound");
+  for (int k = 0; k < kMemKernels; ++k) {
+    const std::string name = kMemNames[k];
+    const bool optimizer = k == static_cast<int>(MemKernel::adamw_fused) || k == static_cast<int>(MemKernel::adamw_foreach);
+    if (name != "add" && !mb.has(name)) continue;
+    for (const auto& p : mb.objects(name, 1)) {
+      MemMeasure m;
+      m.bytes = p.number("bytes", 1, 1e15);
+      m.fwd = time_us(p, optimizer ? "step_us" : "fwd_us");
+      if (!optimizer) {
+        m.fwd_bwd = time_us(p, "fwd_bwd_us");
+        if (m.fwd_bwd <= m.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
+      }
+      p.finish();
+      t.memory[k].push_back(m);
+    }
+    std::vector<std::array<double, 1>> sizes;
+    for (const auto& m : t.memory[k]) sizes.push_back({m.bytes});
+    check_table_size(mb, name, sizes);
+  }
+  mb.finish();
+}
+
+}  // namespace
+
 OpCostTables derive_op_costs(const OpCostTables& measured, const std::string& from, FlopsPerSecond peak,
                              BytesPerSecond hbm_bandwidth, bool keep_attention_kernels) {
   TRAINPLAN_CHECK(measured.derivation.from.empty(), "op tables are derived from measured ones only");
@@ -343,86 +439,10 @@ OpCostTables parse_op_costs(const JsonObject& o) {
     throw o.error("fp8_gemm_speedup", "was removed: FP8 GEMMs are costed from the 16-bit table with the reduction "
                                       "dimension shortened by the GPU's fp8/bf16 peak ratio; delete the key");
   }
-  // Shapes are at least 1 element and measured times at least 1 ns: a positive 1e-300 would pass
-  // "> 0" yet make the interpolated rate, and so every step figure, overflow.
-  auto time_us = [](const JsonObject& p, const char* key) { return p.number(key, 1e-3, 1e12) * kMicro; };
-  std::vector<std::array<double, 3>> gemm_shapes;
-  for (const auto& p : o.objects("gemm", 1)) {
-    GemmMeasure g;
-    g.m = p.number("m", 1, 1e9);
-    g.n = p.number("n", 1, 1e9);
-    g.k = p.number("k", 1, 1e9);
-    g.fwd = time_us(p, "fwd_us");
-    g.dgrad = time_us(p, "dgrad_us");
-    g.wgrad = time_us(p, "wgrad_us");
-    p.finish();
-    t.gemm.push_back(g);
-    gemm_shapes.push_back({g.m, g.n, g.k});
-  }
-  check_table_size(o, "gemm", gemm_shapes);
-  // `work`, when given, sums the tables' interpolation work (the attention kernels are bounded in all).
-  auto attention_points = [&](const JsonObject& parent, const char* key, double* work = nullptr) {
-    std::vector<AttentionMeasure> points;
-    for (const auto& p : parent.objects(key, 1)) {
-      AttentionMeasure a;
-      a.seq = p.number("seq", 1, 1e9);
-      a.head_dim = p.number("head_dim", 1, 1e6);
-      a.batch_heads = p.number("batch_heads", 1, 1e9);
-      a.fwd = time_us(p, "fwd_us");
-      a.fwd_bwd = time_us(p, "fwd_bwd_us");
-      if (a.fwd_bwd <= a.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
-      p.finish();
-      points.push_back(a);
-    }
-    std::vector<std::array<double, 2>> shapes;
-    for (const auto& a : points) shapes.push_back({a.seq, a.head_dim});
-    const double table_work = check_table_size(parent, key, shapes);
-    if (work) *work += table_work;
-    return points;
-  };
+  parse_gemm_table(o, t);
   t.attention = attention_points(o, "attention");
-  if (o.has("attention_kernels")) {
-    double kernels_work = 0;
-    JsonObject kernels = o.object("attention_kernels");
-    for (const std::string& name : kernels.keys()) {
-      if (name == OpCostTables::kCalibratedAttention) {
-        throw kernels.error(name, "names the \"attention\" table; give this kernel another name");
-      }
-      JsonObject k = kernels.object(name);
-      t.attention_kernels.push_back({name, k.string("source"), attention_points(k, "points", &kernels_work)});
-      k.finish();
-    }
-    kernels.finish();
-    // Each table is bounded above; so is their sum (thousands of bounded kernels ran as long).
-    if (kernels_work > kMaxOpTableWork) {
-      throw o.error("attention_kernels", fmt::format("{} kernels whose interpolation grids need nodes x points = {:.3g} in "
-                                                     "all, must be at most {:.3g}",
-                                                     t.attention_kernels.size(), kernels_work, kMaxOpTableWork));
-    }
-  }
-  {
-    JsonObject mb = o.object("memory_bound");
-    for (int k = 0; k < kMemKernels; ++k) {
-      const std::string name = kMemNames[k];
-      const bool optimizer = k == static_cast<int>(MemKernel::adamw_fused) || k == static_cast<int>(MemKernel::adamw_foreach);
-      if (name != "add" && !mb.has(name)) continue;
-      for (const auto& p : mb.objects(name, 1)) {
-        MemMeasure m;
-        m.bytes = p.number("bytes", 1, 1e15);
-        m.fwd = time_us(p, optimizer ? "step_us" : "fwd_us");
-        if (!optimizer) {
-          m.fwd_bwd = time_us(p, "fwd_bwd_us");
-          if (m.fwd_bwd <= m.fwd) throw p.error("fwd_bwd_us", "must exceed fwd_us (it includes the forward)");
-        }
-        p.finish();
-        t.memory[k].push_back(m);
-      }
-      std::vector<std::array<double, 1>> sizes;
-      for (const auto& m : t.memory[k]) sizes.push_back({m.bytes});
-      check_table_size(mb, name, sizes);
-    }
-    mb.finish();
-  }
+  parse_attention_kernels(o, t);
+  parse_memory_bound(o, t);
   o.finish();
   t.prepare();
   return t;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "sim/model_spec.hpp"
+#include "sim/plan_shape.hpp"
 
 namespace trainplan {
 
@@ -68,25 +70,20 @@ Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, G
 
 namespace {
 
-// Everything the op costs of one strategy share.
+// The inputs every op cost below reads, by reference. Nothing is derived here: the tokens, shares
+// and element widths are the plan's shape's (plan_shape.hpp).
 struct Ctx {
   const ModelSpec& m;
   const Cluster& c;
   const Software& sw;
-  const Strategy& s;
-  double tokens;      // tokens per rank per micro-batch inside the TP region: b * seq / cp
-  double seq_tokens;  // tokens of a sequence-split tensor: tokens / tp with SP
-  double act;         // bytes per activation element (16-bit, fp32 for fp32 training)
-  double stream;      // bytes per element of the residual stream
+  const Strategy& s;        // the shape's strategy
+  const TokenShape& t;      // tokens per rank (t.per_rank inside the TP region, t.seq_split of a
+                            // sequence-split tensor)
+  const ElementBytes& b;    // bytes per element: b.activation, b.stream (the residual stream)
 };
 
-Ctx make_ctx(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
-  Ctx x{g.model(), c, sw, s, 0, 0, 0, 0};
-  x.tokens = s.tokens_per_rank();
-  x.seq_tokens = s.sequence_parallel ? x.tokens / s.tp : x.tokens;
-  x.act = activation_bytes(s.dtype);
-  x.stream = s.dtype == Dtype::fp32 ? 4.0 : sw.stream_bytes;
-  return x;
+Ctx make_ctx(const LayerGraph& g, const Cluster& c, const Software& sw, const PlanShape& p) {
+  return {g.model(), c, sw, p.strategy, p.tokens, p.bytes};
 }
 
 // A memory-bound op: `impl`'s passes of its measured kernel on a tensor of `bytes`; every kernel
@@ -123,8 +120,8 @@ LinearCost linear_in(const Ctx& x, Dtype dtype, double m, double n, double k, in
                   std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::wgrad))),
              2 * kernels};
   if (dtype == Dtype::fp8 && x.sw.fp8_quantize_passes > 0) {
-    out.fwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.act), 1};
-    out.bwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.act), 1};
+    out.fwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.b.activation), 1};
+    out.bwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.b.activation), 1};
   }
   return out;
 }
@@ -154,8 +151,8 @@ LinearCost attention_core(const Ctx& x) {
       // rescaling (forward, over the q-sized output) and adds its partial dQ, dK, dV into the
       // accumulators (backward): memory-bound passes the flash kernels themselves do not make.
       const double q = static_cast<double>(x.m.q_width()) / x.s.tp, kv = static_cast<double>(x.m.kv_width()) / x.s.tp;
-      out.fwd += cp * mem_fwd(x, x.sw.mem.cp_merge, x.tokens * q * x.act);
-      out.bwd += cp * mem_bwd(x, x.sw.mem.cp_merge, x.tokens * (q + 2 * kv) * x.act);
+      out.fwd += cp * mem_fwd(x, x.sw.mem.cp_merge, x.t.per_rank * q * x.b.activation);
+      out.bwd += cp * mem_bwd(x, x.sw.mem.cp_merge, x.t.per_rank * (q + 2 * kv) * x.b.activation);
     }
     return out;
   }
@@ -168,7 +165,7 @@ LinearCost attention_core(const Ctx& x) {
   const double rows = batch_heads * s / x.s.cp;
   const LinearCost qk = linear(x, rows, s, d);
   const LinearCost pv = linear(x, rows, d, s);
-  const Bytes scores = rows * s * x.act;
+  const Bytes scores = rows * s * x.b.activation;
   const bool dropout = runs_dropout(x.sw, x.m.dropout);
   const double fwd_passes = (4.0 + (dropout ? 5 : 0)) / 6, bwd_passes = (6.0 + (dropout ? 5 : 0)) / 6;
   out.fwd = qk.fwd;
@@ -188,127 +185,164 @@ const MemOpImpl& norm_impl(const Ctx& x) {
 // gradient-accumulation kernels are counted in.
 constexpr double kParamOpsPerLayer = 6;
 
-}  // namespace
+// Attention widths (layer_graph.cpp): q = heads x head_dim (queries, attention output),
+// kv = kv_heads x head_dim (keys, values each); q = h unless the model sets head_dim.
+double q_width(const Ctx& x) { return static_cast<double>(x.m.q_width()); }
+double kv_width(const Ctx& x) { return static_cast<double>(x.m.kv_width()); }
 
-OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
-  const Ctx x = make_ctx(g, c, sw, s);
-  const ModelSpec& m = x.m;
-  const double h = m.hidden, f = m.ffn_hidden, tp = s.tp, V = vocab_rows(sw, m.vocab, s.tp);
-  // Attention widths (layer_graph.cpp): q = heads x head_dim (queries, attention output),
-  // kv = kv_heads x head_dim (keys, values each); q = h unless the model sets head_dim.
-  const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width());
-  const bool bias = m.norm == Norm::layernorm;  // GPT-style models carry biases (layer_graph.cpp)
-  const bool swiglu = m.activation == Activation::swiglu;
-  const Bytes stream_t = x.seq_tokens * h * x.stream;  // one sequence-split stream tensor
-  OpCosts out;
-  LayerOpCosts& L = out.layer;
+// One sequence-split tensor of the residual stream.
+Bytes stream_tensor(const Ctx& x) { return x.t.seq_split * x.m.hidden * x.b.stream; }
 
-  // Two norms, two residual adds, the casts of the stream for the QKV and MLP-up GEMMs.
-  const PassCost norm_f = mem_fwd(x, norm_impl(x), stream_t), norm_b = mem_bwd(x, norm_impl(x), stream_t);
-  const PassCost res_f = mem_fwd(x, sw.mem.residual, stream_t), res_b = mem_bwd(x, sw.mem.residual, stream_t);
-  const Bytes cast_t = x.tokens * h * x.stream;
-  const PassCost cast_f = mem_fwd(x, sw.mem.autocast_cast, cast_t), cast_b = mem_bwd(x, sw.mem.autocast_cast, cast_t);
-  L.fwd += 2 * norm_f;
-  L.fwd += 2 * res_f;
-  L.bwd += 2 * norm_b;
-  L.bwd += 2 * res_b;
-  if (runs_dropout(sw, m.dropout)) {
+// The residual stream's ops of one layer: two norms, two residual adds, dropout on the two
+// branches, and the casts of the stream for the GEMMs that read it.
+void add_stream_ops(const Ctx& x, LayerOpCosts& L) {
+  const Software& sw = x.sw;
+  const Bytes stream_t = stream_tensor(x);
+  L.fwd += 2 * mem_fwd(x, norm_impl(x), stream_t);
+  L.fwd += 2 * mem_fwd(x, sw.mem.residual, stream_t);
+  L.bwd += 2 * mem_bwd(x, norm_impl(x), stream_t);
+  L.bwd += 2 * mem_bwd(x, sw.mem.residual, stream_t);
+  if (runs_dropout(sw, x.m.dropout)) {
     // Dropout on the attention and MLP branches before they join the stream (a 1-byte mask
     // written forward and read backward, as the stack runs it: software memory_bound.dropout).
     L.fwd += 2 * mem_fwd(x, sw.mem.dropout, stream_t);
     L.bwd += 2 * mem_bwd(x, sw.mem.dropout, stream_t);
   }
-  if (s.dtype != Dtype::fp32 && sw.autocast_casts_inputs) {
+  if (x.s.dtype != Dtype::fp32 && sw.autocast_casts_inputs) {
     // Autocast casts the stream once per GEMM that reads it: QKV (or Q, K, V) and MLP up (or gate
     // and up); backward casts each input gradient back and sums those of one tensor.
+    const bool swiglu = x.m.activation == Activation::swiglu;
     const double casts = (sw.qkv_fused ? 1 : 3) + (swiglu && !sw.gate_up_fused ? 2 : 1);
-    L.fwd += casts * cast_f;
-    L.bwd += casts * cast_b;
+    const Bytes cast_t = x.t.per_rank * x.m.hidden * x.b.stream;
+    L.fwd += casts * mem_fwd(x, sw.mem.autocast_cast, cast_t);
+    L.bwd += casts * mem_bwd(x, sw.mem.autocast_cast, cast_t);
     L.bwd += (casts - 2) * mem_fwd(x, sw.mem.residual, cast_t);
   }
-  // GEMMs (Megatron column/row-parallel splits): QKV [h -> (q + 2kv)/tp], output [q/tp -> h],
-  // MLP up [h -> f/tp, or 2f/tp for SwiGLU], MLP down [f/tp -> h].
-  const LinearCost qkv = sw.qkv_fused ? linear(x, x.tokens, (q + 2 * kv) / tp, h)
-                                      : [&] {
-                                          LinearCost qc = linear(x, x.tokens, q / tp, h);
-                                          const LinearCost k = linear(x, x.tokens, kv / tp, h, 2);
-                                          qc.fwd += k.fwd;
-                                          qc.bwd += k.bwd;
-                                          return qc;
-                                        }();
-  const LinearCost outp = linear(x, x.tokens, h, q / tp);
-  const LinearCost up = linear(x, x.tokens, (swiglu ? 2 : 1) * f / tp, h, swiglu && !sw.gate_up_fused ? 2 : 1);
-  const LinearCost down = linear(x, x.tokens, h, f / tp);
-  for (const LinearCost* l : {&qkv, &outp, &up, &down}) {
+}
+
+// The layer's GEMMs (Megatron column/row-parallel splits): QKV [h -> (q + 2kv)/tp], output
+// [q/tp -> h], MLP up [h -> f/tp, or 2f/tp for SwiGLU], MLP down [f/tp -> h].
+void add_linears(const Ctx& x, LayerOpCosts& L) {
+  const double h = x.m.hidden, f = x.m.ffn_hidden, tp = x.s.tp, q = q_width(x), kv = kv_width(x), M = x.t.per_rank;
+  const bool swiglu = x.m.activation == Activation::swiglu;
+  LinearCost qkv;
+  if (x.sw.qkv_fused) {
+    qkv = linear(x, M, (q + 2 * kv) / tp, h);
+  } else {  // Q, then K and V as two equal GEMMs
+    qkv = linear(x, M, q / tp, h);
+    const LinearCost k = linear(x, M, kv / tp, h, 2);
+    qkv.fwd += k.fwd;
+    qkv.bwd += k.bwd;
+  }
+  const LinearCost outp = linear(x, M, h, q / tp);
+  const LinearCost up = linear(x, M, (swiglu ? 2 : 1) * f / tp, h, swiglu && !x.sw.gate_up_fused ? 2 : 1);
+  const LinearCost down = linear(x, M, h, f / tp);
+  for (const LinearCost* l : {&std::as_const(qkv), &outp, &up, &down}) {
     L.fwd += l->fwd;
     L.bwd += l->bwd;
   }
-  // Attention core and what surrounds it: RoPE on q and k, layout copies, GQA expansion.
+}
+
+// The attention core and what surrounds it: RoPE on q and k, layout copies, GQA expansion.
+void add_attention(const Ctx& x, LayerOpCosts& L) {
+  const Software& sw = x.sw;
+  const double tp = x.s.tp, q = q_width(x), kv = kv_width(x);
   const LinearCost core = attention_core(x);
   L.attention_fwd = core.fwd;
   L.fwd += core.fwd;
   L.bwd += core.bwd;
-  const Bytes heads_t = x.tokens * q / tp * x.act;  // one tensor over all query heads
-  if (m.position == Position::rope) {
-    const Bytes qk = x.tokens * (q + kv) / tp * x.act;
+  const Bytes heads_t = x.t.per_rank * q / tp * x.b.activation;  // one tensor over all query heads
+  if (x.m.position == Position::rope) {
+    const Bytes qk = x.t.per_rank * (q + kv) / tp * x.b.activation;
     L.fwd += mem_fwd(x, sw.mem.rope, qk);
     L.bwd += mem_bwd(x, sw.mem.rope, qk);
   }
   L.fwd += mem_fwd(x, sw.mem.attention_copies, heads_t);
   L.bwd += mem_bwd(x, sw.mem.attention_copies, heads_t);
-  if (m.kv_heads != m.heads) {
+  if (x.m.kv_heads != x.m.heads) {
     L.fwd += mem_fwd(x, sw.mem.gqa_expand, heads_t);
     L.bwd += mem_bwd(x, sw.mem.gqa_expand, heads_t);
   }
-  // MLP activation.
-  if (swiglu) {
-    const Bytes in = x.tokens * 2 * f / tp * x.act;
-    L.fwd += mem_fwd(x, sw.mem.swiglu, in);
-    L.bwd += mem_bwd(x, sw.mem.swiglu, in);
-  } else {
-    const Bytes in = x.tokens * f / tp * x.act;
-    L.fwd += mem_fwd(x, sw.mem.gelu, in);
-    L.bwd += mem_bwd(x, sw.mem.gelu, in);
-  }
-  // Bias adds of the row-parallel linears (output and MLP down) where not fused.
-  if (bias) {
-    const Bytes t = x.seq_tokens * h * x.act;
+}
+
+// The MLP activation, the bias adds of the row-parallel linears (output and MLP down) where not
+// fused, and the weight gradients accumulated outside the GEMMs: per micro-batch over the
+// layer's fp32 parameters on this rank.
+void add_mlp_and_gradients(const Ctx& x, const LayerGraph& g, LayerOpCosts& L) {
+  const Software& sw = x.sw;
+  const double f = x.m.ffn_hidden, tp = x.s.tp;
+  const bool swiglu = x.m.activation == Activation::swiglu;
+  const Bytes in = x.t.per_rank * (swiglu ? 2 * f : f) / tp * x.b.activation;
+  const MemOpImpl& activation = swiglu ? sw.mem.swiglu : sw.mem.gelu;
+  L.fwd += mem_fwd(x, activation, in);
+  L.bwd += mem_bwd(x, activation, in);
+  if (x.m.norm == Norm::layernorm) {  // GPT-style models carry biases (layer_graph.cpp)
+    const Bytes t = x.t.seq_split * x.m.hidden * x.b.activation;
     L.fwd += 2 * mem_fwd(x, sw.mem.bias_add, t);
     L.bwd += 2 * mem_bwd(x, sw.mem.bias_add, t);
   }
-  // Weight gradients accumulated outside the GEMM: per micro-batch over the layer's fp32
-  // parameters on this rank.
   if (!sw.wgrad_accumulate_fused) {
-    const double params = g.params_per_layer_per_rank(s.tp);
+    const double params = g.params_per_layer_per_rank(x.s.tp);
     const PassCost acc = mem_bwd(x, sw.mem.grad_accumulation, params * 4.0);
     L.bwd += {acc.gpu, kParamOpsPerLayer * sw.mem.grad_accumulation.kernels_bwd};
   }
+}
 
-  // Embedding: lookup on the sequence-split stream; backward writes the dense table gradient.
-  const double table = V / tp * h;
-  out.pre.fwd = mem_fwd(x, sw.mem.embedding, stream_t);
-  out.pre.bwd = mem_bwd(x, sw.mem.embedding, stream_t);
-  out.pre.bwd += mem_bwd(x, sw.mem.embedding_grad, table * 4.0);
-  // Head: final norm, LM head GEMM [h -> V/tp], loss on the 16-bit logits.
-  out.post.fwd = norm_f;
-  out.post.bwd = norm_b;
+// The embedding's fp32 table gradient on this rank: V/tp x h elements.
+double table_elements(const Ctx& x, double vocab_rows) { return vocab_rows / x.s.tp * x.m.hidden; }
+
+// Embedding: lookup on the sequence-split stream; backward writes the dense table gradient (and
+// accumulates it where the head shares it).
+EndOpCosts embedding_costs(const Ctx& x, double vocab_rows) {
+  const Software& sw = x.sw;
+  const double table = table_elements(x, vocab_rows);
+  EndOpCosts out;
+  out.fwd = mem_fwd(x, sw.mem.embedding, stream_tensor(x));
+  out.bwd = mem_bwd(x, sw.mem.embedding, stream_tensor(x));
+  out.bwd += mem_bwd(x, sw.mem.embedding_grad, table * 4.0);
+  if (!sw.wgrad_accumulate_fused && x.m.tied_embeddings) out.bwd += mem_bwd(x, sw.mem.grad_accumulation, table * 4.0);
+  return out;
+}
+
+// Head: final norm, LM head GEMM [h -> V/tp], loss on the 16-bit logits.
+EndOpCosts head_costs(const Ctx& x, double vocab_rows) {
+  const Software& sw = x.sw;
+  const double V = vocab_rows, tp = x.s.tp, table = table_elements(x, vocab_rows);
+  EndOpCosts out;
+  out.fwd = mem_fwd(x, norm_impl(x), stream_tensor(x));
+  out.bwd = mem_bwd(x, norm_impl(x), stream_tensor(x));
   // Under FP8 the head stays in 16 bits unless the stack quantizes it too (Megatron-core's output
   // layer is not a Transformer Engine module; software precision.fp8_lm_head).
-  const Dtype head_dtype = s.dtype == Dtype::fp8 && !sw.fp8_lm_head ? Dtype::bf16 : s.dtype;
-  const LinearCost head = linear_in(x, head_dtype, x.tokens, V / tp, h);
-  out.post.fwd += head.fwd;
-  out.post.bwd += head.bwd;
-  const Bytes logits = x.tokens * V / tp * x.act;
-  out.post.fwd += mem_fwd(x, sw.mem.cross_entropy, logits);
-  out.post.bwd += mem_bwd(x, sw.mem.cross_entropy, logits);
-  if (!sw.wgrad_accumulate_fused && !m.tied_embeddings) {
+  const Dtype head_dtype = x.s.dtype == Dtype::fp8 && !sw.fp8_lm_head ? Dtype::bf16 : x.s.dtype;
+  const LinearCost head = linear_in(x, head_dtype, x.t.per_rank, V / tp, x.m.hidden);
+  out.fwd += head.fwd;
+  out.bwd += head.bwd;
+  const Bytes logits = x.t.per_rank * V / tp * x.b.activation;
+  out.fwd += mem_fwd(x, sw.mem.cross_entropy, logits);
+  out.bwd += mem_bwd(x, sw.mem.cross_entropy, logits);
+  if (!sw.wgrad_accumulate_fused && !x.m.tied_embeddings) {
     const PassCost acc = mem_bwd(x, sw.mem.grad_accumulation, table * 4.0);
-    out.post.bwd += {acc.gpu, static_cast<double>(sw.mem.grad_accumulation.kernels_bwd)};
-  }
-  if (!sw.wgrad_accumulate_fused && m.tied_embeddings) {
-    out.pre.bwd += mem_bwd(x, sw.mem.grad_accumulation, table * 4.0);
+    out.bwd += {acc.gpu, static_cast<double>(sw.mem.grad_accumulation.kernels_bwd)};
   }
   return out;
+}
+
+}  // namespace
+
+OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, const PlanShape& shape) {
+  const Ctx x = make_ctx(g, c, sw, shape);
+  OpCosts out;
+  add_stream_ops(x, out.layer);
+  add_linears(x, out.layer);
+  add_attention(x, out.layer);
+  add_mlp_and_gradients(x, g, out.layer);
+  out.pre = embedding_costs(x, shape.vocab_rows);
+  out.post = head_costs(x, shape.vocab_rows);
+  return out;
+}
+
+OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, const Strategy& s) {
+  return op_costs(g, c, sw, PlanShape(g.model(), c, sw, s));
 }
 
 PassCost optimizer_cost(const Cluster& c, const Software& sw, double params_updated) {

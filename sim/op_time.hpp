@@ -3,12 +3,16 @@
 // and tensor sizes come from the model and the layer graph (Korthikanti et al. 2022; Narayanan et
 // al. 2021); nothing here is fitted.
 //
+// The tokens per rank, the shares of split tensors and the element widths (the residual stream's,
+// the activations') are the plan's (PlanShape, plan_shape.hpp); nothing here derives them.
+//
 // A pass (one layer's forward or backward for one micro-batch, ...) costs its GPU time or the
 // host's time to issue its kernels, whichever is longer: the host runs ahead of the GPU until the
 // GPU runs out of queued work, so a pass of small kernels is launch-bound.
 #pragma once
 #include "sim/cluster.hpp"
 #include "sim/layer_graph.hpp"
+#include "sim/plan_shape.hpp"
 #include "sim/software.hpp"
 #include "sim/strategy.hpp"
 
@@ -44,6 +48,10 @@ struct OpCosts {
   EndOpCosts pre, post;
 };
 
+// The op costs of one plan: its tokens, shares and element widths (the residual stream's, the
+// activations') are the shape's.
+OpCosts op_costs(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape);
+// The same for a strategy that passes cannot_shape() (its shape built here).
 OpCosts op_costs(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s);
 
 // Per step on one rank: the optimizer over `params_updated` parameters (after ZeRO sharding) and

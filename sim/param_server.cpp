@@ -2,45 +2,42 @@
 
 #include <algorithm>
 
-#include "sim/rank_layout.hpp"
+#include "sim/collectives.hpp"
+#include "sim/plan_shape.hpp"
 
 namespace trainplan {
 
-PsNetwork ps_network(const Cluster& c, const Strategy& s) {
+PsNetwork ps_network(const Cluster& c, const Strategy& s, const GroupLink& dp) {
   PsNetwork n;
   n.placement = s.ps_placement;
   n.servers = s.ps_servers;
   n.nodes = job_nodes(s, c);
   n.workers_per_node = std::min(s.gpus(), c.gpus_per_node);
   n.server_nics = c.gpus_per_node;
+  n.call_overhead = c.collectives.call_overhead;
   n.node_bandwidth = c.node.bandwidth * c.node.efficiency;
   // Replicas of one shard on a node: the DP (and CP) group's members within gpus_per_node ranks.
-  const RankLayout layout(s);
-  const int stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
-  n.local_replicas = std::clamp(c.gpus_per_node / std::max(stride, 1), 1, s.dp * s.cp);
+  n.local_replicas = std::clamp(c.gpus_per_node / std::max(dp.stride, 1), 1, dp.size);
   if (n.nodes == 1 && n.placement == PsPlacement::colocated) {
     // One node: the servers are spread over its GPUs, traffic stays on the node link.
     n.gpu_bandwidth = c.node.bandwidth * c.node.efficiency;
     n.latency = c.node.latency;
     return n;
   }
-  const int extent = (n.nodes + (n.placement == PsPlacement::dedicated ? n.servers : 0)) * c.gpus_per_node;
-  if (c.network.empty()) {  // a single-node cluster: its "network" is the node link
+  // The job's nodes and, dedicated, the servers' beyond them.
+  const long long extent = (n.nodes + (n.placement == PsPlacement::dedicated ? n.servers : 0LL)) * c.gpus_per_node;
+  const LinkTier* tier = spanning_tier(c, extent);
+  if (!tier) {  // a single-node cluster: its "network" is the node link
     n.gpu_bandwidth = c.node.bandwidth * c.node.efficiency;
     n.latency = c.node.latency;
     return n;
-  }
-  const LinkTier* tier = &c.network.back();
-  for (const auto& t : c.network) {
-    if (extent <= t.span_gpus) {
-      tier = &t;
-      break;
-    }
   }
   n.gpu_bandwidth = tier->bandwidth * tier->efficiency;
   n.latency = tier->latency;
   return n;
 }
+
+PsNetwork ps_network(const Cluster& c, const Strategy& s) { return ps_network(c, s, parallel_groups(c, s).dp); }
 
 Seconds ps_transfer_time(const PsNetwork& n, Bytes push, Bytes pull) {
   if (n.gpu_bandwidth <= 0 || (push <= 0 && pull <= 0)) return 0;
@@ -64,6 +61,10 @@ Seconds ps_transfer_time(const PsNetwork& n, Bytes push, Bytes pull) {
   const double out = (pull * (N - 1) + push * (S - 1)) / S;
   const double plain = S < N ? std::max(push, pull) : 0.0;
   return std::max(local, std::max({in, out, plain}) / b);
+}
+
+Seconds ps_push_pull_time(const PsNetwork& n, int rounds, Bytes push, Bytes pull) {
+  return rounds * (n.call_overhead + 2 * n.latency) + ps_transfer_time(n, push, pull);
 }
 
 double ps_params_per_server_gpu(double total_params, const PsNetwork& n) {

@@ -30,6 +30,7 @@
 // bounded delay; Dean et al. 2012 Downpour SGD).
 #pragma once
 #include "sim/cluster.hpp"
+#include "sim/collectives.hpp"
 #include "sim/estimate.hpp"
 #include "sim/strategy.hpp"
 #include "sim/units.hpp"
@@ -46,14 +47,23 @@ struct PsNetwork {
   BytesPerSecond node_bandwidth = 0;  // the node link per GPU, for the pre-reduction
   BytesPerSecond gpu_bandwidth = 0;  // b
   Seconds latency = 0;        // per message
+  Seconds call_overhead = 0;  // the cluster's fixed cost of one push/pull call (collectives.call_overhead)
 };
 
-// The network the strategy's parameter servers use on cluster `c`.
+// The network the strategy's parameter servers use on cluster `c`, whose data-parallel group (the
+// dp x cp replicas of each parameter shard, PlanShape's groups.dp) is `dp`. PlanShape holds it.
+PsNetwork ps_network(const Cluster& c, const Strategy& s, const GroupLink& dp);
+// The same with the strategy's data-parallel group placed by RankLayout (parallel_groups()).
 PsNetwork ps_network(const Cluster& c, const Strategy& s);
 
 // Seconds for every worker GPU to push `push` bytes and pull `pull` bytes (bandwidth only; see the
 // formulas above).
 Seconds ps_transfer_time(const PsNetwork& n, Bytes push, Bytes pull);
+
+// Seconds for every worker to push `push` and pull `pull` bytes in `rounds` rounds (PowerSGD
+// sends two): per round one call and a message each way, rounds x (call_overhead + 2 latency),
+// plus the transfer (ps_transfer_time).
+Seconds ps_push_pull_time(const PsNetwork& n, int rounds, Bytes push, Bytes pull);
 
 // Parameters each server GPU updates per step: total / (S x GPUs per server node).
 double ps_params_per_server_gpu(double total_params, const PsNetwork& n);

@@ -1,10 +1,17 @@
 // predict: the analytical model of one training step. Pure: no I/O, no state, no exceptions for
 // infeasible plans (they come back as Estimate::feasible = false with Infeasible values).
 //
-//   predict(g, c, sw, s) = cannot_cost(g, c, s) ? that reason : compose(step_costs(g, c, sw, s), g, c, s)
+// The data flow, one direction:
 //
-// The software profile (software.hpp) says what the training stack launches for each op; op
-// times come from the cluster's measured kernel tables (op_time.hpp).
+//   flags | plan.json ─► Strategy ─► PlanShape (plan_shape.hpp: tokens, element widths, one
+//        GroupLink per parallel group, ZeroPolicy; checked and derived once)
+//     ─► layer_costs(graph, shape): one layer's and the end ops' costs per micro-batch (op_time.hpp's
+//        kernel times from the cluster's measured tables and the software profile, TP/CP collectives)
+//     ─► step_costs(graph, shape, layer costs): StepCosts, per chunk and per step (DP/ZeRO
+//        collectives, pipeline sends, optimizer) and the MemoryModel (memory_model.hpp)
+//     ─► compose(StepCosts, strategy): Estimate, closed form      (or simulate(): Timeline)
+//
+//   predict(g, c, sw, s) = cannot_cost(g, c, s) ? that reason : compose(step_costs(g, c, sw, s), g, c, s)
 //
 // step_costs() is the single source of per-op costs: compose() sums them in closed form and the
 // step simulator (simulate.hpp) replays them over the Schedule, so both agree on what each piece of
@@ -21,6 +28,7 @@
 #include "sim/estimate.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/memory_model.hpp"
+#include "sim/plan_shape.hpp"
 #include "sim/software.hpp"
 #include "sim/strategy.hpp"
 
@@ -79,6 +87,8 @@ inline double min_send_rate(const Software& sw, const Cluster& c) {
   return std::min(1.0, overlap_cost_rate(sw.overlap.pp_interleaved, c.collectives.overlap_slowdown));
 }
 
+// The costs of one plan's step: what compose() sums in closed form and simulate() replays. A
+// result: it holds no cache (step_costs' memo is the caller's StepMemo).
 struct StepCosts {
   std::vector<ChunkCost> chunks;   // ordered by virtual stage: chunks[chunk * pp + stage]
   // The memory model of the strategy under the software profile (memory_model.hpp): its tensor
@@ -91,7 +101,8 @@ struct StepCosts {
                                    // and the optimizer runs on the servers
   Seconds compression = 0;         // gradient-compression kernels on the busiest stage (in optimizer)
   Seconds dp_param_gather = 0;     // ZeRO 1/2 all-gather of updated parameters after the step
-  bool zero_reduce_per_micro_batch = false;  // ZeRO 2/3 reduce-scatter gradients every micro-batch
+  ZeroPolicy zero;                 // the plan's ZeRO policy: when the DP/ZeRO collectives run
+                                   // (reduce_each_micro_batch: every backward reduce-scatters)
   Overlap overlap;                 // share of each DP/ZeRO collective the software hides behind compute
   double pp_overlap = 0;           // share of each p2p send hidden behind compute under this schedule
   double overlap_slowdown = 0;     // compute slowdown per second of hidden communication (cluster)
@@ -105,27 +116,36 @@ struct StepCosts {
   // are identical), the ops before the first layer (embedding) and after the last (final norm,
   // LM head, loss). Only the time and params fields are set. For per-layer reports (layer_detail.hpp).
   ChunkCost layer, embedding, head;
+};
 
-  // Scratch, no part of the costs: the layer splits (partition_layers) step_costs computed last,
-  // with their inputs. A search predicts many strategies with the same layer costs and chunk count
-  // into one StepCosts; the split is a pure function of these inputs, so it is computed once.
-  struct SplitMemo {
+// What step_costs() may keep between calls to skip work whose inputs did not change, owned by the
+// caller (search's worker keeps one per scratch; one thread uses it). A search predicts many
+// strategies with the same layer costs and chunk count, each layer-cost setting under every ZeRO
+// stage in turn: the layer split (partition_layers) is a pure function of a few inputs, and the
+// chunks' fields that depend on neither ZeRO nor the DP group are left as the last call wrote them
+// into the same StepCosts when every input of those fields is the same, bit for bit. Nothing in it
+// is part of a result; only step_costs reads or writes its fields.
+struct StepMemo {
+  struct Split {
     int layers = -1, chunks = -1;
     double layer_cost = 0, first_extra = 0, last_extra = 0;
     std::vector<int> split;
   };
-  std::array<SplitMemo, 8> split_memo;
-  int split_memo_next = 0;  // entry to replace next (round robin)
-  // Scratch too, with memoize_chunks: the inputs, bit for bit, of the chunks' fields that depend
-  // on neither ZeRO nor the DP group (position, compute, TP/CP, parameters, gradient bytes) as
-  // step_costs last wrote them into `chunks`, and the most parameters a stage holds. A search
-  // predicts each layer-cost setting under every ZeRO stage in turn; for the same inputs those
-  // fields are left as they are and only the collectives are computed again. So set
-  // memoize_chunks only on a scratch nothing else writes into between calls (search's worker).
-  bool memoize_chunks = false;
-  bool chunk_inputs_valid = false;
-  std::array<std::uint64_t, 22> chunk_inputs{};  // see step_costs (predict.cpp)
-  double chunk_busiest_params = 0;
+  std::array<Split, 8> splits;  // the splits computed last, with their inputs
+  int next_split = 0;           // entry to replace next (round robin)
+  using ChunkKey = std::array<std::uint64_t, 22>;
+  // The StepCosts whose chunks the fields below describe (nullptr: none). Its chunks must not be
+  // written by anything else between two step_costs calls (compose and simulate only read them).
+  const StepCosts* chunks_of = nullptr;
+  ChunkKey chunk_key{};        // the inputs of those chunks' memoized fields (step_costs, predict.cpp)
+  double busiest_params = 0;   // the most parameters a stage of them holds
+};
+
+// Where predict() writes a step when it predicts many in a row (search): the costs and the memo of
+// how they were last written, kept together so that the memo always describes these costs.
+struct PredictScratch {
+  StepCosts costs;
+  StepMemo memo;
 };
 
 // Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.
@@ -159,6 +179,7 @@ struct LayerKey {
   int tp_stride = 1, cp_stride = 1;
   bool operator==(const LayerKey&) const = default;
 };
+LayerKey layer_key(const PlanShape& shape);
 LayerKey layer_key(const Strategy& s);
 
 // What one rank's work for one micro-batch costs, for every strategy with the same LayerKey: one
@@ -171,7 +192,8 @@ struct LayerCosts {
   LayerCost layer;
   EndCost pre, post;           // without the tied-embedding copy of the last stage (step_costs adds it)
   Bytes hidden_message = 0;    // one tokens x hidden activation tensor of the micro-batch
-  Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a pipeline send (tp > 1 without SP)
+  Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a pipeline send (tp > 1 without SP):
+                               // a call of its own, so it pays the per-call overhead as every call does
   // Activation bytes of one layer for memory_model(): as stored between forward and backward, and
   // the working set of a layer being recomputed (full recomputation; else 0).
   Bytes stored_layer = 0, working_layer = 0;
@@ -180,19 +202,28 @@ struct LayerCosts {
   // pre.total() + post.total() (the sum over stages of compose()'s per-stage work is at least this).
   Seconds replica_work() const { return layers * layer.total() + pre.total() + post.total(); }
 };
+LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const PlanShape& shape);
+// The same for a strategy that passes cannot_shape() (its shape built here).
 LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software,
                        const Strategy& strategy);
 
-// Per-op costs of `strategy` (assumed valid for the graph's model; see validate()).
+// Per-op costs of a plan from layer costs computed for its LayerKey (checked), written into `out`
+// (its storage is reused: no allocation once it has held a step of as many chunks), with `memo`
+// (StepMemo) kept for the next call.
+void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const PlanShape& shape,
+                const LayerCosts& layer, StepMemo& memo, StepCosts& out);
+// The same without a memo kept.
+void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const PlanShape& shape,
+                const LayerCosts& layer, StepCosts& out);
+// Per-op costs of `strategy`, which must pass cannot_cost() (its shape and layer costs built here).
 StepCosts step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software,
                      const Strategy& strategy);
-// The same from layer costs computed for the strategy's LayerKey (checked), written into `out`
-// (its storage is reused: no allocation once it has held a step of as many chunks).
-void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy,
-                const LayerCosts& layer, StepCosts& out);
 
-// One activation (or gradient) send between adjacent pipeline stages, `pp_stride` ranks apart,
-// for a micro-batch with these layer costs (StepCosts::p2p; 0 with one stage).
+// One activation (or gradient) send between adjacent pipeline stages over the pipeline group `pp`
+// (PlanShape's groups.pp), for a micro-batch with these layer costs (StepCosts::p2p; 0 with one
+// stage): the send, one call, and with TP but no SP the receiver's TP all-gather.
+Seconds p2p_time(const GroupLink& pp, const LayerCosts& layer);
+// The same for `pp` stages `pp_stride` ranks apart (pipeline_group()).
 Seconds p2p_time(const Cluster& cluster, const LayerCosts& layer, int pp, int pp_stride);
 
 // A floor of compose()'s step time for any strategy with these layer costs, pipeline send time
@@ -212,9 +243,10 @@ inline double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<d
 std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
                                   double last_extra);
 
-// Why `strategy` cannot be costed at all: it fails validate() against graph.model(), its seq_len
-// differs from graph.seq_len() (invalid_strategy), or the GPU has no peak for its dtype
-// (unsupported_dtype). nullopt when step_costs() may be called.
+// Why `strategy` cannot be costed at all: cannot_shape()'s reason (it fails validate() against
+// graph.model() or validate_on() the cluster: invalid_strategy; the GPU has no peak for its dtype:
+// unsupported_dtype), or its seq_len differs from graph.seq_len() (invalid_strategy). nullopt when a
+// PlanShape may be built and step_costs() called.
 std::optional<Infeasible> cannot_cost(const LayerGraph& graph, const Cluster& cluster, const Strategy& strategy);
 
 // The analytical estimate from costs already computed by step_costs(graph, cluster, strategy)
@@ -225,11 +257,12 @@ void compose(const StepCosts& costs, const LayerGraph& graph, const Cluster& clu
              Estimate& out);
 
 // The analytical estimate: cannot_cost()'s reason as an infeasible estimate, or
-// compose(step_costs(...)).
+// compose(step_costs(...)) of the strategy's PlanShape.
 Estimate predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy);
 // The same from layer costs computed for the strategy's LayerKey, written into `out`, with
-// `scratch` holding the step costs: no allocation once both have held a step of this size (search).
+// `scratch` holding the step costs and their memo: no allocation once both have held a step of
+// this size (search).
 void predict(const LayerGraph& graph, const Cluster& cluster, const Software& software, const Strategy& strategy,
-             const LayerCosts& layer, StepCosts& scratch, Estimate& out);
+             const LayerCosts& layer, PredictScratch& scratch, Estimate& out);
 
 }  // namespace trainplan

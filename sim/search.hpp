@@ -1,11 +1,12 @@
 // search: enumerate every valid layout of one model on one cluster, predict each, rank them.
 //
 // The space is (dp, tp, pp, cp) -- every factorization whose GPU count fits the limits -- times a
-// small odometer over micro-batch, schedule (with vp), ZeRO stage, recomputation and sequence
-// parallelism. Each candidate is checked with predict() (or a caller-given evaluator). Work is
-// split over threads by layout, in rounds: a layout prunes against the thresholds of the layouts
-// merged in earlier rounds (in layout order) and its own finds, so every count and figure is the
-// same for any thread count and timing.
+// small odometer over micro-batch, schedule (with vp), ZeRO stage, recomputation, sequence
+// parallelism, DP algorithm and compression (search_space.hpp). Each candidate is checked with
+// predict() (or a caller-given evaluator). Work is split over threads by layout, in rounds
+// (search_scheduler.hpp): a layout prunes against the thresholds of the layouts merged in earlier
+// rounds (in layout order) and its own finds, so every count and figure is the same for any
+// thread count and timing.
 //
 // Pruning never changes the result. A candidate is skipped without predicting it only when
 //  - a lower bound of its peak memory (model states + a floor of its activations) exceeds the GPU
@@ -15,7 +16,9 @@
 //    top K nor the reported Pareto front (counted as pruned_by_bound). The step-time bound is the
 //    larger of matmul FLOPs at the GPU's best rate times the pipeline factor (cheap, tested first)
 //    and step_time_floor() of the candidate's layer costs (predict.hpp: its layers, end ops and
-//    pipeline sends as predict costs them, without DP/ZeRO traffic and the optimizer).
+//    pipeline sends as predict costs them, without DP/ZeRO traffic and the optimizer). The
+//    floors are in search_bounds.hpp. (K here is the list the analytic search keeps: top_k, or
+//    with refinement the window of max(top_k, kRefineWindow) candidates the simulator re-ranks.)
 // Layer costs are computed once per LayerKey by each worker thread (predict.hpp), so predicting a
 // layout costs only its composition; results are the same as predict()'s.
 // tests/test_search.cpp checks pruned == brute force and bound <= predict on small spaces.
@@ -74,9 +77,33 @@ struct SearchSpace {
 SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_len,
                           Attention attention = Attention::flash);
 
+// Refinement (SearchOptions::refine) re-ranks the analytic ranking's first
+// max(top_k, kRefineWindow) feasible candidates by their simulated objective
+// (predict_with_simulation) and lists the best top_k of them. The window does not shrink with
+// top_k, so for any top_k <= kRefineWindow the list is the first top_k entries of one and the
+// same re-ranked window: --top 1 names the best layout of --top 10. (When only the analytic top
+// K were simulated, --top 1 reported the analytic best, which the simulator often puts behind
+// another of the top few.) A larger top_k widens the window with it, so its best can only be
+// better.
+// Why a fixed window and not "simulate until no unsimulated candidate's lower bound can beat the
+// simulated best": the step-time floors lie up to ~5% below predict's step time, and the
+// simulated step is up to ~16% longer than predict's (or up to ~1.5% shorter), so that
+// certificate needs every candidate whose floor is under the simulated best simulated: tens to
+// hundreds per search (530B on 4,480 A100s: over 130 among the analytic top 200), far beyond the
+// planner's time budget. Why 10: it is the default --top, so the default search simulates no more
+// than before; and in nine spaces tried when this was written (megatron-core; GPT-3 175B on 64
+// and 1,024 A100-80GB, MT-NLG 530B on 4,480 A100-80GB, Llama 3.1 405B on 1,024 H100, Llama 3 70B
+// on 64 H100, Llama 2 70B on 128 A100-80GB, GPT-3 20B on 64 A100-40GB, Llama 2 7B on 16 and
+// Llama 3 8B on 64 H100) the simulator's best of the analytic top 200 was among the analytic top 4.
+inline constexpr int kRefineWindow = 10;
+
 struct SearchOptions {
   Objective objective = Objective::throughput;
   int top_k = 10;
+  // Re-rank with the discrete-event step simulator (see kRefineWindow); the listed entries then
+  // carry simulated time figures. Pruning and the Pareto front stay on the analytic model, which
+  // the bounds are proven against.
+  bool refine = false;
   int threads = 0;              // 0: all hardware threads
   bool prune = true;            // false: predict every candidate (brute force, for tests)
   // The reported Pareto front (step time vs peak memory) is exact for step times up to
@@ -105,7 +132,8 @@ struct SearchStats {
   int max_gpus_considered = 0;            // min(gpus, the cluster's size)
   double elapsed_s = 0;
   int threads = 1;
-  int refined = 0;                        // top entries whose time figures come from the simulator
+  int refined = 0;                        // candidates simulated to rank the top list (the
+                                          // refinement window; the top entries are the best of them)
 };
 
 struct SearchResult {
@@ -119,9 +147,9 @@ struct SearchResult {
   SearchStats stats;
 };
 
-// Re-evaluates the top entries with the discrete-event step simulator (predict_with_simulation)
-// and re-ranks them by `o`. Pruning and the Pareto front stay on the analytic model, which the
-// bounds are proven against; only the short list is refined. Sets stats.refined.
+// Re-evaluates every top entry with the discrete-event step simulator (predict_with_simulation)
+// and re-ranks them by `o` (search() with SearchOptions::refine calls it on its refinement window).
+// Sets stats.refined. Throws InputError (simulation_size_error) if an entry is too large to simulate.
 void refine_top_with_simulation(SearchResult& r, const LayerGraph& graph, const Cluster& cluster, const Software& software,
                                 Objective o, int threads = 0);  // 0: all hardware threads
 

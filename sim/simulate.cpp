@@ -174,7 +174,7 @@ int send_output(Run& r, int stage, const Slot& slot, int vstage, Seconds produce
 void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start, Seconds end) {
   StageState& st = r.stages[stage];
   const int done = ++st.backwards[slot.chunk];
-  if (!r.costs.zero_reduce_per_micro_batch && done < r.schedule.micro_batches) return;
+  if (!r.costs.zero.reduce_each_micro_batch && done < r.schedule.micro_batches) return;
   if (c.dp_reduce <= 0) return;
   const int buckets = std::max(1, c.layers);
   for (int j = 0; j < buckets; ++j) {
@@ -283,6 +283,46 @@ struct Advance {
   int wake = -1;  // stage whose next slot may now be ready
 };
 
+// The slot's compute ends at `end` rather than when its kernels did: its last compute event is
+// stretched to it (events from `first_event` on are the slot's).
+void stretch_slot(StageState& st, std::size_t first_event, Seconds end) {
+  for (std::size_t k = st.events.size(); k-- > first_event;) {
+    if (st.events[k].stream == Stream::compute) {
+      st.events[k].end = end;
+      return;
+    }
+  }
+}
+
+// Links the slot's first compute event (a gather may have been queued before it; dp events are
+// skipped) to the send that delivered its input.
+void link_input(StageState& st, std::size_t first_event, const Handoff& in) {
+  for (std::size_t k = first_event; k < st.events.size(); ++k) {
+    if (st.events[k].stream == Stream::compute) {
+      st.links.push_back({k, in.send_stage, in.send_event});
+      return;
+    }
+  }
+}
+
+// Runs `slot` (chunk costs `c`) from `start` and returns when it ends: its kernels, slowed by the
+// collectives overlapping it (the share the stack cannot hide, plus contention), and not before
+// the parameters it uses are there: the previous step's ZeRO-1/2 all-gather for a forward, its
+// own ZeRO-3 gather (none for a weight-gradient slot).
+Seconds run_and_wait(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start) {
+  StageState& st = r.stages[stage];
+  issue_gather(r, stage, slot, c, start);
+  const std::size_t first_event = st.events.size();
+  const Seconds kernels_end = run_slot(r, stage, slot, c, start);
+  const Seconds slowed = finish_under_dp(st, start, kernels_end - start);
+  Seconds end = slot.phase == Phase::forward ? std::max(slowed, st.params_ready) : slowed;
+  if (r.zero3) end = std::max(end, st.gather_done);
+  st.usage.dp_interference += slowed - kernels_end;
+  st.usage.wait_dp += end - slowed;
+  if (end > kernels_end) stretch_slot(st, first_event, end);
+  return end;
+}
+
 // Runs the stage's next slot if its input is there (or finishes the stage after its last slot).
 Advance advance(Run& r, int stage) {
   StageState& st = r.stages[stage];
@@ -296,7 +336,6 @@ Advance advance(Run& r, int stage) {
   const int vstage = r.schedule.virtual_stage(stage, slot.chunk);
   const Handoff* in = input_of(r, slot, vstage);
   if (in && in->arrived == kUnknown) return {};
-  const ChunkCost& c = r.costs.chunks[vstage];
 
   // Attribute the compute stream's idle time before the slot: waiting for the producer's
   // compute (bubble), then for the transfer (pp). (Waiting for parameters comes at its end: dp.)
@@ -305,37 +344,10 @@ Advance advance(Run& r, int stage) {
   const Seconds start = in ? std::max(t1, in->arrived) : t1;
   st.usage.wait_bubble += t1 - free;
   st.usage.wait_pp += start - t1;
-  issue_gather(r, stage, slot, c, start);
-
   const std::size_t first_event = st.events.size();
-  const Seconds kernels_end = run_slot(r, stage, slot, c, start);
-  // Collectives overlapping the slot slow it (the share the stack cannot hide, plus contention).
-  const Seconds slowed = finish_under_dp(st, start, kernels_end - start);
-  const Seconds lost = slowed - kernels_end;
-  // A slot cannot end before the parameters it uses are there: the previous step's ZeRO-1/2
-  // all-gather for a forward, its own ZeRO-3 gather (none for a weight-gradient slot).
-  Seconds end = slot.phase == Phase::forward ? std::max(slowed, st.params_ready) : slowed;
-  if (r.zero3) end = std::max(end, st.gather_done);
-  st.usage.dp_interference += lost;
-  st.usage.wait_dp += end - slowed;
-  if (end > kernels_end) {
-    for (std::size_t k = st.events.size(); k-- > first_event;) {
-      if (st.events[k].stream == Stream::compute) {
-        st.events[k].end = end;
-        break;
-      }
-    }
-  }
+  const Seconds end = run_and_wait(r, stage, slot, r.costs.chunks[vstage], start);
   st.compute_free = end;
-  if (in && in->send_event >= 0) {
-    // The slot's first compute event (a gather may have been queued before it; skip dp events).
-    for (std::size_t k = first_event; k < st.events.size(); ++k) {
-      if (st.events[k].stream == Stream::compute) {
-        st.links.push_back({k, in->send_stage, in->send_event});
-        break;
-      }
-    }
-  }
+  if (in && in->send_event >= 0) link_input(st, first_event, *in);
   ++st.cursor;
   const int target = send_output(r, stage, slot, vstage, end);
   if (target >= 0 && target != stage) {
@@ -367,8 +379,13 @@ void check_inputs(const StepCosts& costs, const Schedule& schedule) {
 
 }  // namespace
 
-Timeline simulate(const StepCosts& costs, const Schedule& schedule, Record record) {
-  check_inputs(costs, schedule);
+namespace {
+
+// A run's initial state: every stage idle at 0 with its schedule's chunk counts, the overlap rate
+// of each kind of dp collective, and the previous step's ZeRO-1/2 all-gather of the updated
+// parameters already issued: in steady state it runs under this step's first forward (Megatron
+// --overlap-param-gather), at the stack's overlap share.
+Run start_run(const StepCosts& costs, const Schedule& schedule, Record record) {
   const int p = schedule.stages;
   const std::size_t handoffs = static_cast<std::size_t>(schedule.virtual_stages()) * schedule.micro_batches;
   Run r{costs, schedule, false, 1, 1, 1, 1, std::vector<StageState>(p), std::vector<Handoff>(handoffs),
@@ -384,14 +401,17 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule, Record recor
     st.usage.stage = i;
     st.record = record == Record::events;
     if (st.record) st.events.reserve(schedule.per_stage[i].size() * 3 + 8);
-    // Steady state: the previous step's ZeRO-1/2 all-gather of the updated parameters runs under
-    // this step's first forward (Megatron --overlap-param-gather), at the stack's overlap share.
     st.params_ready = dp_issue(st, i, 0.0, costs.dp_param_gather, r.param_gather_rate, EventKind::param_gather, -1, -1);
   }
+  return r;
+}
 
-  // Work list of stages that may be able to advance. Each stage only uses its own streams, so the
-  // result does not depend on the order stages are visited; every visit either runs a slot or
-  // stops, and a stage is only re-queued when a slot it waits for may have finished: O(slots).
+// Advances the stages until none can. A work list of stages that may be able to advance: each
+// stage only uses its own streams, so the result does not depend on the order stages are visited;
+// every visit either runs a slot or stops, and a stage is only re-queued when a slot it waits for
+// may have finished: O(slots).
+void run_stages(Run& r) {
+  const int p = r.schedule.stages;
   std::vector<int> work(p);
   std::vector<char> queued(p, 1);
   for (int i = 0; i < p; ++i) work[i] = p - 1 - i;
@@ -406,9 +426,14 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule, Record recor
       }
     }
   }
+}
 
+// The timeline of a finished run: the stages' events in stage order, their usage, the step (the
+// latest end), and each slot's input send as an index into the merged events.
+Timeline collect(Run& r) {
+  const int p = r.schedule.stages;
   Timeline t;
-  t.ps_servers = costs.ps_servers;
+  t.ps_servers = r.costs.ps_servers;
   std::size_t total = 0;
   for (const auto& st : r.stages) total += st.events.size();
   t.events.reserve(total);
@@ -427,6 +452,15 @@ Timeline simulate(const StepCosts& costs, const Schedule& schedule, Record recor
     }
   }
   return t;
+}
+
+}  // namespace
+
+Timeline simulate(const StepCosts& costs, const Schedule& schedule, Record record) {
+  check_inputs(costs, schedule);
+  Run r = start_run(costs, schedule, record);
+  run_stages(r);
+  return collect(r);
 }
 
 std::vector<std::vector<int>> replica_stage_ranks(const Strategy& s) {
@@ -507,7 +541,9 @@ Estimate predict_with_simulation(const LayerGraph& graph, const Cluster& cluster
                                  const Strategy& strategy) {
   if (auto too_large = simulation_size_error(strategy)) throw InputError(*too_large);
   if (cannot_cost(graph, cluster, strategy)) return predict(graph, cluster, software, strategy);
-  const StepCosts costs = step_costs(graph, cluster, software, strategy);
+  const PlanShape shape(graph.model(), cluster, software, strategy);
+  StepCosts costs;
+  step_costs(graph, cluster, software, shape, layer_costs(graph, cluster, software, shape), costs);
   const Estimate analytic = compose(costs, graph, cluster, strategy);
   if (!(analytic.time.step > 0) || !std::isfinite(analytic.time.step)) return analytic;
   return refine_with_simulation(analytic, costs, schedule_for(strategy));

@@ -10,7 +10,8 @@
 //   pp_backward  sends of input gradients to the previous virtual stage.
 //   dp           data-parallel / ZeRO collectives, one at a time in issue order: gradient
 //                reductions, ZeRO-3 parameter gathers, the ZeRO-1/2 parameter all-gather.
-// Rules (all costs from StepCosts, see predict.hpp):
+// Rules (all costs from StepCosts, see predict.hpp; the simulator reads no Strategy or PlanShape,
+// only the costs step_costs derived from them):
 //   - a slot starts when the compute stream is free and its input has arrived: a forward of
 //     (mb, chunk) on virtual stage k needs stage k-1's forward output plus one p2p transfer; a
 //     backward needs stage k+1's input gradient plus one p2p transfer (the last virtual stage
@@ -21,8 +22,9 @@
 //     then become ready during the weight-gradient slot.
 //   - gradient buckets: a chunk's gradients become ready layer by layer during its backward
 //     (bucket j of n = max(1, layers) ready at start + (j+1)/n of the slot). ZeRO 0/1 reduce a
-//     chunk's gradients once, during its last backward (last micro-batch); with
-//     zero_reduce_per_micro_batch (ZeRO 2/3) every backward reduce-scatters them.
+//     chunk's gradients once, during its last backward (last micro-batch); where the plan's
+//     ZeroPolicy (StepCosts::zero) reduces each micro-batch (ZeRO 2/3) every backward
+//     reduce-scatters them.
 //   - ZeRO-3 (chunk zero3_gather > 0): the parameters of each slot's chunk are all-gathered on the
 //     dp stream as the slot starts (unit by unit ahead of its kernels, as FSDP and exec's
 //     DpReducer prefetch), so the gather overlaps the slot, which cannot end before it.

@@ -28,6 +28,103 @@ MemOpImpl parse_mem_op(const JsonObject& o) {
   return m;
 }
 
+// One function per object of a profile, each reading that object's keys (parse_software calls
+// them in the file's order, so the first bad field is the one named).
+void parse_host(JsonObject h, Software& s) {
+  s.host_per_kernel = h.number("per_kernel_us", 0, 1e6) * kMicro;
+  h.finish();
+}
+
+void parse_precision(JsonObject p, Software& s) {
+  s.stream_bytes = p.number("residual_stream_bytes", 1, 8);
+  s.autocast_casts_inputs = p.boolean("autocast_casts_gemm_inputs");
+  s.weight_cast_per_micro_batch = p.boolean("weight_cast_per_micro_batch");
+  s.fp8_saved_gemm_input_bytes = p.number("fp8_saved_gemm_input_bytes", 1, 4);
+  s.fp8_lm_head = p.boolean("fp8_lm_head");
+  p.finish();
+}
+
+void parse_gemm(JsonObject g, Software& s) {
+  s.qkv_fused = g.boolean("qkv_fused");
+  s.gate_up_fused = g.boolean("gate_up_fused");
+  s.wgrad_accumulate_fused = g.boolean("wgrad_accumulate_fused");
+  s.gemm_kernels = static_cast<int>(g.integer("kernels_per_gemm", 1, 100));
+  s.vocab_multiple = static_cast<int>(g.integer("vocab_padding_multiple", 1, 1 << 20));
+  s.fp8_quantize_passes = g.number("fp8_quantize_passes", 0, 100);
+  s.fp8_bwd_gemm_slowdown = g.number("fp8_bwd_gemm_slowdown", 1, 10);
+  g.finish();
+}
+
+void parse_attention(JsonObject a, Software& s) {
+  s.attention_kernels_fwd = static_cast<int>(a.integer("kernels_fwd", 1, 1000));
+  s.attention_kernels_bwd = static_cast<int>(a.integer("kernels_bwd", 1, 1000));
+  s.attention_kernel = a.string("kernel");
+  if (s.attention_kernel.empty() || s.attention_kernel.size() > 64 ||
+      !std::all_of(s.attention_kernel.begin(), s.attention_kernel.end(),
+                   [](unsigned char ch) { return std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.'; })) {
+    throw a.error("kernel", "must be a kernel name of 1-64 letters, digits, '-', '_' or '.' (\"calibrated\": the cluster's measured attention table)");
+  }
+  a.finish();
+}
+
+void parse_memory_bound_ops(JsonObject m, Software& s) {
+  s.mem.layer_norm = parse_mem_op(m.object("layer_norm"));
+  s.mem.rms_norm = parse_mem_op(m.object("rms_norm"));
+  s.mem.gelu = parse_mem_op(m.object("gelu"));
+  s.mem.swiglu = parse_mem_op(m.object("swiglu"));
+  s.mem.residual = parse_mem_op(m.object("residual"));
+  s.mem.dropout = parse_mem_op(m.object("dropout"));
+  s.mem.bias_add = parse_mem_op(m.object("bias_add"));
+  s.mem.rope = parse_mem_op(m.object("rope"));
+  s.mem.attention_copies = parse_mem_op(m.object("attention_copies"));
+  s.mem.gqa_expand = parse_mem_op(m.object("gqa_expand"));
+  s.mem.cp_merge = parse_mem_op(m.object("cp_merge"));
+  s.mem.autocast_cast = parse_mem_op(m.object("autocast_cast"));
+  s.mem.cross_entropy = parse_mem_op(m.object("cross_entropy"));
+  s.mem.embedding = parse_mem_op(m.object("embedding"));
+  s.mem.embedding_grad = parse_mem_op(m.object("embedding_grad"));
+  s.mem.grad_accumulation = parse_mem_op(m.object("grad_accumulation"));
+  s.mem.weight_cast = parse_mem_op(m.object("weight_cast"));
+  s.mem.optimizer = parse_mem_op(m.object("optimizer"));
+  m.finish();
+}
+
+void parse_overlap(JsonObject v, Software& s) {
+  s.overlap.tp = v.number("tp", 0, 1);
+  s.overlap.dp = v.number("dp", 0, 1);
+  s.overlap.param_gather = v.number("param_gather", 0, 1);
+  s.overlap.zero3 = v.number("zero3", 0, 1);
+  s.overlap.pp = v.number("pp", 0, 1);
+  s.overlap.pp_interleaved = v.number("pp_interleaved", 0, 1);
+  (void)v.string("source");
+  v.finish();
+}
+
+void parse_memory_profile(JsonObject m, Software& s) {
+  MemoryProfile& p = s.memory;
+  p.fp32_parameters = m.boolean("fp32_parameters");
+  p.optimizer_extra_bytes = m.number("optimizer_extra_bytes", 0, 64);
+  p.weight_copy_bytes = m.number("weight_copy_bytes", 0, 8);
+  p.optimizer_temp_bytes = m.number("optimizer_temp_bytes", 0, 64);
+  p.dropout_masks = m.boolean("dropout_masks");
+  p.rms_norm_saved_stream_tensors = static_cast<int>(m.integer("rms_norm_saved_stream_tensors", 0, 8));
+  p.attention_output_copies = static_cast<int>(m.integer("attention_output_copies", 0, 8));
+  p.kv_expanded_saved = m.boolean("kv_expanded_saved");
+  p.rope_saved_copies = m.boolean("rope_saved_copies");
+  p.activation_output_saved = m.boolean("activation_output_saved");
+  p.loss_bytes_per_logit = m.number("loss_bytes_per_logit", 0, 64);
+  (void)m.string("source");
+  m.finish();
+}
+
+void parse_allocator(JsonObject a, Software& s) {
+  s.allocator.reserved_over_allocated = a.number("reserved_over_allocated", 1, 10);
+  s.allocator.workspace = a.number("workspace_gb", 0, 1e3) * kGB;
+  s.allocator.safety_margin = a.number("safety_margin", 0, 0.5);
+  (void)a.string("source");
+  a.finish();
+}
+
 }  // namespace
 
 Software parse_software(const json& j, const std::string& file) {
@@ -39,101 +136,14 @@ Software parse_software(const json& j, const std::string& file) {
   s.name = o.string("name");
   s.source = o.string("source");
   s.assumptions = o.string("assumptions");
-  {
-    JsonObject h = o.object("host");
-    s.host_per_kernel = h.number("per_kernel_us", 0, 1e6) * kMicro;
-    h.finish();
-  }
-  {
-    JsonObject p = o.object("precision");
-    s.stream_bytes = p.number("residual_stream_bytes", 1, 8);
-    s.autocast_casts_inputs = p.boolean("autocast_casts_gemm_inputs");
-    s.weight_cast_per_micro_batch = p.boolean("weight_cast_per_micro_batch");
-    s.fp8_saved_gemm_input_bytes = p.number("fp8_saved_gemm_input_bytes", 1, 4);
-    s.fp8_lm_head = p.boolean("fp8_lm_head");
-    p.finish();
-  }
-  {
-    JsonObject g = o.object("gemm");
-    s.qkv_fused = g.boolean("qkv_fused");
-    s.gate_up_fused = g.boolean("gate_up_fused");
-    s.wgrad_accumulate_fused = g.boolean("wgrad_accumulate_fused");
-    s.gemm_kernels = static_cast<int>(g.integer("kernels_per_gemm", 1, 100));
-    s.vocab_multiple = static_cast<int>(g.integer("vocab_padding_multiple", 1, 1 << 20));
-    s.fp8_quantize_passes = g.number("fp8_quantize_passes", 0, 100);
-    s.fp8_bwd_gemm_slowdown = g.number("fp8_bwd_gemm_slowdown", 1, 10);
-    g.finish();
-  }
-  {
-    JsonObject a = o.object("attention");
-    s.attention_kernels_fwd = static_cast<int>(a.integer("kernels_fwd", 1, 1000));
-    s.attention_kernels_bwd = static_cast<int>(a.integer("kernels_bwd", 1, 1000));
-    s.attention_kernel = a.string("kernel");
-    if (s.attention_kernel.empty() || s.attention_kernel.size() > 64 ||
-        !std::all_of(s.attention_kernel.begin(), s.attention_kernel.end(),
-                     [](unsigned char ch) { return std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.'; })) {
-      throw a.error("kernel", "must be a kernel name of 1-64 letters, digits, '-', '_' or '.' (\"calibrated\": the cluster's measured attention table)");
-    }
-    a.finish();
-  }
-  {
-    JsonObject m = o.object("memory_bound");
-    s.mem.layer_norm = parse_mem_op(m.object("layer_norm"));
-    s.mem.rms_norm = parse_mem_op(m.object("rms_norm"));
-    s.mem.gelu = parse_mem_op(m.object("gelu"));
-    s.mem.swiglu = parse_mem_op(m.object("swiglu"));
-    s.mem.residual = parse_mem_op(m.object("residual"));
-    s.mem.dropout = parse_mem_op(m.object("dropout"));
-    s.mem.bias_add = parse_mem_op(m.object("bias_add"));
-    s.mem.rope = parse_mem_op(m.object("rope"));
-    s.mem.attention_copies = parse_mem_op(m.object("attention_copies"));
-    s.mem.gqa_expand = parse_mem_op(m.object("gqa_expand"));
-    s.mem.cp_merge = parse_mem_op(m.object("cp_merge"));
-    s.mem.autocast_cast = parse_mem_op(m.object("autocast_cast"));
-    s.mem.cross_entropy = parse_mem_op(m.object("cross_entropy"));
-    s.mem.embedding = parse_mem_op(m.object("embedding"));
-    s.mem.embedding_grad = parse_mem_op(m.object("embedding_grad"));
-    s.mem.grad_accumulation = parse_mem_op(m.object("grad_accumulation"));
-    s.mem.weight_cast = parse_mem_op(m.object("weight_cast"));
-    s.mem.optimizer = parse_mem_op(m.object("optimizer"));
-    m.finish();
-  }
-  {
-    JsonObject v = o.object("overlap");
-    s.overlap.tp = v.number("tp", 0, 1);
-    s.overlap.dp = v.number("dp", 0, 1);
-    s.overlap.param_gather = v.number("param_gather", 0, 1);
-    s.overlap.zero3 = v.number("zero3", 0, 1);
-    s.overlap.pp = v.number("pp", 0, 1);
-    s.overlap.pp_interleaved = v.number("pp_interleaved", 0, 1);
-    (void)v.string("source");
-    v.finish();
-  }
-  {
-    JsonObject m = o.object("memory");
-    MemoryProfile& p = s.memory;
-    p.fp32_parameters = m.boolean("fp32_parameters");
-    p.optimizer_extra_bytes = m.number("optimizer_extra_bytes", 0, 64);
-    p.weight_copy_bytes = m.number("weight_copy_bytes", 0, 8);
-    p.optimizer_temp_bytes = m.number("optimizer_temp_bytes", 0, 64);
-    p.dropout_masks = m.boolean("dropout_masks");
-    p.rms_norm_saved_stream_tensors = static_cast<int>(m.integer("rms_norm_saved_stream_tensors", 0, 8));
-    p.attention_output_copies = static_cast<int>(m.integer("attention_output_copies", 0, 8));
-    p.kv_expanded_saved = m.boolean("kv_expanded_saved");
-    p.rope_saved_copies = m.boolean("rope_saved_copies");
-    p.activation_output_saved = m.boolean("activation_output_saved");
-    p.loss_bytes_per_logit = m.number("loss_bytes_per_logit", 0, 64);
-    (void)m.string("source");
-    m.finish();
-  }
-  {
-    JsonObject a = o.object("allocator");
-    s.allocator.reserved_over_allocated = a.number("reserved_over_allocated", 1, 10);
-    s.allocator.workspace = a.number("workspace_gb", 0, 1e3) * kGB;
-    s.allocator.safety_margin = a.number("safety_margin", 0, 0.5);
-    (void)a.string("source");
-    a.finish();
-  }
+  parse_host(o.object("host"), s);
+  parse_precision(o.object("precision"), s);
+  parse_gemm(o.object("gemm"), s);
+  parse_attention(o.object("attention"), s);
+  parse_memory_bound_ops(o.object("memory_bound"), s);
+  parse_overlap(o.object("overlap"), s);
+  parse_memory_profile(o.object("memory"), s);
+  parse_allocator(o.object("allocator"), s);
   o.finish();
   return s;
 }

@@ -8,6 +8,7 @@
 #include "sim/cluster.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/model_spec.hpp"
+#include "sim/zero_policy.hpp"
 
 namespace trainplan {
 
@@ -133,7 +134,7 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   if (s.pp < 1) return bad("--pp", s.pp, "must be >= 1");
   if (s.cp < 1) return bad("--cp", s.cp, "must be >= 1");
   if (s.vp < 1) return bad("--vp", s.vp, "must be >= 1");
-  if (s.zero < 0 || s.zero > 3) return bad("--zero", s.zero, "must be 0, 1, 2 or 3");
+  if (!ZeroPolicy::valid_stage(s.zero)) return bad("--zero", s.zero, "must be 0, 1, 2 or 3");
   if (s.micro_batch < 1) return bad("--micro-batch", s.micro_batch, "must be >= 1");
   if (s.global_batch < 1) return bad("--global-batch", s.global_batch, "must be >= 1");
   if (s.seq_len < 1) return bad("--seq", s.seq_len, "must be >= 1");
@@ -181,13 +182,13 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
     if (s.ps_servers != 1) return bad("--ps-servers", s.ps_servers, "needs --dp-algorithm ps or ps-async");
     if (s.ps_placement != PsPlacement::dedicated)
       return bad("--ps-placement", to_string(s.ps_placement), "needs --dp-algorithm ps or ps-async");
-  } else if (s.zero != 0) {
+  } else if (ZeroPolicy::of(s.zero).shards_optimizer) {
     return bad("--dp-algorithm", to_string(s.dp_algorithm), "needs --zero 0 (the servers hold the optimizer states)");
   }
   const GradCompression& g = s.grad_compression;
   if (g.kind == CompressionKind::powersgd) {
     if (g.rank < 1) return bad("--grad-compression", to_string(g), "PowerSGD rank must be >= 1");
-    if (s.zero >= 1)
+    if (ZeroPolicy::of(s.zero).reduce_scatters)
       return bad("--grad-compression", to_string(g),
                  "needs --zero 0 (PowerSGD compresses an all-reduce, not ZeRO's reduce-scatter)");
   } else if (g.rank != 0) {

@@ -85,4 +85,20 @@ BENCHMARK(BM_Search530B)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// The 530B search as trainplan search runs it, refinement included (the analytic top
+// kRefineWindow simulated and re-ranked whatever top_k lists), on one thread.
+void BM_Search530BRefined(benchmark::State& state) {
+  const Cluster c = load_cluster("dgx-a100-80g", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(load_model("mt-nlg-530b", TRAINPLAN_SOURCE_DIR), 2048);
+  const SearchSpace sp = default_space(c, 5128, 2520, 2048);
+  SearchOptions o;
+  o.threads = 1;
+  o.refine = true;
+  o.top_k = static_cast<int>(state.range(0));
+  SearchStats total;
+  for (auto _ : state) accumulate(total, search(g, c, sp, o).stats);
+  report(state, total);
+}
+BENCHMARK(BM_Search530BRefined)->Arg(1)->Arg(10)->Unit(benchmark::kMillisecond);
+
 }  // namespace

@@ -27,7 +27,7 @@ StepCosts bench_costs(int p, int v, int layers_per_chunk, bool zero2) {
   }
   c.p2p = 0.2e-3;
   c.optimizer = 3e-3;
-  c.zero_reduce_per_micro_batch = zero2;
+  c.zero = ZeroPolicy::of(zero2 ? 2 : 0);
   return c;
 }
 

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -79,6 +80,56 @@ TEST(AtomicFile, FailedWriteKeepsThePreviousFile) {
   EXPECT_NE(message.find("writing failed"), std::string::npos) << message;
   EXPECT_EQ(read(f), "previous\n");
   EXPECT_EQ(names(dir), std::vector<std::string>{"out.json"});
+  fs::remove_all(dir);
+}
+
+// The outputs of one command are written all or none: when the second fails part-way (here a
+// file-size limit between the two sizes, as a disk that fills up), the first target is untouched
+// too -- each output used to be renamed into place as soon as it was written.
+TEST(OutputsOnFailure, OutputSetReplacesNothingWhenOneOutputFails) {
+  const fs::path dir = scratch("set");
+  const fs::path a = dir / "a.json", b = dir / "b.html";
+  write_file_atomically(a, "previous a\n", "--json a.json");
+  write_file_atomically(b, "previous b\n", "--html b.html");
+
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string message;
+  try {
+    trainplan::OutputSet outputs;
+    outputs.stage(a, "new a\n", "--json a.json");                      // fits
+    outputs.stage(b, std::string(1 << 20, 'x'), "--html b.html");      // does not
+    outputs.commit();
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+
+  EXPECT_NE(message.find("--html b.html: writing failed"), std::string::npos) << message;
+  EXPECT_EQ(read(a), "previous a\n");
+  EXPECT_EQ(read(b), "previous b\n");
+  std::vector<std::string> left = names(dir);
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"a.json", "b.html"}));  // no temporary left behind
+
+  // Committed, both are replaced; a set dropped before commit() replaces nothing.
+  {
+    trainplan::OutputSet outputs;
+    outputs.stage(a, "new a\n", "--json a.json");
+    outputs.stage(b, "--html b.html", [](std::ostream& os) { os << "streamed b\n"; });
+  }
+  EXPECT_EQ(read(a), "previous a\n");
+  trainplan::OutputSet outputs;
+  outputs.stage(a, "new a\n", "--json a.json");
+  outputs.stage(b, "--html b.html", [](std::ostream& os) { os << "streamed b\n"; });
+  outputs.commit();
+  EXPECT_EQ(read(a), "new a\n");
+  EXPECT_EQ(read(b), "streamed b\n");
   fs::remove_all(dir);
 }
 

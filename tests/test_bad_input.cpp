@@ -9,8 +9,13 @@
 // Placeholders in the arguments: {DATA} tests/data, {TMP} this row's fresh scratch folder, {OUT} a
 // pre-existing file there, {FIFO} a named pipe, {DIR} a folder, {EMPTY} an empty file, {ODD} 3
 // bytes, {SHORT} 2 tokens, {OOV} tokens 65535 (out of any test vocabulary), {NOEXT} a model file
-// without .json whose "layers" is 0, {PLAN} a copy of a valid prediction, {NL} a newline, {ESC} an
-// escape character. Every file of the scratch folder must be unchanged after the row.
+// without .json whose "layers" is 0, {PLAN} a copy of a valid prediction, {MEASUREMENT} of a valid
+// measurement, {MODEL} {CLUSTER} {SOFTWARE} {RELIABILITY} copies of built-in data files, {NUMS}
+// 64 MiB of JSON numbers and {HALFNUMS} 5 M of them (made only for the rows that name them), {NL}
+// a newline, {ESC} an escape character, {CSI} the C1 control U+009B (two bytes of UTF-8), {XFF} a
+// byte that is no UTF-8, {LONG} 100,000 letters. Every file of the scratch folder must be
+// unchanged after the row, and the one line must be at most kMaxErrorLineBytes long, with no
+// control character (C0, DEL, C1) and no byte that is not UTF-8 (printable()'s rule).
 // A row whose name starts with "exec-" runs trainplan-exec; in a build without LibTorch the command
 // is still refused with one line (exit 2), but the expected substring is not checked.
 // Below the table: the shared pieces every command relies on (the strict decimal parser of real
@@ -44,6 +49,10 @@
 namespace {
 
 namespace fs = std::filesystem;
+
+// printable() bounds a line at kMaxShownLine characters (an escape or a UTF-8 character counted as
+// shown); "trainplan COMMAND: " and the newline come on top, and a UTF-8 character has 4 bytes at most.
+constexpr std::size_t kMaxErrorLineBytes = 4 * trainplan::kMaxShownLine + 64;
 
 struct Case {
   std::string name, expect, args;
@@ -184,6 +193,21 @@ TEST_P(BadInput, ExitTwoWithOneLineAndNothingWritten) {
                  "vocab": 1000, "seq_len": 128, "activation": "gelu", "norm": "layernorm",
                  "tied_embeddings": true, "position": "learned"})");
   fs::copy_file(fs::path(TRAINPLAN_TEST_DATA_DIR) / "compare" / "prediction_pp2.json", tmp / "plan.json");
+  fs::copy_file(fs::path(TRAINPLAN_TEST_DATA_DIR) / "compare" / "measurement_pp2.json", tmp / "measurement.json");
+  const fs::path source(TRAINPLAN_SOURCE_DIR);
+  fs::copy_file(source / "models" / "llama3-8b.json", tmp / "model.json");
+  fs::copy_file(source / "topologies" / "dgx-h100.json", tmp / "cluster.json");
+  fs::copy_file(source / "software" / "megatron-core.json", tmp / "software.json");
+  fs::copy_file(source / "reliability" / "default.json", tmp / "reliability.json");
+  // Large files only for the rows that use them (64 MiB each).
+  auto numbers = [&](const char* name, std::size_t count) {
+    std::string text = "[0";
+    text.reserve(2 * count + 2);
+    for (std::size_t i = 1; i < count; ++i) text += ",0";
+    write_file(tmp / name, text + "]");
+  };
+  if (c.args.find("{NUMS}") != std::string::npos) numbers("nums.json", (64u << 20) / 2 - 1);
+  if (c.args.find("{HALFNUMS}") != std::string::npos) numbers("halfnums.json", 5u << 20);
   ASSERT_EQ(::mkfifo((tmp / "fifo").c_str(), 0644), 0);
   const fs::path err_file = fs::temp_directory_path() / ("trainplan_bad_input_err_" + std::to_string(::getpid()));
 
@@ -198,11 +222,21 @@ TEST_P(BadInput, ExitTwoWithOneLineAndNothingWritten) {
   replace_all(args, "{OOV}", (tmp / "oov.bin").string());
   replace_all(args, "{NOEXT}", (tmp / "model_noext").string());
   replace_all(args, "{PLAN}", (tmp / "plan.json").string());
+  replace_all(args, "{MEASUREMENT}", (tmp / "measurement.json").string());
+  replace_all(args, "{MODEL}", (tmp / "model.json").string());
+  replace_all(args, "{CLUSTER}", (tmp / "cluster.json").string());
+  replace_all(args, "{SOFTWARE}", (tmp / "software.json").string());
+  replace_all(args, "{RELIABILITY}", (tmp / "reliability.json").string());
+  replace_all(args, "{HALFNUMS}", (tmp / "halfnums.json").string());
+  replace_all(args, "{NUMS}", (tmp / "nums.json").string());
   replace_all(args, "{TMP}", tmp.string());
   std::vector<std::string> words = split_words(args);
   for (auto& w : words) {
     replace_all(w, "{NL}", "\n");
     replace_all(w, "{ESC}", "\x1b");
+    replace_all(w, "{CSI}", "\xc2\x9b");
+    replace_all(w, "{XFF}", "\xff");
+    replace_all(w, "{LONG}", std::string(100000, 'a'));
   }
   const auto before = snapshot(tmp);
 
@@ -218,7 +252,9 @@ TEST_P(BadInput, ExitTwoWithOneLineAndNothingWritten) {
                             "Exception raised from", "frame #"}) {
     EXPECT_EQ(o.err.find(crash), std::string::npos) << crash;
   }
-  for (unsigned char ch : o.err.substr(0, o.err.size() - 1)) EXPECT_TRUE(ch >= 0x20 && ch != 0x7f) << "control character";
+  // printable()'s rule: no control character of any kind, nothing that is not UTF-8, bounded.
+  EXPECT_FALSE(trainplan::has_control_characters(o.err.substr(0, o.err.size() - 1))) << "control character";
+  EXPECT_LE(o.err.size(), kMaxErrorLineBytes);
   const bool have_exec = fs::exists(fs::path(TRAINPLAN_BINARY).parent_path() / "trainplan-exec");
   if (c.name.rfind("exec-", 0) != 0 || have_exec) {
     EXPECT_NE(o.err.find(c.expect), std::string::npos) << c.expect;
@@ -274,6 +310,45 @@ TEST(CheckFinite, NamesTheFirstNonFiniteFigure) {
   doc["options"][0]["energy_kwh"] = 1.0;
   doc["time"]["step_s"] = std::nan("");
   EXPECT_THROW(trainplan::cli::check_finite(doc), trainplan::InputError);
+}
+
+// The one error-line writer (printable): every control character escaped, C1 and invalid UTF-8
+// included (one_line, before it, showed only C0 and DEL), values and the line cut.
+TEST(ErrorLineWriter, EscapesEveryControlCharacterAndInvalidUtf8) {
+  using trainplan::printable;
+  EXPECT_EQ(printable("a\x1b[2Jb\nc\x7f"), "a\\x1b[2Jb\\x0ac\\x7f");
+  EXPECT_EQ(printable("a\xc2\x9b" "31m \xc2\x85"), "a\\u{9b}31m \\u{85}");    // C1: CSI, NEL
+  EXPECT_EQ(printable("\xff \xc3 \xed\xa0\x80"), "\\xff \\xc3 \\xed\\xa0\\x80");  // stray, cut short, surrogate
+  const std::string german = "Gr\xc3\xb6\xc3\x9f" "e \xe2\x82\xac \xf0\x9f\x99\x82";  // valid UTF-8: kept
+  EXPECT_EQ(printable(german), german);
+  for (const char* bad : {"\x01", "\x7f", "\xc2\x80", "\xc2\x9f", "\x80", "\xc0\xaf", "\xf5\x80\x80\x80"}) {
+    EXPECT_TRUE(trainplan::has_control_characters(bad)) << bad;
+  }
+  EXPECT_FALSE(trainplan::has_control_characters("caf\xc3\xa9 \xc2\xa0 ok"));
+}
+
+TEST(ErrorLineWriter, CutsLongValuesAndBoundsTheLine) {
+  using trainplan::kMaxShownValue;
+  using trainplan::printable;
+  // A 100,000-character flag value: 80 characters shown, its start and end, the rule kept.
+  const std::string line = printable("--title " + std::string(100000, 'x') + "y: must be short");
+  EXPECT_EQ(line.rfind("--title xxxx", 0), 0u) << line;
+  EXPECT_NE(line.find("x...xxxx"), std::string::npos) << line;
+  EXPECT_NE(line.find("xxxxy: must be short"), std::string::npos) << line;
+  EXPECT_EQ(line.size(), 8 + kMaxShownValue + 14);  // "--title ", the value, " must be short"
+  // An escape is never split by a cut.
+  const std::string escapes = printable(std::string(60, '\x1b'));
+  EXPECT_EQ(escapes.find("\\x1..."), std::string::npos) << escapes;
+  EXPECT_LE(escapes.size(), kMaxShownValue);
+  // Many short words: the line keeps its start and end.
+  std::string words;
+  for (int i = 0; i < 10000; ++i) words += "word ";
+  const std::string bounded = printable("--title " + words + "end");
+  EXPECT_EQ(bounded.size(), trainplan::kMaxShownLine);
+  EXPECT_EQ(bounded.rfind("--title word", 0), 0u);
+  EXPECT_NE(bounded.find(" ... "), std::string::npos);
+  EXPECT_EQ(bounded.substr(bounded.size() - 3), "end");
+  EXPECT_EQ(printable("short line: kept as it is"), "short line: kept as it is");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, BadInput, ::testing::ValuesIn(load_cases()),

@@ -139,7 +139,9 @@ TEST(Capacity, BuyersComparisonRanksEachClustersCheapestInTheDeadline) {
         EXPECT_GE(o.cost_usd_with_failures, pick.cost_usd_with_failures);
       }
     }
-    if (k > 0) EXPECT_LE(r.options[r.ranking[k - 1]].cost_usd_with_failures, pick.cost_usd_with_failures);
+    if (k > 0) {
+      EXPECT_LE(r.options[r.ranking[k - 1]].cost_usd_with_failures, pick.cost_usd_with_failures);
+    }
   }
   // Without a deadline or budget: each cluster's cheapest option; with a budget only: its fastest
   // within it, ranked by time.

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_fixture.hpp"
+#include "sim/check.hpp"
 
 namespace {
 
@@ -284,6 +286,170 @@ TEST(Cli, HelpExplainsEveryFlag) {
                            "--global-batch", "--seq", "--recompute", "--sequence-parallel", "--schedule", "--dtype", "--json", "--plan",
                            "--detail"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+}
+
+// ---- the files of a command, its outputs on failure, its memory, its lines --------------------
+
+namespace fs = std::filesystem;
+const std::string kBin = TRAINPLAN_BINARY;
+
+// No output lands in the data folder's models/, topologies/, software/ or reliability/ (a file
+// there is read as built-in data by every later run), however the path is written; the folder
+// itself may hold outputs. The data folder is a copy, so a failing check writes into no source tree.
+TEST(Cli, InputPaths_OutputNeverLandsInTheDataFolders) {
+  const ScratchDir tmp;
+  for (const char* sub : {"models", "topologies", "software", "reliability"}) {
+    fs::copy(fs::path(TRAINPLAN_SOURCE_DIR) / sub, tmp.path() / sub, fs::copy_options::recursive);
+  }
+  const std::string env = "cd '" + tmp.path().string() + "' && TRAINPLAN_DATA_DIR='" + tmp.path().string() + "' ";
+  const std::string predict = kBin + " " + kPlan + " ";
+  for (const std::string& out : {tmp.file("models/new.json"), tmp.file("topologies/dgx-h100.json"),
+                                std::string("software/x.json"), std::string("./reliability/../models/y.json")}) {
+    SCOPED_TRACE(out);
+    const auto before = trainplan::testing::slurp(tmp.file("topologies/dgx-h100.json"));
+    const auto r = trainplan::testing::run_shell(env + predict + "--json " + out + " 2>&1");
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_NE(r.output.find("is in the built-in data folder"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(tmp.path() / "models" / "new.json"));
+    EXPECT_FALSE(fs::exists(tmp.path() / "software" / "x.json"));
+    EXPECT_EQ(trainplan::testing::slurp(tmp.file("topologies/dgx-h100.json")), before);
+  }
+  const auto ok = trainplan::testing::run_shell(env + predict + "--json out.json --html models-report.html 2>&1");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  EXPECT_TRUE(fs::exists(tmp.path() / "out.json"));
+}
+
+// Strings from files and from the command line that a console printer shows obey the error
+// line's rule: file names with terminal escapes (C0 and C1) come out escaped, a 300-character
+// cluster name is cut to 80 characters.
+TEST(Cli, ErrorLineWriter_FileStringsOnStdoutArePrintable) {
+  const ScratchDir tmp;
+  const std::string prediction = tmp.file("p\x1b[2J.json"), measurement = tmp.file("m\xc2\x9b" "0m.json");
+  fs::copy_file(kData + "/compare/prediction_pp2.json", prediction);
+  fs::copy_file(kData + "/compare/measurement_pp2.json", measurement);
+  const auto r = trainplan::testing::run_shell(kBin + " compare '" + prediction + "' '" + measurement + "' 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("p\\x1b[2J.json"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("m\\u{9b}0m.json"), std::string::npos) << r.output;
+
+  nlohmann::json cluster = nlohmann::json::parse(trainplan::testing::slurp(std::string(TRAINPLAN_SOURCE_DIR) + "/topologies/dgx-h100.json"));
+  const std::string long_name = "h100-" + std::string(295, 'n');
+  cluster["name"] = long_name;
+  std::ofstream(tmp.file("long.json")) << cluster.dump(2);
+  const auto p = trainplan::testing::run_shell(kBin + " predict --model llama3-8b --gpus 16 --tp 2 --pp 2 --global-batch 64 "
+                                               "--micro-batch 2 --seq 2048 --cluster " + tmp.file("long.json") + " 2>&1");
+  EXPECT_EQ(p.code, 0) << p.output;
+  EXPECT_EQ(p.output.find(long_name), std::string::npos) << "printed whole";
+  EXPECT_NE(p.output.find("h100-nnnn"), std::string::npos) << p.output;
+  for (const std::string& out : {r.output, p.output}) {
+    std::size_t from = 0;
+    for (std::size_t nl; (nl = out.find('\n', from)) != std::string::npos; from = nl + 1) {
+      EXPECT_FALSE(trainplan::has_control_characters(out.substr(from, nl - from))) << out.substr(from, nl - from);
+    }
+  }
+}
+
+// An infeasible simulate writes its outputs, as predict does: the JSON with feasible false and the
+// reasons, the page, an empty trace; before, it wrote nothing and left the last run's files.
+TEST(Cli, OutputsOnFailure_InfeasibleSimulateWritesItsFiles) {
+  const ScratchDir tmp;
+  for (const char* f : {"s.json", "s.html", "t.json"}) std::ofstream(tmp.file(f)) << "stale: an earlier run's\n";
+  const auto r = run_merged("simulate --model llama3-8b --cluster dgx-a100-80g --gpus 8 --global-batch 64 --dtype fp8 --json " +
+                            tmp.file("s.json") + " --html " + tmp.file("s.html") + " --trace " + tmp.file("t.json"));
+  EXPECT_EQ(r.code, 3) << r.output;
+  const auto doc = nlohmann::json::parse(trainplan::testing::slurp(tmp.file("s.json")));
+  EXPECT_EQ(doc["feasible"], false);
+  EXPECT_NE(doc["infeasible_reasons"].dump().find("fp8"), std::string::npos) << doc.dump();
+  EXPECT_EQ(doc["engine"], "des");
+  const auto trace = nlohmann::json::parse(trainplan::testing::slurp(tmp.file("t.json")));
+  EXPECT_TRUE(trace["traceEvents"].empty());
+  EXPECT_NE(trace["otherData"]["title"].get<std::string>().find("not simulated"), std::string::npos);
+  EXPECT_EQ(trainplan::testing::slurp(tmp.file("s.html")).find("stale"), std::string::npos);
+  // And trainplan reads what it wrote.
+  const auto report = run_merged("report " + tmp.file("s.json") + " --html " + tmp.file("r.html"));
+  EXPECT_EQ(report.code, 0) << report.output;
+}
+
+// A file-size limit between the JSON (~2 KB) and the page (~12 KB) of a prediction: writing the
+// page fails as a full disk would. In 512-byte blocks for dash (/bin/sh), 1024 for bash.
+const std::string kSmallFiles = "ulimit -f 8; trap '' XFSZ; ";
+
+// Every output is written (to its temporary) before any result is printed: a failed write is the
+// command's only line, with nothing on stdout; before, the results were printed first.
+TEST(Cli, OutputsOnFailure_WriteFailureIsTheOnlyLine) {
+  const ScratchDir tmp;
+  const auto r = trainplan::testing::run_shell(kSmallFiles + kBin + " predict --model llama3-8b --cluster dgx-h100 --gpus 8 "
+                                               "--global-batch 64 --html " + tmp.file("p.html") + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_EQ(r.output.rfind("trainplan predict: --html ", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find(": writing failed"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(tmp.file("p.html")));
+  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 0) << "a temporary was left";
+}
+
+// When one output fails, none is replaced: the JSON, which fits, keeps its earlier content.
+TEST(Cli, OutputsOnFailure_NoOutputReplacedWhenAnotherFails) {
+  const ScratchDir tmp;
+  std::ofstream(tmp.file("p.json")) << "previous\n";
+  const auto r = trainplan::testing::run_shell(kSmallFiles + kBin + " predict --model llama3-8b --cluster dgx-h100 --gpus 8 "
+                                               "--global-batch 64 --json " + tmp.file("p.json") + " --html " +
+                                               tmp.file("p.html") + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--html"), std::string::npos) << r.output;
+  EXPECT_EQ(trainplan::testing::slurp(tmp.file("p.json")), "previous\n");
+  EXPECT_FALSE(fs::exists(tmp.file("p.html")));
+}
+
+// Out of memory (a limit far below what the inputs need) is one line and exit 1 wherever it
+// happens: in a search's worker threads it was "terminate called ..." and an abort (exit 134).
+TEST(Cli, MemoryBudget_OutOfMemoryEndsAsOneLine) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan reserves more address space than the limit";
+#else
+  const ScratchDir tmp;
+  const auto r = trainplan::testing::run_shell(
+      "ulimit -v 100000; " + kBin + " search --model llama3-70b --cluster dgx-h100 --gpus 1024 --global-batch 1024 "
+      "--top 10000 --refine off --threads 4 --dp-algorithms allreduce,ps,ps-async --grad-compressions none,bf16,powersgd:4 "
+      "--csv " + tmp.file("s.csv") + " 2>&1 >/dev/null");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_EQ(r.output.rfind("trainplan search: ", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+#endif
+}
+
+// A search file can legally hold millions of candidate points (61 MB for 3.4 M); the report
+// draws at most kMaxDrawnPoints of them, so it stays within 2 GiB (it ran out before) and the page small.
+TEST(Cli, MemoryBudget_ReportDrawsAThinnedScatter) {
+  const ScratchDir tmp;
+  const auto s = run_merged("search --model llama3-8b --cluster dgx-h100 --gpus 64 --global-batch 512 --refine off --json " +
+                            tmp.file("s.json"));
+  ASSERT_EQ(s.code, 0) << s.output;
+  nlohmann::json doc = nlohmann::json::parse(trainplan::testing::slurp(tmp.file("s.json")));
+#if defined(__SANITIZE_ADDRESS__)
+  const std::size_t n = 500000;  // the same path, in the time and memory of a sanitized build
+  const std::string limit;
+#else
+  const std::size_t n = 3400000;
+  const std::string limit = "ulimit -v 2097152; ";
+#endif
+  nlohmann::json steps = nlohmann::json::array(), bytes = nlohmann::json::array();
+  for (std::size_t i = 0; i < n; ++i) {
+    steps.push_back(static_cast<double>(1 + (i * 7919) % 8000) / 1000);          // 0.001 .. 8 s
+    bytes.push_back(1000000000 + static_cast<long long>((i * 104729) % 8000) * 1000000);  // 1 .. 9 GB
+  }
+  doc["candidates"] = {{"feasible", n}, {"thinned", false}, {"step_s", steps}, {"peak_bytes", bytes}};
+  std::ofstream(tmp.file("big.json")) << doc.dump();
+  steps = bytes = doc = nullptr;
+  const auto r = trainplan::testing::run_shell(limit + kBin + " report " + tmp.file("big.json") + " --html " +
+                                               tmp.file("r.html") + " 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  const std::string page = trainplan::testing::slurp(tmp.file("r.html"));
+  EXPECT_LT(page.size(), 2u << 20);
+  EXPECT_NE(page.find(" of " + std::to_string(n) + " predicted feasible candidates drawn (dominated points thinned"),
+            std::string::npos);
 }
 
 }  // namespace

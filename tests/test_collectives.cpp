@@ -43,5 +43,37 @@ TEST(Collectives, GroupLinkPicksTheTier) {
   EXPECT_EQ(group_link(c, 1, 1).bandwidth, 0);
 }
 
+TEST(Collectives, SpanningTierIsTheInnermostThatCoversTheRanks) {
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");  // 8 per node; leaf 256, spine 8192
+  EXPECT_EQ(spanning_tier(c, 8), nullptr);  // one node: the node link
+  EXPECT_EQ(spanning_tier(c, 9), &c.network[0]);
+  EXPECT_EQ(spanning_tier(c, 256), &c.network[0]);
+  EXPECT_EQ(spanning_tier(c, 257), &c.network[1]);
+  EXPECT_EQ(spanning_tier(c, 1LL << 40), &c.network.back());  // beyond every span: the outermost
+  Cluster single = c;
+  single.network.clear();
+  EXPECT_EQ(spanning_tier(single, 64), nullptr);
+}
+
+TEST(Collectives, AGroupCallPaysTheOverheadOnce) {
+  // 4 ranks, 5 us per step, 50 GB/s, 10 us per call: each method is one call's table cost + 10 us.
+  const GroupLink g{4, 1, {5e-6, 50e9}, 10e-6};
+  EXPECT_NEAR(g.all_gather(2e9), 3 * 5e-6 + 0.75 * 2e9 / 50e9 + 10e-6, 1e-15);
+  EXPECT_NEAR(g.reduce_scatter(2e9), 3 * 5e-6 + 0.75 * 2e9 / 50e9 + 10e-6, 1e-15);
+  EXPECT_NEAR(g.all_reduce(2e9), 6 * 5e-6 + 1.5 * 2e9 / 50e9 + 10e-6, 1e-15);  // ring
+  EXPECT_NEAR(g.send_recv(2e9), 5e-6 + 2e9 / 50e9 + 10e-6, 1e-15);               // one step to a neighbour
+  // A group of one communicates nothing: no call, no overhead.
+  const GroupLink one{1, 1, {5e-6, 50e9}, 10e-6};
+  EXPECT_EQ(one.all_reduce(2e9), 0);
+  EXPECT_EQ(one.send_recv(2e9), 0);
+  // group_of: the cluster's link for the group and its overhead.
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  const GroupLink dp = group_of(c, 4, 8);
+  EXPECT_EQ(dp.size, 4);
+  EXPECT_EQ(dp.stride, 8);
+  EXPECT_DOUBLE_EQ(dp.link.bandwidth, group_link(c, 4, 8).bandwidth);
+  EXPECT_DOUBLE_EQ(dp.call_overhead, c.collectives.call_overhead);
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -1,5 +1,5 @@
 // trainplan exec's optimizer step (LibTorch's fused AdamW over the flat buffers' per-parameter
-// views, exec/reducer.cpp) against AdamW's formula, on CPU: one step from known parameters.
+// views, exec/optimizer.cpp) against AdamW's formula, on CPU: one step from known parameters.
 //
 // AdamW (Loshchilov & Hutter 2019), first step t = 1 with bias correction: m = (1-b1) g,
 // v = (1-b2) g^2, so m/(1-b1) / (sqrt(v/(1-b2)) + eps) = g / (|g| + eps), and
@@ -99,7 +99,10 @@ TEST(ExecAdamW, FirstStepIsAdamWWithDecayOnMatricesOnly) {
       continue;
     const size_t right = moved_by_lr(a, b, keep), wrong = moved_by_lr(a, b, wrong_keep), n = a.values.size();
     EXPECT_GE(right, n / 2) << right << " of " << n << " moved by lr";
-    if (largest > 0) EXPECT_GE(right, 4 * wrong + 1) << right << " moved by lr with " << name << "'s decay rule, " << wrong << " with the other";
+    if (largest > 0) {
+      EXPECT_GE(right, 4 * wrong + 1) << right << " moved by lr with " << name << "'s decay rule, " << wrong
+                                      << " with the other";
+    }
   }
   EXPECT_GT(matrices, 0);
   EXPECT_GT(vectors, 0);

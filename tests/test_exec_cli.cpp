@@ -51,8 +51,9 @@ TEST(ExecCli, MeasurementJsonThenCompareWithPrediction) {
   EXPECT_NE(cr.output.find("step (median)"), std::string::npos) << cr.output;
 }
 
-// On cpu-local the ranks compute in fp32 whatever --dtype asks (issue 13): the measurement's strategy
-// says fp32, the requested bf16 is recorded beside it, and the console says both.
+// On cpu-local the ranks compute in fp32 whatever --dtype asks (unless --cpu-autocast on): the
+// measurement's strategy says fp32, the requested bf16 is recorded beside it, and the console says
+// both, so a comparison never takes an fp32 run for a bf16 one.
 TEST(ExecCli, CpuRunRecordsTheDtypeItRan) {
   const ScratchDir scratch;
   const fs::path& dir = scratch.path();
@@ -126,8 +127,9 @@ TEST(ExecCli, EnvironmentNumbersAreDigitsOnly) {
   }
 }
 
-// Gloo ranks on a GPU (issue 12): runs where CUDA is present, else refused as bad input naming
-// the flag. Either way the one-GPU correctness mode is reachable from the command line.
+// Gloo ranks on a GPU (several ranks sharing one device, for correctness checks): runs where CUDA
+// is present, else refused as bad input naming the flag. Either way the one-GPU correctness mode
+// is reachable from the command line.
 TEST(ExecCli, DeviceCudaWithGlooRunsOrIsRefusedWithoutGpu) {
   auto r = run_merged(std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
                       "/exec/tiny-gpt.json --cluster cpu-local --dtype fp32 --global-batch 2 --gpus 2 --tp 2"
@@ -140,7 +142,7 @@ TEST(ExecCli, DeviceCudaWithGlooRunsOrIsRefusedWithoutGpu) {
   }
 }
 
-// Vocabulary padding (issue 12): an odd vocabulary runs with tp 2 and the measurement says how many
+// Vocabulary padding (Megatron's multiple of 128*tp): an odd vocabulary runs with tp 2 and the measurement says how many
 // rows were added (the layer graph counts the unpadded vocabulary).
 TEST(ExecCli, OddVocabularyIsPaddedAndReported) {
   const ScratchDir scratch;

@@ -1,4 +1,4 @@
-// Gradient compression in trainplan exec's DP reduction (issue 11), on CPU with Gloo: tiny-gpt,
+// Gradient compression in trainplan exec's ZeRO-0 all-reduce, on CPU with Gloo: tiny-gpt,
 // dp 2, 50 steps of AdamW, uncompressed, bf16 and PowerSGD rank 4 with error feedback.
 //
 // Bytes: the executor counts what each rank hands to the DP collectives per step

@@ -1,11 +1,11 @@
 // trainplan exec on CPU with Gloo: every parallel layout trains the same model as one rank.
 // For each layout, 3 steps with the same seed and global batch must give the single-rank run's
-// per-step losses and, after the last step, its parameters, to 1e-4 relative (issue 5): losses
+// per-step losses and, after the last step, its parameters, to 1e-4 relative: losses
 // step by step, parameters tensor by tensor (2-norm; see expect_equivalent). AdamW normalises
 // each update by the gradient's own size, so a gradient off by a constant factor (a sum instead of
 // a mean over DP ranks or micro-batches) would leave the parameters equal: the reduced gradients
 // of the first step, as the optimizer sees them, must also equal the single-rank run's, to 1e-5
-// relative per tensor (issue 12).
+// relative per tensor.
 // Runs the real CLI (TRAINPLAN_BINARY) with --nproc; tiny models keep it to seconds per case.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -206,7 +206,7 @@ nlohmann::json predict_json(const std::string& model, int ranks, const std::stri
   return nlohmann::json::parse(jf);
 }
 
-// Per-rank model states (issue 12): the bytes of the tensors exec's DP reducer holds (the
+// Per-rank model states: the bytes of the tensors exec's DP reducer holds (the
 // measurement's environment.model_states, counted from the tensors) equal predict's per-stage
 // weights, gradients and optimizer figures (sim/memory_model) for the same plan, fp32 on the CPU
 // (4 B weights, 4 B gradients, 8 B Adam moments), with ZeRO's sharding over the dp x cp replicas.
@@ -275,7 +275,7 @@ void expect_bucketed_gradients(const ExecRun& run, const std::string& layout) {
 }
 
 // ZeRO-3 gathers each unit's parameters (embedding, layer, head) just before it runs and frees
-// them after, with the next unit prefetched (issue 12), in the compute dtype (4 B per parameter in
+// them after, with the next unit prefetched, in the compute dtype (4 B per parameter in
 // fp32, 2 B under mixed precision). The peak of gathered bytes a rank held
 // (environment.model_states.per_rank[].gathered_weights) is then predict's term for its stage
 // (memory_model's zero3_gathered_bytes: the largest pair of consecutive units in flight, read here
@@ -369,7 +369,7 @@ double worst_relative_difference(const std::vector<std::pair<std::string, Param>
   return worst;
 }
 
-// The suite catches gradient-scale bugs (issue 12). With a bug injected on purpose (a test-only
+// The suite catches gradient-scale bugs, which AdamW would hide in the parameters. With a bug injected on purpose (a test-only
 // fault: the loss summed instead of averaged over the 2 DP ranks, or over the 2 micro-batches per
 // rank), every gradient is 2x the single-rank run's: the first step's losses still agree (the
 // forward runs before any update) and AdamW, which divides each update by the gradient's own
@@ -510,7 +510,7 @@ TEST(ExecEquivalence, Zero3DataParallel2Pipeline2) {
   expect_bucketed_gradients(run, "--zero 3 --pp 2 --schedule 1f1b");
   expect_gathered_matches_predict(run, "tiny-gpt", 4, "--zero 3 --pp 2 --schedule 1f1b", "zero3pp2");
 }
-// First and last stage (issue 12): with one layer per stage no stage ever holds two layers; the
+// First and last stage: with one layer per stage no stage ever holds two layers; the
 // first holds the embedding with its layer prefetched, the last its layer with the head (Llama
 // style: no key bias, so exec and predict agree to the byte). tiny-llama's units: a layer 36992
 // parameters (q/k/v 128 x 64, output 64 x 64, gate/up 256 x 64, down 64 x 128, two norms 64), the
@@ -542,7 +542,7 @@ TEST(ExecEquivalence, Zero3TiedHeadHoldsTheEmbeddingWithTheLastLayer) {
   ASSERT_EQ(per_stage->size(), 1u);
   EXPECT_DOUBLE_EQ((*per_stage)[0], (131072 + 4096 + 128 + 49984) * 4.0);
 }
-// Mixed precision (issue 12): ZeRO-3 gathers each unit in bf16 (each owner casts its fp32 master
+// Mixed precision: ZeRO-3 gathers each unit in bf16 (each owner casts its fp32 master
 // part, 2 B per parameter), as FSDP and Megatron do, and predict counts 2 B. CPU ranks compute
 // fp32 unless --cpu-autocast on runs them under CPU autocast with fp32 master weights, as on GPUs:
 // that runs the 16-bit gathers here. The gathered peak is predict's bf16 term to the byte (two
@@ -656,7 +656,7 @@ TEST(ExecEquivalence, Fp16SkipsAStepWithNanGradients) {
 
 }  // namespace
 
-// Vocabulary padding (issue 12): an odd vocabulary is padded to a multiple of 128*tp; the padding
+// Vocabulary padding: an odd vocabulary is padded to a multiple of 128*tp; the padding
 // rows must change neither the loss nor the real parameters.
 namespace {
 TEST(ExecEquivalence, OddVocabularyTensorParallel2) {
@@ -665,7 +665,7 @@ TEST(ExecEquivalence, OddVocabularyTensorParallel2) {
 TEST(ExecEquivalence, OddVocabularyTensorParallel2Pipeline2) {
   expect_equivalent("tiny-gpt-oddvocab", 4, "--tp 2 --pp 2 --schedule 1f1b", "oddvocab_tp2pp2");
 }
-// Context parallelism (issue 12): ring attention over the zigzag sequence split.
+// Context parallelism: ring attention over the zigzag sequence split.
 TEST(ExecEquivalence, ContextParallel2) { expect_equivalent("tiny-gpt", 2, "--cp 2", "cp2"); }
 TEST(ExecEquivalence, ContextParallel2TensorParallel2) { expect_equivalent("tiny-gpt", 4, "--cp 2 --tp 2", "cp2tp2"); }
 TEST(ExecEquivalence, ContextParallel2DataParallel2) { expect_equivalent("tiny-gpt", 4, "--cp 2 --dp 2", "cp2dp2"); }
@@ -678,7 +678,7 @@ TEST(ExecEquivalence, ContextParallel2Pipeline2Zero1) {
 TEST(ExecEquivalence, LlamaStyleContextParallel2) { expect_equivalent("tiny-llama", 2, "--cp 2", "llama_cp2"); }
 }  // namespace
 
-// Synchronous parameter servers (issue 11): workers push gradients to the server shards, which sum
+// Synchronous parameter servers: workers push gradients to the server shards, which sum
 // them, step AdamW and send the parameters back; the training is the single-rank run's. The first
 // step's reduced gradients compared are those the servers applied (sent back for the dump).
 namespace {

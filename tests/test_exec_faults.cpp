@@ -1,6 +1,6 @@
 // trainplan exec fault handling: a rank that dies mid-step stops the whole job within 60 s with a
 // message naming that rank and the step, and the --json file says "status": "failed" with the
-// rank, step, phase, error and memory (issue 12); bad launch requests are rejected as input errors.
+// rank, step, phase, error and memory; bad launch requests are rejected as input errors.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -163,7 +163,7 @@ TEST(ExecFaults, MultiRankPlanWithoutLauncherIsAnInputError) {
   EXPECT_NE(r.output.find("--nproc 2"), std::string::npos) << r.output;
 }
 
-// Context parallelism runs (issue 12), but its zigzag split needs 2*cp chunks of the sequence:
+// Context parallelism runs, but its zigzag split needs 2*cp chunks of the sequence:
 // cp 3 on a 64-token sequence is bad input naming the flag.
 TEST(ExecFaults, ContextParallelNeedsTwoCpChunksOfTheSequence) {
   const auto r = run_merged("exec " + kTiny + " --gpus 3 --cp 3 --nproc 3");

@@ -120,7 +120,7 @@ TEST(MemoryModel, StageActivationsAddTheEndStageExtras) {
   mm.tokens = 10;
   mm.hidden = 4;
   mm.vocab = 50;
-  mm.act_bytes = 2;
+  mm.bytes.activation = 2;
   // Stage 0, 3 layers: 2 in flight x 3 x 100 = 600, + embedding dropout masks 2 x 10 x 4 x 1 B = 80.
   EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 0, 3), 680);
   // Stage 1: 1 in flight x 3 x 100 = 300, + fp32 logits 10 x 50 x 4 = 2000, + final norm input
@@ -131,8 +131,8 @@ TEST(MemoryModel, StageActivationsAddTheEndStageExtras) {
   // A stack without dropout masks, an fp32 stream and 12 B per logit at the loss's peak:
   // stage 0 600 + 7; stage 1 300 + 7 + 10 x 50 x 12 = 6000 + 10 x 4 x (4 + 2) = 240.
   mm.dropout_masks = false;
-  mm.stream_bytes = 4;
-  mm.logit_bytes = 12;
+  mm.bytes.stream = 4;
+  mm.bytes.logit = 12;
   EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 0, 3), 607);
   EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 1, 3), 6547);
 }
@@ -256,7 +256,7 @@ TEST(MemoryModel, Zero3GathersInTheComputeDtype) {
   s.dp = 2, s.zero = 3, s.micro_batch = 1, s.global_batch = 2, s.seq_len = 128, s.dtype = Dtype::bf16;
   const double layer = g.params_per_layer_per_rank(1);
   const MemoryModel bf16 = memory_model(g, c, exec_like(), s);
-  EXPECT_EQ(bf16.per_param.weight, 4);  // the fp32 master weights
+  EXPECT_EQ(bf16.bytes.state.weight, 4);  // the fp32 master weights
   EXPECT_DOUBLE_EQ(bf16.gathered_layer, 2 * layer);
   EXPECT_TRUE(bf16.head_reads_embedding);  // tied, one stage
   s.dtype = Dtype::fp32;
@@ -276,7 +276,7 @@ TEST(MemoryModel, PeakIsTheLargerOfBackwardAndOptimizerAndTheAllocatorScalesTens
   s.global_batch = 1;
   s.seq_len = 128;
   const MemoryModel mm = memory_model(g, c, sw, s);
-  EXPECT_EQ(mm.per_param.weight + mm.per_param.grad + mm.per_param.optimizer, 4 + 4 + 12);
+  EXPECT_EQ(mm.bytes.state.weight + mm.bytes.state.grad + mm.bytes.state.optimizer, 4 + 4 + 12);
   const double params = 1e8;
   // Few activations: the optimizer's 8 B/parameter of temporaries are the peak.
   const StageMemory opt = stage_memory(mm, 0, params, 1);

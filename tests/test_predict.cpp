@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "sim/collectives.hpp"
+#include "sim/memory_model.hpp"
 #include "sim/op_time.hpp"
 #include "sim/predict.hpp"
 #include "sim/schedule.hpp"
@@ -64,6 +65,62 @@ TEST(Predict, VocabularyPaddingAndMisalignedGemms) {
   };
   EXPECT_NEAR(ratio(Dtype::fp32), 1028.0 / 1024, 1e-2);
   EXPECT_NEAR(ratio(Dtype::bf16), c.ops.misaligned_gemm_slowdown * 1028.0 / 1024, 1e-2);
+}
+
+TEST(Predict, ResidualStreamIsNeverNarrowerThanTheActivations) {
+  // A profile may declare a 1-byte residual stream (software.cpp accepts 1..8 for
+  // residual_stream_bytes), but the stream holds the activations it adds up: it is never narrower
+  // than them. Under bf16 a 1-byte profile costs what a 2-byte one does, in the norm and residual
+  // kernels' time as in the saved activations; a 4-byte (fp32) stream costs more in both.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const LayerGraph g(gpt(4, 4096, 32, 2048, 32000), 2048);
+  Software one = testing::default_software(), two = one, four = one;
+  one.stream_bytes = 1;
+  two.stream_bytes = 2;
+  four.stream_bytes = 4;
+  Strategy s = layout(1, 1, 1, 4, 4);
+  const OpCosts t1 = op_costs(g, c, one, s), t2 = op_costs(g, c, two, s), t4 = op_costs(g, c, four, s);
+  EXPECT_EQ(t1.layer.fwd.gpu, t2.layer.fwd.gpu);
+  EXPECT_EQ(t1.layer.bwd.gpu, t2.layer.bwd.gpu);
+  EXPECT_EQ(t1.pre.fwd.gpu, t2.pre.fwd.gpu);   // the embedding writes the stream
+  EXPECT_EQ(t1.post.fwd.gpu, t2.post.fwd.gpu);  // the final norm reads it
+  EXPECT_GT(t4.layer.fwd.gpu, t2.layer.fwd.gpu);
+  EXPECT_EQ(predict(g, c, one, s).time.step, predict(g, c, two, s).time.step);
+  // Time and memory read the same width: with full recomputation a layer keeps only its input, one
+  // stream tensor.
+  s.recompute = Recompute::full;
+  EXPECT_EQ(stored_layer_activation_bytes(g, one, s), stored_layer_activation_bytes(g, two, s));
+  EXPECT_EQ(stored_layer_activation_bytes(g, four, s), 2 * stored_layer_activation_bytes(g, two, s));
+  EXPECT_EQ(predict(g, c, one, s).peak_memory, predict(g, c, two, s).peak_memory);
+  EXPECT_EQ(predict(g, c, one, s).time.step, predict(g, c, two, s).time.step);
+}
+
+TEST(Predict, APipelineSendAndItsTpGatherAreOneCallEach) {
+  // tp 4, pp 2 on dgx-h100 (8 per node): a stage boundary sends 1/tp of the micro-batch's
+  // activations to the next stage (4 ranks apart, inside the node), and without SP the receiver
+  // all-gathers the whole tensor over its TP group (Narayanan et al. 2021, Sec. 4.1). Each is one
+  // collective call: the table's cost plus the cluster's per-call overhead, once.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  ASSERT_GT(c.collectives.call_overhead, 0);
+  const Software& sw = testing::default_software();
+  const LayerGraph g(gpt(4, 2048, 16), 2048);
+  const Strategy s = layout(1, 4, 2, 2, 8);
+  const PlanShape shape(g.model(), c, sw, s);
+  const LayerCosts lc = layer_costs(g, c, sw, shape);
+  const Bytes hidden = 2.0 * 2048 * 2048 * 2;  // b x seq x h x 2 B
+  EXPECT_EQ(lc.hidden_message, hidden);
+  const Seconds send = collective_time(Collective::send_recv, 2, hidden / 4, group_link(c, 2, 4));
+  const Seconds gather = collective_time(Collective::all_gather, 4, hidden, group_link(c, 4, 1));
+  EXPECT_DOUBLE_EQ(lc.p2p_tp_gather, gather + c.collectives.call_overhead);
+  EXPECT_DOUBLE_EQ(p2p_time(shape.groups.pp, lc), send + c.collectives.call_overhead + lc.p2p_tp_gather);
+  EXPECT_DOUBLE_EQ(step_costs(g, c, sw, s).p2p, p2p_time(shape.groups.pp, lc));
+  // With SP the activations stay sharded: the send alone.
+  Strategy sp = s;
+  sp.sequence_parallel = true;
+  const PlanShape sp_shape(g.model(), c, sw, sp);
+  const LayerCosts sp_lc = layer_costs(g, c, sw, sp_shape);
+  EXPECT_EQ(sp_lc.p2p_tp_gather, 0);
+  EXPECT_DOUBLE_EQ(p2p_time(sp_shape.groups.pp, sp_lc), send + c.collectives.call_overhead);
 }
 
 TEST(Predict, ContextParallelMergesEachRingStep) {
@@ -470,7 +527,7 @@ TEST(Predict, FromSharedLayerCostsIsTheSamePrediction) {
   const Cluster c = testing::builtin_cluster("dgx-h100");
   const Software& sw = testing::default_software();
   const LayerGraph g(gpt(24, 2048, 16), 2048);
-  StepCosts scratch;
+  PredictScratch scratch;
   Estimate out;
   for (int tp : {1, 2}) {
     for (bool sp : {false, true}) {
@@ -493,7 +550,7 @@ TEST(Predict, FromSharedLayerCostsIsTheSamePrediction) {
               predict(g, c, sw, s, lc, scratch, out);
               expect_same(predict(g, c, sw, s), out, describe(s));
               // The floor search prunes with is below the prediction.
-              EXPECT_LE(step_time_floor(lc, min_send_rate(sw, c) * scratch.p2p, s.pp, s.micro_batches(), s.vp), out.time.step) << describe(s);
+              EXPECT_LE(step_time_floor(lc, min_send_rate(sw, c) * scratch.costs.p2p, s.pp, s.micro_batches(), s.vp), out.time.step) << describe(s);
             }
           }
         }
@@ -510,13 +567,14 @@ TEST(Predict, LayerCostsOfAnotherKeyAreRejected) {
   b.micro_batch = 2;
   const LayerCosts lc = layer_costs(g, c, sw, a);
   StepCosts costs;
-  EXPECT_THROW(step_costs(g, c, sw, b, lc, costs), std::logic_error);
+  auto step = [&](const Strategy& s) { step_costs(g, c, sw, PlanShape(g.model(), c, sw, s), lc, costs); };
+  EXPECT_THROW(step(b), std::logic_error);
   b = a;
   b.dp = 2;  // dp is not part of the key, but it moves the TP group's ranks only with another order
   b.order = {Dim::dp, Dim::tp, Dim::cp, Dim::pp};
-  EXPECT_THROW(step_costs(g, c, sw, b, lc, costs), std::logic_error);
+  EXPECT_THROW(step(b), std::logic_error);
   b.order = a.order;
-  EXPECT_NO_THROW(step_costs(g, c, sw, b, lc, costs));
+  EXPECT_NO_THROW(step(b));
 }
 
 }  // namespace

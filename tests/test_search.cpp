@@ -158,6 +158,69 @@ TEST(Search, RefinementReRanksTheTopByTheSimulator) {
   EXPECT_EQ(before, after);
 }
 
+// The refined best must not depend on how many entries are listed: --top 1 names the best
+// layout of --top 10 (search.hpp, kRefineWindow). Where the simulator re-orders the analytic top
+// few, listing only the analytic best and simulating it alone (the rule before the window) named
+// another layout; the first two spaces are such cases, the others check the rule holds elsewhere.
+struct RefineCase {
+  const char* model;
+  const char* cluster;
+  int gpus, global_batch;
+  bool simulator_reorders;  // the analytic best is not the refined best here
+};
+
+class RefinedBest : public ::testing::TestWithParam<RefineCase> {};
+
+TEST_P(RefinedBest, IsTheSameForAnyTopUpToTheWindow) {
+  const RefineCase& c = GetParam();
+  const Cluster cl = load_cluster(c.cluster, TRAINPLAN_SOURCE_DIR);
+  const ModelSpec m = model(c.model);
+  const LayerGraph g(m, m.seq_len);
+  const SearchSpace sp = default_space(cl, c.gpus, c.global_batch, m.seq_len);
+  SearchOptions o;
+  o.refine = true;
+  o.threads = 2;
+  o.top_k = kRefineWindow;
+  const SearchResult full = search(g, cl, sp, o);
+  ASSERT_EQ(full.top.size(), static_cast<std::size_t>(kRefineWindow));
+  EXPECT_EQ(full.stats.refined, kRefineWindow);
+  for (int k : {1, 3}) {
+    o.top_k = k;
+    const SearchResult r = search(g, cl, sp, o);
+    SCOPED_TRACE(k);
+    ASSERT_EQ(r.top.size(), static_cast<std::size_t>(k));
+    EXPECT_EQ(r.stats.refined, kRefineWindow) << "the window does not shrink with --top";
+    for (std::size_t i = 0; i < r.top.size(); ++i) {
+      EXPECT_EQ(key(r.top[i].strategy), key(full.top[i].strategy)) << "rank " << i;
+      EXPECT_EQ(r.top_value[i], full.top_value[i]) << "rank " << i;
+    }
+  }
+  // The refined best is the simulator's best of the analytic top kRefineWindow: simulated here
+  // one by one, in analytic order (ties keep it).
+  SearchOptions analytic = o;
+  analytic.refine = false;
+  analytic.top_k = kRefineWindow;
+  const SearchResult a = search(g, cl, sp, analytic);
+  ASSERT_EQ(a.top.size(), static_cast<std::size_t>(kRefineWindow));
+  std::size_t best = 0;
+  double best_value = 0;
+  for (std::size_t i = 0; i < a.top.size(); ++i) {
+    const double v = objective_value(o.objective, predict_with_simulation(g, cl, a.top[i].strategy), cl);
+    if (i == 0 || v < best_value) best = i, best_value = v;
+  }
+  EXPECT_EQ(key(full.top[0].strategy), key(a.top[best].strategy));
+  EXPECT_DOUBLE_EQ(full.top_value[0], best_value);
+  // Under the old rule --top 1 simulated only the analytic best and reported it.
+  EXPECT_EQ(c.simulator_reorders, key(a.top[0].strategy) != key(full.top[0].strategy)) << describe(a.top[0].strategy);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Spaces, RefinedBest,
+    ::testing::Values(RefineCase{"gpt3-175b", "dgx-a100-80g", 64, 64, true},
+                      RefineCase{"llama2-70b", "dgx-a100-80g", 128, 256, true},
+                      RefineCase{"llama2-7b", "dgx-h100", 16, 32, false},
+                      RefineCase{"gpt3-20b", "dgx-a100-40g", 64, 256, false}));
+
 struct SmallSpace {
   const char* model;
   const char* cluster;

@@ -61,6 +61,27 @@ TEST_F(SearchCli, RanksLayoutsAndWritesSearchJson) {
   EXPECT_DOUBLE_EQ(read(pred).at("time").at("step_s").get<double>(), j.at("top")[0].at("time").at("step_s").get<double>());
 }
 
+// The first table row (rank 1) of a search's console output.
+std::string first_row(const std::string& out) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("   1  ", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST_F(SearchCli, TopOneNamesTheBestOfTopTen) {
+  // GPT-3 175B on 64 A100s: the simulator ranks the analytic third first, so simulating only the
+  // analytic best (the rule before the refinement window) made --top 1 name another layout.
+  const std::string args = "search --model gpt3-175b --cluster dgx-a100-80g --gpus 64 --global-batch 64 --top ";
+  const Result one = run(args + "1"), ten = run(args + "10");
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(ten.code, 0) << ten.err;
+  ASSERT_FALSE(first_row(ten.out).empty()) << ten.out;
+  EXPECT_EQ(first_row(one.out), first_row(ten.out));
+  EXPECT_NE(one.out.find("the analytic top 10 re-ranked by the step simulator"), std::string::npos) << one.out;
+}
+
 TEST_F(SearchCli, NothingFitsExitsThreeAndSaysWhy) {
   const Result r = run("search --model llama3-70b --cluster dgx-a100-80g --gpus 8 --global-batch 8");
   EXPECT_EQ(r.code, 3) << r.err;
@@ -121,7 +142,9 @@ TEST_F(SearchCli, CapacityRanksClustersWithAGivenPrice) {
   for (const json& o : j.at("options")) {
     const bool given = o.at("cluster") == "mi300x";
     EXPECT_EQ(o.at("price_source"), given ? "--price" : "cluster file");
-    if (given) EXPECT_EQ(o.at("price_per_gpu_hour_usd"), 1.5);
+    if (given) {
+      EXPECT_EQ(o.at("price_per_gpu_hour_usd"), 1.5);
+    }
   }
   // The report reads it back.
   EXPECT_EQ(run("report " + out.string() + " --html " + (dir_ / "c.html").string()).code, 0);

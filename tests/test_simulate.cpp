@@ -337,7 +337,7 @@ TEST(Simulate, ZeroTwoReducesEveryMicroBatch) {
   //   F0 [0,1] B0 [1,3] -> buckets ready 2, 3: [2,2.5] [3,3.5]; F1 [3,4] B1 [4,6] -> [5,5.5] [6,6.5].
   StepCosts c = single_stage(1, 2, 2);
   c.chunks[0].dp_reduce = 1.0;
-  c.zero_reduce_per_micro_batch = true;
+  c.zero = ZeroPolicy::of(2);  // reduce-scatters every micro-batch
   const Timeline t = simulate(c, make_schedule(ScheduleKind::one_f_one_b, 1, 2));
   EXPECT_DOUBLE_EQ(sum_of(t, EventKind::grad_reduce), 2.0);
   EXPECT_DOUBLE_EQ(t.step, 6.5);

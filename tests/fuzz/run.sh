@@ -9,7 +9,7 @@
 set -uo pipefail
 build=${1:?build folder}; seconds=${2:?seconds per target}; shift 2
 root=$(cd "$(dirname "$0")/../.." && pwd)
-targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(model hf_config cluster prediction measurement flags)
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(model hf_config cluster prediction measurement flags printable)
 mkdir -p "$build/fuzz-artifacts"
 limit=(-max_total_time="$seconds")
 [ -n "${FUZZ_RUNS:-}" ] && limit=(-runs="$FUZZ_RUNS")

@@ -1,0 +1,126 @@
+#include "sim/plan_shape.hpp"
+
+#include <algorithm>
+
+#include "sim/check.hpp"
+#include "sim/compression.hpp"
+#include "sim/rank_layout.hpp"
+
+namespace trainplan {
+
+namespace {
+
+// Gradients leave the GPU: a DP group (dp x cp replicas) of two or more, or parameter servers.
+bool reduces_gradients(const Strategy& s) { return s.dp * s.cp > 1 || s.uses_ps(); }
+
+// `s`, checked for what the derivations below divide by (validate() says which rule a user's plan
+// breaks; a plan that reaches a shape unchecked is a bug).
+const Strategy& checked(const Strategy& s) {
+  TRAINPLAN_CHECK(s.dp >= 1 && s.tp >= 1 && s.pp >= 1 && s.cp >= 1 && s.vp >= 1 && s.micro_batch >= 1,
+                  "a plan shape needs parallel sizes and a micro-batch of at least 1");
+  TRAINPLAN_CHECK(ZeroPolicy::valid_stage(s.zero), "a plan shape needs a ZeRO stage of 0 to 3");
+  return s;
+}
+
+}  // namespace
+
+StateBytes state_bytes(Dtype dtype, bool fp32_grad_accum) {
+  if (dtype == Dtype::fp32) return {4, 4, 8};
+  return {2, fp32_grad_accum ? 4.0 : 2.0, 12};
+}
+
+StateBytes state_bytes(const MemoryProfile& p, const Strategy& s) {
+  if (!p.fp32_parameters) return state_bytes(s);
+  // fp32 parameters and .grad (4 + 4 B), Adam's two fp32 moments (8 B), the profile's extras.
+  return {4, 4, 8 + p.optimizer_extra_bytes};
+}
+
+TokenShape token_shape(const Strategy& s) {
+  TokenShape t;
+  t.per_rank = s.tokens_per_rank();
+  t.seq_share = s.sequence_parallel ? 1.0 / s.tp : 1.0;
+  t.seq_split = s.sequence_parallel ? t.per_rank / s.tp : t.per_rank;
+  t.tensor_share = 1.0 / s.tp;
+  t.per_replica = static_cast<double>(s.micro_batch) * s.seq_len;
+  return t;
+}
+
+ElementBytes element_bytes(const Software& sw, const Strategy& s) {
+  const bool fp32 = s.dtype == Dtype::fp32;
+  ElementBytes b;
+  b.activation = activation_bytes(s.dtype);
+  b.stream = std::max(sw.stream_bytes, b.activation);
+  b.saved_gemm_input = s.dtype == Dtype::fp8 ? sw.fp8_saved_gemm_input_bytes : b.activation;
+  b.weight_copy = fp32 ? 0.0 : sw.memory.weight_copy_bytes;
+  // Under mixed precision each rank casts its master shard to 16 bits and gathers that, whatever
+  // the width of the master weights (FSDP MixedPrecision(param_dtype=bf16), Megatron's
+  // distributed optimizer; exec/reducer.cpp likewise); FP8 too: its GEMMs quantize from the
+  // 16-bit weights.
+  b.gathered_param = state_bytes(s).weight;
+  b.wire_grad = state_bytes(s).grad;
+  b.logit = sw.memory.loss_bytes_per_logit;
+  b.state = state_bytes(sw.memory, s);
+  b.optimizer_temp = sw.memory.optimizer_temp_bytes;
+  // Parameter servers hold the optimizer states and run the optimizer (param_server.hpp): the
+  // workers keep weights and gradients only.
+  if (s.uses_ps()) {
+    b.state.optimizer = 0;
+    b.optimizer_temp = 0;
+  }
+  // Error feedback is kept for every parameter, the few uncompressed ones (norms, biases)
+  // included, where gradients are reduced at all.
+  if (reduces_gradients(s)) b.error_feedback = error_feedback_bytes_per_param(s.grad_compression);
+  return b;
+}
+
+namespace {
+
+ParallelGroups parallel_groups(const Cluster& c, const Strategy& s, const RankLayout& layout) {
+  ParallelGroups g;
+  g.tp = group_of(c, s.tp, layout.stride(Dim::tp));
+  g.cp = group_of(c, s.cp, layout.stride(Dim::cp));
+  const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
+  g.dp = group_of(c, s.dp * s.cp, dp_stride);
+  g.pp = pipeline_group(c, s.pp, layout.stride(Dim::pp));
+  return g;
+}
+
+}  // namespace
+
+GroupLink pipeline_group(const Cluster& c, int pp, int stride) {
+  return {pp, stride, group_link(c, 2, stride), c.collectives.call_overhead};
+}
+
+ParallelGroups parallel_groups(const Cluster& c, const Strategy& s) { return parallel_groups(c, s, RankLayout(s)); }
+
+PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Software& sw, const Strategy& s)
+    : strategy(checked(s)),
+      zero(ZeroPolicy::of(s.zero)),
+      micro_batches(s.micro_batches()),
+      chunks(s.pp * s.vp),
+      vocab_rows(static_cast<double>(trainplan::vocab_rows(sw, model.vocab, s.tp))),
+      reduces_gradients(trainplan::reduces_gradients(s)),
+      pp_overlap(s.schedule == ScheduleKind::interleaved ? sw.overlap.pp_interleaved : sw.overlap.pp),
+      tokens(token_shape(s)),
+      bytes(element_bytes(sw, s)),
+      groups(parallel_groups(cluster, s, RankLayout(s))) {
+  // (Members initialised in place, not assigned: search builds one of these per layout.)
+  if (s.uses_ps()) ps = ps_network(cluster, s, groups.dp);
+}
+
+std::optional<Infeasible> cannot_shape(const ModelSpec& model, const Cluster& cluster, const Strategy& s) {
+  if (auto bad = validate(s, model)) return Infeasible{.reason = InfeasibleReason::invalid_strategy, .detail = *bad};
+  if (auto bad = validate_on(s, cluster)) return Infeasible{.reason = InfeasibleReason::invalid_strategy, .detail = *bad};
+  if (cluster.gpu.peak(s.dtype) <= 0) {
+    return Infeasible{.reason = InfeasibleReason::unsupported_dtype, .detail = cluster.gpu.name};
+  }
+  return std::nullopt;
+}
+
+std::variant<PlanShape, Infeasible> shape_plan(const ModelSpec& model, const Cluster& cluster, const Software& sw,
+                                               const Strategy& s) {
+  if (auto why = cannot_shape(model, cluster, s)) return std::move(*why);
+  return PlanShape(model, cluster, sw, s);
+}
+
+}  // namespace trainplan

@@ -1,0 +1,125 @@
+// PlanShape: the facts of one training plan that follow from (model, cluster, software, strategy)
+// alone, checked and derived once, then read by every component of the analytical model:
+//
+//   flags | plan.json ─► Strategy ─► PlanShape ─► step_costs ─► StepCosts ─► compose ─► Estimate
+//                                    (this file)   (predict.hpp)    │
+//                                                                    └────────► simulate ─► Timeline
+//
+// op_time (kernel times), layer_costs / step_costs (per-op and per-chunk costs), memory_model (the
+// MemoryModel inside StepCosts), compression and parameter servers take their per-plan facts from
+// here; none of them derives tokens, shares, element widths, group links or the ZeRO behaviour
+// from the Strategy again, so they cannot disagree on them. What it holds:
+//   tokens  per-rank tokens of a micro-batch and the shares of a split tensor a rank holds;
+//   bytes   bytes per element of each kind of tensor (ElementBytes);
+//   groups  one GroupLink per parallel group (TP, CP, DP with its CP replicas, PP neighbours),
+//           whose methods cost one collective call with the cluster's per-call overhead;
+//   zero    the ZeroPolicy (zero_policy.hpp) of the strategy's stage;
+//   ps      the parameter servers' network (Strategy::uses_ps()).
+// Building one allocates nothing: search builds one for every layout it predicts.
+#pragma once
+#include <optional>
+#include <variant>
+
+#include "sim/cluster.hpp"
+#include "sim/collectives.hpp"
+#include "sim/estimate.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/param_server.hpp"
+#include "sim/software.hpp"
+#include "sim/strategy.hpp"
+#include "sim/zero_policy.hpp"
+
+namespace trainplan {
+
+// Bytes per parameter of each model state. Mixed-precision Adam (Rajbhandari et al. 2020, ZeRO,
+// Sec. 3.1): 16-bit weights and gradients (fp32 gradients with fp32_grad_accum), K = 12 bytes of
+// fp32 master weights, momentum and variance. Pure fp32 training: 4-byte weights and gradients,
+// K = 8 (momentum, variance).
+struct StateBytes {
+  double weight = 0, grad = 0, optimizer = 0;  // bytes per parameter
+};
+StateBytes state_bytes(Dtype dtype, bool fp32_grad_accum);
+inline StateBytes state_bytes(const Strategy& s) { return state_bytes(s.dtype, s.fp32_grad_accum); }
+// As the stack holds them: state_bytes() of the strategy, or with fp32 parameters (autocast over
+// an fp32 module) 4 B weights, 4 B gradients and 8 B Adam moments plus the profile's optimizer
+// extras.
+StateBytes state_bytes(const MemoryProfile& p, const Strategy& s);
+
+// The tokens one rank works on for one micro-batch, and the share it holds of a split tensor.
+struct TokenShape {
+  double per_rank = 0;      // b x seq / cp: tokens inside the TP region (Strategy::tokens_per_rank)
+  double seq_share = 1;     // share of a sequence-split tensor a rank holds: 1/tp with SP, else 1
+  double seq_split = 0;     // tokens of a sequence-split tensor on a rank: per_rank / tp with SP
+  double tensor_share = 1;  // share of a tensor-split tensor (heads, ffn, vocabulary): 1/tp
+  double per_replica = 0;   // b x seq: tokens of one micro-batch over a replica's TP x CP ranks
+};
+TokenShape token_shape(const Strategy& s);
+
+// Bytes per element of each kind of tensor, the one place these rules live.
+struct ElementBytes {
+  double activation = 2;        // activations, and the TP/CP/PP messages made of them (4 in fp32)
+  double stream = 2;            // the residual stream: the profile's residual_stream_bytes (4 for
+                                // an fp32 stream under autocast), never narrower than activations
+  double saved_gemm_input = 2;  // a GEMM input saved for the backward: under fp8 the profile's
+                                // fp8_saved_gemm_input_bytes (quantized copies kept), else activation
+  double weight_copy = 0;       // 16-bit weight copies autocast keeps, per parameter (none in fp32)
+  double gathered_param = 2;    // a parameter all-gathered over the DP group: in the compute dtype
+                                // (ZeRO-3 units, ZeRO-1/2's gather after the step, a server pull),
+                                // 2 under mixed precision whatever the master width, 4 in fp32
+  double wire_grad = 2;         // a gradient as reduced over the DP group, before compression:
+                                // state_bytes(strategy).grad
+  double logit = 4;             // a logit of one micro-batch at the loss's peak (profile)
+  StateBytes state;             // model states per parameter as a worker holds them (the optimizer's
+                                // are on the servers with parameter servers: 0)
+  double optimizer_temp = 0;    // optimizer temporaries per updated parameter (0 with servers)
+  double error_feedback = 0;    // gradient compression's error-feedback buffer per parameter, where
+                                // gradients leave the GPU (compression.hpp), else 0
+};
+ElementBytes element_bytes(const Software& sw, const Strategy& s);
+
+// The parallel groups of one rank, each with its link and collective costs.
+struct ParallelGroups {
+  GroupLink tp;  // tensor parallelism: tp ranks
+  GroupLink cp;  // context parallelism (the ring attention's ring): cp ranks
+  GroupLink dp;  // the ranks that hold replicas of the same parameters: dp x cp (CP ranks hold the
+                 // same weights); gradients are reduced and ZeRO shards over it. Stride: the
+                 // nearer of the DP and CP neighbours.
+  GroupLink pp;  // the pipeline: pp stages; its link is the one between adjacent stages (the
+                 // pipeline only sends to neighbours), i.e. group_link of 2 ranks pp-stride apart
+  // Expert parallelism (the experts' all-to-all) and expert data parallelism (their gradients'
+  // reduction) join here as `ep` and `edp`.
+};
+// The groups of `s` on cluster `c`, placed by RankLayout.
+ParallelGroups parallel_groups(const Cluster& c, const Strategy& s);
+// The pipeline group of `pp` stages `stride` ranks apart: ParallelGroups::pp.
+GroupLink pipeline_group(const Cluster& c, int pp, int stride);
+
+struct PlanShape {
+  Strategy strategy;
+  ZeroPolicy zero;             // ZeroPolicy::of(strategy.zero)
+  int micro_batches = 1;       // per replica per step (Strategy::micro_batches)
+  int chunks = 1;              // model chunks of a replica, pp x vp (its virtual stages)
+  double vocab_rows = 0;       // rows of the embedding table, LM head and logits before the TP
+                               // split: the vocabulary padded as the stack pads it (vocab_rows())
+  bool reduces_gradients = false;  // gradients leave the GPU: a DP group of two or more, or servers
+  double pp_overlap = 0;       // share of a pipeline send the stack hides under this schedule
+  TokenShape tokens;
+  ElementBytes bytes;
+  ParallelGroups groups;
+  PsNetwork ps;                // the parameter servers' network (default without them)
+
+  // Derives every fact of `s`, which must pass cannot_shape() (a broken precondition that would
+  // divide by zero is a bug check). shape_plan() checks and derives in one call.
+  PlanShape(const ModelSpec& model, const Cluster& cluster, const Software& sw, const Strategy& s);
+};
+
+// Why `s` cannot be costed on `cluster` for `model`: it breaks a rule of validate() or
+// validate_on() (invalid_strategy, naming the flag and rule), or the GPU has no peak for its dtype
+// (unsupported_dtype). nullopt when a PlanShape may be built.
+std::optional<Infeasible> cannot_shape(const ModelSpec& model, const Cluster& cluster, const Strategy& s);
+
+// The checked plan: cannot_shape()'s reason, or the shape.
+std::variant<PlanShape, Infeasible> shape_plan(const ModelSpec& model, const Cluster& cluster, const Software& sw,
+                                               const Strategy& s);
+
+}  // namespace trainplan

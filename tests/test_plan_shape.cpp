@@ -1,0 +1,191 @@
+// PlanShape: the per-plan facts every cost component reads, worked by hand from the strategy, the
+// software profile and the cluster.
+#include <gtest/gtest.h>
+
+#include "sim/param_server.hpp"
+#include "sim/plan_shape.hpp"
+#include "test_helpers.hpp"
+
+namespace trainplan {
+namespace {
+
+using testing::gpt;
+
+Strategy plan(int dp, int tp, int pp, int cp, int b, int B, int seq = 4096) {
+  Strategy s;
+  s.dp = dp, s.tp = tp, s.pp = pp, s.cp = cp, s.micro_batch = b, s.global_batch = B, s.seq_len = seq;
+  return s;
+}
+
+Software profile(const char* name) { return load_software(name, TRAINPLAN_SOURCE_DIR); }
+
+TEST(PlanShape, TokensAndTheSharesARankHolds) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = gpt(8, 4096, 32, 4096, 32000);
+  Strategy s = plan(2, 4, 1, 2, 2, 8);
+  s.sequence_parallel = true;
+  // b x seq / cp = 2 x 4096 / 2 = 4096 tokens per rank; SP keeps a quarter of a sequence-split
+  // tensor (1024 tokens); a tensor-split one is a quarter whatever SP; a replica's micro-batch is
+  // b x seq = 8192 tokens.
+  const PlanShape sp(m, c, profile("megatron-core"), s);
+  EXPECT_EQ(sp.tokens.per_rank, 4096);
+  EXPECT_EQ(sp.tokens.seq_share, 0.25);
+  EXPECT_EQ(sp.tokens.seq_split, 1024);
+  EXPECT_EQ(sp.tokens.tensor_share, 0.25);
+  EXPECT_EQ(sp.tokens.per_replica, 8192);
+  s.sequence_parallel = false;
+  const PlanShape plain(m, c, profile("megatron-core"), s);
+  EXPECT_EQ(plain.tokens.seq_share, 1);
+  EXPECT_EQ(plain.tokens.seq_split, 4096);
+  EXPECT_EQ(plain.tokens.tensor_share, 0.25);
+  // Per replica and step: 8 / (2 x 2) = 2 micro-batches; one chunk per stage.
+  EXPECT_EQ(plain.micro_batches, 2);
+  EXPECT_EQ(plain.chunks, 1);
+  // megatron-core pads 32000 to a multiple of 128 x tp = 512: 32256 rows.
+  EXPECT_EQ(plain.vocab_rows, 32256);
+}
+
+TEST(PlanShape, ElementWidthsPerTensorKind) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = gpt(8, 1024, 16, 4096, 32000);
+  const Software megatron = profile("megatron-core"), exec = profile("trainplan-exec");
+  Strategy s = plan(2, 1, 1, 1, 1, 2);
+  // Megatron-core, bf16: everything 16-bit, Adam's 12 B of fp32 state, 4 B logits.
+  const ElementBytes bf16 = PlanShape(m, c, megatron, s).bytes;
+  EXPECT_EQ(bf16.activation, 2);
+  EXPECT_EQ(bf16.stream, 2);
+  EXPECT_EQ(bf16.saved_gemm_input, 2);
+  EXPECT_EQ(bf16.gathered_param, 2);
+  EXPECT_EQ(bf16.wire_grad, 2);
+  EXPECT_EQ(bf16.state.weight + bf16.state.grad + bf16.state.optimizer, 16);
+  EXPECT_EQ(bf16.logit, 4);
+  EXPECT_EQ(bf16.error_feedback, 0);
+  // FP8 under Megatron-core: GEMM inputs are saved quantized (1 B); activations stay 16-bit.
+  s.dtype = Dtype::fp8;
+  const ElementBytes fp8 = PlanShape(m, c, megatron, s).bytes;
+  EXPECT_EQ(fp8.saved_gemm_input, 1);
+  EXPECT_EQ(fp8.activation, 2);
+  EXPECT_EQ(fp8.gathered_param, 2);
+  // fp32 training: 4-byte activations, stream, gathers and gradients; Adam's two moments only.
+  s.dtype = Dtype::fp32;
+  const ElementBytes fp32 = PlanShape(m, c, megatron, s).bytes;
+  EXPECT_EQ(fp32.activation, 4);
+  EXPECT_EQ(fp32.stream, 4);
+  EXPECT_EQ(fp32.gathered_param, 4);
+  EXPECT_EQ(fp32.wire_grad, 4);
+  EXPECT_EQ(fp32.state.optimizer, 8);
+  // trainplan exec (autocast over fp32 parameters): an fp32 stream, 4 + 4 + 8 + 4 B of states as
+  // held, 16-bit weight copies; the ZeRO gathers stay in the compute dtype.
+  s.dtype = Dtype::bf16;
+  const ElementBytes autocast = PlanShape(m, c, exec, s).bytes;
+  EXPECT_EQ(autocast.stream, 4);
+  EXPECT_EQ(autocast.activation, 2);
+  EXPECT_EQ(autocast.state.weight, 4);
+  EXPECT_EQ(autocast.state.optimizer, 12);
+  EXPECT_EQ(autocast.weight_copy, 2);
+  EXPECT_EQ(autocast.gathered_param, 2);
+  EXPECT_EQ(autocast.logit, 12);
+  // 4-byte gradients on the wire with fp32 accumulation.
+  s.fp32_grad_accum = true;
+  EXPECT_EQ(PlanShape(m, c, megatron, s).bytes.wire_grad, 4);
+  // PowerSGD keeps a 4-byte error-feedback buffer where gradients leave the GPU (dp 2), not on
+  // one replica.
+  s.grad_compression = {CompressionKind::powersgd, 4};
+  EXPECT_EQ(PlanShape(m, c, megatron, s).bytes.error_feedback, 4);
+  s.dp = 1, s.global_batch = 1;
+  EXPECT_EQ(PlanShape(m, c, megatron, s).bytes.error_feedback, 0);
+}
+
+TEST(PlanShape, ParameterServersHoldTheOptimizerStates) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = gpt(8, 1024, 16, 4096, 32000);
+  const Software exec = profile("trainplan-exec");
+  Strategy s = plan(16, 1, 1, 1, 1, 16);
+  s.dp_algorithm = DpAlgorithm::ps;
+  s.ps_servers = 2;
+  const PlanShape shape(m, c, exec, s);
+  EXPECT_EQ(shape.bytes.state.optimizer, 0);
+  EXPECT_EQ(shape.bytes.optimizer_temp, 0);
+  EXPECT_EQ(shape.bytes.state.weight, 4);
+  EXPECT_TRUE(shape.reduces_gradients);
+  // The servers' network: 16 workers on 2 nodes, 8 replicas per node, the cluster's call overhead.
+  EXPECT_EQ(shape.ps.servers, 2);
+  EXPECT_EQ(shape.ps.nodes, 2);
+  EXPECT_EQ(shape.ps.local_replicas, 8);
+  EXPECT_EQ(shape.ps.call_overhead, c.collectives.call_overhead);
+  EXPECT_EQ(shape.ps.gpu_bandwidth, ps_network(c, s).gpu_bandwidth);
+}
+
+TEST(PlanShape, OneGroupLinkPerParallelGroup) {
+  // dgx-h100: 8 GPUs per node. Rank order tp, cp, dp, pp with tp 8, cp 2, dp 4, pp 2: TP fills a
+  // node (stride 1), CP neighbours are 8 ranks apart, DP ones 16, stages 64.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = gpt(8, 4096, 32, 4096, 32000);
+  const Strategy s = plan(4, 8, 2, 2, 1, 8);
+  const PlanShape shape(m, c, profile("megatron-core"), s);
+  const ParallelGroups& g = shape.groups;
+  EXPECT_EQ(g.tp.size, 8);
+  EXPECT_EQ(g.tp.stride, 1);
+  EXPECT_EQ(g.tp.link.bandwidth, c.node.bandwidth * c.node.efficiency);  // inside the node
+  EXPECT_EQ(g.cp.size, 2);
+  EXPECT_EQ(g.cp.stride, 8);
+  EXPECT_EQ(g.cp.link.latency, group_link(c, 2, 8).latency);
+  // DP with its CP replicas: dp x cp = 8 ranks, the nearer neighbour (CP, 8 apart) sets the stride.
+  EXPECT_EQ(g.dp.size, 8);
+  EXPECT_EQ(g.dp.stride, 8);
+  EXPECT_EQ(g.dp.link.bandwidth, group_link(c, 8, 8).bandwidth);
+  // The pipeline sends to its neighbour: the link of two ranks 64 apart.
+  EXPECT_EQ(g.pp.size, 2);
+  EXPECT_EQ(g.pp.stride, 64);
+  EXPECT_EQ(g.pp.link.bandwidth, group_link(c, 2, 64).bandwidth);
+  for (const GroupLink* l : {&g.tp, &g.cp, &g.dp, &g.pp}) EXPECT_EQ(l->call_overhead, c.collectives.call_overhead);
+  EXPECT_TRUE(shape.reduces_gradients);
+  // One group of each kind for the same strategy, whoever asks.
+  EXPECT_EQ(parallel_groups(c, s).dp.stride, g.dp.stride);
+  EXPECT_EQ(pipeline_group(c, s.pp, 64).link.latency, g.pp.link.latency);
+}
+
+TEST(PlanShape, ZeroPolicyAndScheduleOverlap) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = gpt(8, 1024, 16, 4096, 32000);
+  const Software sw = profile("megatron-core");
+  Strategy s = plan(2, 1, 2, 1, 1, 8);
+  for (int stage = 0; stage <= ZeroPolicy::kMaxStage; ++stage) {
+    s.zero = stage;
+    EXPECT_EQ(PlanShape(m, c, sw, s).zero, ZeroPolicy::of(stage));
+  }
+  EXPECT_EQ(PlanShape(m, c, sw, s).pp_overlap, sw.overlap.pp);
+  s.schedule = ScheduleKind::interleaved;
+  s.vp = 2;
+  const PlanShape interleaved(m, c, sw, s);
+  EXPECT_EQ(interleaved.pp_overlap, sw.overlap.pp_interleaved);
+  EXPECT_EQ(interleaved.chunks, 4);
+}
+
+TEST(PlanShape, ShapePlanRefusesWhatCannotBeCosted) {
+  const ModelSpec m = gpt(8, 1024, 16, 4096, 32000);
+  const Software sw = profile("megatron-core");
+  const Cluster h100 = testing::builtin_cluster("dgx-h100"), a100 = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s = plan(1, 3, 1, 1, 1, 1);
+  const auto bad = shape_plan(m, h100, sw, s);
+  ASSERT_TRUE(std::holds_alternative<Infeasible>(bad));
+  EXPECT_EQ(std::get<Infeasible>(bad).reason, InfeasibleReason::invalid_strategy);
+  EXPECT_NE(std::get<Infeasible>(bad).detail.find("--tp 3"), std::string::npos);
+  s.tp = 2;
+  s.dtype = Dtype::fp8;  // the A100 has no FP8 peak
+  const auto no_fp8 = shape_plan(m, a100, sw, s);
+  ASSERT_TRUE(std::holds_alternative<Infeasible>(no_fp8));
+  EXPECT_EQ(std::get<Infeasible>(no_fp8).reason, InfeasibleReason::unsupported_dtype);
+  const auto ok = shape_plan(m, h100, sw, s);
+  ASSERT_TRUE(std::holds_alternative<PlanShape>(ok));
+  EXPECT_EQ(std::get<PlanShape>(ok).strategy.tp, 2);
+  EXPECT_FALSE(cannot_shape(m, h100, s).has_value());
+  // Built unchecked from a strategy no validate() passed, a shape refuses what it would divide by
+  // (a bug check, not a crash).
+  Strategy zero_dp = s;
+  zero_dp.dp = 0;
+  EXPECT_THROW(PlanShape(m, h100, sw, zero_dp), std::logic_error);
+}
+
+}  // namespace
+}  // namespace trainplan
