@@ -54,9 +54,9 @@ search:
                             where selective gives the figures of none; all three with standard)
   --schedules LIST          from gpipe,1f1b,interleaved (default 1f1b,interleaved; gpipe predicts
                             the 1f1b step time with at least its memory)
-  --max-tp T                largest tensor-parallel size (default: GPUs per node)
+  --max-tp T                largest tensor-parallel size (default: GPUs per scale-up domain)
   --max-pp P                largest pipeline depth (default: the model's layers)
-  --max-cp C                largest context-parallel size (default: GPUs per node, and at least
+  --max-cp C                largest context-parallel size (default: GPUs per scale-up domain, and at least
                             1024 tokens per rank)
   --max-dp D                largest data-parallel size (default: no limit)
   --max-vp V                largest interleaving factor (default 8)
