@@ -45,7 +45,8 @@ options:
   --budget-usd X            find the fastest option costing at most X USD
   --global-batch B          sequences per step (default: about 4M tokens per step, a power of two)
   --seq S                   tokens per sequence (default: the model's seq_len)
-  --dtype bf16|fp16|fp8|fp32   training precision (default bf16; clusters without it are listed
+  --dtype bf16|fp16|fp8|fp32|mxfp8|nvfp4   training precision (default bf16; mxfp8 and nvfp4
+                            need Blackwell; clusters without it are listed
                             as infeasible)
   --threads N               worker threads per search (default: all hardware threads)
 
@@ -226,7 +227,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   }
   if (f.has("deadline-days")) req.deadline_days = f.get_double("deadline-days", 0, 1e-6, 1e6);
   if (f.has("budget-usd")) req.budget_usd = f.get_double("budget-usd", 0, 1e-6, 1e15);
-  req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
+  req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   req.reliability = read_reliability_flags(f, ctx.data_dir);
   req.elastic = f.has("elastic");

@@ -19,6 +19,8 @@ const char* to_string(Dtype d) {
     case Dtype::fp16: return "fp16";
     case Dtype::fp8: return "fp8";
     case Dtype::fp32: return "fp32";
+    case Dtype::mxfp8: return "mxfp8";
+    case Dtype::nvfp4: return "nvfp4";
   }
   return "?";
 }
@@ -31,6 +33,8 @@ FlopsPerSecond GpuSpec::peak(Dtype d) const {
     case Dtype::fp16: return peak_fp16;
     case Dtype::fp8: return peak_fp8;
     case Dtype::fp32: return peak_fp32;
+    case Dtype::mxfp8: return peak_mxfp8;
+    case Dtype::nvfp4: return peak_nvfp4;
   }
   return 0;
 }
