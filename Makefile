@@ -1,13 +1,16 @@
 # trainplan's two set-up commands (see README.md):
-#   make run   installs what is missing, builds, and runs the main job on the built-in default
-#   make test  installs what is missing, builds everything, and runs all tests with ctest
+#   make run   installs the few Debian packages the planner needs (when missing), builds only the
+#              `trainplan` planner binary in $(RUN_BUILD)/, and runs the main job on the built-in default
+#   make test  installs everything (test tools, LibTorch for exec/, Chromium, the Python binding's
+#              tools), builds everything in $(BUILD)/ (the planner, the executor trainplan-exec, all
+#              tests and benchmarks, the Python module), and runs all tests with ctest
 BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 # ccache is installed by `deps`, so look for it when the recipe runs, not when make reads this file.
 LAUNCHER = $$(command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
-.PHONY: run test test-asan fuzz deps build bench bench-cold bench-gpu sweep-engines clean
+.PHONY: run test test-asan fuzz deps deps-planner build build-planner bench bench-cold bench-gpu sweep-engines clean
 
 deps:
 	@bash cmake/install-deps.sh
@@ -16,8 +19,21 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
-run: build
-	./$(BUILD)/trainplan search --model llama3-70b --cluster dgx-h100 --gpus 64 --global-batch 512
+# The planner alone, for a first run: no exec/ (LibTorch), no tests or benchmarks, the libraries as
+# unity sources at -O2 (CMakeLists.txt, TRAINPLAN_UNITY), only the `trainplan` target. Its own build
+# folder, so that `make test` afterwards keeps its full configuration. The executor
+# (`trainplan exec|calibrate`, LibTorch) is built by `make build` or `make test` in $(BUILD)/.
+RUN_BUILD ?= build-run
+deps-planner:
+	@bash cmake/install-deps.sh planner
+
+build-planner: deps-planner
+	@cmake -S . -B $(RUN_BUILD) -DCMAKE_BUILD_TYPE=Release -DTRAINPLAN_WITH_EXEC=OFF -DTRAINPLAN_TESTS=OFF -DTRAINPLAN_PYTHON=OFF \
+	  -DTRAINPLAN_UNITY=ON "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" $(LAUNCHER) >/dev/null
+	@cmake --build $(RUN_BUILD) -j$(JOBS) --target trainplan
+
+run: build-planner
+	./$(RUN_BUILD)/trainplan search --model llama3-70b --cluster dgx-h100 --gpus 64 --global-batch 512
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1500
@@ -63,4 +79,4 @@ bench-gpu:
 	python3 tests/gpu/bench_gpu.py --trainplan $(GPU_BUILD)/trainplan $(BENCH_GPU_ARGS)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(RUN_BUILD)

@@ -46,10 +46,8 @@ Software read_software_flag(const Flags& f, const std::filesystem::path& data_di
 }
 
 std::string sequence_note(const ModelSpec& model) {
-  if (model.seq_len_key == "seq_len") return "";
-  return fmt::format("sequence length {} from the config's {} (the model's limit, not necessarily its training "
-                     "length; --seq sets it)",
-                     model.seq_len, model.seq_len_key);
+  if (model.seq_len_source.empty()) return "";
+  return fmt::format("sequence length {}: {}; --seq sets it", model.seq_len, model.seq_len_source);
 }
 
 std::string dropout_note(const ModelSpec& model, const Software& software) {

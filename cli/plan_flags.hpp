@@ -26,8 +26,8 @@ struct PlanInputs {
   Software software;
   Strategy strategy;
   // Where the sequence length came from when it was neither --seq nor the plan file's nor a
-  // trainplan model's seq_len, e.g. "sequence length 131072 from config.json max_position_embeddings
-  // (the model's limit; --seq sets the trained length)"; empty otherwise. Commands print it.
+  // trainplan model's seq_len (a Hugging Face config), e.g. "sequence length 8192: the Llama 3
+  // family's pre-training length (...); --seq sets it"; empty otherwise. Commands print it.
   std::string seq_note;
 };
 

@@ -2,9 +2,16 @@
 # Installs what trainplan needs to build and test, when it is missing. Safe to run repeatedly.
 set -euo pipefail
 
+# What to install: "planner" (`make run`) is only what the `trainplan` planner binary needs to build;
+# "all" (`make test`, the default) adds the test, benchmark, fuzzing and Python-binding tools, the
+# headless browser and LibTorch for exec/.
+mode=${1:-all}
+case "$mode" in planner|all) ;; *) echo "install-deps: unknown mode '$mode' (planner or all)" >&2; exit 2;; esac
+
 # Debian packages (headers and libraries for the C++ build).
-pkgs=(cmake g++ make ccache libboost-graph-dev libfmt-dev nlohmann-json3-dev libgtest-dev
-      libgmock-dev libbenchmark-dev python3 python3-pip clang libclang-rt-14-dev)
+pkgs=(cmake g++ make libboost-graph-dev libfmt-dev nlohmann-json3-dev)
+[ "$mode" = all ] && pkgs+=(ccache libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pip python3-dev
+                           clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,6 +21,20 @@ if ((${#missing[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+[ "$mode" = planner ] && exit 0
+
+# The Python package's build and test tools (python/, tests/python/, run by ctest): nanobind for the
+# binding, scikit-build-core for `pip install .`, pytest. Small pure-Python wheels from PyPI.
+# Optional: without them ctest builds no module and says so at configure time.
+py_tools=(nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0)
+if ! python3 -c 'import nanobind, scikit_build_core, pytest' >/dev/null 2>&1; then
+  echo "install-deps: installing ${py_tools[*]} (Python binding and its tests)"
+  pip_flags=(--quiet --disable-pip-version-check)
+  [ "$(id -u)" -eq 0 ] && pip_flags+=(--root-user-action=ignore)
+  python3 -m pip install "${pip_flags[@]}" "${py_tools[@]}" \
+    || python3 -m pip install "${pip_flags[@]}" --break-system-packages "${py_tools[@]}" \
+    || echo "install-deps: warning: could not install ${py_tools[*]}; the Python tests will be skipped" >&2
 fi
 
 # Headless Chromium for the browser test of the HTML reports (issue 10, tests/browser/), and PIL for

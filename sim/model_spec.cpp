@@ -71,6 +71,17 @@ ModelSpec parse_model(const json& j, const std::string& file) {
   return m;
 }
 
+// The name of `folder` as a person calls it: "." (--model . or ./config.json) or ".." is named by the
+// folder it stands for; no folder (a bare "config.json") gives no name.
+static std::string folder_name(const std::filesystem::path& folder) {
+  const std::string name = folder.filename().string();
+  if (name != "." && name != "..") return name;
+  std::error_code ec;
+  std::filesystem::path full = std::filesystem::absolute(folder, ec).lexically_normal();
+  if (full.filename().empty()) full = full.parent_path();  // "/cwd/" after normalising "/cwd/."
+  return full.filename().string();
+}
+
 // Hugging Face configs carry many keys we do not need (dropout, init, token ids); only the
 // architecture keys are read, but each one read is type- and range-checked.
 ModelSpec parse_hf_config(const json& j, const std::string& file) {
@@ -80,6 +91,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   // The bounds of a trainplan model file's keys (parse_model): 2^24 layers took minutes to lay out.
   enum Bound { kLayers = 100000, kHidden = 1 << 20, kHeads = 1 << 16, kFfn = 1 << 22, kVocab = 1 << 24, kSeq = 1 << 24 };
   auto int_of = [&](const char* key, Bound hi) { return static_cast<int>(o.integer(key, 1, hi)); };
+  int position_limit = 0;  // the longest sequence the positions allow, not the training length
   if (type == "llama" || type == "mistral" || type == "qwen2") {
     m.layers = int_of("num_hidden_layers", kLayers);
     m.hidden = int_of("hidden_size", kHidden);
@@ -87,7 +99,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     m.kv_heads = o.has("num_key_value_heads") ? int_of("num_key_value_heads", kHeads) : m.heads;
     m.ffn_hidden = int_of("intermediate_size", kFfn);
     m.vocab = int_of("vocab_size", kVocab);
-    m.seq_len = int_of("max_position_embeddings", kSeq);
+    position_limit = int_of("max_position_embeddings", kSeq);
     m.activation = Activation::swiglu;
     m.norm = Norm::rmsnorm;
     m.position = Position::rope;
@@ -99,7 +111,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     m.kv_heads = m.heads;
     m.ffn_hidden = o.has("n_inner") ? int_of("n_inner", kFfn) : 4 * m.hidden;
     m.vocab = int_of("vocab_size", kVocab);
-    m.seq_len = int_of("n_positions", kSeq);
+    position_limit = int_of("n_positions", kSeq);
     m.activation = Activation::gelu;
     m.norm = Norm::layernorm;
     m.position = Position::learned;
@@ -111,7 +123,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     m.kv_heads = m.heads;
     m.ffn_hidden = int_of("intermediate_size", kFfn);
     m.vocab = int_of("vocab_size", kVocab);
-    m.seq_len = int_of("max_position_embeddings", kSeq);
+    position_limit = int_of("max_position_embeddings", kSeq);
     m.activation = Activation::gelu;
     m.norm = Norm::layernorm;
     m.position = Position::rope;
@@ -129,14 +141,14 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     if (p >= 1) throw o.error(key, "must be below 1 (a probability of dropping an element)");
     m.dropout = std::max(m.dropout, p);
   }
-  m.seq_len_key = type == "gpt2" ? "n_positions" : "max_position_embeddings";
+  set_hf_training_seq_len(m, type, position_limit, type == "gpt2" ? "n_positions" : "max_position_embeddings");
   // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
   // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
   const std::filesystem::path p(file);
   if (o.has("_name_or_path") && o.raw("_name_or_path") != "") {
     m.name = o.string("_name_or_path");
   } else {
-    m.name = p.filename() == "config.json" ? p.parent_path().filename().string() : p.stem().string();
+    m.name = p.filename() == "config.json" ? folder_name(p.parent_path()) : p.stem().string();
   }
   // A file name may hold any byte but a slash; a name that would be printed must be printable.
   const bool printable = std::all_of(m.name.begin(), m.name.end(), [](unsigned char ch) { return ch >= 0x20 && ch != 0x7f; });
@@ -144,6 +156,30 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   const bool gpt2 = type == "gpt2";
   check_shape(m, o, gpt2 ? "n_head" : "num_attention_heads", "num_key_value_heads");
   return m;
+}
+
+// Training lengths of published pre-training runs, for configs that state none:
+//   Llama 3 family: 8192 (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.4.1: pre-training
+//   on sequences of 8,192 tokens, before the long-context stage); recognised by the Llama 3
+//   tokenizer's vocabulary of 128,000 BPE tokens + 256 reserved (vocab_size 128256), which
+//   Llama 3, 3.1, 3.2 and 3.3 share and earlier llama-type models do not (Llama 2: 32000).
+//   Others: 4096, Llama 2's pre-training context (Touvron et al. 2023, "Llama 2", Table 1).
+void set_hf_training_seq_len(ModelSpec& m, const std::string& model_type, int position_limit, const char* limit_key) {
+  constexpr int kLlama3Vocab = 128256, kLlama3Seq = 8192, kDefaultSeq = 4096;
+  const bool llama3 = model_type == "llama" && m.vocab == kLlama3Vocab;
+  const int stated = llama3 ? kLlama3Seq : kDefaultSeq;
+  if (position_limit > 0 && position_limit < stated) {
+    m.seq_len = position_limit;
+    m.seq_len_source = fmt::format("the config's {}, the longest sequence its positions allow (below the {} "
+                                   "trainplan assumes for a config that states no training length)",
+                                   limit_key, stated);
+  } else {
+    m.seq_len = stated;
+    m.seq_len_source = llama3 ? "the Llama 3 family's pre-training length (the config states no training length, "
+                                "and its " + std::string(limit_key) + " is the longest sequence, not the trained one)"
+                              : "trainplan's default for a config that states no training length (its " +
+                                    std::string(limit_key) + " is the longest sequence, not the trained one)";
+  }
 }
 
 ModelSpec load_model(const std::string& name_or_path, const std::filesystem::path& data_dir) {
@@ -160,6 +196,16 @@ ModelSpec load_model(const std::string& name_or_path, const std::filesystem::pat
       throw InputError(fmt::format("--model {}: not a built-in model (see {}) and not a file", name_or_path,
                                    (data_dir / "models").string()));
     }
+  }
+  // A folder as Hugging Face lays a model out: its config.json.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    if (!std::filesystem::exists(path / "config.json", ec)) {
+      throw InputError(fmt::format("--model {}: is a directory without a config.json (a Hugging Face model folder "
+                                   "holds one; or name a model file)",
+                                   name_or_path));
+    }
+    path /= "config.json";
   }
   json j = read_json_file(path);
   if (j.is_object() && j.contains("model_type")) return parse_hf_config(j, path.string());

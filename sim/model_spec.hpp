@@ -19,10 +19,11 @@ struct ModelSpec {
   int ffn_hidden = 0;    // MLP inner size (per projection for SwiGLU)
   int vocab = 0;
   int seq_len = 0;       // default training sequence length
-  // The file's key seq_len came from: "seq_len" (trainplan model files) or a Hugging Face config's
-  // position limit ("max_position_embeddings", "n_positions"), which is the longest sequence the
-  // model supports, not necessarily the one it is trained on (commands say which they used).
-  std::string seq_len_key = "seq_len";
+  // Where seq_len came from when the file does not state a training length: empty for trainplan
+  // model files (their "seq_len"); for a Hugging Face config, which gives only the longest sequence
+  // its positions allow, the rule of set_hf_training_seq_len, as a phrase that commands print
+  // after "sequence length N: ".
+  std::string seq_len_source;
   Activation activation = Activation::gelu;
   Norm norm = Norm::layernorm;
   bool tied_embeddings = false;
@@ -64,8 +65,19 @@ ModelSpec parse_model(const nlohmann::json& j, const std::string& file);
 // Maps a Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox families). Throws InputError.
 ModelSpec parse_hf_config(const nlohmann::json& j, const std::string& file);
 
-// `name_or_path` is a built-in name (models/<name>.json under data_dir) or a path to a trainplan
-// model file or a Hugging Face config.json (recognised by its "model_type" key).
+// The training sequence length trainplan assumes for a Hugging Face config of `model_type` with
+// `vocab` tokens whose positions allow at most `position_limit` tokens (max_position_embeddings,
+// n_positions). A config states no training length, and its position limit is usually far past
+// it (Llama 3.1: 131072, pre-trained at 8192), so the limit is never taken as the length:
+//   8192 for the Llama 3 family (model_type llama with the Llama 3 tokenizer's 128256 tokens),
+//   4096 for every other config,
+//   but never more than position_limit (GPT-2: 1024 learned positions; Pythia: 2048).
+// Sets m.seq_len and m.seq_len_source.
+void set_hf_training_seq_len(ModelSpec& m, const std::string& model_type, int position_limit, const char* limit_key);
+
+// `name_or_path` is a built-in name (models/<name>.json under data_dir), a path to a trainplan
+// model file or a Hugging Face config.json (recognised by its "model_type" key), or a folder
+// holding a config.json (as Hugging Face lays a model out).
 ModelSpec load_model(const std::string& name_or_path, const std::filesystem::path& data_dir);
 
 // Serialises back to the trainplan model format (used in reports).

@@ -247,7 +247,7 @@ INSTANTIATE_TEST_SUITE_P(
         // Input files: only regular files, read with a size cap (a FIFO would block, /dev/zero never ends).
         BadCase{kBase + "--model /dev/zero --gpus 8", "/dev/zero: cannot open file (not a regular file"},
         BadCase{"predict --global-batch 64 --gpus 8 --model gpt2 --cluster /dev/urandom", "/dev/urandom: cannot open file (not a regular file"},
-        BadCase{kBase + "--model /tmp --gpus 8", "/tmp: cannot open file (is a directory)"},
+        BadCase{kBase + "--model /tmp --gpus 8", "--model /tmp: is a directory without a config.json"},
         BadCase{kBase + "--gpus 8 --model " + kData + "/cli/control_char_name_model.json",
                 "name = \"evil\\u001b[2J\", must not contain control characters"},
         // Found by fuzzing: a name longer than the file system allows; a number beyond a double.

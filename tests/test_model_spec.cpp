@@ -321,7 +321,8 @@ TEST(HfConfig, Mistral7b) {
   EXPECT_EQ(m.kv_heads, 8);
   EXPECT_EQ(m.ffn_hidden, 14336);
   EXPECT_EQ(m.vocab, 32000);
-  EXPECT_EQ(m.seq_len, 32768);  // max_position_embeddings, not the zoo's 8192 training length
+  // Not max_position_embeddings (32768, the longest sequence): trainplan's stated default.
+  EXPECT_EQ(m.seq_len, 4096);
   EXPECT_EQ(m.activation, Activation::swiglu);
   EXPECT_EQ(parameters(m), 7241732096);
 }
@@ -403,7 +404,7 @@ TEST(HfConfig, Qwen2TiesEmbeddingsWhenTheConfigSaysSo) {
   EXPECT_EQ(m.head_dim(), 64);
   EXPECT_EQ(m.ffn_hidden, 4864);
   EXPECT_EQ(m.vocab, 151936);
-  EXPECT_EQ(m.seq_len, 131072);
+  EXPECT_EQ(m.seq_len, 4096);  // not max_position_embeddings 131072
   EXPECT_TRUE(m.tied_embeddings);
   EXPECT_EQ(m.norm, Norm::rmsnorm);
 }
@@ -469,6 +470,54 @@ TEST(HfConfig, MissingKvHeadsMeansMultiHeadAttention) {
   json j = read_json_file(kHf + "llama3-8b/config.json");
   j.erase("num_key_value_heads");
   EXPECT_EQ(parse_hf_config(j, "x/config.json").kv_heads, 32);
+}
+
+// A config states no training length; its position limit (max_position_embeddings, n_positions)
+// is the longest sequence the positions allow, often far past the trained one. The rule
+// (set_hf_training_seq_len): 8192 for the Llama 3 family (llama with vocab_size 128256), 4096
+// otherwise, never above the position limit. Each figure is the rule applied by hand.
+TEST(HfConfig, TrainingLengthIsStatedNeverThePositionLimit) {
+  const json llama3 = read_json_file(kHf + "llama3-8b/config.json");
+  auto seq = [](json j, const char* key, int value) {
+    j[key] = value;
+    return parse_hf_config(j, "m/config.json").seq_len;
+  };
+  EXPECT_EQ(seq(llama3, "max_position_embeddings", 8192), 8192);     // Llama 3 8B
+  EXPECT_EQ(seq(llama3, "max_position_embeddings", 131072), 8192);   // Llama 3.1: 128K limit, 8K training
+  EXPECT_EQ(seq(llama3, "max_position_embeddings", 2048), 2048);     // below 8192: the limit
+  EXPECT_EQ(seq(llama3, "vocab_size", 32000), 4096);                 // Llama 2's tokenizer: not Llama 3
+  json llama1 = llama3;
+  llama1["vocab_size"] = 32000;
+  EXPECT_EQ(seq(llama1, "max_position_embeddings", 2048), 2048);     // Llama 1, TinyLlama: 2048 positions
+  json mistral = read_json_file(kHf + "mistral-7b/config.json");
+  mistral["vocab_size"] = 128256;                                    // the Llama 3 vocabulary alone is not
+  EXPECT_EQ(parse_hf_config(mistral, "m/config.json").seq_len, 4096);  // the Llama 3 family: llama type too
+  EXPECT_EQ(load_model(kHf + "mistral-nemo-12b/config.json", kSource).seq_len, 4096);  // 1024000 positions
+  EXPECT_EQ(load_model(kHf + "gpt2/config.json", kSource).seq_len, 1024);              // n_positions 1024
+  EXPECT_EQ(load_model(kHf + "pythia-160m/config.json", kSource).seq_len, 2048);       // 2048 positions
+  // The source is stated for every config (commands print it) and for no trainplan model file.
+  auto source = [](const char* dir) { return load_model(kHf + dir + "/config.json", kSource).seq_len_source; };
+  EXPECT_TRUE(StartsWith(source("llama3-8b"), "the Llama 3 family's pre-training length"));
+  EXPECT_TRUE(StartsWith(source("mistral-7b"), "trainplan's default for a config that states no training length"));
+  EXPECT_TRUE(StartsWith(source("gpt2"), "the config's n_positions, the longest sequence its positions allow (below the 4096"));
+  EXPECT_EQ(load_model("llama3-8b", kSource).seq_len_source, "");
+}
+
+// --model DIR: a folder as Hugging Face lays a model out is read through its config.json, named
+// after the folder.
+TEST(HfConfig, FolderMeansItsConfigJson) {
+  for (const std::string& dir : {kHf + "llama3-8b", kHf + "llama3-8b/"}) {
+    const ModelSpec m = load_model(dir, kSource);
+    EXPECT_EQ(m.name, "llama3-8b") << dir;
+    EXPECT_EQ(to_json(m), to_json(load_model(kHf + "llama3-8b/config.json", kSource))) << dir;
+  }
+  EXPECT_EQ(input_error([] { load_model(kData + "/hf", kSource); }),
+            "--model " + kData + "/hf: is a directory without a config.json (a Hugging Face model folder "
+            "holds one; or name a model file)");
+  // "." is named by the folder it stands for (--model . inside a model folder).
+  const json j = read_json_file(kHf + "gpt2/config.json");
+  EXPECT_EQ(parse_hf_config(j, "./config.json").name, fs::current_path().filename().string());
+  EXPECT_EQ(parse_hf_config(j, "a/b/../config.json").name, "a");
 }
 
 TEST(HfConfig, NameOrPathWinsOverTheFolder) {
