@@ -9,7 +9,7 @@ namespace trainplan {
 
 namespace {
 
-// Where a group's ranks sit: n ranks, N nodes, r = ceil(n / N) per node.
+// Where a group's ranks sit: n ranks, N scale-up domains, r = ceil(n / N) per domain.
 struct Span {
   double n, nodes, per_node;
 };
@@ -21,29 +21,39 @@ Span span_of(int n, const Link& l) {
 
 double ceil_log2(double x) { return x <= 1 ? 0.0 : std::bit_width(static_cast<unsigned>(x - 1)); }
 
-// One line per algorithm: its latency for a group at `l`, and the bytes it moves per rank as a
-// multiple of M (the bus-bandwidth factor). An algorithm a tier cannot run costs infinity.
+// One line per algorithm: its latency for a group at `l`, the bytes it moves per rank as a
+// multiple of M (the bus-bandwidth factor), and the bandwidth it runs at (0: the link cannot run it).
 struct Algorithm {
   Seconds (*latency)(const Span& s, const Link& l);
   double (*bus_factor)(const Span& s);
-  bool (*runs_on)(const Span& s, const Link& l);
+  BytesPerSecond (*bandwidth)(const Span& s, const Link& l);
 };
+
+BytesPerSecond link_bandwidth(const Span&, const Link& l) { return l.bandwidth; }
 
 // Ring all-reduce: a reduce-scatter and an all-gather round the ring.
 Seconds ring_ar_latency(const Span& s, const Link& l) {
   return 2 * ((s.n - s.nodes) * l.intra_latency + (s.nodes - 1) * l.latency);
 }
 double ring_ar_factor(const Span& s) { return 2 * (s.n - 1) / s.n; }
-// Tree all-reduce: up and down a chain inside each node and a binary tree between the nodes.
+// Tree all-reduce: up and down a chain inside each domain and a binary tree between the domains.
 Seconds tree_ar_latency(const Span& s, const Link& l) {
   return 2 * ((s.per_node - 1) * l.intra_latency + ceil_log2(s.nodes) * l.latency);
 }
 double tree_ar_factor(const Span&) { return 2; }
-// In-network all-reduce: inside each node a reduce-scatter and all-gather over the node link, one
-// trip through the switches between nodes.
+// In-network all-reduce (SHARP on the network tier): inside each domain a reduce-scatter and an
+// all-gather over the node link, one trip through the switches between domains.
 Seconds in_network_latency(const Span& s, const Link& l) { return 2 * (s.per_node - 1) * l.intra_latency + l.latency; }
 double in_network_factor(const Span&) { return 1; }
-bool in_network_runs(const Span& s, const Link& l) { return l.in_network_reduction && s.nodes > 1; }
+BytesPerSecond in_network_bandwidth(const Span& s, const Link& l) {
+  return l.in_network_reduction && s.nodes > 1 ? l.bandwidth : 0.0;
+}
+// In-switch all-reduce (NVLink SHARP, NCCL's NVLS): each rank sends its M bytes into the switch,
+// which reduces and multicasts them back: n + 1 sends and receives of M/n per rank instead of the
+// ring's 2(n - 1) (github NVIDIA/nccl-tests issue #238), in two steps (reduce, multicast).
+Seconds two_steps(const Span&, const Link& l) { return 2 * l.latency; }
+double in_switch_factor(const Span& s) { return (s.n + 1) / s.n; }
+BytesPerSecond in_switch_bandwidth(const Span&, const Link& l) { return l.in_switch_bandwidth; }
 // Ring reduce-scatter or all-gather: half a ring all-reduce.
 Seconds ring_half_latency(const Span& s, const Link& l) {
   return (s.n - s.nodes) * l.intra_latency + (s.nodes - 1) * l.latency;
@@ -51,21 +61,24 @@ Seconds ring_half_latency(const Span& s, const Link& l) {
 double ring_half_factor(const Span& s) { return (s.n - 1) / s.n; }
 Seconds one_step(const Span&, const Link& l) { return l.latency; }
 double one(const Span&) { return 1; }
-bool always(const Span&, const Link&) { return true; }
 
-// The table: each collective's algorithms.
-constexpr Algorithm kAllReduce[] = {{ring_ar_latency, ring_ar_factor, always},
-                                    {tree_ar_latency, tree_ar_factor, always},
-                                    {in_network_latency, in_network_factor, in_network_runs}};
-constexpr Algorithm kHalf[] = {{ring_half_latency, ring_half_factor, always}};
-constexpr Algorithm kSendRecv[] = {{one_step, one, always}};
+// The table: each collective's algorithms. NVLS and SHARP give all-gather and reduce-scatter no
+// bandwidth gain (each rank still receives or sends (n - 1)/n M; NVIDIA/nccl issue #1506), so only
+// the all-reduce has them.
+constexpr Algorithm kAllReduce[] = {{ring_ar_latency, ring_ar_factor, link_bandwidth},
+                                    {tree_ar_latency, tree_ar_factor, link_bandwidth},
+                                    {in_network_latency, in_network_factor, in_network_bandwidth},
+                                    {two_steps, in_switch_factor, in_switch_bandwidth}};
+constexpr Algorithm kHalf[] = {{ring_half_latency, ring_half_factor, link_bandwidth}};
+constexpr Algorithm kSendRecv[] = {{one_step, one, link_bandwidth}};
 
 template <std::size_t N>
 Seconds cheapest(const Algorithm (&algos)[N], int n, Bytes m, const Link& l) {
   const Span s = span_of(n, l);
   Seconds best = std::numeric_limits<double>::infinity();
   for (const auto& a : algos) {
-    if (a.runs_on(s, l)) best = std::min(best, a.latency(s, l) + a.bus_factor(s) * m / l.bandwidth);
+    const BytesPerSecond bw = a.bandwidth(s, l);
+    if (bw > 0) best = std::min(best, a.latency(s, l) + a.bus_factor(s) * m / bw);
   }
   return best;
 }
@@ -73,7 +86,7 @@ Seconds cheapest(const Algorithm (&algos)[N], int n, Bytes m, const Link& l) {
 }  // namespace
 
 const LinkTier* spanning_tier(const Cluster& c, long long extent) {
-  if (extent <= c.gpus_per_node || c.network.empty()) return nullptr;
+  if (extent <= c.scale_up_gpus || c.network.empty()) return nullptr;
   for (const auto& t : c.network) {
     if (extent <= t.span_gpus) return &t;
   }
@@ -82,13 +95,26 @@ const LinkTier* spanning_tier(const Cluster& c, long long extent) {
 
 Link group_link(const Cluster& c, int size, int stride) {
   if (size <= 1) return {};
-  const int gpn = c.gpus_per_node;
   const BytesPerSecond node_bw = c.node.bandwidth * c.node.efficiency;
   const LinkTier* tier = spanning_tier(c, static_cast<long long>(stride) * size);  // ranks the group covers
-  if (!tier) return {c.node.latency, node_bw};
-  const int per_node = std::clamp(gpn / std::max(stride, 1), 1, size);
-  const BytesPerSecond bw = std::min(node_bw, per_node * tier->bandwidth * tier->efficiency);
-  return {tier->latency, bw, per_node, c.node.latency, tier->in_network_reduction};
+  if (!tier) {
+    // Inside the scale-up domain. A full-mesh node (no switch) gives a group of n of its GPUs
+    // the n - 1 links to the others; a switched domain gives every group the whole per-GPU link,
+    // and its switch may reduce in-network.
+    Link l{c.node.latency, node_bw, 0};
+    if (c.peer_link_bandwidth > 0) l.bandwidth = std::min(node_bw, (size - 1) * c.peer_link_bandwidth * c.node.efficiency);
+    l.in_switch_bandwidth = c.node.bandwidth * c.in_switch_reduction.efficiency;
+    return l;
+  }
+  // Across domains: the group's members inside one domain each drive their own NIC and step to
+  // each other over the node link.
+  const int per_domain = std::clamp(c.scale_up_gpus / std::max(stride, 1), 1, size);
+  const BytesPerSecond bw = std::min(node_bw, per_domain * tier->bandwidth * tier->efficiency);
+  Link l{tier->latency, bw, 0};
+  l.ranks_per_node = per_domain;
+  l.intra_latency = c.node.latency;
+  l.in_network_reduction = tier->in_network_reduction;
+  return l;
 }
 
 GroupLink group_of(const Cluster& c, int size, int stride) {
