@@ -137,9 +137,9 @@ int cluster_derive(const Args& args, const Context& ctx) {
   f.finish();
   const Cluster derived = parse_cluster(j, out, ctx.data_dir);  // refuses what the loader would
   out_file->write(j);
+  const OpDerivation& d = derived.ops.derivation;
   ctx.out << fmt::format("wrote {}: {} with {}'s tables x {:.4g} (GEMM, attention) and x {:.4g} (memory-bound)\n", out,
-                         derived.gpu.name, src.name, derived.ops.derivation.compute_ratio,
-                         derived.ops.derivation.memory_ratio);
+                         derived.gpu.name, src.name, d.gemm_ratio, d.memory_ratio);
   return 0;
 }
 

@@ -15,10 +15,13 @@ PassCost operator*(double n, const PassCost& p) { return {n * p.gpu, n * p.kerne
 
 namespace {
 
-// Tensor-core rate in `dtype` over the table dtype's, from the cluster's datasheet peaks
-// (gpu.peak_tflops): fp16 = bf16 (1), fp8 = 2 on Hopper and Ada, fp32 the fraction of its peak.
+// Tensor-core rate in `dtype` over the table dtype's: a quantized format's achieved speed-up where
+// the derived tables carry one from published rates (OpDerivation::format_speedup), else the ratio
+// of the cluster's datasheet peaks (gpu.peak_tflops): fp16 = bf16 (1), fp8 = 2 on Hopper and Ada,
+// fp32 the fraction of its peak.
 double dtype_speedup(const Cluster& c, Dtype dtype) {
   if (dtype == c.ops.dtype) return 1;
+  if (const double achieved = c.ops.derivation.format_speedup(dtype); achieved > 0) return achieved;
   const double table_peak = c.gpu.peak(c.ops.dtype), peak = c.gpu.peak(dtype);
   return table_peak > 0 && peak > 0 ? peak / table_peak : 1;
 }
@@ -31,7 +34,7 @@ FlopsPerSecond matmul_rate_bound(const Cluster& c, Dtype dtype) {
 
 // FP8 GEMMs (Transformer Engine runs the forward and both backward products in FP8) are not in the
 // measured 16-bit table. One FP8 tensor-core instruction does the work of a 16-bit one over r times
-// the reduction length (r = fp8 peak / table peak), and r 1-byte operand elements move the bytes
+// the reduction length (r = fp8 peak / table peak, or the achieved speed-up, dtype_speedup), and r 1-byte operand elements move the bytes
 // of one 16-bit element, so an FP8 GEMM is costed as the measured 16-bit GEMM whose reduction
 // dimension is r times shorter: large GEMMs come out close to r x faster, small and short-reduction
 // ones (bound by latency, tile quantisation and the 16-bit output) much less, as measured FP8

@@ -293,7 +293,8 @@ TEST(DerivedOps, FromABuiltinClusterByThePeakAndBandwidthRatios) {
   const Cluster b = parse_cluster(j, "my-b200.json", kSource);
   const Cluster h = load_cluster("dgx-h100", kSource);
   EXPECT_EQ(b.ops.derivation.from, "dgx-h100");
-  EXPECT_DOUBLE_EQ(b.ops.derivation.compute_ratio, 2250 / 989.5);
+  EXPECT_DOUBLE_EQ(b.ops.derivation.gemm_ratio, 2250 / 989.5);
+  EXPECT_DOUBLE_EQ(b.ops.derivation.attention_bwd_ratio, 2250 / 989.5);
   EXPECT_DOUBLE_EQ(b.ops.derivation.memory_ratio, 8000.0 / 3350);
   EXPECT_NEAR(b.ops.gemm_time(8192, 4096, 4096, GemmPass::fwd),
               h.ops.gemm_time(8192, 4096, 4096, GemmPass::fwd) * 989.5 / 2250, 1e-12);
@@ -317,7 +318,7 @@ TEST(DerivedOps, DgxH200IsDgxH100ByTheRule) {
   const Cluster h = load_cluster("dgx-h100", kSource);
   const Cluster h200 = load_cluster("dgx-h200", kSource);
   EXPECT_EQ(h200.ops.derivation.from, "dgx-h100");
-  EXPECT_DOUBLE_EQ(h200.ops.derivation.compute_ratio, 1);
+  EXPECT_DOUBLE_EQ(h200.ops.derivation.gemm_ratio, 1);
   EXPECT_DOUBLE_EQ(h200.ops.gemm_time(8192, 8192, 8192, GemmPass::wgrad), h.ops.gemm_time(8192, 8192, 8192, GemmPass::wgrad));
   EXPECT_NEAR(h200.ops.memory_bwd(MemKernel::add, 1e8), h.ops.memory_bwd(MemKernel::add, 1e8) * 3350 / 4800, 1e-12);
   EXPECT_EQ(h200.ops.attention_kernels.size(), h.ops.attention_kernels.size());  // same SM: kept
