@@ -146,8 +146,12 @@ AchievedRate parse_achieved_rate(const JsonObject& a, const GpuSpec& gpu, Dtype 
     throw a.error("tflops", fmt::format("gpu.peak_tflops.{} is 0: a {} rate needs the GPU's {} peak", to_string(r.dtype),
                                         to_string(r.dtype), to_string(r.dtype)));
   }
-  r.rate = a.number("tflops", 1e-3, peak / kTera) * kTera;
-  if (a.string("source").empty()) throw a.error("source", "must name where the figure was published");
+  r.rate = a.number("tflops", 1e-3, 1e6) * kTera;
+  if (r.rate > peak) {
+    throw a.error("tflops", fmt::format("exceeds gpu.peak_tflops.{} ({:g}): an achieved rate is at most the datasheet peak",
+                                        to_string(r.dtype), peak / kTera));
+  }
+  (void)a.string("source");  // where the figure was published (not empty)
   a.finish();
   return r;
 }
