@@ -112,7 +112,12 @@ PassCost mem_bwd(const Ctx& x, const MemOpImpl& impl, Bytes bytes) {
 // the output gradient), a memory-bound pass over it: fp8 the profile's fp8_quantize_passes; a
 // block-scaled format the bytes ElementBytes::quantize_moved says, in passes of the add kernel
 // (which moves 3 x its 16-bit input). Weights are quantized once a step, cached across micro-
-// batches, and not counted.
+// batches, and not counted. This is Transformer Engine's MXFP8 recipe: each Linear quantizes its
+// input rowwise and columnwise in one kernel (input_quantizer.set_usage(rowwise=True,
+// columnwise=backward_needs_input), module/linear.py and layernorm_linear.py), its output gradient
+// likewise, and its weight through get_weight_workspace, cached after the first micro-batch; the
+// norm before QKV and FC1 is not fused with the MXFP8 cast unless NVTE_NORM_FWD_USE_CUDNN is set
+// (csrc/extensions/normalization.cpp, force_unfused_kernel), so every input pays its own pass.
 struct LinearCost {
   PassCost fwd, bwd;
 };
