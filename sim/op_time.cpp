@@ -42,8 +42,9 @@ FlopsPerSecond matmul_rate_bound(const Cluster& c, Dtype dtype) {
 // ops.source of topologies/dgx-h100.json). The reduction dimension is K for the forward, N for the
 // input gradient (dY W) and M, the tokens, for the weight gradient (dY^T X).
 //
-// The block-scaled formats (mxfp8, nvfp4) follow the same rule at their own peak ratio (r = 2 for
-// MXFP8 and 4 for NVFP4 on B200): their scales are applied inside the tensor-core instruction.
+// The block-scaled formats (mxfp8, nvfp4) follow the same rule at their own ratio (by the peaks,
+// r = 2 for MXFP8 and 4 for NVFP4 on B200): their scales are applied inside the tensor-core
+// instruction.
 Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, GemmPass pass) {
   const OpCostTables& t = c.ops;
   const bool narrow = quantized_gemms(dtype) && !quantized_gemms(t.dtype);
