@@ -144,6 +144,7 @@ void stage_not_simulated(CommandFiles& files, const Estimate& analytic, const Pl
   prediction.model = in.model.name;
   prediction.model_spec = in.model;
   prediction.cluster = in.cluster.name;
+  prediction.software = in.software.name;
   prediction.engine = "des";
   const auto doc = prediction_to_json(prediction);
   check_finite(doc);
@@ -203,6 +204,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   prediction.model = in.model.name;
   prediction.model_spec = in.model;
   prediction.cluster = in.cluster.name;
+  prediction.software = in.software.name;
   prediction.engine = "des";
   // Every event only for the outputs that carry it: large.
   prediction.simulation = simulation_doc(timeline, ranks, files.wants("json") || files.wants("html"));

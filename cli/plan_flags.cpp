@@ -20,7 +20,8 @@ bool on_off(const Flags& f, const std::string& name, bool fallback) {
 }
 
 // The prediction inside a --plan file: a prediction itself, or the best entry of a search (with
-// the search's model_spec), read (and so checked, every figure) by the readers compare and report use.
+// the search's model_spec and software), read (and so checked, every figure) by the readers
+// compare and report use.
 PredictionDoc plan_prediction(const std::string& path) {
   const json j = read_json_file(path);
   if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string()) {
@@ -32,6 +33,7 @@ PredictionDoc plan_prediction(const std::string& path) {
     if (search.top.empty()) throw InputError(fmt::format("{}: top is empty (the search found no feasible layout)", path));
     PredictionDoc best = std::move(search.top.front());
     if (!best.model_spec) best.model_spec = std::move(search.model_spec);
+    if (best.software.empty()) best.software = search.software;
     return best;
   }
   if (schema != kPredictionSchema) {

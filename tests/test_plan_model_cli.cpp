@@ -2,7 +2,8 @@
 // written by predict or search from a Hugging Face config, a config folder or a model file keeps
 // working after that file is gone or moved, and gives the figures the original file gave. A
 // --model flag still overrides the carried model; a plan written before plans carried one (only
-// "model", a name) still loads the model by that name.
+// "model", a name) still loads the model by that name. The software profile a search or a
+// simulation costed the plan with travels with it the same way (by name).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -183,6 +184,18 @@ TEST_F(PlanModelCli, CarriedModelIsCheckedAsAModelFile) {
   bad = good;
   bad["model_spec"] = "gpt2";
   EXPECT_NE(refused(bad).find("model_spec = \"gpt2\", must be a JSON object"), std::string::npos);
+}
+
+// search and simulate name the software profile they costed with, and --plan costs with it.
+TEST_F(PlanModelCli, SearchAndSimulateCarryTheirSoftwareToThePlan) {
+  // (llama-1b has no dropout, which pytorch-eager would leave out with a note.)
+  ASSERT_EQ(run("search --model llama-1b --cluster dgx-h100 --gpus 8 --global-batch 16 --seq 1024 --top 1 --threads 1 "
+                "--software pytorch-eager --json " + path("s.json")).code, 0);
+  EXPECT_EQ(read(path("s.json"))["software"], "pytorch-eager");
+  EXPECT_EQ(predict_plan(path("s.json"), path("p.json"))["software"], "pytorch-eager");
+  ASSERT_EQ(run("simulate --model llama-1b" + kLayout + " --software pytorch-eager --json " + path("sim.json")).code, 0);
+  EXPECT_EQ(read(path("sim.json"))["software"], "pytorch-eager");
+  EXPECT_EQ(predict_plan(path("sim.json"), path("q.json"))["software"], "pytorch-eager");
 }
 
 }  // namespace

@@ -323,7 +323,9 @@ TEST(CarriedModel, EveryModelReadsBackAsWritten) {
     const SearchSpace space = layout_space();
     SearchContext ctx{m.name, "dgx-h100", &space, Objective::time, 1};
     ctx.model_spec = &m;
+    ctx.software = "pytorch-eager";
     const SearchDoc s = search_from_json(search_to_json(search_edges(1, 1), ctx), "s.json");
+    EXPECT_EQ(s.software, "pytorch-eager");
     ASSERT_TRUE(s.model_spec.has_value());
     EXPECT_EQ(to_json(*s.model_spec), to_json(m));
   }
