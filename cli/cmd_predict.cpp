@@ -58,6 +58,7 @@ int cmd_predict(const Args& args, const Context& ctx) {
                                            format_count(graph.total_params()), engine);
   PredictionDoc prediction = prediction_doc(e);
   prediction.model = in.model.name;
+  prediction.model_spec = in.model;  // --plan of this file runs the same model, whatever file it came from
   prediction.cluster = in.cluster.name;
   prediction.software = in.software.name;
   prediction.engine = engine;
