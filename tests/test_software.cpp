@@ -106,5 +106,33 @@ TEST(Software, BadProfilesNameTheField) {
             "(\"calibrated\": the cluster's measured attention table)");
 }
 
+// The optional keys: absent, a stack keeps none of what they describe; present, they are read and
+// checked like any other.
+TEST(Software, OptionalMemoryKeys) {
+  const fs::path p = kSource / "software" / "megatron-core.json";
+  json j = read_json_file(p);
+  const Software m = parse_software(j, "s.json");
+  EXPECT_EQ(m.describes_executor, "");
+  EXPECT_DOUBLE_EQ(m.memory.loss_chunk_bytes, 0);
+  EXPECT_DOUBLE_EQ(m.memory.loss_bytes_per_head_param, 0);
+  EXPECT_FALSE(m.memory.loss_compute_dtype_copies);
+  EXPECT_FALSE(m.memory.weight_copies_layers_only);
+  EXPECT_EQ(m.mem.fused_split.kernels_bwd, 0);
+  j["describes_executor"] = "mem 2";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: describes_executor = \"mem 2\", must be 1-64 printable characters without spaces");
+  j = read_json_file(p);
+  j["memory"]["loss_chunk_bytes"] = -1;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: memory.loss_chunk_bytes = -1, must be in [0, 1e+15]");
+  j = read_json_file(p);
+  j["memory"]["weight_copies_layers_only"] = 1;
+  EXPECT_NE(input_error([&] { parse_software(j, "s.json"); }).find("memory.weight_copies_layers_only"), std::string::npos);
+  j = read_json_file(p);
+  j["memory_bound"]["fused_split"] = {{"kernel", "add"}, {"passes_fwd", 0}, {"passes_bwd", 1.2}, {"kernels_fwd", 0}};
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: memory_bound.fused_split.kernels_bwd is missing (required key)");
+}
+
 }  // namespace
 }  // namespace trainplan
