@@ -37,11 +37,23 @@ TEST(Software, TheShippedProfilesLoad) {
 
 TEST(Software, ExecProfileDescribesWhatExecLaunches) {
   const Software e = load_software("trainplan-exec", kSource);
-  EXPECT_FALSE(e.qkv_fused);                // exec/model.cpp: separate wq, wk, wv
+  EXPECT_EQ(e.describes_executor, "mem-2");  // exec/exec.hpp kExecutorFingerprint (test_exec_memory checks)
+  EXPECT_TRUE(e.qkv_fused);                 // exec/model.cpp: attn.wqkv, one GEMM
+  EXPECT_TRUE(e.gate_up_fused);             // mlp.wgu
   EXPECT_DOUBLE_EQ(e.stream_bytes, 4);      // fp32 residual stream under autocast
   EXPECT_NEAR(e.host_per_kernel, 23.3e-6, 1e-12);  // us converted to s
-  EXPECT_EQ(e.mem.optimizer.kernel, MemKernel::add);  // unfused AdamW
-  EXPECT_EQ(e.vocab_multiple, 1);           // measured at e64f6de, before exec padded the vocabulary
+  EXPECT_EQ(e.mem.optimizer.kernel, MemKernel::adamw_fused);  // at::_fused_adamw_
+  EXPECT_EQ(e.vocab_multiple, 128);         // padded_vocab(vocab, tp)
+  EXPECT_DOUBLE_EQ(e.memory.loss_chunk_bytes, 1 << 30);  // exec's ModelSettings::loss_chunk_bytes
+  EXPECT_TRUE(e.memory.weight_copies_layers_only);
+  EXPECT_GT(e.mem.fused_split.passes_bwd, 0);  // q/k/v and gate/up split by narrow
+  // The profile of the executor measured on the H100 (commit e64f6de), kept for those rows.
+  const Software old = load_software((fs::path(TRAINPLAN_TEST_DATA_DIR) / "h100" / "trainplan-exec-e64f6de.json").string(), kSource);
+  EXPECT_EQ(old.describes_executor, "mem-1");
+  EXPECT_FALSE(old.qkv_fused);              // separate wq, wk, wv then
+  EXPECT_EQ(old.mem.optimizer.kernel, MemKernel::add);  // unfused AdamW
+  EXPECT_EQ(old.vocab_multiple, 1);         // before exec padded the vocabulary
+  EXPECT_DOUBLE_EQ(old.memory.loss_chunk_bytes, 0);  // the whole micro-batch's logits
   const Software m = load_software("megatron-core", kSource);
   EXPECT_EQ(m.vocab_multiple, 128);         // --make-vocab-size-divisible-by 128
   EXPECT_EQ(vocab_rows(m, 50257, 1), 50304);
