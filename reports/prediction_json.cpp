@@ -227,6 +227,7 @@ void read_extras(const JsonObject& root, const json& j, PredictionDoc& d) {
   d.model = name("model");
   d.cluster = name("cluster");
   d.software = name("software");
+  d.software_executor = name("software_executor");
   if (schema::has(root, "engine")) d.engine = root.choice("engine", {"analytic", "des"});
   if (j.contains("cost")) d.cost = read_cost(root);
   if (schema::has(root, "layers")) d.layers = read_layers(root.object("layers"));
@@ -267,6 +268,7 @@ json prediction_to_json(const PredictionDoc& d) {
   if (!d.model.empty()) j["model"] = d.model;
   if (!d.cluster.empty()) j["cluster"] = d.cluster;
   if (!d.software.empty()) j["software"] = d.software;
+  if (!d.software_executor.empty()) j["software_executor"] = d.software_executor;
   if (!d.engine.empty()) j["engine"] = d.engine;
   if (d.cost) j["cost"] = cost_json(*d.cost);
   if (d.layers) j["layers"] = layer_detail_to_json(*d.layers);

@@ -12,7 +12,8 @@
 //                 "hardware_flops_per_step", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu"},
 //  "parameter_server": {"workers", "staleness_updates", "updates_per_s"}  exactly when the strategy
 //                                                                          uses parameter servers,
-//  and, where the writer has them: "model", "cluster", "software", "engine": "analytic"|"des",
+//  and, where the writer has them: "model", "cluster", "software", "software_executor" (the
+//  profile's describes_executor, sim/software.hpp), "engine": "analytic"|"des",
 //  "cost" (predict: object or null), "layers" (predict --detail layers), "simulation"
 //  (simulate, reports/simulation_json.hpp), "rank" and "objective_value" (a search's top list)}
 // Predictions written before the allocator-aware memory model lack per_stage's weight_copies,
@@ -47,6 +48,7 @@ struct PredictionDoc {
   Estimate estimate;                            // estimate.infeasible stays empty when read: the
   std::vector<std::string> infeasible_reasons;  // reasons are text (reports/infeasible.hpp)
   std::string model, cluster, software, engine;  // "" where the document names none
+  std::string software_executor;                 // the profile's describes_executor ("" where none)
   std::optional<PredictionCost> cost;
   std::optional<std::vector<StageDetail>> layers;
   std::optional<SimulationDoc> simulation;

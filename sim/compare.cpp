@@ -47,6 +47,24 @@ const StageMemory* stage_of(const Estimate& e, int stage) {
 
 }  // namespace
 
+std::string executor_mismatch(const std::string& software, const std::string& software_executor,
+                              const Measurement& measured) {
+  if (software.empty() || software != measured.software || software_executor == measured.executor) return "";
+  if (measured.executor.empty()) {
+    return fmt::format("the measurement names no executor (written before trainplan exec recorded one); the profile "
+                       "'{}' describes executor '{}', whose memory and time it predicts",
+                       software, software_executor);
+  }
+  if (software_executor.empty()) {
+    return fmt::format("the prediction's profile '{}' names no executor (predicted before profiles recorded one); the "
+                       "measurement came from executor '{}'",
+                       software, measured.executor);
+  }
+  return fmt::format("the measurement came from executor '{}', the profile '{}' describes executor '{}': its figures "
+                     "predict another program (refit the profile to this executor)",
+                     measured.executor, software, software_executor);
+}
+
 Comparison compare(const Estimate& predicted, const std::string& predicted_model, const std::string& predicted_cluster,
                    const Measurement& measured) {
   Comparison c;

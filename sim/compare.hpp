@@ -45,6 +45,14 @@ struct Comparison {
 // The % error of one figure (see ComparedFigure::error_pct).
 std::optional<double> percent_error(std::optional<double> predicted, std::optional<double> measured);
 
+// One line when the measurement came from a trainplan exec whose memory behaviour is not the one
+// the prediction's software profile describes (Software::describes_executor against
+// Measurement::executor, for a measurement described by the same profile `software`), or where only
+// one side names an executor; "" otherwise. A profile describing another executor predicts another
+// program: its figures say nothing about this run's.
+std::string executor_mismatch(const std::string& software, const std::string& software_executor,
+                              const Measurement& measured);
+
 // `predicted_model`/`predicted_cluster` come from the prediction file's top level ("" if absent).
 Comparison compare(const Estimate& predicted, const std::string& predicted_model,
                    const std::string& predicted_cluster, const Measurement& measured);

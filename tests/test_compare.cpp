@@ -87,6 +87,26 @@ TEST(Compare, MismatchedStrategyIsWarnedAndListed) {
   EXPECT_NE(c.warnings[1].find("clusters differ"), std::string::npos);
 }
 
+// One line where the measurement came from another executor than the prediction's profile
+// describes, or only one side names one; nothing for agreeing sides or other stacks.
+TEST(Compare, ExecutorMismatchIsOneLine) {
+  Measurement m;
+  m.software = "trainplan-exec";
+  m.executor = "mem-2";
+  EXPECT_EQ(executor_mismatch("trainplan-exec", "mem-2", m), "");
+  EXPECT_EQ(executor_mismatch("megatron-core", "", m), "");  // another stack: the software warning says it
+  EXPECT_EQ(executor_mismatch("", "", m), "");                // a prediction naming no software
+  const std::string other = executor_mismatch("trainplan-exec", "mem-1", m);
+  EXPECT_NE(other.find("came from executor 'mem-2', the profile 'trainplan-exec' describes executor 'mem-1'"),
+            std::string::npos)
+      << other;
+  EXPECT_EQ(other.find('\n'), std::string::npos);
+  EXPECT_NE(executor_mismatch("trainplan-exec", "", m).find("names no executor"), std::string::npos);
+  m.executor.clear();
+  EXPECT_NE(executor_mismatch("trainplan-exec", "mem-2", m).find("the measurement names no executor"),
+            std::string::npos);
+}
+
 TEST(Compare, MissingMeasuredModelFlopsLeavesTflopsOpen) {
   const PredictionDoc p = prediction("prediction_pp2.json");
   Measurement m = measurement("measurement_pp2.json");
