@@ -38,7 +38,9 @@ struct Comparison {
   Spread measured_step_time;                        // spread of the measured steps
   int warmup = 0;                                   // measured run's warm-up steps
   std::vector<ComparedFigure> time;                 // step, compute, each phase
-  std::vector<ComparedFigure> memory;               // peak, per stage, per rank
+  std::vector<ComparedFigure> memory;               // peak, per stage, per rank: against a GPU run's
+                                                    // allocator-reserved peak the predicted reserved
+                                                    // bytes (no runtime reserve), else the total
   std::vector<ComparedFigure> throughput;           // tokens/s, per GPU, model TFLOP/s per GPU
 };
 

@@ -107,6 +107,24 @@ TEST(Compare, ExecutorMismatchIsOneLine) {
             std::string::npos);
 }
 
+// A GPU run's peak is the caching allocator's reserved bytes, without the runtime reserve (CUDA
+// context, communication buffers): it is compared with the predicted reserved bytes, a CPU run's
+// resident set with the predicted total.
+TEST(Compare, GpuPeaksAreComparedWithoutTheRuntimeReserve) {
+  PredictionDoc p = prediction("prediction_pp2.json");
+  for (StageMemory& s : p.estimate.per_stage) s.runtime = 1e9;
+  Measurement m = measurement("measurement_pp2.json");
+  const Comparison cpu = compare(p.estimate, p.model, p.cluster, m);
+  EXPECT_EQ(find(cpu.memory, "stage0_peak_bytes").predicted, p.estimate.per_stage.at(0).total());
+  m.device = "cuda";
+  const Comparison gpu = compare(p.estimate, p.model, p.cluster, m);
+  EXPECT_EQ(find(gpu.memory, "stage0_peak_bytes").predicted, p.estimate.per_stage.at(0).reserved());
+  EXPECT_EQ(find(gpu.memory, "stage0_peak_bytes").label, "stage 0 reserved");
+  EXPECT_EQ(find(gpu.memory, "peak_bytes").predicted,
+            std::max(p.estimate.per_stage.at(0).reserved(), p.estimate.per_stage.at(1).reserved()));
+  EXPECT_EQ(find(gpu.memory, "rank1_peak_bytes").predicted, p.estimate.per_stage.at(1).reserved());
+}
+
 TEST(Compare, MissingMeasuredModelFlopsLeavesTflopsOpen) {
   const PredictionDoc p = prediction("prediction_pp2.json");
   Measurement m = measurement("measurement_pp2.json");
