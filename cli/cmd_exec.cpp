@@ -80,6 +80,9 @@ const char* kExecFlags = R"(execution:
   --cpu-autocast on|off     --dtype bf16/fp16 on the CPU: run under CPU autocast with fp32 master
                             weights as on GPUs (slow; checks the mixed-precision paths) instead of
                             computing fp32 (default off)
+  --memory-accounting on|off  measurement: record each rank's step bytes by what they hold (weight copies,
+                            saved activations, the step's peak, the optimizer's temporaries) from the
+                            allocator, as environment.memory_accounting (default off)
 )";
 
 // An environment variable's number: decimal digits only (parse_integer without its '-'), else nothing.
@@ -203,6 +206,7 @@ Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions&
   m.device = cuda_device ? "cuda" : "cpu";
   m.warmup = o.warmup;
   m.seed = o.seed;
+  m.executor = exec::kExecutorFingerprint;
   m.environment = {{"backend", o.backend},
                    {"device", m.device},
                    {"ranks", world},
@@ -253,6 +257,7 @@ exec::ExecOptions read_exec_options(const Flags& f, bool cuda) {
   o.dump_params = f.get_or("dump-params", "");
   o.dump_grads = f.get_or("dump-grads", "");
   o.cpu_autocast = f.get_choice("cpu-autocast", "off", {"on", "off"}) == "on";
+  o.memory_accounting = f.get_choice("memory-accounting", "off", {"on", "off"}) == "on";
   o.faults.kill_rank = static_cast<int>(f.get_int("fault-kill-rank", -1, -1, 1 << 24));
   o.faults.hang_rank = static_cast<int>(f.get_int("fault-hang-rank", -1, -1, 1 << 24));
   o.faults.nan_rank = static_cast<int>(f.get_int("fault-nan-rank", -1, -1, 1 << 24));

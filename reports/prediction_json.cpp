@@ -228,6 +228,7 @@ void read_extras(const JsonObject& root, const json& j, PredictionDoc& d) {
   d.model_spec = read_model_spec(root, d.model);
   d.cluster = name("cluster");
   d.software = name("software");
+  d.software_executor = name("software_executor");
   if (schema::has(root, "engine")) d.engine = root.choice("engine", {"analytic", "des"});
   if (j.contains("cost")) d.cost = read_cost(root);
   if (schema::has(root, "layers")) d.layers = read_layers(root.object("layers"));
@@ -269,6 +270,7 @@ json prediction_to_json(const PredictionDoc& d) {
   if (d.model_spec) j["model_spec"] = to_json(*d.model_spec);
   if (!d.cluster.empty()) j["cluster"] = d.cluster;
   if (!d.software.empty()) j["software"] = d.software;
+  if (!d.software_executor.empty()) j["software_executor"] = d.software_executor;
   if (!d.engine.empty()) j["engine"] = d.engine;
   if (d.cost) j["cost"] = cost_json(*d.cost);
   if (d.layers) j["layers"] = layer_detail_to_json(*d.layers);

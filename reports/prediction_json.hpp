@@ -12,7 +12,8 @@
 //                 "hardware_flops_per_step", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu"},
 //  "parameter_server": {"workers", "staleness_updates", "updates_per_s"}  exactly when the strategy
 //                                                                          uses parameter servers,
-//  and, where the writer has them: "model", "cluster", "software", "engine": "analytic"|"des",
+//  and, where the writer has them: "model", "cluster", "software", "software_executor" (the
+//  profile's describes_executor, sim/software.hpp), "engine": "analytic"|"des",
 //  "model_spec" (predict, simulate: the model itself as a trainplan model file holds it, exact
 //  keys, sim/model_spec.hpp to_json; "model" is its name), so that --plan needs no model file,
 //  "cost" (predict: object or null), "layers" (predict --detail layers), "simulation"
@@ -52,6 +53,7 @@ struct PredictionDoc {
   std::vector<std::string> infeasible_reasons;  // reasons are text (reports/infeasible.hpp)
   std::string model, cluster, software, engine;  // "" where the document names none
   std::optional<ModelSpec> model_spec;          // the model itself, where the document carries it
+  std::string software_executor;                 // the profile's describes_executor ("" where none)
   std::optional<PredictionCost> cost;
   std::optional<std::vector<StageDetail>> layers;
   std::optional<SimulationDoc> simulation;
