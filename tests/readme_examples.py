@@ -22,8 +22,8 @@ Markers may carry options after the name:
     needs=exec   the example runs `trainplan exec|calibrate` (LibTorch): skipped, with a line
                  saying so, when trainplan-exec is not built beside trainplan.
 
-Figures that differ from run to run (elapsed times, thread counts, measured times, temporary
-paths) are replaced by fixed placeholders (MASKS below) in both the stored and the fresh output.
+Figures that differ from run to run (elapsed times, thread counts, the scratch folder's and the
+repository's paths, shown as <scratch> and <repo>) are replaced by fixed placeholders (MASKS below) in both the stored and the fresh output.
 
   readme_examples.py --trainplan build/trainplan [--root .] [--update] [FILE.md...]
 
@@ -141,7 +141,8 @@ def run_example(example, trainplan, root):
             proc = subprocess.run(["bash", "-o", "pipefail", "-c", script], cwd=scratch, env=env,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, timeout=120)
-            text = proc.stdout.decode("utf-8", errors="replace").replace(scratch, "<scratch>")
+            text = proc.stdout.decode("utf-8", errors="replace")
+            text = text.replace(scratch, "<scratch>").replace(root, "<repo>")
             out = mask(text).split("\n")
             if out and out[-1] == "":
                 out.pop()
