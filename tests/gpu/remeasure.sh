@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-measure on one GPU what the H100 validation of issue 14 rests on, in as few device calls as the
+# Re-measure on one GPU what the H100 validation rests on, in as few device calls as the
 # device budget allows (one call: at most 10 minutes). Run from the project root on the GPU machine,
 # after a CUDA build:
 #
@@ -20,7 +20,7 @@
 #              allocator: weight copies, saved activations, the step's peak, optimizer temporaries) and
 #              compared; cluster dgx-h200 on an H200, else dgx-h100, about 4 minutes
 #              -> OUT/execmem/<name>.{pred,meas}.json, <name>.cmp.txt
-#   bench      issue 12's side by side, trainplan exec against plain PyTorch (tests/gpu/bench_gpu.py)
+#   bench      the side by side, trainplan exec against plain PyTorch (tests/gpu/bench_gpu.py)
 #              -> OUT/bench-gpu.json
 #   pytorch    the eager and torch.compile rows of tests/data/h100/pytorch_steps.jsonl again
 #              -> OUT/pytorch_steps.jsonl
