@@ -66,7 +66,7 @@ bench-cold: build
 	./$(BUILD)/tests/trainplan_bench --benchmark_filter=ColdStart
 
 # How far the closed form and the step simulator are apart over every layout search considers, for
-# every shipped model, cluster, profile, dtype and attention kind (tests/engine_sweep.cpp).
+# every shipped model, cluster, profile, dtype and attention kind (tests/bench/engine_sweep.cpp).
 sweep-engines: build
 	./$(BUILD)/tests/trainplan_engine_sweep
 

@@ -9,7 +9,7 @@
 # command and exit code in OUT/commands.txt whether it succeeds or not:
 #   calibrate  trainplan calibrate --device cuda --base dgx-h100: the ops tables timed back to back
 #              (exec/calibrate.cpp), with the GEMM shapes of the validation models at M = 2048 to
-#              16384 tokens (M = 4096 is the row tests/test_validation_h100.cpp misses), and a
+#              16384 tokens (M = 4096 is the row tests/validation/test_validation_h100.cpp misses), and a
 #              trainplan-exec software profile with the measured host time per kernel
 #              -> OUT/calibrate/{dgx-h100-calibrated.json,trainplan-exec.json,calibrate.txt}
 #   exec       the six trainplan exec plans of tests/data/h100/trainplan_exec at this commit
