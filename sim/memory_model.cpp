@@ -166,6 +166,7 @@ void memory_model(const LayerGraph& graph, const Cluster& cluster, const Softwar
   mm.hidden = graph.model().hidden;
   mm.vocab = shape.vocab_rows;
   mm.tp = s.tp;
+  mm.loss_on_gathered_logits = sw.parallel.loss_on_gathered_logits;
   mm.seq_share = shape.tokens.seq_share;
   mm.bytes = shape.bytes;
   mm.dropout_masks = runs_dropout(sw, graph.model().dropout);
@@ -190,7 +191,7 @@ StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int la
     // The loss's logits of one micro-batch at their peak (logit_bytes per element: 4 for fp32
     // logits, Korthikanti et al. 2022 Sec. 4.3 4sbv/t; more where the loss keeps fp32 copies and
     // their gradients), plus the final norm's input (stream width) and the head's input.
-    a.head = mm.tokens * mm.vocab / mm.tp * mm.bytes.logit +
+    a.head = mm.tokens * (mm.loss_on_gathered_logits ? mm.vocab : mm.vocab / mm.tp) * mm.bytes.logit +
              mm.tokens * mm.hidden * mm.seq_share * (mm.bytes.stream + mm.bytes.activation);
   }
   return a;
