@@ -58,8 +58,10 @@ int cmd_predict(const Args& args, const Context& ctx) {
                                            format_count(graph.total_params()), engine);
   PredictionDoc prediction = prediction_doc(e);
   prediction.model = in.model.name;
+  prediction.model_spec = in.model;  // --plan of this file runs the same model, whatever file it came from
   prediction.cluster = in.cluster.name;
   prediction.software = in.software.name;
+  prediction.software_executor = in.software.describes_executor;
   prediction.engine = engine;
   prediction.cost = prediction_cost(e, in.cluster);
   std::vector<StageDetail> detail;
