@@ -539,7 +539,7 @@ TEST(HfConfig, NameFallsBackToFolderThenFileStem) {
 
 TEST(BadHfConfig, UnknownModelType) {
   EXPECT_EQ(input_error([] { load_model(kBad + "hf_unknown_model_type.json", kSource); }),
-            kBad + "hf_unknown_model_type.json: model_type = \"bert\", must be one of llama|mistral|qwen2|gpt2|gpt_neox");
+            kBad + "hf_unknown_model_type.json: model_type = \"bert\", must be one of llama|mistral|qwen2|gpt2|gpt_neox|mixtral|qwen2_moe|qwen3_moe|deepseek_v3|kimi_k2|gpt_oss|llama4");
 }
 
 TEST(BadHfConfig, MissingKey) {
