@@ -6,14 +6,20 @@
 //   reduce-scatter  ring: (n-1) a + (n-1)/n M/B
 //   all-gather      ring: (n-1) a + (n-1)/n M/B
 //   send/recv       one step: a + M/B
+//   all-to-all      pairwise exchange (Thakur, Rabenseifner & Gropp 2005, "Optimization of
+//                   Collective Communication Operations in MPICH", Sec. 3.5; NCCL's alltoall, whose
+//                   bus bandwidth nccl-tests PERFORMANCE.md counts as (n-1)/n of the algorithm's):
+//                   (n-1) a + (n-1)/n M/B, M the bytes one rank sends in all (its own share included)
 // M is the full (unsharded) buffer: the all-reduced tensor, or the gathered/scattered whole.
+// An all-to-all over a group spanning nodes sends (q-1)/n of M over the node link and (n-q)/n over
+// each GPU's own network link at once (q members per node): GroupLink::all_to_all.
 #pragma once
 #include "sim/cluster.hpp"
 #include "sim/units.hpp"
 
 namespace trainplan {
 
-enum class Collective { all_reduce, reduce_scatter, all_gather, send_recv };
+enum class Collective { all_reduce, reduce_scatter, all_gather, send_recv, all_to_all };
 
 struct Link {
   Seconds latency = 0;            // per algorithm step
@@ -34,6 +40,26 @@ Link group_link(const Cluster& c, int size, int stride);
 // Time of one collective over `n` ranks: the cheapest algorithm in the table.
 Seconds collective_time(Collective kind, int n, Bytes message, const Link& link);
 
+// How an all-to-all over a group crosses the cluster: the members sharing a node exchange over the
+// node link, the others over each GPU's own link on the tier spanning the group, both at once.
+struct AllToAllLink {
+  int per_node = 1;  // members of the group on one node (its size where it fits in one)
+  Link node;         // the node link (bandwidth x efficiency)
+  Link network;      // one GPU's link on the spanning tier (its NIC: bandwidth x efficiency); zero
+                     // where the group fits in one node
+};
+// The all-to-all link of a group of `size` ranks `stride` apart (the tiers as group_link's).
+AllToAllLink all_to_all_link(const Cluster& c, int size, int stride);
+// One all-to-all over `n` ranks of which one sends `message` bytes in all (pairwise exchange):
+//   inside a node     (n-1) a_node + (n-1)/n M / B_node
+//   across nodes      (n-1) a_net + max((q-1)/n M / B_node, (n-q)/n M / B_net)
+Seconds all_to_all_time(int n, Bytes message, const AllToAllLink& link);
+// An all-to-all that crosses the network once per destination node and forwards over the node link
+// there (DeepEP's normal kernels, NVIDIA HybridEP: Megatron-core's "flex" dispatcher), in which one
+// member sends `network` bytes over its NIC and `node` bytes over the node link, both at once:
+//   (nodes - 1) a_net + max(network / B_net, node / B_node), or inside a node (n-1) a_node + node / B_node.
+Seconds forwarded_all_to_all_time(int n, Bytes network, Bytes node, const AllToAllLink& link);
+
 // One parallel group as its collectives see it. Every method is the cost of ONE call on the
 // group: the table's latency x steps + bytes / bus bandwidth, plus the cluster's fixed per-call
 // overhead (CollectiveCosts::call_overhead: launch, proxy, synchronisation); a group of one rank
@@ -43,12 +69,20 @@ struct GroupLink {
   int stride = 1;             // rank distance between neighbouring members (RankLayout::stride)
   Link link;                  // the link its traffic takes (group_link, or see PlanShape's pp group)
   Seconds call_overhead = 0;  // the cluster's per-call overhead
+  AllToAllLink a2a;           // how an all-to-all crosses the cluster (all_to_all_link)
 
   Seconds all_reduce(Bytes message) const { return call(Collective::all_reduce, size, message); }
   Seconds reduce_scatter(Bytes message) const { return call(Collective::reduce_scatter, size, message); }
   Seconds all_gather(Bytes message) const { return call(Collective::all_gather, size, message); }
   // A send from one member to its neighbour (a ring or pipeline step: two ranks).
   Seconds send_recv(Bytes message) const { return call(Collective::send_recv, 2, message); }
+  // An all-to-all in which each member sends `message` bytes in all (experts' token dispatch).
+  Seconds all_to_all(Bytes message) const {
+    return size > 1 && message > 0 ? all_to_all_time(size, message, a2a) + call_overhead : 0.0;
+  }
+  Seconds forwarded_all_to_all(Bytes network, Bytes node) const {
+    return size > 1 && network + node > 0 ? forwarded_all_to_all_time(size, network, node, a2a) + call_overhead : 0.0;
+  }
 
  private:
   Seconds call(Collective kind, int n, Bytes message) const {
