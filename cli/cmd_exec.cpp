@@ -269,9 +269,11 @@ void check_exec_request(const PlanInputs& in, const exec::ExecOptions& o, bool c
   const Strategy& s = in.strategy;
   if (o.device == "cuda" && !cuda) throw InputError("--device cuda: this build has no CUDA or no GPU is visible");
   if (o.backend == "nccl" && o.device != "cuda") throw InputError("--backend nccl: needs --device cuda; use --backend gloo");
-  if (o.device == "cuda" && s.dtype == Dtype::fp8)
-    throw InputError("--dtype fp8: exec runs bf16, fp16 (dynamic loss scaling) or fp32 on GPUs, not fp8");
-  if (o.cpu_autocast && s.dtype == Dtype::fp8) throw InputError("--cpu-autocast on: runs bf16 or fp16, not fp8");
+  if (o.device == "cuda" && quantized_gemms(s.dtype))
+    throw InputError(fmt::format("--dtype {}: exec runs bf16, fp16 (dynamic loss scaling) or fp32 on GPUs, not {}",
+                                 to_string(s.dtype), to_string(s.dtype)));
+  if (o.cpu_autocast && quantized_gemms(s.dtype))
+    throw InputError(fmt::format("--cpu-autocast on: runs bf16 or fp16, not {}", to_string(s.dtype)));
   check_divisible("heads", in.model.heads, s.tp);
   check_divisible("kv_heads", in.model.kv_heads, s.tp);
   check_divisible("ffn_hidden", in.model.ffn_hidden, s.tp);

@@ -147,7 +147,7 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
   s.sequence_parallel = on_off(f, "sequence-parallel", s.sequence_parallel);
   const ScheduleKind default_schedule = (!have_plan && s.vp > 1) ? ScheduleKind::interleaved : s.schedule;
   s.schedule = *parse_schedule(f.get_choice("schedule", to_string(default_schedule), {"gpipe", "1f1b", "interleaved"}));
-  s.dtype = *parse_dtype(f.get_choice("dtype", to_string(s.dtype), {"bf16", "fp16", "fp8", "fp32"}));
+  s.dtype = *parse_dtype(f.get_choice("dtype", to_string(s.dtype), {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   s.attention = *parse_attention(f.get_choice("attention", to_string(s.attention), {"flash", "standard"}));
   s.fp32_grad_accum = on_off(f, "fp32-grad-accum", s.fp32_grad_accum);
   s.dp_algorithm = *parse_dp_algorithm(f.get_choice("dp-algorithm", to_string(s.dp_algorithm), {"allreduce", "ps", "ps-async"}));
@@ -278,7 +278,9 @@ std::string plan_flags_help() {
   --recompute none|selective|full   activation recomputation (default none)
   --sequence-parallel on|off        Megatron sequence parallelism, needs tp > 1 (default off)
   --schedule gpipe|1f1b|interleaved pipeline schedule (default 1f1b; interleaved if --vp > 1)
-  --dtype bf16|fp16|fp8|fp32        training precision (default bf16)
+  --dtype bf16|fp16|fp8|fp32|mxfp8|nvfp4   training precision (default bf16): fp8 with one scale
+                                    per tensor; mxfp8 (8-bit, a scale per 32) and nvfp4 (4-bit, a
+                                    scale per 16) need a GPU with their peak (Blackwell)
   --attention flash|standard        fused attention (default) or materialised scores
   --fp32-grad-accum on|off          keep 4-byte gradients (default off)
   --rank-order tp,cp,dp,pp          rank order, fastest-varying first (default tp,cp,dp,pp)

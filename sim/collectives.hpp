@@ -6,13 +6,20 @@
 //   reduce-scatter  ring: (n-1) a + (n-1)/n M/B
 //   all-gather      ring: (n-1) a + (n-1)/n M/B
 //   send/recv       one step: a + M/B
+//   all-reduce      in-switch (NVLink SHARP, inside a scale-up domain whose cluster has it):
+//                   2 a + (n+1)/n M/B_s, B_s = the node link x in_switch_reduction.efficiency
 //   all-to-all      pairwise exchange (Thakur, Rabenseifner & Gropp 2005, "Optimization of
 //                   Collective Communication Operations in MPICH", Sec. 3.5; NCCL's alltoall, whose
 //                   bus bandwidth nccl-tests PERFORMANCE.md counts as (n-1)/n of the algorithm's):
 //                   (n-1) a + (n-1)/n M/B, M the bytes one rank sends in all (its own share included)
 // M is the full (unsharded) buffer: the all-reduced tensor, or the gathered/scattered whole.
+// Checked against nccl-tests on 8 GPUs (github NVIDIA/nccl issue #2140, large messages): H100 ring
+// busbw 370 GB/s of 450 (efficiency 0.82; algbw 211 = 370 / (2 x 7/8)), NVLS algbw 275 GB/s
+// (= 309 GB/s of link x 8/9: efficiency 0.69); B300 ring 695 of 900, NVLS algbw 483 (0.60).
 // An all-to-all over a group spanning nodes sends (q-1)/n of M over the node link and (n-q)/n over
-// each GPU's own network link at once (q members per node): GroupLink::all_to_all.
+// each GPU's own network link at once (q members per node): GroupLink::all_to_all. NCCL's alltoall
+// cannot aggregate several NICs: each GPU's inter-node share goes through its own (NCCL maintainer,
+// github NVIDIA/nccl-tests issue #267).
 #pragma once
 #include "sim/cluster.hpp"
 #include "sim/units.hpp"
@@ -24,17 +31,22 @@ enum class Collective { all_reduce, reduce_scatter, all_gather, send_recv, all_t
 struct Link {
   Seconds latency = 0;            // per algorithm step
   BytesPerSecond bandwidth = 0;   // achieved bus bandwidth per rank (0: no communication)
+  BytesPerSecond in_switch_bandwidth = 0;  // achieved link bandwidth under in-switch reduction (0: none)
 };
 
 // The network tier that traffic among `extent` consecutive ranks takes (ranks are placed on
 // nodes in order): the innermost tier whose span covers them, the outermost where none does;
-// nullptr where they fit on one node or the cluster has no network (the node link carries it).
+// nullptr where they fit in one scale-up domain (one node, or e.g. a 72-GPU NVLink rack) or the
+// cluster has no network (the node link carries it). A group of at most a domain's ranks is
+// assumed to be placed inside one domain (schedulers allocate racks in aligned blocks).
 // The one tier lookup: group links (below) and parameter servers (param_server.hpp) both use it.
 const LinkTier* spanning_tier(const Cluster& c, long long extent);
 
 // The link a group of `size` ranks uses when its members are `stride` ranks apart. Inside one
-// node: the node link. Across nodes: spanning_tier(size x stride), with its per-GPU bandwidth
-// times the group members sharing a node (each GPU has its own NIC), capped by the node link.
+// scale-up domain: the node link (on a full-mesh node, size - 1 of its peer links), with the
+// domain's in-switch reduction where it has one. Across domains: spanning_tier(size x stride),
+// with its per-GPU bandwidth times the group members inside one domain (each GPU has its own NIC),
+// capped by the node link.
 Link group_link(const Cluster& c, int size, int stride);
 
 // Time of one collective over `n` ranks: the cheapest algorithm in the table.

@@ -70,8 +70,11 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     // masks) by tp only with SP; standard attention's score matrix is split by heads (tp).
     // A norm saves its input from the residual stream (composite RMSNorm also x * rsqrt(...));
     // a GEMM saves its 16-bit input, once per cast.
-    // Under FP8 the stack may keep the quantized GEMM inputs (ElementBytes::saved_gemm_input).
-    const double width = op.matmul ? w.saved_gemm_input : act;
+    // Under a quantized format the stack may keep the quantized inputs of its linear layers
+    // (ElementBytes::saved_gemm_input); the attention core runs and saves in 16 bits (its q, k, v
+    // and output), as the stacks' fused attention does under FP8, MXFP8 and NVFP4 recipes.
+    const bool quantized_input = op.matmul && op.kind != OpKind::attention;
+    const double width = quantized_input ? w.saved_gemm_input : act;
     double seq_bytes = op.saved_seq_elems_per_token * width;
     if (op.kind == OpKind::norm) {
       const int copies = m.norm == Norm::rmsnorm ? p.rms_norm_saved_stream_tensors : 1;

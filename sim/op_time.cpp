@@ -38,11 +38,14 @@ FlopsPerSecond matmul_rate_bound(const Cluster& c, Dtype dtype) {
 // GEMMs on Hopper are (e.g. about 1.5x at K = 1024 and 2x at K = 8192 for M = N = 8192; see the
 // ops.source of topologies/dgx-h100.json). The reduction dimension is K for the forward, N for the
 // input gradient (dY W) and M, the tokens, for the weight gradient (dY^T X).
+//
+// The block-scaled formats (mxfp8, nvfp4) follow the same rule at their own peak ratio (r = 2 for
+// MXFP8 and 4 for NVFP4 on B200): their scales are applied inside the tensor-core instruction.
 Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, GemmPass pass) {
   const OpCostTables& t = c.ops;
-  const bool fp8 = dtype == Dtype::fp8 && t.dtype != Dtype::fp8;
+  const bool narrow = quantized_gemms(dtype) && !quantized_gemms(t.dtype);
   Seconds time;
-  if (fp8) {
+  if (narrow) {
     const double r = dtype_speedup(c, dtype);
     time = pass == GemmPass::fwd     ? t.gemm_time(m, n, k / r, pass)
            : pass == GemmPass::dgrad ? t.gemm_time(m, n / r, k, pass)
@@ -53,18 +56,19 @@ Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, G
   // Misaligned operands: every pass reads or writes a matrix whose rows are N or K elements long
   // (X, W and Y are M x K, N x K and M x N, row-major), so either one off a 16-byte multiple puts
   // the whole GEMM on the unaligned kernels (the tables measure aligned shapes only).
-  const long long per_16_bytes = fp8 ? 16 : dtype == Dtype::fp32 ? 4 : 8;  // elements (a power of two)
+  const long long per_16_bytes = dtype == Dtype::nvfp4 ? 32 : narrow ? 16 : dtype == Dtype::fp32 ? 4 : 8;  // elements
   const auto aligned = [per_16_bytes](double x) {
     const auto whole = static_cast<long long>(x);
     return static_cast<double>(whole) == x && (whole & (per_16_bytes - 1)) == 0;
   };
   if (!aligned(n) || !aligned(k)) time *= t.misaligned_gemm_slowdown;
   // Roofline floor: both inputs read and the result written once at the measured streaming
-  // bandwidth; 16-bit elements, FP8 inputs 1 byte (the result stays 16-bit). The result is
-  // M x N forward, M x K for the input gradient and N x K for the weight gradient.
+  // bandwidth; inputs at the format's width with its scales (gemm_input_bytes), the result in
+  // 16 bits. The result is M x N forward, M x K for the input gradient and N x K for the weight
+  // gradient.
   const double out = pass == GemmPass::fwd ? m * n : pass == GemmPass::dgrad ? m * k : n * k;
   const double in = m * k + k * n + m * n - out;
-  const Bytes bytes = (fp8 ? 1.0 : 2.0) * in + 2.0 * out;
+  const Bytes bytes = (narrow ? gemm_input_bytes(dtype) : 2.0) * in + 2.0 * out;
   return std::max(time, t.stream(bytes));
 }
 
@@ -101,11 +105,22 @@ PassCost mem_bwd(const Ctx& x, const MemOpImpl& impl, Bytes bytes) {
 }
 
 // One linear layer's GEMM(s) in `dtype`: forward x W^T, backward dgrad + wgrad, on M tokens, N
-// outputs, K inputs, split into `parts` equal GEMMs along N where the stack does not fuse them. FP8
-// adds the quantization of each GEMM input (forward: the activation; backward: the output gradient).
+// outputs, K inputs, split into `parts` equal GEMMs along N where the stack does not fuse them. A
+// quantized format adds the quantization of each GEMM input (forward: the activation; backward:
+// the output gradient), a memory-bound pass over it: fp8 the profile's fp8_quantize_passes; a
+// block-scaled format the bytes ElementBytes::quantize_moved says, in passes of the add kernel
+// (which moves 3 x its 16-bit input). Weights are quantized once a step, cached across micro-
+// batches, and not counted.
 struct LinearCost {
   PassCost fwd, bwd;
 };
+// Add-kernel passes over each GEMM input that quantize it to `dtype` (0 for 16/32-bit GEMMs).
+double quantize_passes(const Ctx& x, Dtype dtype) {
+  return !quantized_gemms(dtype) ? 0.0
+         : block_scaled(dtype)   ? x.b.quantize_moved / (3 * x.b.activation)
+                                 : x.sw.fp8_quantize_passes;
+}
+
 LinearCost linear_in(const Ctx& x, Dtype dtype, double m, double n, double k, int parts = 1) {
   LinearCost out;
   const double np = n / parts;
@@ -114,15 +129,17 @@ LinearCost linear_in(const Ctx& x, Dtype dtype, double m, double n, double k, in
   out.fwd = {parts * std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::fwd)), kernels};
   // The FP8 rule above matches GEMMs with fast accumulation; a stack that accumulates the backward
   // products in higher precision (Transformer Engine's split accumulator for dgrad and wgrad)
-  // runs those slower by the profile's factor.
+  // runs those slower by the profile's factor. Block-scaled GEMMs have no such mode: the scales
+  // are applied per block inside the instruction and products accumulate in fp32.
   const double bwd_slowdown = dtype == Dtype::fp8 ? x.sw.fp8_bwd_gemm_slowdown : 1.0;
   out.bwd = {parts * bwd_slowdown *
                  (std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::dgrad)) +
                   std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::wgrad))),
              2 * kernels};
-  if (dtype == Dtype::fp8 && x.sw.fp8_quantize_passes > 0) {
-    out.fwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.b.activation), 1};
-    out.bwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.b.activation), 1};
+  const double passes = quantize_passes(x, dtype);
+  if (passes > 0) {
+    out.fwd += {passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.b.activation), 1};
+    out.bwd += {passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.b.activation), 1};
   }
   return out;
 }
@@ -193,9 +210,12 @@ LinearCost attention_core(const Ctx& x, AttentionWindow window) {
   // and 6 B backward (read output and gradient, write the gradient: 1x). Where the model trains with
   // dropout and the stack runs it (it keeps the masks), a separate dropout kernel on the scores
   // adds 5 B each way (read 2, write 2 and a 1-byte mask; backward read gradient and mask, write).
+  // Its GEMMs run in 16 bits under every quantized format too: the stacks quantize only their
+  // linear layers (Transformer Engine's fp8_autocast leaves DotProductAttention in BF16 by default).
   const double rows = batch_heads * s / x.s.cp;
-  const LinearCost qk = linear(x, rows, s, d);
-  const LinearCost pv = linear(x, rows, d, s);
+  const Dtype attention_dtype = quantized_gemms(x.s.dtype) ? Dtype::bf16 : x.s.dtype;
+  const LinearCost qk = linear_in(x, attention_dtype, rows, s, d);
+  const LinearCost pv = linear_in(x, attention_dtype, rows, d, s);
   const Bytes scores = rows * s * x.b.activation;
   const bool dropout = runs_dropout(x.sw, x.m.dropout);
   const double fwd_passes = (4.0 + (dropout ? 5 : 0)) / 6, bwd_passes = (6.0 + (dropout ? 5 : 0)) / 6;
@@ -371,21 +391,23 @@ LinearCost grouped_linear(const Ctx& x, double groups, double m, double n, doubl
   out.bwd = {bwd_slowdown * (std::max(floor, groups * gemm_time(x.c, dtype, m, n, k, GemmPass::dgrad)) +
                              std::max(floor, groups * gemm_time(x.c, dtype, m, n, k, GemmPass::wgrad))),
              2 * kernels};
-  if (dtype == Dtype::fp8 && x.sw.fp8_quantize_passes > 0) {
-    out.fwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * k * x.b.activation), 1};
-    out.bwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * n * x.b.activation), 1};
+  const double passes = quantize_passes(x, dtype);
+  if (passes > 0) {
+    out.fwd += {passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * k * x.b.activation), 1};
+    out.bwd += {passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * n * x.b.activation), 1};
   }
   return out;
 }
 
-// The router (Megatron-core moe/router.py TopKRouter: a plain 16-bit GEMM h -> experts, never FP8,
+// The router (Megatron-core moe/router.py TopKRouter: a plain 16-bit GEMM h -> experts, never in a
+// quantized format,
 // then scoring and top-k over the fp32 logits) and the permutations around the dispatch: the
 // routed copies gathered into expert order and, after the combine, weighted and summed back per
 // token (moe/moe_utils.py permute / unpermute), each over the rows this rank's experts take.
 PassCost add_router_and_permutes(const Ctx& x, LayerOpCosts& L) {
   const MoeShape& ms = x.moe;
   const double h = x.m.hidden, experts = x.m.moe.experts;
-  const Dtype router_dtype = x.s.dtype == Dtype::fp8 ? Dtype::bf16 : x.s.dtype;
+  const Dtype router_dtype = quantized_gemms(x.s.dtype) ? Dtype::bf16 : x.s.dtype;
   const LinearCost router = linear_in(x, router_dtype, ms.tokens, experts, h);
   const Bytes logits = ms.tokens * experts * 4.0, routed = ms.routed * h * x.b.activation;
   L.fwd += router.fwd;
@@ -496,9 +518,10 @@ EndOpCosts head_costs(const Ctx& x, double vocab_rows) {
   EndOpCosts out;
   out.fwd = mem_fwd(x, norm_impl(x), stream_tensor(x));
   out.bwd = mem_bwd(x, norm_impl(x), stream_tensor(x));
-  // Under FP8 the head stays in 16 bits unless the stack quantizes it too (Megatron-core's output
-  // layer is not a Transformer Engine module; software precision.fp8_lm_head).
-  const Dtype head_dtype = x.s.dtype == Dtype::fp8 && !sw.fp8_lm_head ? Dtype::bf16 : x.s.dtype;
+  // Under a quantized format the head stays in 16 bits unless the stack quantizes it too (Megatron-
+  // core's output layer is not a Transformer Engine module; software precision.fp8_lm_head; the
+  // published FP8, MXFP8 and NVFP4 recipes keep it in BF16).
+  const Dtype head_dtype = quantized_gemms(x.s.dtype) && !sw.fp8_lm_head ? Dtype::bf16 : x.s.dtype;
   const LinearCost head = linear_in(x, head_dtype, x.t.per_rank, V / tp, x.m.hidden);
   out.fwd += head.fwd;
   out.bwd += head.bwd;

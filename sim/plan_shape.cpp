@@ -58,13 +58,32 @@ MoeShape moe_shape(const ModelSpec& m, const Strategy& s, const TokenShape& t) {
   return x;
 }
 
+double gemm_input_bytes(Dtype d) {
+  switch (d) {
+    case Dtype::bf16:
+    case Dtype::fp16: return 2;
+    case Dtype::fp32: return 4;
+    case Dtype::fp8: return 1;
+    case Dtype::mxfp8: return 1 + 1.0 / 32;
+    case Dtype::nvfp4: return 0.5 + 1.0 / 16;
+  }
+  return 2;
+}
+
 ElementBytes element_bytes(const Software& sw, const Strategy& s) {
   const bool fp32 = s.dtype == Dtype::fp32;
   ElementBytes b;
   b.activation = activation_bytes(s.dtype);
   b.stream = std::max(sw.stream_bytes, b.activation);
+  b.gemm_input = gemm_input_bytes(s.dtype);
   b.saved_gemm_input = s.dtype == Dtype::fp8 ? sw.fp8_saved_gemm_input_bytes : b.activation;
   b.weight_copy = fp32 ? 0.0 : sw.memory.weight_copy_bytes;
+  if (block_scaled(s.dtype)) {
+    const bool keeps_quantized = sw.fp8_saved_gemm_input_bytes < b.activation;
+    if (keeps_quantized) b.saved_gemm_input = b.gemm_input;
+    b.quantize_moved = b.activation + 2 * b.gemm_input + (s.dtype == Dtype::nvfp4 ? b.activation : 0.0);
+    b.weight_copy += 2 * b.gemm_input;
+  }
   // Under mixed precision each rank casts its master shard to 16 bits and gathers that, whatever
   // the width of the master weights (FSDP MixedPrecision(param_dtype=bf16), Megatron's
   // distributed optimizer; exec/reducer.cpp likewise); FP8 too: its GEMMs quantize from the

@@ -74,14 +74,34 @@ struct MoeShape {
 };
 MoeShape moe_shape(const ModelSpec& m, const Strategy& s, const TokenShape& t);
 
-// Bytes per element of each kind of tensor, the one place these rules live.
+// Bytes per element of a GEMM input as the tensor cores read it, its scales included (the one
+// storage rule of each format): bf16/fp16 2, fp32 4; fp8 1 (one fp32 scale per tensor, 0 per
+// element); mxfp8 1 + 1/32 (an 8-bit E8M0 scale per 32 elements, OCP MX v1.0); nvfp4 0.5 + 1/16
+// (4-bit E2M1 elements, an 8-bit E4M3 scale per 16, and one fp32 scale per tensor, 0 per element).
+double gemm_input_bytes(Dtype d);
+
+// Bytes per element of each kind of tensor, the one place these rules live. Under fp8, mxfp8 and
+// nvfp4 only the GEMM inputs (and the copies a stack keeps of them) are in the low format: master
+// weights and optimizer states stay fp32, weights, gradients, activations and every message of
+// TP, CP, PP and DP (communication) stay 16-bit, as Transformer Engine runs them.
 struct ElementBytes {
   double activation = 2;        // activations, and the TP/CP/PP messages made of them (4 in fp32)
   double stream = 2;            // the residual stream: the profile's residual_stream_bytes (4 for
                                 // an fp32 stream under autocast), never narrower than activations
   double saved_gemm_input = 2;  // a GEMM input saved for the backward: under fp8 the profile's
-                                // fp8_saved_gemm_input_bytes (quantized copies kept), else activation
-  double weight_copy = 0;       // 16-bit weight copies autocast keeps, per parameter (none in fp32)
+                                // fp8_saved_gemm_input_bytes (quantized copies kept); under a
+                                // block-scaled format gemm_input where the profile keeps quantized
+                                // inputs (fp8_saved_gemm_input_bytes below 16 bits), else activation
+  double gemm_input = 2;        // gemm_input_bytes(dtype): a GEMM operand as the tensor cores read it
+  double quantize_moved = 0;    // block-scaled formats: bytes moved per element to quantize one GEMM
+                                // input, read in 16 bits and written twice in the format (blocks run
+                                // along the reduction dimension, so the forward and the weight
+                                // gradient need differently blocked copies: rowwise, columnwise),
+                                // NVFP4 reading it once more for the per-tensor amax; 0 otherwise
+                                // (fp8 takes the profile's fp8_quantize_passes)
+  double weight_copy = 0;       // weight copies per parameter: the 16-bit ones autocast keeps (none
+                                // in fp32), plus under a block-scaled format the two quantized copies
+                                // (rowwise, columnwise) cached across the step's micro-batches
   double gathered_param = 2;    // a parameter all-gathered over the DP group: in the compute dtype
                                 // (ZeRO-3 units, ZeRO-1/2's gather after the step, a server pull),
                                 // 2 under mixed precision whatever the master width, 4 in fp32

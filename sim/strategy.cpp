@@ -162,6 +162,8 @@ std::optional<Dtype> parse_dtype(const std::string& s) {
   if (s == "fp16") return Dtype::fp16;
   if (s == "fp8") return Dtype::fp8;
   if (s == "fp32") return Dtype::fp32;
+  if (s == "mxfp8") return Dtype::mxfp8;
+  if (s == "nvfp4") return Dtype::nvfp4;
   return std::nullopt;
 }
 std::optional<Dim> parse_dim(const std::string& s) {
@@ -435,7 +437,7 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
   s.recompute = *parse_recompute(o.choice("recompute", {"none", "selective", "full"}));
   s.sequence_parallel = o.boolean("sequence_parallel");
   s.schedule = *parse_schedule(o.choice("schedule", {"gpipe", "1f1b", "interleaved"}));
-  s.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32"}));
+  s.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   s.attention = *parse_attention(o.choice("attention", {"flash", "standard"}));
   s.fp32_grad_accum = o.boolean("fp32_grad_accum");
   const json& order = o.raw("rank_order");

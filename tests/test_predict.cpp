@@ -229,6 +229,52 @@ TEST(Predict, Fp8BackwardGemmSlowdownScalesTheBackwardGemmsOnly) {
   EXPECT_NEAR(b.kinds[0].bwd.gpu - a.kinds[0].bwd.gpu, 0.2 * gemms, 1e-9);
 }
 
+// Block-scaled formats on B200: a GEMM runs as the 16-bit table's GEMM with its reduction
+// dimension shortened by the format's peak ratio (MXFP8 4500/2250 = 2, NVFP4 9000/2250 = 4), and
+// each linear's input is quantized by a memory-bound pass that moves, per element, 2 B read and
+// two quantized copies written (NVFP4 also a 2 B read for its per-tensor amax): 4.0625 B for
+// MXFP8, 5.125 B for NVFP4, in units of the add kernel's 6 B per 16-bit element. The backward
+// GEMMs take no split-accumulator slowdown (that is Hopper FP8's).
+TEST(Predict, BlockScaledGemmsAndTheirQuantizationOnB200) {
+  const Cluster c = testing::builtin_cluster("dgx-b200");
+  const double m = 8192, n = 8192, k = 8192;
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::mxfp8, m, n, k, GemmPass::fwd), c.ops.gemm_time(m, n, k / 2, GemmPass::fwd));
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::nvfp4, m, n, k, GemmPass::fwd), c.ops.gemm_time(m, n, k / 4, GemmPass::fwd));
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::nvfp4, m, n, k, GemmPass::dgrad), c.ops.gemm_time(m, n / 4, k, GemmPass::dgrad));
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::nvfp4, m, n, k, GemmPass::wgrad), c.ops.gemm_time(m / 4, n, k, GemmPass::wgrad));
+  // A misaligned row: NVFP4 packs 32 elements in 16 bytes, so 8192 + 16 is off a multiple.
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::nvfp4, m, n, k + 16, GemmPass::fwd),
+                   c.ops.misaligned_gemm_slowdown * c.ops.gemm_time(m, n, (k + 16) / 4, GemmPass::fwd));
+
+  const ModelSpec model = gpt(4, 4096, 32, 2048, 50304);
+  const LayerGraph g(model, 2048);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  Software quantized_head = sw;
+  quantized_head.fp8_lm_head = true;
+  Strategy s = layout(1, 1, 1, 4, 8);
+  const double tokens = 4 * 2048, head_in = tokens * 4096 * 2;
+  for (auto [dtype, moved] : {std::pair{Dtype::mxfp8, 2 + 2 * 1.03125}, std::pair{Dtype::nvfp4, 2 + 2 * 0.5625 + 2}}) {
+    s.dtype = dtype;
+    const OpCosts base = op_costs(g, c, sw, s), head = op_costs(g, c, quantized_head, s);
+    EXPECT_NEAR(head.post.fwd.gpu - base.post.fwd.gpu,
+                gemm_time(c, dtype, tokens, 50304, 4096, GemmPass::fwd) -
+                    gemm_time(c, Dtype::bf16, tokens, 50304, 4096, GemmPass::fwd) +
+                    moved / 6 * c.ops.memory_fwd(MemKernel::add, head_in),
+                1e-12)
+        << to_string(dtype);
+    Software split = sw;
+    split.fp8_bwd_gemm_slowdown = 1.5;
+    EXPECT_DOUBLE_EQ(op_costs(g, c, split, s).kinds[0].bwd.gpu, base.kinds[0].bwd.gpu) << to_string(dtype);
+  }
+  s.dtype = Dtype::mxfp8;
+  const double mx = predict(g, c, sw, s).time.step;
+  s.dtype = Dtype::nvfp4;
+  const double fp4 = predict(g, c, sw, s).time.step;
+  s.dtype = Dtype::bf16;
+  EXPECT_LT(fp4, mx);
+  EXPECT_LT(mx, predict(g, c, sw, s).time.step);
+}
+
 TEST(Predict, TpOverlapShareHidesTensorParallelCommBehindTheLayer) {
   // overlap.tp: the share of a layer's TP collectives the stack hides behind that layer's compute
   // in the same direction; the hidden part still costs the cluster's contention share. 0: all of
