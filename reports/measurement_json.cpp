@@ -130,7 +130,7 @@ void read_memory(const JsonObject& mem, Measurement& m) {
   mem.finish();
 }
 
-MeasuredThroughput read_throughput(const JsonObject& t) {
+MeasuredThroughput read_measured_throughput(const JsonObject& t) {
   MeasuredThroughput p;
   p.tokens_per_s = t.number("tokens_per_s", 0, kInf);
   p.tokens_per_s_per_gpu = t.number("tokens_per_s_per_gpu", 0, kInf);
@@ -152,7 +152,7 @@ void read_figures(const JsonObject& root, Measurement& m) {
     t.finish();
   }
   read_memory(root.object("memory"), m);
-  m.throughput = read_throughput(root.object("throughput"));
+  m.throughput = read_measured_throughput(root.object("throughput"));
   // Derived: the largest per-rank figure.
   m.dp_bytes_sent = 0;
   for (const RankMeasurement& r : m.ranks) m.dp_bytes_sent = std::max(m.dp_bytes_sent, r.dp_bytes_sent);

@@ -14,7 +14,7 @@ using schema::kInf;
 namespace {
 
 // Sizes a plan can have (sim/strategy.hpp): at most 2^24 GPUs, stages and layers.
-constexpr long long kMaxCount = 1 << 24;
+constexpr long long kMaxRankCount = 1 << 24;
 
 // --- memory, time, throughput ---
 
@@ -40,7 +40,7 @@ json memory_json(const Estimate& e) {
 
 StageMemory read_stage_memory(const JsonObject& s, std::vector<int>& stage_layers) {
   StageMemory m;
-  m.stage = static_cast<int>(s.integer("stage", 0, kMaxCount));
+  m.stage = static_cast<int>(s.integer("stage", 0, kMaxRankCount));
   auto bytes = [&](const char* k) { return s.number(k, 0, kInf); };
   // Written since the allocator-aware memory model; absent (0) in older predictions.
   auto later = [&](const char* k) { return schema::has(s, k) ? bytes(k) : 0.0; };
@@ -56,7 +56,7 @@ StageMemory read_stage_memory(const JsonObject& s, std::vector<int>& stage_layer
   schema::check_consistent(s, "total", bytes("total"), m.total(),
                            "must equal weights + gradients + optimizer + activations + other + weight_copies + "
                            "temporaries + allocator + runtime");
-  if (schema::has(s, "layers")) stage_layers.push_back(static_cast<int>(s.integer("layers", 0, kMaxCount)));
+  if (schema::has(s, "layers")) stage_layers.push_back(static_cast<int>(s.integer("layers", 0, kMaxRankCount)));
   s.finish();
   return m;
 }
@@ -106,7 +106,7 @@ json throughput_json(const Throughput& p) {
           {"hfu", p.hfu}};
 }
 
-Throughput read_throughput(const JsonObject& o) {
+Throughput read_predicted_throughput(const JsonObject& o) {
   auto num = [&](const char* k) { return o.number(k, 0, kInf); };
   Throughput p;
   p.tokens_per_s = num("tokens_per_s");
@@ -123,7 +123,7 @@ Throughput read_throughput(const JsonObject& o) {
 
 ParamServerFigures read_parameter_server(const JsonObject& o) {
   ParamServerFigures ps;
-  ps.workers = static_cast<int>(o.integer("workers", 0, kMaxCount));
+  ps.workers = static_cast<int>(o.integer("workers", 0, kMaxRankCount));
   ps.staleness = o.number("staleness_updates", 0, kInf);
   ps.updates_per_s = o.number("updates_per_s", 0, kInf);
   o.finish();
@@ -147,7 +147,7 @@ PredictionCost read_cost(const JsonObject& root) {
   c.priced = true;
   c.usd_per_step = o.number("usd_per_step", 0, kInf);
   c.price_per_gpu_hour_usd = o.number("price_per_gpu_hour_usd", 0, kInf, true);
-  c.gpus = static_cast<int>(o.integer("gpus", 1, kMaxCount));
+  c.gpus = static_cast<int>(o.integer("gpus", 1, kMaxRankCount));
   c.price_source = o.string("price_source");
   o.finish();
   return c;
@@ -188,9 +188,9 @@ LayerRow read_layer_row(const JsonObject& o) {
   LayerRow r;
   const std::string part = o.choice("part", {"embedding", "layers", "head"});
   r.kind = part == "embedding" ? LayerRow::Kind::embedding : part == "head" ? LayerRow::Kind::head : LayerRow::Kind::layers;
-  r.chunk = static_cast<int>(o.integer("chunk", 0, kMaxCount));
-  r.count = static_cast<int>(o.integer("count", 1, kMaxCount));
-  if (r.kind == LayerRow::Kind::layers) r.first_layer = static_cast<int>(o.integer("first_layer", 0, kMaxCount));
+  r.chunk = static_cast<int>(o.integer("chunk", 0, kMaxRankCount));
+  r.count = static_cast<int>(o.integer("count", 1, kMaxRankCount));
+  if (r.kind == LayerRow::Kind::layers) r.first_layer = static_cast<int>(o.integer("first_layer", 0, kMaxRankCount));
   auto sec = [&](const char* k) { return schema::seconds(o, k); };
   auto num = [&](const char* k) { return o.number(k, 0, kInf); };
   r.forward = sec("forward_s");
@@ -212,7 +212,7 @@ LayerRow read_layer_row(const JsonObject& o) {
 
 StageDetail read_stage_detail(const JsonObject& o) {
   StageDetail d;
-  d.stage = static_cast<int>(o.integer("stage", 0, kMaxCount));
+  d.stage = static_cast<int>(o.integer("stage", 0, kMaxRankCount));
   d.chunks_in_flight = static_cast<int>(o.integer("chunks_in_flight", 0, 1LL << 40));
   d.working_layer = o.number("recompute_working_bytes", 0, kInf);
   for (const JsonObject& r : o.objects("rows")) d.rows.push_back(read_layer_row(r));
@@ -326,7 +326,7 @@ PredictionDoc prediction_from_json(const json& j, const std::string& file) {
   e.strategy = strategy_from_json(root.raw("strategy"), file);
   read_memory(root.object("memory"), e);
   e.time = read_time(root.object("time"));
-  e.throughput = read_throughput(root.object("throughput"));
+  e.throughput = read_predicted_throughput(root.object("throughput"));
   if (e.strategy.uses_ps()) e.ps = read_parameter_server(root.object("parameter_server"));
   read_extras(root, j, d);
   root.finish();

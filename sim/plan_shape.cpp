@@ -113,6 +113,7 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s, const RankLa
   g.cp = group_of(c, s.cp, layout.stride(Dim::cp));
   const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
   g.dp = group_of(c, s.dp * s.cp, dp_stride);
+  g.zero3 = g.dp;
   g.pp = pipeline_group(c, s.pp, layout.stride(Dim::pp));
   g.ep = group_of(c, s.ep, layout.stride(ExpertDim::ep));
   g.etp = group_of(c, s.etp, layout.stride(ExpertDim::etp));
@@ -129,6 +130,16 @@ GroupLink pipeline_group(const Cluster& c, int pp, int stride) {
 
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s) { return parallel_groups(c, s, RankLayout(s)); }
 
+namespace {
+
+// The groups with ZeRO-3's view of the DP group: the stack's cap on its collectives' bandwidth.
+ParallelGroups with_zero3(ParallelGroups g, const Software& sw) {
+  g.zero3.link = capped(g.dp.link, sw.zero3.max_bus_bandwidth);
+  return g;
+}
+
+}  // namespace
+
 PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Software& sw, const Strategy& s)
     : strategy(checked(s)),
       zero(ZeroPolicy::of(s.zero)),
@@ -140,7 +151,7 @@ PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Softw
       tokens(token_shape(s)),
       moe(moe_shape(model, s, tokens)),
       bytes(element_bytes(sw, s)),
-      groups(parallel_groups(cluster, s, RankLayout(s))) {
+      groups(with_zero3(parallel_groups(cluster, s, RankLayout(s)), sw)) {
   // (Members initialised in place, not assigned: search builds one of these per layout.)
   if (s.uses_ps()) ps = ps_network(cluster, s, groups.dp);
 }

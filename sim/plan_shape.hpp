@@ -125,6 +125,8 @@ struct ParallelGroups {
                  // nearer of the DP and CP neighbours.
   GroupLink pp;  // the pipeline: pp stages; its link is the one between adjacent stages (the
                  // pipeline only sends to neighbours), i.e. group_link of 2 ranks pp-stride apart
+  GroupLink zero3;  // the DP group as the stack's ZeRO-3 gathers and reduce-scatters use it: dp's
+                    // link with its bandwidth capped at the profile's zero3.max_bus_gbps (PlanShape)
   // Experts (RankLayout's expert numbering): the all-to-all of token dispatch over `ep`; the
   // expert-TP all-gather / reduce-scatter of the routed tokens over `etp`; the reduction (and ZeRO
   // sharding) of the routed experts' gradients over `edp`; the allgather dispatcher's collectives

@@ -110,6 +110,13 @@ void parse_moe(JsonObject m, Software& s) {
   m.finish();
 }
 
+void parse_zero3(JsonObject z, Software& s) {
+  s.zero3.max_bus_bandwidth = z.number("max_bus_gbps", 0, 1e6) * kGB;
+  s.zero3.regathers_for_recompute = z.boolean("regathers_for_recompute");
+  (void)z.string("source");
+  z.finish();
+}
+
 void parse_memory_profile(JsonObject m, Software& s) {
   MemoryProfile& p = s.memory;
   p.fp32_parameters = m.boolean("fp32_parameters");
@@ -153,6 +160,7 @@ Software parse_software(const json& j, const std::string& file) {
   parse_memory_bound_ops(o.object("memory_bound"), s);
   parse_overlap(o.object("overlap"), s);
   if (o.has("moe")) parse_moe(o.object("moe"), s);
+  if (o.has("zero3")) parse_zero3(o.object("zero3"), s);
   parse_memory_profile(o.object("memory"), s);
   parse_allocator(o.object("allocator"), s);
   o.finish();

@@ -79,6 +79,18 @@ struct Overlap {
                             // optional key, 0: the stack cannot)
 };
 
+// How the stack runs ZeRO-3's parameter gathers and gradient reduce-scatters, where that differs
+// from plain NCCL calls ("zero3" in the file, optional: without it, neither applies).
+struct Zero3Impl {
+  // The most bus bandwidth per GPU its ZeRO-3 collectives reach, whatever the link (0: no cap):
+  // a stack that gathers parameter by parameter through a list-based all_gather with a device
+  // synchronise before each call and a copy per peer after it is bound by that work, not the link.
+  BytesPerSecond max_bus_bandwidth = 0;
+  // Under full recomputation the parameters are gathered again for the backward after the
+  // recomputed forward released them: three gathers of each unit per micro-batch, not two.
+  bool regathers_for_recompute = false;
+};
+
 // What the stack keeps in memory, per parameter and per saved tensor (read by sim/memory_model,
 // the one place these bytes are turned into a per-stage figure). The defaults are Megatron-style
 // mixed precision as Korthikanti et al. 2022 count it: state_bytes() of the strategy, one saved
@@ -132,6 +144,7 @@ struct Software {
   MemOps mem;
   MoeOps moe;
   Overlap overlap;
+  Zero3Impl zero3;
   MemoryProfile memory;
   Allocator allocator;
 };

@@ -22,7 +22,8 @@ const fs::path kSource = TRAINPLAN_SOURCE_DIR;
 
 TEST(Software, TheShippedProfilesLoad) {
   EXPECT_EQ(builtin_software(kSource),
-            (std::vector<std::string>{"llm-foundry", "megatron-core", "pytorch-eager", "trainplan-exec"}));
+            (std::vector<std::string>{"aleph-alpha-scaling", "aleph-alpha-scaling-rms", "deepspeed-zero3-2021", "llm-foundry",
+                                      "megatron-core", "megatron-lm-2021", "pytorch-eager", "trainplan-exec"}));
   for (const auto& name : builtin_software(kSource)) {
     SCOPED_TRACE(name);
     const Software s = load_software(name, kSource);
@@ -72,6 +73,22 @@ TEST(Software, LlmFoundryIsPytorchEagerWithFlashAttention2) {
   EXPECT_DOUBLE_EQ(predict(g, a100, foundry, s).time.step, predict(g, a100, eager, s).time.step);
 }
 
+// The optional zero3 section: absent, no cap and no regather; DeepSpeed of 2021 states both.
+TEST(Software, ZeroThreeImplementationIsOptional) {
+  const Software core = load_software("megatron-core", kSource);
+  EXPECT_EQ(core.zero3.max_bus_bandwidth, 0);
+  EXPECT_FALSE(core.zero3.regathers_for_recompute);
+  const Software ds = load_software("deepspeed-zero3-2021", kSource);
+  EXPECT_NEAR(ds.zero3.max_bus_bandwidth, 21.3e9, 1);  // GB/s converted to B/s
+  EXPECT_TRUE(ds.zero3.regathers_for_recompute);
+  json j = read_json_file(kSource / "software" / "deepspeed-zero3-2021.json");
+  j["zero3"]["max_bus_gbps"] = -1;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: zero3.max_bus_gbps = -1, must be in [0, 1e+06]");
+  j = read_json_file(kSource / "software" / "deepspeed-zero3-2021.json");
+  j["zero3"]["prefetch"] = 2;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: zero3.prefetch is not a known key");
+}
+
 TEST(Software, BadProfilesNameTheField) {
   const fs::path p = kSource / "software" / "megatron-core.json";
   json j = read_json_file(p);
@@ -97,8 +114,9 @@ TEST(Software, BadProfilesNameTheField) {
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
             "s.json: schema = \"trainplan/software/v0\", must be \"trainplan/software/v1\"");
   EXPECT_EQ(input_error([&] { load_software("tensorflow", kSource); }),
-            "--software tensorflow: not a built-in software profile (one of: llm-foundry, megatron-core, pytorch-eager, "
-            "trainplan-exec) and not a file");
+            "--software tensorflow: not a built-in software profile (one of: aleph-alpha-scaling, aleph-alpha-scaling-rms, "
+            "deepspeed-zero3-2021, llm-foundry, megatron-core, megatron-lm-2021, pytorch-eager, trainplan-exec) and not a "
+            "file");
   j = read_json_file(p);
   j["attention"]["kernel"] = "flash 2";
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
