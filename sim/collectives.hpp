@@ -69,7 +69,7 @@ Seconds collective_time(Collective kind, int n, Bytes message, const Link& link)
 // How an all-to-all over a group crosses the cluster: the members sharing a node exchange over the
 // node link, the others over each GPU's own link on the tier spanning the group, both at once.
 struct AllToAllLink {
-  int per_node = 1;  // members of the group on one node (its size where it fits in one)
+  int per_node = 1;  // members of the group in one scale-up domain (its size where it fits in one)
   Link node;         // the node link (bandwidth x efficiency)
   Link network;      // one GPU's link on the spanning tier (its NIC: bandwidth x efficiency); zero
                      // where the group fits in one node
