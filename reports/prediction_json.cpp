@@ -259,8 +259,10 @@ ParamCounts read_parameters(const JsonObject& o) {
 void read_extras(const JsonObject& root, const json& j, PredictionDoc& d) {
   auto name = [&](const char* k) { return schema::has(root, k) ? root.string(k) : std::string(); };
   d.model = name("model");
+  d.model_spec = read_model_spec(root, d.model);
   d.cluster = name("cluster");
   d.software = name("software");
+  d.software_executor = name("software_executor");
   if (schema::has(root, "engine")) d.engine = root.choice("engine", {"analytic", "des"});
   if (j.contains("cost")) d.cost = read_cost(root);
   if (schema::has(root, "layers")) d.layers = read_layers(root.object("layers"));
@@ -300,8 +302,10 @@ json prediction_to_json(const PredictionDoc& d) {
         {"workers", e.ps.workers}, {"staleness_updates", e.ps.staleness}, {"updates_per_s", e.ps.updates_per_s}};
   }
   if (!d.model.empty()) j["model"] = d.model;
+  if (d.model_spec) j["model_spec"] = to_json(*d.model_spec);
   if (!d.cluster.empty()) j["cluster"] = d.cluster;
   if (!d.software.empty()) j["software"] = d.software;
+  if (!d.software_executor.empty()) j["software_executor"] = d.software_executor;
   if (!d.engine.empty()) j["engine"] = d.engine;
   if (d.cost) j["cost"] = cost_json(*d.cost);
   if (d.parameters) j["parameters"] = parameters_json(*d.parameters);
@@ -331,6 +335,14 @@ PredictionDoc prediction_from_json(const json& j, const std::string& file) {
   read_extras(root, j, d);
   root.finish();
   return d;
+}
+
+std::optional<ModelSpec> read_model_spec(const JsonObject& root, const std::string& name) {
+  if (!schema::has(root, "model_spec")) return std::nullopt;
+  (void)root.object("model_spec");  // an object, or a message naming the key
+  ModelSpec m = parse_model(root.raw("model_spec"), schema::nested(root, "model_spec"));
+  if (!name.empty() && name != m.name) throw root.error("model", fmt::format("must be model_spec.name ({})", json(m.name).dump()));
+  return m;
 }
 
 PredictionCost prediction_cost(const Estimate& e, const Cluster& cluster) {

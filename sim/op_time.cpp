@@ -347,6 +347,11 @@ void add_linears(const Ctx& x, bool moe, LayerOpCosts& L) {
     L.fwd += l->fwd;
     L.bwd += l->bwd;
   }
+  // The fused outputs are split into their parts by views (free forward); backward, each part's
+  // gradient is assembled into the fused one as the stack does it (software memory_bound.fused_split).
+  const double act = x.b.activation;
+  if (x.sw.qkv_fused) L.bwd += 3 * mem_bwd(x, x.sw.mem.fused_split, M * (q + 2 * kv) / tp * act);
+  if (swiglu && x.sw.gate_up_fused) L.bwd += 2 * mem_bwd(x, x.sw.mem.fused_split, M * 2 * f / tp * act);
 }
 
 // The attention core and what surrounds it: RoPE on q and k (MLA: the heads' RoPE query parts and

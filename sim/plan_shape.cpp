@@ -90,7 +90,11 @@ ElementBytes element_bytes(const Software& sw, const Strategy& s) {
   // 16-bit weights.
   b.gathered_param = state_bytes(s).weight;
   b.wire_grad = state_bytes(s).grad;
-  b.logit = sw.memory.loss_bytes_per_logit;
+  // The loss's fp32 figures, and a copy of each in the 16-bit compute dtype where the stack keeps one.
+  const double loss_copy = !fp32 && sw.memory.loss_compute_dtype_copies ? b.activation : 0.0;
+  b.logit = sw.memory.loss_bytes_per_logit + loss_copy;
+  b.loss_head = sw.memory.loss_bytes_per_head_param > 0 ? sw.memory.loss_bytes_per_head_param + loss_copy : 0.0;
+  b.loss_input = sw.memory.loss_input_bytes > 0 ? sw.memory.loss_input_bytes + loss_copy : b.activation;
   b.state = state_bytes(sw.memory, s);
   b.optimizer_temp = sw.memory.optimizer_temp_bytes;
   // Parameter servers hold the optimizer states and run the optimizer (param_server.hpp): the

@@ -107,7 +107,11 @@ struct ElementBytes {
                                 // 2 under mixed precision whatever the master width, 4 in fp32
   double wire_grad = 2;         // a gradient as reduced over the DP group, before compression:
                                 // state_bytes(strategy).grad
-  double logit = 4;             // a logit of one micro-batch at the loss's peak (profile)
+  double logit = 4;             // a logit of one micro-batch (or loss chunk) at the loss's peak (profile;
+                                // with loss_compute_dtype_copies plus a 16-bit copy under mixed precision)
+  double loss_head = 0;         // bytes the loss holds per LM-head weight beyond it (likewise)
+  double loss_input = 2;        // bytes per element of the loss's input held at its peak: the profile's
+                                // loss_input_bytes (likewise), else the head GEMM's saved input (activation)
   StateBytes state;             // model states per parameter as a worker holds them (the optimizer's
                                 // are on the servers with parameter servers: 0)
   double optimizer_temp = 0;    // optimizer temporaries per updated parameter (0 with servers)
