@@ -286,7 +286,8 @@ std::string plan_flags_help() {
   --micro-batch b           sequences per micro-batch (default 1)
   --global-batch B          sequences per optimizer step (required; divisible by dp x b)
   --seq S                   tokens per sequence (default: the model's seq_len; for a Hugging
-                            Face config its max_position_embeddings, with a note on stderr)
+                            Face config 8192 for the Llama 3 family, else 4096, at most its
+                            max_position_embeddings, with a note on stderr)
   --recompute none|selective|full   activation recomputation (default none)
   --sequence-parallel on|off        Megatron sequence parallelism, needs tp > 1 (default off)
   --schedule gpipe|1f1b|interleaved pipeline schedule (default 1f1b; interleaved if --vp > 1)

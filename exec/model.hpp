@@ -119,7 +119,7 @@ struct ModelSettings {
   // --fused-kernels on: RMSNorm/LayerNorm, RoPE, SwiGLU and GELU run as the fused ops of
   // exec/kernels/fused_ops.hpp (one kernel forward, one backward; CUDA kernels on GPUs, the same
   // math in CPU loops on the CPU) instead of composites of LibTorch ops. Same math; results agree
-  // to rounding (tests/test_exec_fused.cpp).
+  // to rounding (tests/exec/test_exec_fused.cpp).
   bool fused_kernels = false;
 };
 

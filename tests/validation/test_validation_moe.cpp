@@ -34,7 +34,7 @@ struct KnownMiss {
   const char* reason;
 };
 // Every known miss is predicted too fast. The Qwen3 rows on Blackwell share the sign with the dense
-// Blackwell rows (tests/test_validation_blackwell.cpp: derived tables that assume Blackwell reaches
+// Blackwell rows (tests/validation/test_validation_blackwell.cpp: derived tables that assume Blackwell reaches
 // H100's fraction of peak per GEMM shape), larger here, where fine-grained experts make many small
 // grouped GEMMs; no single cause has been isolated for any of them.
 const char* kSlowRow12 =
