@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "reports/console.hpp"
 #include "reports/prediction_json.hpp"
 #include "reports/search_json.hpp"
 #include "sim/check.hpp"
@@ -67,6 +68,18 @@ std::string attention_kernel_note(const Cluster& cluster, const Software& softwa
   return fmt::format("software profile {} runs attention kernel {}, which cluster {} has no table for "
                      "(ops.attention_kernels); its attention is costed with the cluster's calibrated table",
                      software.name, software.attention_kernel, cluster.name);
+}
+
+std::string parameters_text(const LayerGraph& graph) {
+  const ParamCounts c = graph.counts();
+  if (!parameter_counts(graph)) return fmt::format("{} parameters", format_count(c.total));
+  return fmt::format("{} parameters, {} active", format_count(c.total), format_count(c.active));
+}
+
+std::optional<ParamCounts> parameter_counts(const LayerGraph& graph) {
+  const ModelSpec& m = graph.model();
+  if (!m.moe.on() && m.mtp_layers == 0) return std::nullopt;
+  return graph.counts();
 }
 
 void print_notes(std::ostream& err, const char* command, std::initializer_list<std::string> notes) {
@@ -158,6 +171,26 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
   if (auto order = f.get("rank-order")) read_rank_order(*order, s);
 }
 
+// The expert flags over `s`: --ep --etp --moe-imbalance --moe-dispatcher --capacity-factor
+// --recompute-modules (validate() checks them against the model).
+void read_expert_flags(const Flags& f, Strategy& s) {
+  s.ep = static_cast<int>(f.get_int("ep", s.ep, 1, 1 << 16));
+  s.etp = static_cast<int>(f.get_int("etp", s.etp, 1, 1 << 16));
+  s.moe_imbalance = f.get_double("moe-imbalance", s.moe_imbalance, 1, 1 << 16);
+  s.dispatcher =
+      *parse_dispatcher(f.get_choice("moe-dispatcher", to_string(s.dispatcher), {"alltoall", "allgather", "flex"}));
+  s.moe_a2a_overlap = on_off(f, "moe-a2a-overlap", s.moe_a2a_overlap);
+  s.capacity_factor = f.get_double("capacity-factor", s.capacity_factor, 0, 1 << 16);
+  if (auto r = f.get("recompute-modules")) {
+    auto parsed = parse_recompute_modules(*r);
+    if (!parsed) {
+      throw InputError(fmt::format("--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj",
+                                   *r));
+    }
+    s.recompute_modules = *parsed;
+  }
+}
+
 // DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
 // At most 2^56: a flag's size is at most 2^16 and a plan's dp x tp x pp x cp at most 2^24.
 void read_gpus_flags(const Flags& f, bool have_plan, Strategy& s) {
@@ -194,6 +227,7 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   Strategy s = have_plan ? from_plan->estimate.strategy : Strategy{};
   if (!f.has("seq") && !have_plan) in.seq_note = sequence_note(in.model);
   read_layout_flags(f, in.model, have_plan, s);
+  read_expert_flags(f, s);
   read_gpus_flags(f, have_plan, s);
   // A layout read from --plan names the plan file: its sizes were never given as flags.
   auto refuse = [&](const std::string& why) {
@@ -233,7 +267,8 @@ std::string dp_space_flags_help() {
 std::string plan_flags_help() {
   return R"(plan (model, cluster and layout):
   --model NAME|FILE         built-in model (models/NAME.json), a trainplan model file, or a
-                            Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox)
+                            Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox,
+                            mixtral, qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2, gpt_oss, llama4)
   --cluster NAME|FILE       built-in cluster (topologies/NAME.json) or a topology file
   --software NAME|FILE      training stack whose kernels are costed (software/NAME.json):
                             megatron-core (default: fused kernels, as the published large runs),
@@ -268,6 +303,21 @@ std::string plan_flags_help() {
   --ps-placement dedicated|colocated  servers on S extra nodes (default) or on S of the job's nodes
   --grad-compression none|bf16|powersgd:R  gradient compression on the wire (default none; bf16
                             needs fp32 gradients; PowerSGD rank R >= 1 with error feedback, zero 0)
+experts (models with experts; Megatron-core's folding: etp x ep must divide tp x cp x dp of a stage,
+edp = tp x cp x dp / (etp x ep) ranks share an expert shard):
+  --ep E                    expert-parallel size (default 1; must divide the experts)
+  --etp T                   expert-tensor-parallel size (default 1, as every published recipe)
+  --moe-imbalance X         max / mean tokens per expert-parallel rank, in [1, ep] (default 1:
+                            balanced, as published benchmarks force it)
+  --moe-dispatcher alltoall|allgather|flex  how tokens reach their experts: NCCL all-to-all of
+                            every routed copy (default), all-gather, or DeepEP/HybridEP (a token
+                            crosses once to each node holding its experts)
+  --moe-a2a-overlap on|off  hide the expert all-to-all behind another micro-batch's compute
+                            (Megatron-core --overlap-moe-expert-parallel-comm; default off)
+  --capacity-factor C       cap (and pad) each expert at tokens x top_k x C / experts tokens
+                            (default 0: dropless; at most experts / top_k)
+  --recompute-modules LIST  recompute these modules in the backward: moe_act (the experts'
+                            activation), mla_up_proj (MLA's up projections); default none
   --plan FILE               take the layout (and model/cluster) from a trainplan/prediction/v1
                             file or the best entry of a trainplan/search/v1 file; flags override.
                             The model is the one the plan carries (its model file or config

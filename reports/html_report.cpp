@@ -30,7 +30,8 @@ namespace {
 
 // The Tableau 10 palette (colour-blind-safe order), one colour per series.
 const char* const kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
-                                "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#d37295", "#8cd17d"};
+                                "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#d37295", "#8cd17d",
+                                "#499894", "#86bcb6"};
 
 // A time unit for values up to `max_s` seconds: name and seconds per unit.
 struct TimeUnit {
@@ -162,7 +163,7 @@ std::string time_chart(const std::string& title, const std::vector<std::pair<std
 }
 
 std::string time_breakdown(const TimeBreakdown& t, const std::string& engine) {
-  const std::vector<std::pair<std::string, double>> rows = {
+  std::vector<std::pair<std::string, double>> rows = {
       {"step", t.step},
       {"compute (fwd + bwd)", t.compute},
       {"recompute", t.recompute},
@@ -173,6 +174,7 @@ std::string time_breakdown(const TimeBreakdown& t, const std::string& engine) {
       {"DP comm., total", t.dp_comm},
       {"pipeline bubble", t.bubble},
       {"optimizer", t.optimizer}};
+  if (t.ep_comm > 0) rows.insert(rows.begin() + 5, {"EP all-to-all (exposed)", t.ep_comm});
   return time_chart("step time breakdown", rows, t.step,
                     fmt::format("Where the step's time goes on the busiest pipeline stage ({} engine). "
                                 "DP communication total includes the part overlapped with the backward; "
@@ -186,8 +188,9 @@ std::string time_breakdown(const TimeBreakdown& t, const std::string& engine) {
 constexpr EventKind kChartKinds[] = {EventKind::forward,         EventKind::backward,     EventKind::backward_weight,
                                      EventKind::recompute,       EventKind::optimizer,    EventKind::send_activation,
                                      EventKind::send_gradient,   EventKind::grad_reduce,  EventKind::zero3_gather,
-                                     EventKind::param_gather,    EventKind::ps_push_pull, EventKind::ps_update};
-static_assert(std::size(kChartKinds) == static_cast<std::size_t>(EventKind::ps_update) + 1,
+                                     EventKind::param_gather,    EventKind::ps_push_pull, EventKind::ps_update,
+                                     EventKind::dispatch,        EventKind::combine};
+static_assert(std::size(kChartKinds) == static_cast<std::size_t>(EventKind::combine) + 1,
               "one chart category per EventKind");
 static_assert(std::size(kPalette) >= std::size(kChartKinds), "a colour per event kind");
 
@@ -201,6 +204,7 @@ std::string stream_label(Stream s) {
     case Stream::pp_forward: return "p2p fwd";
     case Stream::pp_backward: return "p2p bwd";
     case Stream::dp: return "dp";
+    case Stream::ep: return "ep";
     default: return to_string(s);
   }
 }

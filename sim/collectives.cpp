@@ -117,8 +117,40 @@ Link group_link(const Cluster& c, int size, int stride) {
   return l;
 }
 
+AllToAllLink all_to_all_link(const Cluster& c, int size, int stride) {
+  AllToAllLink a;
+  if (size <= 1) return a;
+  // The members sharing a scale-up domain (a node, or a 72-GPU NVLink rack) exchange over its link.
+  a.per_node = std::clamp(c.scale_up_gpus / std::max(stride, 1), 1, size);
+  a.node = {c.node.latency, c.node.bandwidth * c.node.efficiency};
+  // A full-mesh node gives each member its links to the other members in the node only.
+  if (c.peer_link_bandwidth > 0 && a.per_node > 1)
+    a.node.bandwidth = std::min(a.node.bandwidth, (a.per_node - 1) * c.peer_link_bandwidth * c.node.efficiency);
+  if (const LinkTier* tier = spanning_tier(c, static_cast<long long>(stride) * size)) {
+    a.network = {tier->latency, tier->bandwidth * tier->efficiency};
+  } else {
+    a.per_node = size;
+  }
+  return a;
+}
+
+Seconds all_to_all_time(int n, Bytes m, const AllToAllLink& l) {
+  if (n <= 1 || m <= 0) return 0;
+  const double steps = n - 1.0;
+  if (l.per_node >= n || l.network.bandwidth <= 0) return steps * l.node.latency + steps / n * m / l.node.bandwidth;
+  const double q = l.per_node;
+  return steps * l.network.latency + std::max((q - 1) / n * m / l.node.bandwidth, (n - q) / n * m / l.network.bandwidth);
+}
+
+Seconds forwarded_all_to_all_time(int n, Bytes network, Bytes node, const AllToAllLink& l) {
+  if (n <= 1) return 0;
+  if (l.per_node >= n || l.network.bandwidth <= 0) return (n - 1.0) * l.node.latency + node / l.node.bandwidth;
+  const double nodes = std::ceil(static_cast<double>(n) / l.per_node);
+  return (nodes - 1) * l.network.latency + std::max(network / l.network.bandwidth, node / l.node.bandwidth);
+}
+
 GroupLink group_of(const Cluster& c, int size, int stride) {
-  return {size, stride, group_link(c, size, stride), c.collectives.call_overhead};
+  return {size, stride, group_link(c, size, stride), c.collectives.call_overhead, all_to_all_link(c, size, stride)};
 }
 
 Link capped(Link link, BytesPerSecond cap) {
@@ -133,6 +165,7 @@ Seconds collective_time(Collective kind, int n, Bytes message, const Link& link)
     case Collective::reduce_scatter:
     case Collective::all_gather: return cheapest(kHalf, n, message, link);
     case Collective::send_recv: return cheapest(kSendRecv, n, message, link);
+    case Collective::all_to_all: return cheapest(kHalf, n, message, link);  // pairwise exchange, one link
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
+#include "sim/model_families.hpp"
 
 namespace trainplan {
 
@@ -67,6 +68,7 @@ ModelSpec parse_model(const json& j, const std::string& file) {
   m.dropout = o.optional_number("dropout", 0, 1).value_or(0.0);
   if (m.dropout >= 1) throw o.error("dropout", "must be below 1 (a probability of dropping an element)");
   o.optional_string("source");  // where the architecture figures come from; informational
+  model_detail::read_model_extensions(o, m);
   o.finish();
   check_shape(m, o);
   return m;
@@ -83,6 +85,18 @@ static std::string folder_name(const std::filesystem::path& folder) {
   return full.filename().string();
 }
 
+// The Hugging Face keys check_extensions names for a config of `type`.
+static model_detail::ExtensionKeys hf_extension_keys(const std::string& type) {
+  model_detail::ExtensionKeys k;
+  k.experts = type == "deepseek_v3" || type == "kimi_k2" ? "n_routed_experts"
+              : type == "qwen2_moe" || type == "qwen3_moe" ? "num_experts"
+                                                           : "num_local_experts";
+  k.top_k = "num_experts_per_tok";
+  k.layers = "num_hidden_layers";
+  k.kv_heads = "num_key_value_heads";
+  return k;
+}
+
 // Hugging Face configs carry many keys we do not need (dropout, init, token ids); only the
 // architecture keys are read, but each one read is type- and range-checked. transformers writes
 // an unset optional key as null ("head_dim": null, "num_key_value_heads": null), so here an
@@ -95,7 +109,11 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   enum Bound { kLayers = 100000, kHidden = 1 << 20, kHeads = 1 << 16, kFfn = 1 << 22, kVocab = 1 << 24, kSeq = 1 << 24 };
   auto int_of = [&](const char* key, Bound hi) { return static_cast<int>(o.integer(key, 1, hi)); };
   int position_limit = 0;  // the longest sequence the positions allow, not the training length
-  if (type == "llama" || type == "mistral" || type == "qwen2") {
+  std::string limit_key = type == "gpt2" ? "n_positions" : "max_position_embeddings";
+  const bool extended = model_detail::is_extended_hf_type(type);
+  if (extended) {
+    position_limit = model_detail::parse_extended_hf(o, type, m, limit_key);
+  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
     m.layers = int_of("num_hidden_layers", kLayers);
     m.hidden = int_of("hidden_size", kHidden);
     m.heads = int_of("num_attention_heads", kHeads);
@@ -132,10 +150,14 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     m.position = Position::rope;
     m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
   } else {
-    throw o.error("model_type", "must be one of llama|mistral|qwen2|gpt2|gpt_neox");
+    throw o.error("model_type", fmt::format("must be one of {}", hf_model_types()));
   }
-  // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
-  m.explicit_head_dim = read_head_dim(o, true);
+  if (!extended) {
+    model_detail::refuse_extended_keys(o, type);
+    model_detail::read_dense_sliding_window(o, type, m);
+    // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
+    m.explicit_head_dim = read_head_dim(o, true);
+  }
   // Dropout: the largest of the config's dropout probabilities (absent or null: none).
   for (const char* key : {"attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"}) {
     if (!o.has_value(key)) continue;
@@ -144,7 +166,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     if (p >= 1) throw o.error(key, "must be below 1 (a probability of dropping an element)");
     m.dropout = std::max(m.dropout, p);
   }
-  set_hf_training_seq_len(m, type, position_limit, type == "gpt2" ? "n_positions" : "max_position_embeddings");
+  set_hf_training_seq_len(m, type, position_limit, limit_key.c_str());
   // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
   // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
   const std::filesystem::path p(file);
@@ -158,7 +180,12 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   if (m.name.empty() || !printable) m.name = type;
   const bool gpt2 = type == "gpt2";
   check_shape(m, o, gpt2 ? "n_head" : "num_attention_heads", "num_key_value_heads");
+  model_detail::check_extensions(m, o, hf_extension_keys(type));
   return m;
+}
+
+const char* hf_model_types() {
+  return "llama|mistral|qwen2|gpt2|gpt_neox|mixtral|qwen2_moe|qwen3_moe|deepseek_v3|kimi_k2|gpt_oss|llama4";
 }
 
 // Training lengths of published pre-training runs, for configs that state none:
@@ -217,9 +244,8 @@ ModelSpec load_model(const std::string& name_or_path, const std::filesystem::pat
   if (j.is_object() && !j.contains("name")) {
     for (const char* hf_key : {"architectures", "hidden_size", "num_hidden_layers", "n_layer", "n_embd"}) {
       if (j.contains(hf_key)) {
-        throw InputError(fmt::format("{}: model_type is missing (required in a Hugging Face config: one of "
-                                     "llama|mistral|qwen2|gpt2|gpt_neox)",
-                                     path.string()));
+        throw InputError(fmt::format("{}: model_type is missing (required in a Hugging Face config: one of {})",
+                                     path.string(), hf_model_types()));
       }
     }
   }
@@ -235,6 +261,7 @@ json to_json(const ModelSpec& m) {
               {"tied_embeddings", m.tied_embeddings},  {"position", to_string(m.position)}};
   if (m.explicit_head_dim > 0) j["head_dim"] = m.explicit_head_dim;
   if (m.dropout > 0) j["dropout"] = m.dropout;
+  model_detail::extensions_to_json(m, j);
   return j;
 }
 

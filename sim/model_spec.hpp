@@ -1,14 +1,69 @@
 // ModelSpec: a decoder-only transformer's architecture, and nothing about how it is parallelised.
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace trainplan {
 
 enum class Activation { gelu, swiglu };
 enum class Norm { layernorm, rmsnorm };
 enum class Position { learned, rope, alibi };
+
+// What a layer's attention looks at (per layer: gpt-oss alternates sliding and full layers, Llama 4
+// has chunked layers with a full one every fourth):
+//   full     every earlier token of the sequence (causal);
+//   sliding  the last `sliding_window` tokens, the token itself included (Mistral, gpt-oss);
+//   chunked  the earlier tokens of its own block of `attention_chunk` tokens (Llama 4).
+// A window or chunk at least as long as the sequence is full attention (layer_attention()).
+enum class AttentionWindow : std::uint8_t { full, sliding, chunked };
+
+// How a router turns logits into expert weights: softmax over the experts (Mixtral, Qwen,
+// gpt-oss) or an independent sigmoid per expert (DeepSeek-V3, Llama 4).
+enum class RouterScoring { softmax, sigmoid };
+
+// Multi-head latent attention (DeepSeek-V2, Liu et al. 2024, Sec. 2.1; DeepSeek-V3 report
+// Sec. 2.1.1): queries from a low-rank latent of q_lora_rank (or straight from the hidden state
+// when 0), keys and values from a shared kv_lora_rank latent, each head's query and key split
+// into a qk_nope_head_dim part and a qk_rope_head_dim part (the rotary key part shared by all
+// heads), values of v_head_dim.
+struct MlaSpec {
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;  // > 0: the model uses MLA
+  int qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool on() const { return kv_lora_rank > 0; }
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  bool operator==(const MlaSpec&) const = default;
+};
+
+// Mixture of experts (Shazeer et al. 2017; Fedus et al. 2022; DeepSeekMoE, Dai et al. 2024): an
+// MoE layer replaces the dense MLP by `experts` routed experts of width expert_ffn, of which each
+// token goes through top_k, plus `shared_experts` of width shared_ffn every token goes through.
+// Which layers are MoE (is_moe_layer): every layer l >= first_dense with (l - first_dense + 1) a
+// multiple of `every`, except the explicit dense_layers; the others keep the dense MLP (ffn_hidden).
+//   DeepSeek-V3 first_dense 3; Qwen decoder_sparse_step n = every n with first_dense 0; Qwen's
+//   mlp_only_layers and any other pattern = dense_layers.
+struct MoeSpec {
+  int experts = 0;         // routed experts; 0: a dense model
+  int top_k = 0;           // experts each token is routed to
+  int expert_ffn = 0;      // inner width of one expert (per projection for SwiGLU)
+  int shared_experts = 0;  // experts every token goes through
+  int shared_ffn = 0;      // inner width of one shared expert
+  int first_dense = 0;
+  int every = 1;
+  std::vector<int> dense_layers;  // ascending, unique
+  RouterScoring scoring = RouterScoring::softmax;
+  // Group-limited routing (DeepSeek-V3 Sec. 2.1.2, node-limited): experts in `groups` groups, each
+  // token routed within its best `topk_groups` of them. 1, 1: unrestricted.
+  int groups = 1, topk_groups = 1;
+  bool expert_bias = false;  // the experts' linears have biases (gpt-oss)
+  bool router_bias = false;  // the router's linear has a bias (gpt-oss)
+  bool shared_gate = false;  // a sigmoid gate h -> 1 scales the shared experts' output (Qwen2-MoE)
+  bool on() const { return experts > 0; }
+  bool operator==(const MoeSpec&) const = default;
+};
 
 struct ModelSpec {
   std::string name;
@@ -39,6 +94,27 @@ struct ModelSpec {
   // scores, the dropped-out copy of the scores as well (Korthikanti et al. 2022, Sec. 4.1); a
   // recipe without dropout keeps neither, whatever the software stack.
   double dropout = 0;
+  MlaSpec mla;             // multi-head latent attention (mla.on()), else MHA/GQA
+  MoeSpec moe;             // mixture of experts (moe.on()), else every layer dense
+  // Attention window of each layer: `layer_attention` is a pattern repeated over the layers (one
+  // entry per layer, or a shorter cycle: gpt-oss {sliding, full}); empty: every layer full.
+  std::vector<AttentionWindow> layer_attention;
+  int sliding_window = 0;  // tokens a sliding layer attends to (its own included); 0: none
+  int attention_chunk = 0; // tokens per block of a chunked layer; 0: none
+  // gpt-oss's attention sinks: one learned logit per head per layer joining the softmax's
+  // denominator (heads parameters per layer; no measurable time).
+  bool attention_sinks = false;
+  // DeepSeek-V3's multi-token prediction (report Sec. 2.2): `mtp_layers` sequential modules after
+  // the last layer, each a norm of the hidden state and of the next token's embedding, a linear
+  // projection 2h -> h, one transformer layer (an MoE layer where the model has experts) and the
+  // shared LM head and loss. Their parameters are outside the model's published total.
+  int mtp_layers = 0;
+
+  // Whether transformer layer l (0-based) uses the routed experts (see MoeSpec).
+  bool is_moe_layer(int l) const;
+  // The window layer l attends over a sequence of `seq` tokens: its pattern entry, or full where
+  // the window or chunk covers the whole sequence.
+  AttentionWindow layer_attention_at(int l, int seq) const;
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
   // Widths of the attention projections, in elements per token: Q (and the attention output that
@@ -62,7 +138,8 @@ inline long long padded_vocab(long long vocab, long long tp, long long multiple 
 // source in error messages. Throws InputError.
 ModelSpec parse_model(const nlohmann::json& j, const std::string& file);
 
-// Maps a Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox families). Throws InputError.
+// Maps a Hugging Face config.json (hf_model_types()). Throws InputError. A key of a feature the
+// family's type does not have (num_local_experts under "mistral") is refused, never ignored.
 ModelSpec parse_hf_config(const nlohmann::json& j, const std::string& file);
 
 // The training sequence length trainplan assumes for a Hugging Face config of `model_type` with
@@ -73,6 +150,9 @@ ModelSpec parse_hf_config(const nlohmann::json& j, const std::string& file);
 //   4096 for every other config,
 //   but never more than position_limit (GPT-2: 1024 learned positions; Pythia: 2048).
 // Sets m.seq_len and m.seq_len_source.
+// The model_type values parse_hf_config reads, as "llama|mistral|...".
+const char* hf_model_types();
+
 void set_hf_training_seq_len(ModelSpec& m, const std::string& model_type, int position_limit, const char* limit_key);
 
 // `name_or_path` is a built-in name (models/<name>.json under data_dir), a path to a trainplan
@@ -86,5 +166,7 @@ nlohmann::json to_json(const ModelSpec& m);
 const char* to_string(Activation a);
 const char* to_string(Norm n);
 const char* to_string(Position p);
+const char* to_string(AttentionWindow w);
+const char* to_string(RouterScoring r);
 
 }  // namespace trainplan

@@ -45,6 +45,19 @@ TokenShape token_shape(const Strategy& s) {
   return t;
 }
 
+MoeShape moe_shape(const ModelSpec& m, const Strategy& s, const TokenShape& t) {
+  MoeShape x;
+  if (!m.moe.on()) return x;
+  const double factor = s.capacity_factor > 0 ? s.capacity_factor : s.moe_imbalance;
+  x.tokens = t.seq_split;
+  x.routed = x.tokens * m.moe.top_k * factor;
+  x.received = x.routed * s.etp;
+  x.local_experts = m.moe.experts / s.ep;
+  x.expert_tokens = x.received / x.local_experts;
+  x.expert_shards = s.ep * s.etp;
+  return x;
+}
+
 double gemm_input_bytes(Dtype d) {
   switch (d) {
     case Dtype::bf16:
@@ -116,13 +129,17 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s, const RankLa
   g.dp = group_of(c, s.dp * s.cp, dp_stride);
   g.zero3 = g.dp;
   g.pp = pipeline_group(c, s.pp, layout.stride(Dim::pp));
+  g.ep = group_of(c, s.ep, layout.stride(ExpertDim::ep));
+  g.etp = group_of(c, s.etp, layout.stride(ExpertDim::etp));
+  g.edp = group_of(c, layout.size(ExpertDim::edp), layout.stride(ExpertDim::edp));
+  g.expert_mp = group_of(c, s.ep * s.etp, std::min(layout.stride(ExpertDim::etp), layout.stride(ExpertDim::ep)));
   return g;
 }
 
 }  // namespace
 
 GroupLink pipeline_group(const Cluster& c, int pp, int stride) {
-  return {pp, stride, group_link(c, 2, stride), c.collectives.call_overhead};
+  return {pp, stride, group_link(c, 2, stride), c.collectives.call_overhead, {}};
 }
 
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s) { return parallel_groups(c, s, RankLayout(s)); }
@@ -146,6 +163,7 @@ PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Softw
       reduces_gradients(trainplan::reduces_gradients(s)),
       pp_overlap(s.schedule == ScheduleKind::interleaved ? sw.overlap.pp_interleaved : sw.overlap.pp),
       tokens(token_shape(s)),
+      moe(moe_shape(model, s, tokens)),
       bytes(element_bytes(sw, s)),
       groups(with_zero3(parallel_groups(cluster, s, RankLayout(s)), sw)) {
   // (Members initialised in place, not assigned: search builds one of these per layout.)

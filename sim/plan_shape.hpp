@@ -11,8 +11,10 @@
 // from the Strategy again, so they cannot disagree on them. What it holds:
 //   tokens  per-rank tokens of a micro-batch and the shares of a split tensor a rank holds;
 //   bytes   bytes per element of each kind of tensor (ElementBytes);
-//   groups  one GroupLink per parallel group (TP, CP, DP with its CP replicas, PP neighbours),
-//           whose methods cost one collective call with the cluster's per-call overhead;
+//   groups  one GroupLink per parallel group (TP, CP, DP with its CP replicas, PP neighbours, and
+//           for experts EP, ETP, EDP), whose methods cost one collective call with the cluster's
+//           per-call overhead;
+//   moe     the tokens an MoE layer routes on this rank and the rows its experts take (MoeShape);
 //   zero    the ZeroPolicy (zero_policy.hpp) of the strategy's stage, as the stack runs it
 //           (zero_policy());
 //   ps      the parameter servers' network (Strategy::uses_ps()).
@@ -55,6 +57,23 @@ struct TokenShape {
   double per_replica = 0;   // b x seq: tokens of one micro-batch over a replica's TP x CP ranks
 };
 TokenShape token_shape(const Strategy& s);
+
+// The tokens of one MoE layer on one rank for one micro-batch (zero for a dense model). Routing
+// is balanced up to the strategy's imbalance (max / mean tokens per EP rank), and every figure is
+// the busiest EP rank's, which the others wait for at the combine: with n tokens entering the
+// layer and a factor f (the imbalance; with a capacity factor C, C itself: each expert padded to
+// n x top_k x C / experts rows of the EP group, Megatron-core --moe-expert-capacity-factor with
+// --moe-pad-expert-input-to-capacity), over ep x etp expert ranks holding experts / ep each:
+//   tokens         n = b s / cp, / tp with SP (the sequence-split stream the router sees)
+//   routed         n x top_k x f: token copies dispatched to this rank's experts (and combined back)
+//   received       routed x etp: rows its grouped GEMMs take after the expert-TP all-gather
+//   expert_tokens  received / (experts / ep) = ep x etp x n x top_k x f / experts per local expert
+struct MoeShape {
+  double tokens = 0, routed = 0, received = 0, expert_tokens = 0;
+  int local_experts = 1;
+  int expert_shards = 1;  // ep x etp: the ranks the routed experts' parameters are split over
+};
+MoeShape moe_shape(const ModelSpec& m, const Strategy& s, const TokenShape& t);
 
 // Bytes per element of a GEMM input as the tensor cores read it, its scales included (the one
 // storage rule of each format): bf16/fp16 2, fp32 4; fp8 1 (one fp32 scale per tensor, 0 per
@@ -122,8 +141,11 @@ struct ParallelGroups {
                  // pipeline only sends to neighbours), i.e. group_link of 2 ranks pp-stride apart
   GroupLink zero3;  // the DP group as the stack's ZeRO-3 gathers and reduce-scatters use it: dp's
                     // link with its bandwidth capped at the profile's zero3.max_bus_gbps (PlanShape)
-  // Expert parallelism (the experts' all-to-all) and expert data parallelism (their gradients'
-  // reduction) join here as `ep` and `edp`.
+  // Experts (RankLayout's expert numbering): the all-to-all of token dispatch over `ep`; the
+  // expert-TP all-gather / reduce-scatter of the routed tokens over `etp`; the reduction (and ZeRO
+  // sharding) of the routed experts' gradients over `edp`; the allgather dispatcher's collectives
+  // over the ep x etp ranks of `expert_mp`. Size 1 for a dense model.
+  GroupLink ep, etp, edp, expert_mp;
 };
 // The groups of `s` on cluster `c`, placed by RankLayout.
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s);
@@ -140,6 +162,7 @@ struct PlanShape {
   bool reduces_gradients = false;  // gradients leave the GPU: a DP group of two or more, or servers
   double pp_overlap = 0;       // share of a pipeline send the stack hides under this schedule
   TokenShape tokens;
+  MoeShape moe;
   ElementBytes bytes;
   ParallelGroups groups;
   PsNetwork ps;                // the parameter servers' network (default without them)

@@ -17,6 +17,37 @@ int& RankCoord::operator[](Dim d) {
 }
 int RankCoord::operator[](Dim d) const { return const_cast<RankCoord&>(*this)[d]; }
 
+int& ExpertCoord::operator[](ExpertDim d) {
+  switch (d) {
+    case ExpertDim::etp: return etp;
+    case ExpertDim::ep: return ep;
+    case ExpertDim::edp: return edp;
+    case ExpertDim::pp: return pp;
+  }
+  return etp;
+}
+int ExpertCoord::operator[](ExpertDim d) const { return const_cast<ExpertCoord&>(*this)[d]; }
+
+namespace {
+
+constexpr ExpertDim kExpertDims[] = {ExpertDim::etp, ExpertDim::ep, ExpertDim::edp, ExpertDim::pp};
+
+// Ranks that differ from `base` only along `dims`, each dim stepping `size` times by `stride`.
+template <class SizeOf, class StrideOf, class D>
+std::vector<int> span_group(int base, std::initializer_list<D> dims, SizeOf size, StrideOf stride) {
+  std::vector<int> out{base};
+  for (D d : dims) {
+    std::vector<int> next;
+    for (int r : out)
+      for (int k = 0; k < size(d); ++k) next.push_back(r + k * stride(d));
+    out = std::move(next);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
 RankLayout::RankLayout(const Strategy& s) {
   int stride = 1;
   for (Dim d : s.order) {
@@ -27,6 +58,20 @@ RankLayout::RankLayout(const Strategy& s) {
     stride *= size_[i];
   }
   world_ = stride;
+  // The expert numbering over the same ranks (see the header).
+  expert_size_ = {s.etp, s.ep, s.etp * s.ep > 0 ? s.tp * s.cp * s.dp / (s.etp * s.ep) : 1, s.pp};
+  TRAINPLAN_CHECK(static_cast<long long>(s.etp) * s.ep * expert_size_[2] == static_cast<long long>(s.tp) * s.cp * s.dp,
+                  "etp x ep must divide tp x cp x dp");
+  int expert_stride = 1;
+  for (Dim d : s.order) {
+    auto place = [&](ExpertDim e) {
+      expert_stride_[static_cast<int>(e)] = expert_stride;
+      expert_stride *= expert_size_[static_cast<int>(e)];
+    };
+    if (d == Dim::tp) place(ExpertDim::etp);
+    if (d == Dim::dp) place(ExpertDim::ep), place(ExpertDim::edp);
+    if (d == Dim::pp) place(ExpertDim::pp);
+  }
   if (s.uses_ps()) {
     servers_ = s.ps_servers;
     dedicated_ = s.ps_placement == PsPlacement::dedicated;
@@ -64,14 +109,40 @@ int RankLayout::rank(const RankCoord& c) const {
 std::vector<int> RankLayout::group(int rank, std::initializer_list<Dim> dims) const {
   RankCoord base = coord(rank);
   for (Dim d : dims) base[d] = 0;
-  std::vector<int> out{this->rank(base)};
-  for (Dim d : dims) {
-    std::vector<int> next;
-    for (int r : out)
-      for (int k = 0; k < size(d); ++k) next.push_back(r + k * stride(d));
-    out = std::move(next);
+  return span_group(this->rank(base), dims, [this](Dim d) { return size(d); }, [this](Dim d) { return stride(d); });
+}
+
+ExpertCoord RankLayout::expert_coord(int rank) const {
+  TRAINPLAN_CHECK(rank >= 0 && rank < world_, "rank out of range");
+  ExpertCoord c;
+  for (ExpertDim d : kExpertDims) c[d] = (rank / stride(d)) % size(d);
+  return c;
+}
+
+int RankLayout::rank(const ExpertCoord& c) const {
+  int r = 0;
+  for (ExpertDim d : kExpertDims) {
+    TRAINPLAN_CHECK(c[d] >= 0 && c[d] < size(d), "expert coordinate out of range");
+    r += c[d] * stride(d);
   }
-  std::sort(out.begin(), out.end());
+  return r;
+}
+
+std::vector<int> RankLayout::group(int rank, std::initializer_list<ExpertDim> dims) const {
+  ExpertCoord base = expert_coord(rank);
+  for (ExpertDim d : dims) base[d] = 0;
+  return span_group(this->rank(base), dims, [this](ExpertDim d) { return size(d); },
+                    [this](ExpertDim d) { return stride(d); });
+}
+
+std::vector<std::vector<int>> RankLayout::all_groups(std::initializer_list<ExpertDim> dims) const {
+  std::vector<std::vector<int>> out;
+  std::vector<bool> covered(world_, false);
+  for (int r = 0; r < world_; ++r) {
+    if (covered[r]) continue;
+    out.push_back(group(r, dims));
+    for (int m : out.back()) covered[m] = true;
+  }
   return out;
 }
 

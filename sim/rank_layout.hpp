@@ -7,6 +7,14 @@
 // tensor-parallel group on consecutive ranks, i.e. inside one node.
 // Ranks are placed on nodes in order: rank r runs on node r / gpus_per_node.
 //
+// Experts (Megatron-core's second RankGenerator, parallel_state.py, "MoE parallel folding"): the
+// same ranks numbered again by (etp, ep, edp, pp), with sizes etp, ep, edp = tp cp dp / (etp ep)
+// and pp, in the order the rank order gives: tp's place holds etp, cp's nothing, dp's ep then edp
+// (ep faster), pp's pp. With Megatron's default order tp, cp, dp, pp:
+//   rank = etp + ETP*(ep + EP*(edp + EDP*pp))
+// and the expert groups fold over a stage's tp x cp x dp ranks. validate() requires the ranks
+// before pp to number the same in both, so both numberings have the same pipeline groups.
+//
 // Parameter servers (Strategy::uses_ps(), S = ps_servers): the ranks above are the workers;
 // server shard k (0 <= k < S) runs on
 //   dedicated:  rank W + k, a process beyond the W = world() workers (the job has W + S ranks);
@@ -24,6 +32,15 @@ struct RankCoord {
   int& operator[](Dim d);
   int operator[](Dim d) const;
   bool operator==(const RankCoord&) const = default;
+};
+
+enum class ExpertDim { etp, ep, edp, pp };
+
+struct ExpertCoord {
+  int etp = 0, ep = 0, edp = 0, pp = 0;
+  int& operator[](ExpertDim d);
+  int operator[](ExpertDim d) const;
+  bool operator==(const ExpertCoord&) const = default;
 };
 
 class RankLayout {
@@ -51,9 +68,21 @@ class RankLayout {
   // groups in this same order (collective creation must match across ranks).
   std::vector<std::vector<int>> all_groups(std::initializer_list<Dim> dims) const;
 
+  // The expert numbering (see the top); sizes 1 but pp for a dense model.
+  int size(ExpertDim d) const { return expert_size_[static_cast<int>(d)]; }
+  int stride(ExpertDim d) const { return expert_stride_[static_cast<int>(d)]; }
+  ExpertCoord expert_coord(int rank) const;
+  int rank(const ExpertCoord& c) const;
+  // Ranks that share every expert coordinate with `rank` except those in `dims`, ascending: the
+  // expert-parallel group {ep}, the expert-tensor group {etp}, the expert-data-parallel group {edp}.
+  std::vector<int> group(int rank, std::initializer_list<ExpertDim> dims) const;
+  std::vector<std::vector<int>> all_groups(std::initializer_list<ExpertDim> dims) const;
+
  private:
   std::array<int, 4> size_{};    // indexed by Dim
   std::array<int, 4> stride_{};  // indexed by Dim
+  std::array<int, 4> expert_size_{};    // indexed by ExpertDim
+  std::array<int, 4> expert_stride_{};  // indexed by ExpertDim
   int world_ = 1;
   int servers_ = 0;
   bool dedicated_ = false;

@@ -60,6 +60,53 @@ const char* to_string(DpAlgorithm a) {
   return "?";
 }
 const char* to_string(PsPlacement p) { return p == PsPlacement::dedicated ? "dedicated" : "colocated"; }
+const char* to_string(Dispatcher d) {
+  switch (d) {
+    case Dispatcher::alltoall: return "alltoall";
+    case Dispatcher::allgather: return "allgather";
+    case Dispatcher::flex: return "flex";
+  }
+  return "?";
+}
+
+namespace {
+constexpr std::pair<const char*, unsigned> kRecomputeModules[] = {{"moe_act", kRecomputeMoeAct},
+                                                                  {"mla_up_proj", kRecomputeMlaUpProj}};
+}  // namespace
+
+std::string recompute_modules_string(unsigned modules) {
+  std::string out;
+  for (const auto& [name, bit] : kRecomputeModules) {
+    if (!(modules & bit)) continue;
+    if (!out.empty()) out += ',';
+    out += name;
+  }
+  return out;
+}
+
+std::optional<unsigned> parse_recompute_modules(const std::string& s) {
+  if (s.empty() || s == "none") return 0u;
+  unsigned out = 0;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t end = std::min(s.find(',', start), s.size());
+    const std::string item = s.substr(start, end - start);
+    bool known = false;
+    for (const auto& [name, bit] : kRecomputeModules) {
+      if (item == name) out |= bit, known = true;
+    }
+    if (!known) return std::nullopt;
+    start = end + 1;
+  }
+  return out;
+}
+
+std::optional<Dispatcher> parse_dispatcher(const std::string& s) {
+  if (s == "alltoall") return Dispatcher::alltoall;
+  if (s == "allgather") return Dispatcher::allgather;
+  if (s == "flex") return Dispatcher::flex;
+  return std::nullopt;
+}
 std::string to_string(const GradCompression& g) {
   switch (g.kind) {
     case CompressionKind::none: return "none";
@@ -127,6 +174,85 @@ std::optional<Dim> parse_dim(const std::string& s) {
   return std::nullopt;
 }
 
+namespace {
+
+std::optional<std::string> bad_flag(const char* flag, const std::string& value, const std::string& rule) {
+  return fmt::format("{} {}: {}", flag, value, rule);
+}
+
+// The expert flags of a dense model: each must keep its default (a flag is never silently ignored).
+std::optional<std::string> validate_dense_experts(const Strategy& s) {
+  const char* rule = "needs a model with experts (the model is dense)";
+  if (s.ep != 1) return bad_flag("--ep", std::to_string(s.ep), rule);
+  if (s.etp != 1) return bad_flag("--etp", std::to_string(s.etp), rule);
+  if (s.moe_imbalance != 1) return bad_flag("--moe-imbalance", fmt::format("{}", s.moe_imbalance), rule);
+  if (s.capacity_factor != 0) return bad_flag("--capacity-factor", fmt::format("{}", s.capacity_factor), rule);
+  if (s.dispatcher != Dispatcher::alltoall) return bad_flag("--moe-dispatcher", to_string(s.dispatcher), rule);
+  if (s.recompute_modules & kRecomputeMoeAct) return bad_flag("--recompute-modules", "moe_act", rule);
+  if (s.moe_a2a_overlap) return bad_flag("--moe-a2a-overlap", "on", rule);
+  return std::nullopt;
+}
+
+// Megatron-core's two rank generators (parallel_state.py) must give the same pipeline groups: the
+// ranks laid out before pp in --rank-order number tp x cp x dp dense and etp x ep x edp expert
+// (tp -> etp, cp -> 1, dp -> ep x edp), so those products must agree.
+bool same_pipeline_groups(const Strategy& s) {
+  long long dense = 1, expert = 1;
+  for (Dim d : s.order) {
+    if (d == Dim::pp) break;
+    dense *= s.size(d);
+    expert *= d == Dim::tp ? s.etp : d == Dim::dp ? static_cast<long long>(s.ep) * s.edp() : 1;
+  }
+  return dense == expert;
+}
+
+// The expert rules (Megatron-LM megatron/training/arguments.py and parallel_state.py).
+std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& m) {
+  if (s.recompute_modules & kRecomputeMlaUpProj && !m.mla.on())
+    return bad_flag("--recompute-modules", "mla_up_proj", "needs a model with multi-head latent attention");
+  if (s.recompute_modules && s.recompute == Recompute::full)
+    return bad_flag("--recompute-modules", recompute_modules_string(s.recompute_modules),
+                    "full recomputation already recomputes every module");
+  if (!m.moe.on()) return validate_dense_experts(s);
+  if (s.ep < 1) return bad_flag("--ep", std::to_string(s.ep), "must be >= 1");
+  if (s.etp < 1) return bad_flag("--etp", std::to_string(s.etp), "must be >= 1");
+  if (m.moe.experts % s.ep != 0)
+    return bad_flag("--ep", std::to_string(s.ep), fmt::format("must divide the model's experts ({})", m.moe.experts));
+  const long long dense = static_cast<long long>(s.tp) * s.cp * s.dp, expert = static_cast<long long>(s.etp) * s.ep;
+  if (dense % expert != 0) {
+    return bad_flag("--ep", std::to_string(s.ep),
+                    fmt::format("etp x ep ({} x {}) must divide a pipeline stage's tp x cp x dp ({} x {} x {}): the "
+                                "experts fold over its ranks, edp = tp x cp x dp / (etp x ep)",
+                                s.etp, s.ep, s.tp, s.cp, s.dp));
+  }
+  if (m.moe.expert_ffn % s.etp != 0)
+    return bad_flag("--etp", std::to_string(s.etp), fmt::format("must divide the experts' width ({})", m.moe.expert_ffn));
+  const long long shared = static_cast<long long>(m.moe.shared_experts) * m.moe.shared_ffn;
+  if (shared % s.tp != 0)
+    return bad_flag("--tp", std::to_string(s.tp), fmt::format("must divide the shared experts' width ({})", shared));
+  if (s.tp > 1 && !s.sequence_parallel)
+    return bad_flag("--sequence-parallel", "off", "an MoE model with --tp > 1 needs sequence parallelism (Megatron-LM)");
+  if (s.ep > 1 && s.dtype == Dtype::fp16)
+    return bad_flag("--dtype", "fp16", "expert parallelism is not supported with fp16 (Megatron-LM); use bf16");
+  if (!(s.moe_imbalance >= 1 && s.moe_imbalance <= s.ep))
+    return bad_flag("--moe-imbalance", fmt::format("{}", s.moe_imbalance),
+                    fmt::format("must be in [1, ep] = [1, {}] (max / mean tokens per expert-parallel rank)", s.ep));
+  const double max_capacity = static_cast<double>(m.moe.experts) / m.moe.top_k;
+  if (s.capacity_factor != 0 && !(s.capacity_factor > 0 && s.capacity_factor <= max_capacity))
+    return bad_flag("--capacity-factor", fmt::format("{}", s.capacity_factor),
+                    fmt::format("must be in (0, experts / top_k] = (0, {}] (0: dropless)", max_capacity));
+  if (s.moe_a2a_overlap && s.ep == 1)
+    return bad_flag("--moe-a2a-overlap", "on", "needs --ep > 1 (there is no expert all-to-all to overlap)");
+  if (!same_pipeline_groups(s))
+    return bad_flag("--rank-order", fmt::format("{},{},{},{}", to_string(s.order[0]), to_string(s.order[1]),
+                                                to_string(s.order[2]), to_string(s.order[3])),
+                    "the expert ranks (etp x ep x edp) must give the same pipeline groups as the "
+                                        "dense ones (Megatron-core): order pp after tp, cp and dp");
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   auto bad = [](const char* flag, auto value, const std::string& rule) {
     return std::optional<std::string>(fmt::format("{} {}: {}", flag, value, rule));
@@ -179,6 +305,7 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   if (m.layers < static_cast<long long>(s.pp) * s.vp) {
     return bad("--pp", s.pp, fmt::format("pp x vp ({}) must not exceed the model's layers ({})", s.pp * s.vp, m.layers));
   }
+  if (auto moe = validate_experts(s, m)) return moe;
   if (s.ps_servers < 1) return bad("--ps-servers", s.ps_servers, "must be >= 1");
   if (!s.uses_ps()) {
     if (s.ps_servers != 1) return bad("--ps-servers", s.ps_servers, "needs --dp-algorithm ps or ps-async");
@@ -245,8 +372,35 @@ json to_json(const Strategy& s) {
     j["ps_placement"] = to_string(s.ps_placement);
   }
   if (s.grad_compression.kind != CompressionKind::none) j["grad_compression"] = to_string(s.grad_compression);
+  if (s.ep != 1) j["ep"] = s.ep;
+  if (s.etp != 1) j["etp"] = s.etp;
+  if (s.moe_imbalance != 1) j["moe_imbalance"] = s.moe_imbalance;
+  if (s.dispatcher != Dispatcher::alltoall) j["moe_dispatcher"] = to_string(s.dispatcher);
+  if (s.capacity_factor != 0) j["capacity_factor"] = s.capacity_factor;
+  if (s.recompute_modules != 0) j["recompute_modules"] = recompute_modules_string(s.recompute_modules);
+  if (s.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
   return j;
 }
+
+namespace {
+
+// The optional expert keys of a strategy object (to_json writes them where not the default).
+void read_expert_fields(const JsonObject& o, Strategy& s) {
+  if (o.has("ep")) s.ep = static_cast<int>(o.integer("ep", 1, 1 << 24));
+  if (o.has("etp")) s.etp = static_cast<int>(o.integer("etp", 1, 1 << 24));
+  if (o.has("moe_imbalance")) s.moe_imbalance = o.number("moe_imbalance", 1, 1 << 24);
+  if (o.has("moe_dispatcher"))
+    s.dispatcher = *parse_dispatcher(o.choice("moe_dispatcher", {"alltoall", "allgather", "flex"}));
+  if (o.has("moe_a2a_overlap")) s.moe_a2a_overlap = o.boolean("moe_a2a_overlap");
+  if (o.has("capacity_factor")) s.capacity_factor = o.number("capacity_factor", 0, 1 << 24, true);
+  if (auto r = o.optional_string("recompute_modules")) {
+    auto parsed = parse_recompute_modules(*r);
+    if (!parsed) throw o.error("recompute_modules", "must list moe_act, mla_up_proj (comma-separated)");
+    s.recompute_modules = *parsed;
+  }
+}
+
+}  // namespace
 
 Strategy strategy_from_json(const json& j, const std::string& file) {
   JsonObject o(j, file, "strategy");
@@ -303,6 +457,7 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
     if (!parsed) throw o.error("grad_compression", "must be none, bf16 or powersgd:R with R >= 1");
     s.grad_compression = *parsed;
   }
+  read_expert_fields(o, s);
   o.finish();
   return s;
 }
@@ -313,6 +468,13 @@ std::string describe(const Strategy& s) {
   if (s.cp > 1) out += fmt::format(" cp{}", s.cp);
   out += fmt::format(" zero{} mb{} {} {}", s.zero, s.micro_batch, to_string(s.recompute), to_string(s.schedule));
   if (s.sequence_parallel) out += " sp";
+  if (s.ep > 1) out += fmt::format(" ep{}", s.ep);
+  if (s.etp > 1) out += fmt::format(" etp{}", s.etp);
+  if (s.moe_imbalance != 1) out += fmt::format(" imb{}", s.moe_imbalance);
+  if (s.capacity_factor > 0) out += fmt::format(" cf{}", s.capacity_factor);
+  if (s.dispatcher != Dispatcher::alltoall) out += fmt::format(" {}", to_string(s.dispatcher));
+  if (s.moe_a2a_overlap) out += " a2a-overlap";
+  if (s.recompute_modules) out += " rc:" + recompute_modules_string(s.recompute_modules);
   if (s.uses_ps())
     out += fmt::format(" {}{}{}", to_string(s.dp_algorithm), s.ps_servers,
                        s.ps_placement == PsPlacement::colocated ? "c" : "");

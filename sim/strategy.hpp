@@ -34,6 +34,20 @@ struct GradCompression {
   int rank = 0;  // PowerSGD rank r (>= 1); 0 otherwise
   bool operator==(const GradCompression&) const = default;
 };
+// How an MoE layer moves tokens to the ranks holding their experts (Megatron-core
+// moe/token_dispatcher.py): an all-to-all over the expert-parallel group of every routed copy
+// (MoEAlltoAllTokenDispatcher, NCCL); an all-gather of every rank's tokens with each rank keeping
+// those of its experts and a reduce-scatter back (MoEAllGatherTokenDispatcher); or the "flex"
+// dispatcher (MoEFlexTokenDispatcher over DeepEP or HybridEP), whose kernels send a token once to
+// each node holding any of its experts and forward it over NVLink there.
+enum class Dispatcher { alltoall, allgather, flex };
+// Megatron-core's module-level recomputation (--recompute-modules, with --recompute-granularity
+// selective) beyond the core attention: bits of Strategy::recompute_modules.
+//   moe_act      the routed experts' activation function (its output is not kept; Megatron-core
+//                moe/experts.py, the activation wrapped in CheckpointWithoutOutput);
+//   mla_up_proj  MLA's up projections and RoPE (queries, keys and values rebuilt from the latents
+//                before the attention backward; multi_latent_attention.py).
+enum RecomputeModule : unsigned { kRecomputeMoeAct = 1u, kRecomputeMlaUpProj = 2u };
 
 struct Strategy {
   int dp = 1, tp = 1, pp = 1, cp = 1;
@@ -54,6 +68,22 @@ struct Strategy {
   int ps_servers = 1;         // parameter-server shards (nodes), with dp_algorithm ps / ps_async
   PsPlacement ps_placement = PsPlacement::dedicated;
   GradCompression grad_compression;
+  // Mixture of experts (Megatron-core "MoE parallel folding", moe/README.md; parallel_state.py's
+  // second RankGenerator): the experts of a pipeline stage are laid over its tp x cp x dp ranks
+  // again as etp x ep x edp, edp = tp x cp x dp / (etp x ep): `ep` ranks hold different experts
+  // (experts / ep each), `etp` split each expert's width, and the edp ranks holding the same expert
+  // shard reduce its gradients. Defaults: no expert parallelism, etp 1 (every published recipe).
+  int ep = 1, etp = 1;
+  double moe_imbalance = 1.0;    // max / mean tokens per EP rank (1: balanced, as the published
+                                 // benchmarks force with moe_router_force_load_balancing)
+  Dispatcher dispatcher = Dispatcher::alltoall;
+  double capacity_factor = 0;    // > 0: each expert takes at most tokens x top_k x C / experts
+                                 // tokens, padded to that; 0: dropless
+  unsigned recompute_modules = 0;  // RecomputeModule bits
+  // Overlap one micro-batch's expert all-to-all with another's compute (Megatron-core
+  // --overlap-moe-expert-parallel-comm, the 1F1B A2A overlap after DeepSeek-V3's DualPipe); the
+  // share it hides is the software profile's overlap.ep. Off by default, as in Megatron-core.
+  bool moe_a2a_overlap = false;
 
   // Meaningful once validate() passed (it bounds the products, see kMaxGpus).
   int gpus() const { return dp * tp * pp * cp; }
@@ -63,6 +93,9 @@ struct Strategy {
   double tokens_per_rank() const { return static_cast<double>(micro_batch) * seq_len / cp; }
   int size(Dim d) const;
   bool uses_ps() const { return dp_algorithm != DpAlgorithm::allreduce; }
+  // Expert data parallelism: the ranks of a stage holding the same expert shard (validate()
+  // checks that etp x ep divides tp x cp x dp).
+  int edp() const { return tp * cp * dp / (etp * ep); }
 };
 
 // Largest job validate() accepts: dp x tp x pp x cp GPUs (2^24, ~100x the largest runs published),
@@ -88,6 +121,8 @@ const char* to_string(Attention a);
 const char* to_string(Dim d);
 const char* to_string(DpAlgorithm a);   // allreduce | ps | ps-async
 const char* to_string(PsPlacement p);   // dedicated | colocated
+const char* to_string(Dispatcher d);    // alltoall | allgather
+std::string recompute_modules_string(unsigned modules);  // "moe_act,mla_up_proj", "" for none
 std::string to_string(const GradCompression& g);  // none | bf16 | powersgd:R
 // Parse the CLI/JSON spelling; std::nullopt when unknown.
 std::optional<Recompute> parse_recompute(const std::string& s);
@@ -99,11 +134,15 @@ std::optional<DpAlgorithm> parse_dp_algorithm(const std::string& s);
 std::optional<PsPlacement> parse_ps_placement(const std::string& s);
 // "none", "bf16" or "powersgd:R" with R a decimal integer >= 1 (at most 1 << 16).
 std::optional<GradCompression> parse_grad_compression(const std::string& s);
+std::optional<Dispatcher> parse_dispatcher(const std::string& s);
+// A comma-separated list of moe_act, mla_up_proj ("none" or "": no module); nullopt for another name.
+std::optional<unsigned> parse_recompute_modules(const std::string& s);
 
 // Serialises in the "strategy" object of trainplan/prediction/v1. The data-parallel algorithm keys
-// (dp_algorithm, ps_servers, ps_placement, grad_compression) are written only when they differ from
-// the defaults (allreduce, no compression), so files written before them keep their bytes; reading
-// treats each as optional with that default.
+// (dp_algorithm, ps_servers, ps_placement, grad_compression) and the expert keys (ep, etp,
+// moe_imbalance, moe_dispatcher, capacity_factor, recompute_modules) are written only when they
+// differ from the defaults (allreduce, no compression, no expert parallelism), so files written
+// before them keep their bytes; reading treats each as optional with that default.
 nlohmann::json to_json(const Strategy& s);
 // Reads that object back (used by --plan). Throws InputError naming `file` and the field.
 Strategy strategy_from_json(const nlohmann::json& j, const std::string& file);

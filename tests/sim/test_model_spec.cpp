@@ -266,7 +266,7 @@ const BadFile kBadFiles[] = {
     {"UnknownChoice", "model_bad_choice.json", ": activation = \"relu\", must be one of gelu|swiglu", false},
     {"HeadsNotDividingHidden", "model_heads_not_dividing.json", ": heads = 4, must divide hidden (66)", false},
     {"KvHeadsNotDividingHeads", "model_kv_heads_not_dividing.json", ": kv_heads = 3, must divide heads (4)", false},
-    {"HfUnknownModelType", "hf_unknown_model_type.json", ": model_type = \"bert\", must be one of llama|mistral|qwen2|gpt2|gpt_neox", false},
+    {"HfUnknownModelType", "hf_unknown_model_type.json", ": model_type = \"bert\", must be one of llama|mistral|qwen2|gpt2|gpt_neox|mixtral|qwen2_moe|qwen3_moe|deepseek_v3|kimi_k2|gpt_oss|llama4", false},
     {"HfMissingKey", "hf_missing_key.json", ": intermediate_size is missing (required key)", false},
     {"HfWrongType", "hf_wrong_type.json", ": n_layer = \"12\", must be an integer", false},
     {"HfHeadsNotDividingHidden", "hf_heads_not_dividing.json", ": num_attention_heads = 14, must divide hidden (900)", false},

@@ -93,3 +93,49 @@ TEST(RankLayout, ParameterServerRoles) {
 
 }  // namespace
 }  // namespace trainplan
+
+namespace trainplan {
+namespace {
+
+// DeepSeek-V3's layout as published: 64-way EP over 8 nodes of 8, no TP, pp 16 (here pp 2):
+// rank = etp + ETP*(ep + EP*(edp + EDP*pp)) with ETP 1, EP 64, EDP 1, so an EP group is 64
+// consecutive ranks and the pipeline groups are the dense ones.
+TEST(RankLayoutExperts, DefaultOrderEquationAndIdenticalPipelineGroups) {
+  Strategy s = sizes(1, 1, 64, 2);
+  s.ep = 64;
+  const RankLayout l(s);
+  EXPECT_EQ(l.size(ExpertDim::edp), 1);
+  EXPECT_EQ(l.stride(ExpertDim::ep), 1);
+  EXPECT_EQ(l.stride(ExpertDim::pp), 64);
+  EXPECT_EQ(l.group(70, {ExpertDim::ep}).front(), 64);
+  EXPECT_EQ(l.group(70, {ExpertDim::ep}).size(), 64u);
+  for (int r = 0; r < l.world(); ++r) {
+    EXPECT_EQ(l.rank(l.expert_coord(r)), r);
+    EXPECT_EQ(l.group(r, {ExpertDim::pp}), l.group(r, {Dim::pp}));
+  }
+}
+
+// Folding over TP: tp 2, dp 4 (8 dense ranks a stage), etp 1, ep 4, edp 2. Expert ranks
+// etp + 1*(ep + 4*(edp + 2*pp)): the EP group of rank 5 is {4, 5, 6, 7}, its EDP group {1, 5}; the
+// EP group mixes TP ranks (ranks 4, 5 are one TP pair), as Megatron-core's folding does.
+TEST(RankLayoutExperts, FoldsOverTheTensorParallelRanks) {
+  Strategy s = sizes(2, 1, 4, 2);
+  s.ep = 4;
+  const RankLayout l(s);
+  EXPECT_EQ(l.size(ExpertDim::edp), 2);
+  EXPECT_EQ(l.group(5, {ExpertDim::ep}), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(l.group(5, {ExpertDim::edp}), (std::vector<int>{1, 5}));
+  EXPECT_EQ(l.group(5, {Dim::tp}), (std::vector<int>{4, 5}));
+  EXPECT_EQ(l.all_groups({ExpertDim::ep}).size(), 4u);  // 2 per stage, 2 stages
+  const ExpertCoord c = l.expert_coord(13);              // 13 = 1 + 4 * (1 + 2 * 1)
+  EXPECT_EQ(c, (ExpertCoord{.etp = 0, .ep = 1, .edp = 1, .pp = 1}));
+  // etp 2: the two ranks of a TP pair hold halves of the same experts.
+  s.etp = 2, s.ep = 2;
+  const RankLayout t(s);
+  EXPECT_EQ(t.group(5, {ExpertDim::etp}), (std::vector<int>{4, 5}));
+  EXPECT_EQ(t.group(5, {ExpertDim::ep}), (std::vector<int>{5, 7}));
+  EXPECT_EQ(t.group(5, {ExpertDim::edp}), (std::vector<int>{1, 5}));
+}
+
+}  // namespace
+}  // namespace trainplan

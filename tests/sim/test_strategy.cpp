@@ -179,3 +179,153 @@ TEST(Strategy, DefaultDataParallelKeysStayOutOfTheJson) {
 
 }  // namespace
 }  // namespace trainplan
+
+namespace trainplan {
+namespace {
+
+using nlohmann::json;
+
+Strategy base_dense() {
+  Strategy s;
+  s.dp = 4;
+  s.tp = 2;
+  s.pp = 2;
+  s.micro_batch = 2;
+  s.global_batch = 64;
+  s.seq_len = 2048;
+  return s;
+}
+
+// An MoE model of 4 layers with 64 experts of width 256 (top 8) and a shared expert of 512.
+ModelSpec moe_model() {
+  ModelSpec m = testing::gpt(4, 1024, 16);
+  m.norm = Norm::rmsnorm;
+  m.activation = Activation::swiglu;
+  m.moe.experts = 64;
+  m.moe.top_k = 8;
+  m.moe.expert_ffn = 256;
+  m.moe.shared_experts = 1;
+  m.moe.shared_ffn = 512;
+  return m;
+}
+
+Strategy moe_base() {
+  Strategy s;
+  s.dp = 8;
+  s.tp = 2;
+  s.pp = 2;
+  s.ep = 8;
+  s.sequence_parallel = true;
+  s.global_batch = 64;
+  s.seq_len = 2048;
+  return s;
+}
+
+// Megatron-core's folding rule: the experts of a stage lie over its tp x cp x dp ranks again as
+// etp x ep x edp; edp = tp cp dp / (etp ep) = 2 x 1 x 8 / (1 x 8) = 2.
+TEST(StrategyExperts, FoldingRule) {
+  const ModelSpec m = moe_model();
+  Strategy s = moe_base();
+  EXPECT_FALSE(validate(s, m));
+  EXPECT_EQ(s.edp(), 2);
+  s.ep = 16;  // 16 experts ranks over 16 dense ranks: edp 1
+  EXPECT_FALSE(validate(s, m));
+  EXPECT_EQ(s.edp(), 1);
+  s.etp = 2;  // 2 x 16 = 32 does not divide 16
+  EXPECT_EQ(*validate(s, m),
+            "--ep 16: etp x ep (2 x 16) must divide a pipeline stage's tp x cp x dp (2 x 1 x 8): the experts fold over "
+            "its ranks, edp = tp x cp x dp / (etp x ep)");
+}
+
+TEST(StrategyExperts, EachRuleNamesItsFlag) {
+  const ModelSpec m = moe_model();
+  struct Case {
+    void (*edit)(Strategy&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](Strategy& s) { s.ep = 3; }, "--ep 3: must divide the model's experts (64)"},
+      {[](Strategy& s) { s.etp = 3; }, "--ep 8: etp x ep (3 x 8) must divide a pipeline stage's tp x cp x dp (2 x 1 x 8): "
+                                       "the experts fold over its ranks, edp = tp x cp x dp / (etp x ep)"},
+      {[](Strategy& s) { s.etp = 2, s.ep = 4, s.dp = 4, s.global_batch = 64; }, nullptr},
+      {[](Strategy& s) { s.sequence_parallel = false; },
+       "--sequence-parallel off: an MoE model with --tp > 1 needs sequence parallelism (Megatron-LM)"},
+      {[](Strategy& s) { s.dtype = Dtype::fp16; },
+       "--dtype fp16: expert parallelism is not supported with fp16 (Megatron-LM); use bf16"},
+      {[](Strategy& s) { s.moe_imbalance = 0.9; },
+       "--moe-imbalance 0.9: must be in [1, ep] = [1, 8] (max / mean tokens per expert-parallel rank)"},
+      {[](Strategy& s) { s.moe_imbalance = 9; },
+       "--moe-imbalance 9: must be in [1, ep] = [1, 8] (max / mean tokens per expert-parallel rank)"},
+      {[](Strategy& s) { s.capacity_factor = 9; }, "--capacity-factor 9: must be in (0, experts / top_k] = (0, 8] (0: dropless)"},
+      {[](Strategy& s) { s.recompute_modules = kRecomputeMlaUpProj; },
+       "--recompute-modules mla_up_proj: needs a model with multi-head latent attention"},
+      {[](Strategy& s) { s.recompute = Recompute::full, s.recompute_modules = kRecomputeMoeAct; },
+       "--recompute-modules moe_act: full recomputation already recomputes every module"},
+      {[](Strategy& s) { s.order = {Dim::tp, Dim::cp, Dim::pp, Dim::dp}; },
+       "--rank-order tp,cp,pp,dp: the expert ranks (etp x ep x edp) must give the same pipeline groups as the dense "
+       "ones (Megatron-core): order pp after tp, cp and dp"},
+  };
+  for (const Case& c : cases) {
+    Strategy s = moe_base();
+    c.edit(s);
+    const auto why = validate(s, m);
+    if (!c.message) {
+      EXPECT_FALSE(why) << *why;
+      continue;
+    }
+    ASSERT_TRUE(why) << c.message;
+    EXPECT_EQ(*why, c.message);
+  }
+  // A shared expert wider than the TP split allows.
+  ModelSpec odd = m;
+  odd.moe.shared_ffn = 511;
+  EXPECT_EQ(*validate(moe_base(), odd), "--tp 2: must divide the shared experts' width (511)");
+  // With tp 1 and the pipeline last, tp, pp, cp, dp orders are fine when they number alike.
+  Strategy flat = moe_base();
+  flat.tp = 1, flat.dp = 16, flat.sequence_parallel = false;
+  flat.order = {Dim::tp, Dim::cp, Dim::dp, Dim::pp};
+  EXPECT_FALSE(validate(flat, m));
+}
+
+TEST(StrategyExperts, ExpertFlagsOfADenseModelAreRefused) {
+  const ModelSpec m = testing::gpt(24, 2048, 16);
+  Strategy s = base_dense();
+  s.ep = 2;
+  EXPECT_EQ(*validate(s, m), "--ep 2: needs a model with experts (the model is dense)");
+  s = base_dense();
+  s.capacity_factor = 1.25;
+  EXPECT_EQ(*validate(s, m), "--capacity-factor 1.25: needs a model with experts (the model is dense)");
+  s = base_dense();
+  s.dispatcher = Dispatcher::allgather;
+  EXPECT_EQ(*validate(s, m), "--moe-dispatcher allgather: needs a model with experts (the model is dense)");
+}
+
+TEST(StrategyExperts, JsonCarriesTheExpertFieldsOnlyWhenSet) {
+  const json plain = to_json(base_dense());
+  for (const char* key : {"ep", "etp", "moe_imbalance", "moe_dispatcher", "capacity_factor", "recompute_modules"})
+    EXPECT_FALSE(plain.contains(key)) << key;
+  Strategy s = moe_base();
+  s.etp = 2;
+  s.moe_imbalance = 1.5;
+  s.dispatcher = Dispatcher::allgather;
+  s.capacity_factor = 1.25;
+  s.recompute_modules = kRecomputeMoeAct | kRecomputeMlaUpProj;
+  const json j = to_json(s);
+  EXPECT_EQ(j["ep"], 8);
+  EXPECT_EQ(j["recompute_modules"], "moe_act,mla_up_proj");
+  const Strategy back = strategy_from_json(j, "p.json");
+  EXPECT_EQ(to_json(back), j);
+  EXPECT_EQ(back.ep, 8);
+  EXPECT_EQ(back.etp, 2);
+  EXPECT_EQ(back.dispatcher, Dispatcher::allgather);
+  EXPECT_EQ(describe(s), "dp8 tp2 pp2 zero0 mb1 none 1f1b sp ep8 etp2 imb1.5 cf1.25 allgather rc:moe_act,mla_up_proj");
+  json bad = j;
+  bad["recompute_modules"] = "moe_act,core";
+  EXPECT_EQ(testing::input_error([&] { strategy_from_json(bad, "p.json"); }),
+            "p.json: strategy.recompute_modules = \"moe_act,core\", must list moe_act, mla_up_proj (comma-separated)");
+  EXPECT_EQ(parse_recompute_modules("none"), 0u);
+  EXPECT_FALSE(parse_recompute_modules("moe_act,"));
+}
+
+}  // namespace
+}  // namespace trainplan
