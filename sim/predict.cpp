@@ -403,9 +403,15 @@ bool fill_within(std::span<const double> prefix, int chunks, double first_extra,
 void partition_costs_into(std::span<const double> costs, std::span<int> out, double first_extra, double last_extra) {
   const int chunks = static_cast<int>(out.size()), layers = static_cast<int>(costs.size());
   TRAINPLAN_CHECK(chunks >= 1 && layers >= chunks, "need at least one layer per chunk");
+  if (chunks == 1) {
+    out[0] = layers;
+    return;
+  }
   std::vector<double> prefix(costs.size() + 1, 0.0);
   for (std::size_t l = 0; l < costs.size(); ++l) prefix[l + 1] = prefix[l] + costs[l];
-  double lo = 0, hi = prefix.back() + first_extra + last_extra;
+  // (Each chunk's load is summed as fill_within sums it, so that the whole model fits its bound
+  // to the last bit.)
+  double lo = 0, hi = prefix.back() + (first_extra + last_extra);
   if (!(std::isfinite(hi) && hi > 0)) {  // no usable costs: split evenly, later chunks take the rest
     std::fill(out.begin(), out.end(), layers / chunks);
     for (int i = chunks - layers % chunks; i < chunks; ++i) ++out[static_cast<std::size_t>(i)];

@@ -341,6 +341,16 @@ TEST(Predict, PartitionWithoutUsableCostsSplitsEvenly) {
   EXPECT_EQ(partition_layers(6, 3, 1e-300, 1e300, 0.0), (std::vector<int>{1, 2, 3}));
 }
 
+TEST(Predict, PartitionOfLayersOfDifferentCostsKeepsEveryLayerOnOneChunk) {
+  // One chunk (pp 1) of layers of two kinds: 1 + (1e-16 + 1e-16) rounds above (1 + 1e-16) +
+  // 1e-16, so a bound summed in the other order than the chunk's load left the whole model over
+  // it and the partition failed an internal check on every MoE model with one stage.
+  const std::vector<double> costs{0.5, 0.25, 0.25};
+  EXPECT_EQ(partition_layers(costs, 1, 1e-16, 1e-16), (std::vector<int>{3}));
+  EXPECT_EQ(partition_layers(costs, 2, 1e-16, 1e-16), (std::vector<int>{1, 2}));
+  EXPECT_EQ(partition_layers(costs, 3, 0.0, 0.0), (std::vector<int>{1, 1, 1}));
+}
+
 TEST(Predict, PartitionMovesLayersOffAHeavyHead) {
   // A head worth 3 layers: the last stage takes fewer layers so that no stage exceeds the rest.
   auto p = partition_layers(30, 4, 1.0, 0.0, 3.0);
