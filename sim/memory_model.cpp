@@ -159,6 +159,12 @@ Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s) 
   return stored_layer_activation_bytes(graph, Software{}, s);
 }
 
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s, int kind) {
+  const Software sw;
+  const TokenShape t = token_shape(s);
+  return stored_layer_activation_bytes(graph, sw, s, t, element_bytes(sw, s), moe_shape(graph.model(), s, t), kind);
+}
+
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s) {
   const TokenShape t = token_shape(s);
   return stored_layer_activation_bytes(graph, sw, s, t, element_bytes(sw, s), moe_shape(graph.model(), s, t), 0);
