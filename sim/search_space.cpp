@@ -36,7 +36,7 @@ void check_expert_space(const ModelSpec& m, const ExpertSpace& x) {
   if (!e.on()) {
     const char* rule = "needs a model with experts (the model is dense)";
     if (x.max_ep != 0) throw InputError(fmt::format("--max-ep {}: {}", x.max_ep, rule));
-    if (!x.etp_one || !x.etp_tp) throw InputError(fmt::format("--etp: {}", rule));
+    if (!x.etp_one || !x.etp_tp) throw InputError(fmt::format("--etp {}: {}", x.etp_one ? "1" : "tp", rule));
     if (x.moe_imbalance != 1) throw InputError(fmt::format("--moe-imbalance {}: {}", x.moe_imbalance, rule));
     if (x.capacity_factor != 0) throw InputError(fmt::format("--capacity-factor {}: {}", x.capacity_factor, rule));
     if (x.dispatcher != Dispatcher::alltoall)
@@ -45,7 +45,7 @@ void check_expert_space(const ModelSpec& m, const ExpertSpace& x) {
     if (x.recompute_modules & kRecomputeMoeAct) throw InputError(fmt::format("--recompute-modules moe_act: {}", rule));
   }
   if ((x.recompute_modules & kRecomputeMlaUpProj) && !m.mla.on())
-    throw InputError("--recompute-modules mla_up_proj: needs a model with latent attention (MLA)");
+    throw InputError("--recompute-modules mla_up_proj: needs a model with multi-head latent attention");
   if (!x.etp_one && !x.etp_tp) throw InputError("--etp: must list 1, tp or both");
   if (x.max_ep < 0) throw InputError(fmt::format("--max-ep {}: must be >= 1", x.max_ep));
   if (!(x.moe_imbalance >= 1)) {
@@ -90,6 +90,12 @@ void check_space(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, c
     }
   }
   check_expert_space(g.model(), sp.experts);
+  const bool only_full = std::all_of(sp.recompute.begin(), sp.recompute.end(), [](Recompute r) { return r == Recompute::full; });
+  if (sp.experts.recompute_modules != 0 && only_full) {
+    throw InputError(fmt::format("--recompute-modules {}: needs --recompute none or selective in the space (full "
+                                 "recomputation already recomputes every module)",
+                                 recompute_modules_string(sp.experts.recompute_modules)));
+  }
 }
 
 
