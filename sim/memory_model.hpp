@@ -81,6 +81,7 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, int kind);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s);
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s, int kind);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s);
 
 // Everything the per-stage memory figures need that does not depend on the stage, built once per

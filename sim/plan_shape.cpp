@@ -132,6 +132,7 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s, const RankLa
   g.ep = group_of(c, s.ep, layout.stride(ExpertDim::ep));
   g.etp = group_of(c, s.etp, layout.stride(ExpertDim::etp));
   g.edp = group_of(c, layout.size(ExpertDim::edp), layout.stride(ExpertDim::edp));
+  g.edp_zero3 = g.edp;
   g.expert_mp = group_of(c, s.ep * s.etp, std::min(layout.stride(ExpertDim::etp), layout.stride(ExpertDim::ep)));
   return g;
 }
@@ -146,9 +147,11 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s) { return par
 
 namespace {
 
-// The groups with ZeRO-3's view of the DP group: the stack's cap on its collectives' bandwidth.
+// The groups with ZeRO-3's view of the DP (and EDP) group: the stack's cap on its collectives'
+// bandwidth.
 ParallelGroups with_zero3(ParallelGroups g, const Software& sw) {
   g.zero3.link = capped(g.dp.link, sw.zero3.max_bus_bandwidth);
+  g.edp_zero3.link = capped(g.edp.link, sw.zero3.max_bus_bandwidth);
   return g;
 }
 

@@ -437,9 +437,15 @@ bool fill_within(std::span<const double> prefix, int chunks, double first_extra,
 void partition_costs_into(std::span<const double> costs, std::span<int> out, double first_extra, double last_extra) {
   const int chunks = static_cast<int>(out.size()), layers = static_cast<int>(costs.size());
   TRAINPLAN_CHECK(chunks >= 1 && layers >= chunks, "need at least one layer per chunk");
+  if (chunks == 1) {
+    out[0] = layers;
+    return;
+  }
   std::vector<double> prefix(costs.size() + 1, 0.0);
   for (std::size_t l = 0; l < costs.size(); ++l) prefix[l + 1] = prefix[l] + costs[l];
-  double lo = 0, hi = prefix.back() + first_extra + last_extra;
+  // (Each chunk's load is summed as fill_within sums it, so that the whole model fits its bound
+  // to the last bit.)
+  double lo = 0, hi = prefix.back() + (first_extra + last_extra);
   if (!(std::isfinite(hi) && hi > 0)) {  // no usable costs: split evenly, later chunks take the rest
     std::fill(out.begin(), out.end(), layers / chunks);
     for (int i = chunks - layers % chunks; i < chunks; ++i) ++out[static_cast<std::size_t>(i)];
@@ -829,10 +835,10 @@ CompressionCost chunk_wire(const GradientWire& w, const ChunkCost& c) {
 
 // The ZeRO/DP collectives over `group` of `params` parameters sending `wire` bytes in `calls`
 // calls, added to the chunk's: ZeRO-3 gathers each layer's parameters and ZeRO-2/3 reduce-scatter
-// each layer's gradients with their own call (ring latency and the per-call overhead per layer);
-// ZeRO 0/1 reduce once per step (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter
-// all-gather follows the optimizer). PowerSGD makes two rounds of each call (P, then Q). The
-// per-micro-batch calls of ZeRO 2/3 take `per_mb`: the group as the stack's ZeRO-3 uses it.
+// each layer's gradients with their own call (ring latency and the per-call overhead per layer),
+// over `per_mb` (ZeRO-3: the stack's view of the group, its cap); ZeRO 0/1 reduce once per step
+// (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter all-gather follows the optimizer).
+// PowerSGD makes two rounds of each call (P, then Q).
 void add_group_collectives(const PlanShape& shape, const GroupLink& group, const GroupLink& per_mb, double calls,
                            double params, double wire, double rounds, ChunkCost& c) {
   if (group.size == 1) return;
@@ -861,18 +867,17 @@ void set_chunk_collectives(const PlanShape& shape, double layers_params, int moe
   }
   const double n = c.layers;
   const double calls = std::max(1.0, n) + (c.params > layers_params ? 1 : 0);
-  // ZeRO-3's gathers and reduce-scatters take the stack's view of the DP group (its cap); the EDP
-  // group's take its own link (no profile states a cap for it).
-  const GroupLink& dp = shape.groups.dp;
-  const GroupLink& per_mb = shape.zero.shards_params ? shape.groups.zero3 : dp;
+  const bool zero3 = shape.zero.shards_params;
   if (c.expert_params <= 0) {
-    add_group_collectives(shape, dp, per_mb, calls, c.params, cc.wire, cc.rounds, c);
+    add_group_collectives(shape, shape.groups.dp, zero3 ? shape.groups.zero3 : shape.groups.dp, calls, c.params,
+                          cc.wire, cc.rounds, c);
     return;
   }
   const double expert_wire = c.expert_params * shape.bytes.wire_grad;
-  add_group_collectives(shape, dp, per_mb, calls, c.params - c.expert_params, cc.wire - expert_wire, cc.rounds, c);
-  add_group_collectives(shape, shape.groups.edp, shape.groups.edp, std::max(1, moe_layers), c.expert_params,
-                        expert_wire, 1, c);
+  add_group_collectives(shape, shape.groups.dp, zero3 ? shape.groups.zero3 : shape.groups.dp, calls,
+                        c.params - c.expert_params, cc.wire - expert_wire, cc.rounds, c);
+  add_group_collectives(shape, shape.groups.edp, zero3 ? shape.groups.edp_zero3 : shape.groups.edp,
+                        std::max(1, moe_layers), c.expert_params, expert_wire, 1, c);
 }
 
 // Every chunk's DP/ZeRO collectives and, compressed, its compression kernels (`compress`, one
