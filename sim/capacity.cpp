@@ -210,9 +210,10 @@ CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req
   const auto start = std::chrono::steady_clock::now();
   if (req.clusters.empty()) throw InputError("--clusters: must name at least one cluster");
   if (!(req.tokens > 0)) throw InputError(fmt::format("--tokens {}: must be > 0", req.tokens));
-  for (const auto& [name, usd] : req.prices) {
+  for (const auto& price : req.prices) {  // (a named pair, not a structured binding: clang's lambdas)
+    const std::string& name = price.first;
     if (std::none_of(req.clusters.begin(), req.clusters.end(), [&](const Cluster& c) { return c.name == name; })) {
-      throw InputError(fmt::format("--price {}={:g}: {} is not one of the clusters compared", name, usd, name));
+      throw InputError(fmt::format("--price {}={:g}: {} is not one of the clusters compared", name, price.second, name));
     }
   }
   CapacityResult out;
