@@ -113,6 +113,20 @@ void read_rank_order(const std::string& order, Strategy& s) {
   if (k != 4) throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", order));
 }
 
+// The mixture-of-experts flags over `s` (validate() checks them against the model).
+void read_expert_flags(const Flags& f, Strategy& s) {
+  s.ep = static_cast<int>(f.get_int("ep", s.ep, 1, 1 << 16));
+  s.etp = static_cast<int>(f.get_int("etp", s.etp, 1, 1 << 16));
+  s.moe_imbalance = f.get_double("moe-imbalance", s.moe_imbalance, 1, 1 << 16);
+  s.capacity_factor = f.get_double("capacity-factor", s.capacity_factor, 0, 1 << 16);
+  s.dispatcher = *parse_dispatcher(f.get_choice("moe-dispatcher", to_string(s.dispatcher), {"alltoall", "allgather"}));
+  if (auto m = f.get("recompute-modules")) {
+    auto parsed = parse_recompute_modules(*m);
+    if (!parsed) throw InputError(fmt::format("--recompute-modules {}: must list moe_act, mla_up_proj (comma-separated) or none", *m));
+    s.recompute_modules = *parsed;
+  }
+}
+
 // The layout flags over `s` (the plan's strategy, or the defaults): every field but dp.
 void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, Strategy& s) {
   auto int_flag = [&](const char* name, int current, int lo, int hi) {
@@ -146,6 +160,7 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
     s.grad_compression = *parsed;
   }
   if (auto order = f.get("rank-order")) read_rank_order(*order, s);
+  read_expert_flags(f, s);
 }
 
 // DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
@@ -253,6 +268,14 @@ std::string plan_flags_help() {
   --ps-placement dedicated|colocated  servers on S extra nodes (default) or on S of the job's nodes
   --grad-compression none|bf16|powersgd:R  gradient compression on the wire (default none; bf16
                             needs fp32 gradients; PowerSGD rank R >= 1 with error feedback, zero 0)
+  --ep E                    expert-parallel size (default 1; MoE models: must divide the experts,
+                            etp x ep must divide tp x cp x dp: the experts fold over those ranks)
+  --etp T                   expert tensor-parallel size (default 1)
+  --capacity-factor C       each expert takes at most tokens x top_k x C / experts copies, padded to
+                            that (default 0: dropless)
+  --moe-imbalance F         max / mean tokens per expert-parallel rank the planner assumes (default 1)
+  --moe-dispatcher alltoall|allgather  how tokens reach their experts (default alltoall)
+  --recompute-modules LIST  modules recomputed beside --recompute selective: moe_act, mla_up_proj
   --plan FILE               take the layout (and model/cluster) from a trainplan/prediction/v1
                             file or the best entry of a trainplan/search/v1 file; flags override
 )";
