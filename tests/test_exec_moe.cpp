@@ -1,0 +1,232 @@
+// trainplan exec with mixture-of-experts models on CPU/Gloo. Expert parallelism (the tokens'
+// all-to-all dispatch and combine, exec/moe.hpp), expert-data-parallel gradient reduction and
+// ZeRO-1 over it, EP over the tensor-parallel ranks (sequence parallel) and EP with a pipeline
+// train the same model as one rank: losses step by step, the first step's reduced gradients and
+// the final parameters equal the single-rank run's to the equivalence suite's tolerances
+// (tests/exec_runs.hpp; dropless routing, fp32). The bytes the executor hands to the all-to-alls
+// equal the planner's figure for the same plan, and the CLI refuses what exec does not run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "exec_runs.hpp"
+#include "sim/model_spec.hpp"
+
+namespace {
+
+using namespace trainplan::testing::exec_runs;
+using trainplan::testing::run_merged;
+
+[[maybe_unused]] ::testing::Environment* const kRemoveWorkDir = ::testing::AddGlobalTestEnvironment(new RemoveWorkDir);
+
+const ExecRun& reference(const std::string& model) {
+  static std::map<std::string, ExecRun> cache;
+  auto it = cache.find(model);
+  if (it == cache.end()) it = cache.emplace(model, exec_run(model, 1, "", model + "_ref")).first;
+  return it->second;
+}
+
+// The planner's all-to-all bytes of one rank per step (the figure trainplan's cost model puts on
+// the EP group: PlanShape's MoeShape, sim/plan_shape.hpp): each MoE layer of the rank's stage, in
+// each micro-batch, sends its routed copies out and back (dispatch and combine) in the forward and
+// again in the backward (and once more forward under full recomputation). One all-to-all carries
+//   routed x hidden x activation bytes,  routed = tokens x top_k x f,
+// tokens = micro_batch x seq / cp (/ tp with sequence parallelism) entering the layer, f the
+// capacity factor when one is set (every expert padded to capacity), else the assumed imbalance 1.
+// fp32 on the CPU: 4 bytes per element.
+double planner_all_to_all_bytes(const trainplan::ModelSpec& m, int moe_layers, int micro_batches, int micro_batch,
+                                int seq, int tp_sp, int cp, double capacity_factor, bool full_recompute) {
+  const double tokens = static_cast<double>(micro_batch) * seq / cp / tp_sp;
+  const double routed = tokens * m.moe.top_k * (capacity_factor > 0 ? capacity_factor : 1.0);
+  const int passes = 4 + (full_recompute ? 2 : 0);
+  return static_cast<double>(moe_layers) * micro_batches * passes * routed * m.hidden * 4.0;
+}
+
+// predict's JSON for a layout (fp32, the runs' batch), or null when predict failed.
+nlohmann::json predict_json(const std::string& model, int ranks, const std::string& layout, const std::string& tag) {
+  const fs::path json = work_dir() / (tag + ".predict.json");
+  const std::string args = "predict --model " + model_path(model) + " --cluster dgx-h100 --dtype fp32 --global-batch 4 "
+                           "--micro-batch 1 " + layout + " --gpus " + std::to_string(ranks) + " --json " + json.string();
+  const auto r = run_merged(args);
+  EXPECT_EQ(r.code, 0) << "trainplan " << args << "\n" << r.output;
+  if (r.code != 0) return {};
+  std::ifstream jf(json);
+  return nlohmann::json::parse(jf);
+}
+
+// The run's all-to-all bytes against the planner's, per pipeline stage: the layers of each stage
+// as predict splits them (which exec runs), its MoE layers counted by ModelSpec::is_moe_layer.
+// Dropless routing sends each rank's own copies out (routing-independent) but brings back as many
+// as its experts were sent (routing-dependent), so one rank's bytes are the planner's balanced
+// figure only on average: over each EP group, and so over each stage, the sum is exact. With a
+// capacity factor every rank sends and receives exactly E x capacity rows: `per_rank` checks each.
+void expect_all_to_all_bytes(const ExecRun& run, const std::string& model, int ranks, const std::string& layout,
+                             const std::string& tag, double capacity_factor, bool full_recompute, bool per_rank) {
+  const auto pred = predict_json(model, ranks, layout, tag);
+  if (pred.is_null()) return;
+  const trainplan::ModelSpec spec = trainplan::load_model(model_path(model), TRAINPLAN_TEST_DATA_DIR);
+  const auto& st = pred.at("strategy");
+  const int dp = st.at("dp"), tp = st.at("tp"), cp = st.at("cp"), micro_batch = st.at("micro_batch");
+  const int tp_sp = st.value("sequence_parallel", false) ? tp : 1;
+  const int micro_batches = st.at("global_batch").get<int>() / (dp * micro_batch);
+  std::vector<double> figure;  // per stage
+  int layer = 0;
+  for (const auto& stage : pred.at("memory").at("per_stage")) {
+    int moe = 0;
+    for (int k = 0; k < stage.at("layers").get<int>(); ++k, ++layer) moe += spec.is_moe_layer(layer) ? 1 : 0;
+    figure.push_back(planner_all_to_all_bytes(spec, moe, micro_batches, micro_batch, st.at("seq_len"), tp_sp, cp,
+                                              capacity_factor, full_recompute));
+  }
+  ASSERT_EQ(layer, spec.layers) << layout;
+  const auto& env = run.measurement.at("environment");
+  std::map<int, int> stage_of;
+  for (const auto& r : env.at("model_states").at("per_rank")) stage_of[r.at("rank")] = r.at("stage");
+  std::vector<double> sum(figure.size(), 0.0), members(figure.size(), 0.0);
+  for (const auto& r : env.at("expert_parallel").at("per_rank")) {
+    const int stage = stage_of.at(r.at("rank"));
+    const double got = r.at("token_bytes_per_step");
+    sum[stage] += got;
+    members[stage] += 1;
+    if (per_rank) {
+      EXPECT_DOUBLE_EQ(got, figure[stage]) << layout << ": rank " << r.at("rank");
+    }
+  }
+  for (size_t k = 0; k < figure.size(); ++k) {
+    EXPECT_GT(figure[k], 0) << layout << ": stage " << k << " has no MoE layer to check";
+    EXPECT_DOUBLE_EQ(sum[k], members[k] * figure[k]) << layout << ": stage " << k << "'s all-to-all bytes per step";
+  }
+}
+
+TEST(ExecMoe, SingleRankLossFalls) {
+  const ExecRun& ref = reference("tiny-moe");
+  ASSERT_EQ(ref.losses.size(), 3u) << ref.output;
+  EXPECT_NEAR(ref.losses[0], std::log(256.0), 0.3);  // untrained: about ln(vocab)
+  EXPECT_LT(ref.losses[2], ref.losses[0]);
+}
+
+// Expert parallelism over two data-parallel ranks (edp = dp / ep = 1): each rank holds two of the
+// four experts of every MoE layer and receives the tokens of both ranks routed to them.
+TEST(ExecMoe, ExpertParallel2) {
+  const std::string layout = "--dp 2 --ep 2";
+  const ExecRun got = exec_run("tiny-moe", 2, layout, "ep2");
+  ASSERT_EQ(got.code, 0) << got.output;
+  expect_equivalent(reference("tiny-moe"), got, layout);
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2", 0, false, false);
+}
+
+// Four data-parallel ranks, EP 2: two EP groups, and each expert on two ranks (edp 2), which
+// reduce its gradient and, with ZeRO-1, shard its AdamW state; the dense parameters over all four.
+TEST(ExecMoe, ExpertParallel2DataParallel2Zero1) {
+  const std::string layout = "--dp 4 --ep 2 --zero 1";
+  const ExecRun got = exec_run("tiny-moe", 4, layout, "ep2dp2z1");
+  ASSERT_EQ(got.code, 0) << got.output;
+  expect_equivalent(reference("tiny-moe"), got, layout);
+  expect_all_to_all_bytes(got, "tiny-moe", 4, layout, "ep2dp2z1", 0, false, false);
+  // ZeRO-1 over edp 2: each rank keeps AdamW moments for half of its experts (and a quarter of the
+  // dense parameters); without sharding it would hold them all.
+  for (const auto& r : got.measurement.at("environment").at("model_states").at("per_rank"))
+    EXPECT_LT(r.at("optimizer").get<double>(), 2 * r.at("weights").get<double>()) << "rank " << r.at("rank");
+}
+
+// EP over the two tensor-parallel ranks (etp 1, edp 1): with sequence parallelism each TP rank
+// routes its own half of the sequence; the router's gradient is summed over TP like the norms'.
+TEST(ExecMoe, ExpertParallel2TensorParallel2) {
+  const std::string layout = "--tp 2 --sequence-parallel on --ep 2";
+  const ExecRun got = exec_run("tiny-moe", 2, layout, "ep2tp2");
+  ASSERT_EQ(got.code, 0) << got.output;
+  expect_equivalent(reference("tiny-moe"), got, layout);
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2tp2", 0, false, false);
+}
+
+// EP 2 inside each of two pipeline stages: the stages' MoE layers dispatch within their own stage.
+TEST(ExecMoe, ExpertParallel2Pipeline2) {
+  const std::string layout = "--dp 2 --ep 2 --pp 2";
+  const ExecRun got = exec_run("tiny-moe", 4, layout, "ep2pp2");
+  ASSERT_EQ(got.code, 0) << got.output;
+  expect_equivalent(reference("tiny-moe"), got, layout);
+  expect_all_to_all_bytes(got, "tiny-moe", 4, layout, "ep2pp2", 0, false, false);
+}
+
+// Full recomputation re-runs each MoE layer's dispatch and combine in the backward: still the same
+// model, and the planner's six all-to-alls per layer and micro-batch.
+TEST(ExecMoe, ExpertParallel2FullRecomputation) {
+  const std::string layout = "--dp 2 --ep 2 --recompute full";
+  const ExecRun got = exec_run("tiny-moe", 2, layout, "ep2full");
+  ASSERT_EQ(got.code, 0) << got.output;
+  expect_equivalent(reference("tiny-moe"), got, layout);
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2full", 0, true, false);
+}
+
+// GPT-2 style experts: GELU with biases, a sigmoid router with a bias, a gated shared expert, MoE
+// every second layer, a tied embedding.
+TEST(ExecMoe, GptStyleExpertParallel2) {
+  const std::string layout = "--dp 2 --ep 2";
+  const ExecRun got = exec_run("tiny-moe-gpt", 2, layout, "gpt_ep2");
+  ASSERT_EQ(got.code, 0) << got.output;
+  expect_equivalent(reference("tiny-moe-gpt"), got, layout);
+}
+
+// A capacity factor of experts / top_k (the largest allowed) gives every expert room for all of a
+// rank's tokens: nothing is dropped, the padding rows add nothing, and the run is the dropless
+// single-rank run; every rank then sends exactly E x capacity rows per all-to-all, the planner's
+// figure with f = C.
+TEST(ExecMoe, CapacityThatDropsNothingIsDropless) {
+  const std::string layout = "--dp 2 --ep 2 --capacity-factor 2";
+  const ExecRun got = exec_run("tiny-moe", 2, layout, "ep2cap2");
+  ASSERT_EQ(got.code, 0) << got.output;
+  expect_equivalent(reference("tiny-moe"), got, layout);
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2cap2", 2.0, false, true);
+}
+
+// Capacity 1: copies beyond an expert's capacity are dropped, so the run trains a different
+// function: at initialisation the experts' outputs are small and the losses stay close to the
+// dropless run's, but the gradients of the experts that dropped copies differ from it by far more
+// than the equivalence tolerance. Every rank sends exactly the planner's bytes, and the counts
+// need no exchange.
+TEST(ExecMoe, CapacityOneDropsTokens) {
+  const std::string layout = "--dp 2 --ep 2 --capacity-factor 1";
+  const ExecRun got = exec_run("tiny-moe", 2, layout, "ep2cap1");
+  ASSERT_EQ(got.code, 0) << got.output;
+  ASSERT_EQ(got.losses.size(), 3u);
+  const ExecRun& ref = reference("tiny-moe");
+  ASSERT_EQ(ref.losses.size(), 3u) << ref.output;
+  EXPECT_NEAR(got.losses[0], ref.losses[0], 0.01 * ref.losses[0]);
+  EXPECT_GT(worst_relative_difference(ref.grads, got.grads), 1e-2) << "no copy was dropped";
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2cap1", 1.0, false, true);
+  for (const auto& r : got.measurement.at("environment").at("expert_parallel").at("per_rank"))
+    EXPECT_EQ(r.at("count_bytes_per_step").get<double>(), 0.0) << "rank " << r.at("rank");
+}
+
+// Bad values exit 2 with one line naming the flag and the rule.
+TEST(ExecMoe, RefusesWhatExecDoesNotRun) {
+  const std::string base = "exec --model " + model_path("tiny-moe") + " --cluster cpu-local --dtype fp32 "
+                           "--global-batch 4 --micro-batch 1 --steps 1 --warmup 0 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--dp 2 --ep 3 --nproc 2", "--ep 3: must divide the model's experts (4)"},
+      {"--dp 2 --ep 4 --nproc 2", "--ep 4: etp x ep (1 x 4) must divide a pipeline stage's tp x cp x dp"},
+      {"--dp 2 --etp 2 --nproc 2", "--etp 2: exec runs whole experts"},
+      {"--dp 2 --ep 2 --zero 3 --nproc 2", "--zero 3: exec does not gather routed experts"},
+      {"--dp 2 --ep 2 --moe-dispatcher allgather --nproc 2", "--moe-dispatcher allgather: exec dispatches tokens by all-to-all"},
+      {"--dp 2 --ep 2 --moe-imbalance 1.5 --nproc 2", "--moe-imbalance 1.5: exec routes with the model's router"},
+      {"--tp 2 --ep 2 --nproc 2", "--sequence-parallel off: an MoE model with --tp > 1 needs sequence parallelism"},
+      {"--dp 2 --ep 2 --capacity-factor 3 --nproc 2", "--capacity-factor 3: must be in (0, experts / top_k]"},
+      {"--dp 2 --ep 2 --recompute selective --recompute-modules moe_act --nproc 2", "--recompute-modules moe_act: exec"},
+  };
+  for (const auto& [flags, rule] : cases) {
+    const auto r = run_merged(base + flags);
+    EXPECT_EQ(r.code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(rule), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << flags << ": one line\n" << r.output;
+  }
+  // Expert flags on a dense model.
+  const auto dense = run_merged("exec --model " + model_path("tiny-llama") + " --cluster cpu-local --global-batch 4 "
+                                "--dp 2 --ep 2 --nproc 2");
+  EXPECT_EQ(dense.code, 2) << dense.output;
+  EXPECT_NE(dense.output.find("--ep 2: needs a model with experts"), std::string::npos) << dense.output;
+}
+
+}  // namespace
