@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "reports/csv.hpp"
 #include "reports/search_report.hpp"
@@ -37,12 +38,15 @@ options:
   --software NAME|FILE      training stack costed (software/NAME.json; default megatron-core)
   --clusters a,b,c          cluster kinds (built-in names or files; default: every
                             built-in cluster with a scale-out network)
+  --price CLUSTER=USD[,..]  price per GPU-hour of a cluster (by name) instead of its file's
+                            assumed price, e.g. --price dgx-b200=4.2,mi300x=2.1
   --gpus-range lo..hi       GPU counts to consider (default: one node .. each cluster's size)
   --deadline-days D         find the cheapest option finishing within D days
   --budget-usd X            find the fastest option costing at most X USD
   --global-batch B          sequences per step (default: about 4M tokens per step, a power of two)
   --seq S                   tokens per sequence (default: the model's seq_len)
-  --dtype bf16|fp16|fp8|fp32   training precision (default bf16; clusters without it are listed
+  --dtype bf16|fp16|fp8|fp32|mxfp8|nvfp4   training precision (default bf16; mxfp8 and nvfp4
+                            need Blackwell; clusters without it are listed
                             as infeasible)
   --threads N               worker threads per search (default: all hardware threads)
 
@@ -146,6 +150,32 @@ std::vector<Cluster> read_clusters(const Flags& f, const std::filesystem::path& 
   return clusters;
 }
 
+// --price NAME=USD,...: prices per GPU-hour by cluster name, each a named cluster's, once.
+std::map<std::string, double> read_prices(const Flags& f, const std::vector<Cluster>& clusters) {
+  std::map<std::string, double> prices;
+  const auto list = f.get("price");
+  if (!list) return prices;
+  std::vector<std::string> names;
+  for (const Cluster& c : clusters) names.push_back(c.name);
+  for (const std::string& item : split_list("price", *list)) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw InputError(fmt::format("--price {}: each item must be CLUSTER=USD (USD per GPU-hour)", item));
+    }
+    const std::string name = item.substr(0, eq);
+    const auto usd = parse_decimal(item.substr(eq + 1));
+    if (!usd || *usd <= 0 || *usd > 1e6) {
+      throw InputError(fmt::format("--price {}: the price must be a decimal number of USD per GPU-hour in (0, 1e6]", item));
+    }
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      throw InputError(fmt::format("--price {}: {} is not one of the clusters compared ({})", item, name,
+                                   fmt::join(names, ", ")));
+    }
+    if (!prices.emplace(name, *usd).second) throw InputError(fmt::format("--price {}: prices {} twice", *list, name));
+  }
+  return prices;
+}
+
 // --reliability NAME|FILE with --mtbf-hours, --checkpoint-gbps and --restart-minutes over it.
 Reliability read_reliability_flags(const Flags& f, const std::filesystem::path& data_dir) {
   Reliability rel = load_reliability(f.get_or("reliability", "default"), data_dir);
@@ -184,6 +214,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   req.tokens = tokens;
   req.software = read_software_flag(f, ctx.data_dir);
   req.clusters = read_clusters(f, ctx.data_dir);
+  req.prices = read_prices(f, req.clusters);
   if (auto range = f.get("gpus-range")) std::tie(req.gpus_lo, req.gpus_hi) = parse_range(*range);
   const int seq = static_cast<int>(f.get_int("seq", model.seq_len, 1, 1 << 24));
   // Default batch: about 4M tokens per step, rounded to a power of two of sequences.
@@ -196,7 +227,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   }
   if (f.has("deadline-days")) req.deadline_days = f.get_double("deadline-days", 0, 1e-6, 1e6);
   if (f.has("budget-usd")) req.budget_usd = f.get_double("budget-usd", 0, 1e-6, 1e15);
-  req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
+  req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   req.reliability = read_reliability_flags(f, ctx.data_dir);
   req.elastic = f.has("elastic");

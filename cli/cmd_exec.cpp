@@ -261,7 +261,11 @@ void check_exec_experts(const ModelSpec& m, const Strategy& s) {
     throw InputError(fmt::format("--etp {}: exec runs whole experts (expert tensor parallelism 1); predict and "
                                  "simulate model etp > 1", s.etp));
   if (s.dispatcher != Dispatcher::alltoall)
-    throw InputError("--moe-dispatcher allgather: exec dispatches tokens by all-to-all; use alltoall");
+    throw InputError(fmt::format("--moe-dispatcher {}: exec dispatches tokens by all-to-all; use alltoall",
+                                 to_string(s.dispatcher)));
+  if (s.moe_a2a_overlap)
+    throw InputError("--moe-a2a-overlap on: exec runs each micro-batch's all-to-alls in turn, hiding none behind "
+                     "another's compute; use off");
   if (s.moe_imbalance != 1)
     throw InputError(fmt::format("--moe-imbalance {}: exec routes with the model's router, whose balance it measures; "
                                  "the imbalance is an assumption of predict and simulate (leave it 1)",
@@ -313,9 +317,11 @@ void check_exec_request(const PlanInputs& in, const exec::ExecOptions& o, bool c
   const Strategy& s = in.strategy;
   if (o.device == "cuda" && !cuda) throw InputError("--device cuda: this build has no CUDA or no GPU is visible");
   if (o.backend == "nccl" && o.device != "cuda") throw InputError("--backend nccl: needs --device cuda; use --backend gloo");
-  if (o.device == "cuda" && s.dtype == Dtype::fp8)
-    throw InputError("--dtype fp8: exec runs bf16, fp16 (dynamic loss scaling) or fp32 on GPUs, not fp8");
-  if (o.cpu_autocast && s.dtype == Dtype::fp8) throw InputError("--cpu-autocast on: runs bf16 or fp16, not fp8");
+  if (o.device == "cuda" && quantized_gemms(s.dtype))
+    throw InputError(fmt::format("--dtype {}: exec runs bf16, fp16 (dynamic loss scaling) or fp32 on GPUs, not {}",
+                                 to_string(s.dtype), to_string(s.dtype)));
+  if (o.cpu_autocast && quantized_gemms(s.dtype))
+    throw InputError(fmt::format("--cpu-autocast on: runs bf16 or fp16, not {}", to_string(s.dtype)));
   check_divisible("heads", in.model.heads, s.tp);
   check_divisible("kv_heads", in.model.kv_heads, s.tp);
   check_divisible("ffn_hidden", in.model.ffn_hidden, s.tp);

@@ -53,15 +53,15 @@ int cmd_predict(const Args& args, const Context& ctx) {
   // The step costs are computed once and shared by the closed form and the simulator.
   Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.software, in.strategy)
                                : predict(graph, in.cluster, in.software, in.strategy);
-  const std::string title = fmt::format("{} on {} x {} ({}), {} parameters, {} engine", in.model.name,
-                                           in.strategy.gpus(), in.cluster.gpu.name, in.cluster.name,
-                                           format_count(graph.total_params()), engine);
+  const std::string title = fmt::format("{} on {} x {} ({}), {}, {} engine", in.model.name, in.strategy.gpus(),
+                                        in.cluster.gpu.name, in.cluster.name, parameters_text(graph), engine);
   PredictionDoc prediction = prediction_doc(e);
   prediction.model = in.model.name;
   prediction.cluster = in.cluster.name;
   prediction.software = in.software.name;
   prediction.engine = engine;
   prediction.cost = prediction_cost(e, in.cluster);
+  prediction.parameters = parameter_counts(graph);
   std::vector<StageDetail> detail;
   if (layers && !cannot_cost(graph, in.cluster, in.strategy)) {
     detail = layer_detail(step_costs(graph, in.cluster, in.software, in.strategy));

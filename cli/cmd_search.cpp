@@ -47,16 +47,17 @@ search:
                             a fixed global batch); cost: fewest USD per step (price per GPU-hour
                             x GPUs x step time). Default throughput
   --exact-gpus              only layouts using exactly N GPUs
-  --dtype bf16|fp16|fp8|fp32         training precision (default bf16)
+  --dtype bf16|fp16|fp8|fp32|mxfp8|nvfp4   training precision (default bf16; mxfp8 and nvfp4, the
+                                     block-scaled formats, need a GPU with their peak: Blackwell)
   --attention flash|standard         attention kernel (default flash)
   --zero LIST               ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)
   --recompute LIST          from none,selective,full (default none,full with flash attention,
                             where selective gives the figures of none; all three with standard)
   --schedules LIST          from gpipe,1f1b,interleaved (default 1f1b,interleaved; gpipe predicts
                             the 1f1b step time with at least its memory)
-  --max-tp T                largest tensor-parallel size (default: GPUs per node)
+  --max-tp T                largest tensor-parallel size (default: GPUs per scale-up domain)
   --max-pp P                largest pipeline depth (default: the model's layers)
-  --max-cp C                largest context-parallel size (default: GPUs per node, and at least
+  --max-cp C                largest context-parallel size (default: GPUs per scale-up domain, and at least
                             1024 tokens per rank)
   --max-dp D                largest data-parallel size (default: no limit)
   --max-vp V                largest interleaving factor (default 8)
@@ -102,7 +103,7 @@ SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Clust
   if (space.exact_gpus && gpus > cluster.max_gpus()) {
     throw InputError(fmt::format("--gpus {}: --exact-gpus needs at most the cluster's {} GPUs", gpus, cluster.max_gpus()));
   }
-  space.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32"}));
+  space.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   space.zero_stages = list_flag<int>(f, "zero", "0,1,2,3", parse_zero, space.zero_stages);
   space.recompute = list_flag<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
   space.schedules = list_flag<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);

@@ -183,8 +183,8 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   std::optional<StepCosts> costs;
   if (!cannot_cost(graph, in.cluster, s)) costs = step_costs(graph, in.cluster, in.software, s);
   const Estimate analytic = costs ? compose(*costs, graph, in.cluster, s) : predict(graph, in.cluster, in.software, s);
-  const std::string title = fmt::format("{} on {} x {} ({}), {} parameters", in.model.name, s.gpus(),
-                                        in.cluster.gpu.name, in.cluster.name, format_count(graph.total_params()));
+  const std::string title = fmt::format("{} on {} x {} ({}), {}", in.model.name, s.gpus(), in.cluster.gpu.name,
+                                        in.cluster.name, parameters_text(graph));
   if (!(analytic.time.step > 0)) {  // invalid plan: nothing to simulate
     stage_not_simulated(files, analytic, in, title);
     print_note();
@@ -202,6 +202,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   prediction.model = in.model.name;
   prediction.cluster = in.cluster.name;
   prediction.engine = "des";
+  prediction.parameters = parameter_counts(graph);
   // Every event only for the outputs that carry it: large.
   prediction.simulation = simulation_doc(timeline, ranks, files.wants("json") || files.wants("html"));
   const auto doc = prediction_to_json(prediction);

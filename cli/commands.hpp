@@ -26,6 +26,7 @@ int cmd_compare(const Args& args, const Context& ctx);   // a prediction against
 int cmd_search(const Args& args, const Context& ctx);    // every layout, ranked
 int cmd_capacity(const Args& args, const Context& ctx);  // cluster kind and size for a token budget
 int cmd_report(const Args& args, const Context& ctx);    // an HTML page of result files
+int cmd_cluster(const Args& args, const Context& ctx);   // cluster files: derive one for an unmeasured GPU
 // In trainplan-exec only (they need LibTorch):
 int cmd_exec(const Args& args, const Context& ctx);
 int cmd_calibrate(const Args& args, const Context& ctx);

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
       {"search", {cmd_search, "rank every valid layout of a model on a cluster (best first)"}},
       {"capacity", {cmd_capacity, "time, GPU-hours, cost and energy to train T tokens per cluster kind and size"}},
       {"report", {cmd_report, "one self-contained HTML page (charts) from trainplan JSON files"}},
+      {"cluster", {cmd_cluster, "derive: a cluster file for an unmeasured GPU from its datasheet figures"}},
       {"exec", {[](const Args& a, const Context& c) { return run_exec_binary("exec", a, c); },
                 "run a plan for real with LibTorch (NCCL/Gloo) and measure it"}},
       {"calibrate", {[](const Args& a, const Context& c) { return run_exec_binary("calibrate", a, c); },

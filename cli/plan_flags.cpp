@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "reports/console.hpp"
 #include "reports/prediction_json.hpp"
 #include "reports/search_json.hpp"
 #include "sim/check.hpp"
@@ -65,6 +66,18 @@ std::string attention_kernel_note(const Cluster& cluster, const Software& softwa
                      software.name, software.attention_kernel, cluster.name);
 }
 
+std::string parameters_text(const LayerGraph& graph) {
+  const ParamCounts c = graph.counts();
+  if (!parameter_counts(graph)) return fmt::format("{} parameters", format_count(c.total));
+  return fmt::format("{} parameters, {} active", format_count(c.total), format_count(c.active));
+}
+
+std::optional<ParamCounts> parameter_counts(const LayerGraph& graph) {
+  const ModelSpec& m = graph.model();
+  if (!m.moe.on() && m.mtp_layers == 0) return std::nullopt;
+  return graph.counts();
+}
+
 void print_notes(std::ostream& err, const char* command, std::initializer_list<std::string> notes) {
   for (const std::string& note : notes)
     if (!note.empty()) err << "trainplan " << command << ": note: " << printable(note) << "\n";
@@ -113,20 +126,6 @@ void read_rank_order(const std::string& order, Strategy& s) {
   if (k != 4) throw InputError(fmt::format("--rank-order {}: must list tp, cp, dp, pp once each, fastest first", order));
 }
 
-// The mixture-of-experts flags over `s` (validate() checks them against the model).
-void read_expert_flags(const Flags& f, Strategy& s) {
-  s.ep = static_cast<int>(f.get_int("ep", s.ep, 1, 1 << 16));
-  s.etp = static_cast<int>(f.get_int("etp", s.etp, 1, 1 << 16));
-  s.moe_imbalance = f.get_double("moe-imbalance", s.moe_imbalance, 1, 1 << 16);
-  s.capacity_factor = f.get_double("capacity-factor", s.capacity_factor, 0, 1 << 16);
-  s.dispatcher = *parse_dispatcher(f.get_choice("moe-dispatcher", to_string(s.dispatcher), {"alltoall", "allgather"}));
-  if (auto m = f.get("recompute-modules")) {
-    auto parsed = parse_recompute_modules(*m);
-    if (!parsed) throw InputError(fmt::format("--recompute-modules {}: must list moe_act, mla_up_proj (comma-separated) or none", *m));
-    s.recompute_modules = *parsed;
-  }
-}
-
 // The layout flags over `s` (the plan's strategy, or the defaults): every field but dp.
 void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, Strategy& s) {
   auto int_flag = [&](const char* name, int current, int lo, int hi) {
@@ -148,7 +147,7 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
   s.sequence_parallel = on_off(f, "sequence-parallel", s.sequence_parallel);
   const ScheduleKind default_schedule = (!have_plan && s.vp > 1) ? ScheduleKind::interleaved : s.schedule;
   s.schedule = *parse_schedule(f.get_choice("schedule", to_string(default_schedule), {"gpipe", "1f1b", "interleaved"}));
-  s.dtype = *parse_dtype(f.get_choice("dtype", to_string(s.dtype), {"bf16", "fp16", "fp8", "fp32"}));
+  s.dtype = *parse_dtype(f.get_choice("dtype", to_string(s.dtype), {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   s.attention = *parse_attention(f.get_choice("attention", to_string(s.attention), {"flash", "standard"}));
   s.fp32_grad_accum = on_off(f, "fp32-grad-accum", s.fp32_grad_accum);
   s.dp_algorithm = *parse_dp_algorithm(f.get_choice("dp-algorithm", to_string(s.dp_algorithm), {"allreduce", "ps", "ps-async"}));
@@ -160,7 +159,26 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
     s.grad_compression = *parsed;
   }
   if (auto order = f.get("rank-order")) read_rank_order(*order, s);
-  read_expert_flags(f, s);
+}
+
+// The expert flags over `s`: --ep --etp --moe-imbalance --moe-dispatcher --capacity-factor
+// --recompute-modules (validate() checks them against the model).
+void read_expert_flags(const Flags& f, Strategy& s) {
+  s.ep = static_cast<int>(f.get_int("ep", s.ep, 1, 1 << 16));
+  s.etp = static_cast<int>(f.get_int("etp", s.etp, 1, 1 << 16));
+  s.moe_imbalance = f.get_double("moe-imbalance", s.moe_imbalance, 1, 1 << 16);
+  s.dispatcher =
+      *parse_dispatcher(f.get_choice("moe-dispatcher", to_string(s.dispatcher), {"alltoall", "allgather", "flex"}));
+  s.moe_a2a_overlap = on_off(f, "moe-a2a-overlap", s.moe_a2a_overlap);
+  s.capacity_factor = f.get_double("capacity-factor", s.capacity_factor, 0, 1 << 16);
+  if (auto r = f.get("recompute-modules")) {
+    auto parsed = parse_recompute_modules(*r);
+    if (!parsed) {
+      throw InputError(fmt::format("--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj",
+                                   *r));
+    }
+    s.recompute_modules = *parsed;
+  }
 }
 
 // DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
@@ -199,6 +217,7 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   Strategy s = have_plan ? from_plan->estimate.strategy : Strategy{};
   if (!f.has("seq") && !have_plan) in.seq_note = sequence_note(in.model);
   read_layout_flags(f, in.model, have_plan, s);
+  read_expert_flags(f, s);
   read_gpus_flags(f, have_plan, s);
   // A layout read from --plan names the plan file: its sizes were never given as flags.
   auto refuse = [&](const std::string& why) {
@@ -238,7 +257,8 @@ std::string dp_space_flags_help() {
 std::string plan_flags_help() {
   return R"(plan (model, cluster and layout):
   --model NAME|FILE         built-in model (models/NAME.json), a trainplan model file, or a
-                            Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox)
+                            Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox,
+                            mixtral, qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2, gpt_oss, llama4)
   --cluster NAME|FILE       built-in cluster (topologies/NAME.json) or a topology file
   --software NAME|FILE      training stack whose kernels are costed (software/NAME.json):
                             megatron-core (default: fused kernels, as the published large runs),
@@ -258,7 +278,9 @@ std::string plan_flags_help() {
   --recompute none|selective|full   activation recomputation (default none)
   --sequence-parallel on|off        Megatron sequence parallelism, needs tp > 1 (default off)
   --schedule gpipe|1f1b|interleaved pipeline schedule (default 1f1b; interleaved if --vp > 1)
-  --dtype bf16|fp16|fp8|fp32        training precision (default bf16)
+  --dtype bf16|fp16|fp8|fp32|mxfp8|nvfp4   training precision (default bf16): fp8 with one scale
+                                    per tensor; mxfp8 (8-bit, a scale per 32) and nvfp4 (4-bit, a
+                                    scale per 16) need a GPU with their peak (Blackwell)
   --attention flash|standard        fused attention (default) or materialised scores
   --fp32-grad-accum on|off          keep 4-byte gradients (default off)
   --rank-order tp,cp,dp,pp          rank order, fastest-varying first (default tp,cp,dp,pp)
@@ -268,14 +290,21 @@ std::string plan_flags_help() {
   --ps-placement dedicated|colocated  servers on S extra nodes (default) or on S of the job's nodes
   --grad-compression none|bf16|powersgd:R  gradient compression on the wire (default none; bf16
                             needs fp32 gradients; PowerSGD rank R >= 1 with error feedback, zero 0)
-  --ep E                    expert-parallel size (default 1; MoE models: must divide the experts,
-                            etp x ep must divide tp x cp x dp: the experts fold over those ranks)
-  --etp T                   expert tensor-parallel size (default 1)
-  --capacity-factor C       each expert takes at most tokens x top_k x C / experts copies, padded to
-                            that (default 0: dropless)
-  --moe-imbalance F         max / mean tokens per expert-parallel rank the planner assumes (default 1)
-  --moe-dispatcher alltoall|allgather  how tokens reach their experts (default alltoall)
-  --recompute-modules LIST  modules recomputed beside --recompute selective: moe_act, mla_up_proj
+experts (models with experts; Megatron-core's folding: etp x ep must divide tp x cp x dp of a stage,
+edp = tp x cp x dp / (etp x ep) ranks share an expert shard):
+  --ep E                    expert-parallel size (default 1; must divide the experts)
+  --etp T                   expert-tensor-parallel size (default 1, as every published recipe)
+  --moe-imbalance X         max / mean tokens per expert-parallel rank, in [1, ep] (default 1:
+                            balanced, as published benchmarks force it)
+  --moe-dispatcher alltoall|allgather|flex  how tokens reach their experts: NCCL all-to-all of
+                            every routed copy (default), all-gather, or DeepEP/HybridEP (a token
+                            crosses once to each node holding its experts)
+  --moe-a2a-overlap on|off  hide the expert all-to-all behind another micro-batch's compute
+                            (Megatron-core --overlap-moe-expert-parallel-comm; default off)
+  --capacity-factor C       cap (and pad) each expert at tokens x top_k x C / experts tokens
+                            (default 0: dropless; at most experts / top_k)
+  --recompute-modules LIST  recompute these modules in the backward: moe_act (the experts'
+                            activation), mla_up_proj (MLA's up projections); default none
   --plan FILE               take the layout (and model/cluster) from a trainplan/prediction/v1
                             file or the best entry of a trainplan/search/v1 file; flags override
 )";

@@ -13,6 +13,7 @@
 #include "cli/flags.hpp"
 #include "sim/check.hpp"
 #include "sim/cluster.hpp"
+#include "sim/layer_graph.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/search.hpp"
 #include "sim/software.hpp"
@@ -42,6 +43,13 @@ std::string dropout_note(const ModelSpec& model, const Software& software);
 // When `software` names an attention kernel `cluster` has no table for, a note that the cluster's
 // calibrated attention table costs it instead; empty otherwise.
 std::string attention_kernel_note(const Cluster& cluster, const Software& software);
+
+// "8.03B parameters", or for a model with experts or MTP modules "671.03B parameters, 37.55B
+// active" (LayerGraph::counts; the MTP modules' own are outside the total, as published).
+std::string parameters_text(const LayerGraph& graph);
+// The counts a prediction document carries ("parameters"): for models with experts or MTP
+// modules, whose active and total counts differ; nothing for others.
+std::optional<ParamCounts> parameter_counts(const LayerGraph& graph);
 
 // Prints each non-empty note as "trainplan COMMAND: note: ..." on `err`. Commands call it once
 // every check has passed, so that a refusal stays exactly one line.

@@ -225,7 +225,14 @@ json calibrated_topology(const CalibrationResult& r, const TopologyInputs& in) {
                         {"source", "not measured: the fitted link latency includes the per-call cost"}};
   }
   const std::string measured = measured_text(r, in);
-  return in.device == "cuda" ? gpu_topology(std::move(t), r, in, measured) : cpu_topology(std::move(t), r, in, measured);
+  t = in.device == "cuda" ? gpu_topology(std::move(t), r, in, measured) : cpu_topology(std::move(t), r, in, measured);
+  // The device the tables were measured on, with the datasheet figures this file gives it (the
+  // loader refuses a file whose GPU figures later drift from them; sim/op_costs.hpp).
+  const json& gpu = t.at("gpu");
+  t["ops"]["measured_on"] = {{"gpu", r.device_name},
+                             {"peak_tflops", gpu.at("peak_tflops").at(r.dtype)},
+                             {"hbm_bandwidth_gbps", gpu.at("hbm_bandwidth_gbps")}};
+  return t;
 }
 
 json calibrated_software(const json& base, const std::string& base_name, const CalibrationResult& r,

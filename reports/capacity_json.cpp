@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "reports/prediction_json.hpp"
 #include "reports/schema_fields.hpp"
 #include "reports/search_json.hpp"
@@ -129,6 +131,7 @@ json option_json(const CapacityOption& o, const std::string& model) {
             {"gpus", o.gpus},
             {"feasible", o.feasible},
             {"price_per_gpu_hour_usd", o.price_per_gpu_hour},
+            {"price_source", o.price_given ? "--price" : "cluster file"},
             {"power_per_gpu_w", o.power_per_gpu_w},
             {"search", search_stats_to_json(o.stats)}};
   if (!o.feasible) {
@@ -155,6 +158,8 @@ CapacityOption read_option(const JsonObject& j) {
   o.gpus = static_cast<int>(j.integer("gpus", 1, kMaxGpus));
   o.feasible = j.boolean("feasible");
   o.price_per_gpu_hour = j.number("price_per_gpu_hour_usd", 0, kInf);
+  // Files written before --price existed have no price_source: their prices are the files'.
+  o.price_given = schema::has(j, "price_source") && j.choice("price_source", {"cluster file", "--price"}) == "--price";
   o.power_per_gpu_w = j.number("power_per_gpu_w", 0, kInf);
   o.stats = search_stats_from_json(j.object("search"));
   if (!o.feasible) {
@@ -209,6 +214,39 @@ void read_context(const JsonObject& root, CapacityContext& c) {
   c.budget_usd = schema::nullable_number(root, "budget_usd", 0, kInf);
 }
 
+const char* ranking_rule_key(RankingRule r) {
+  switch (r) {
+    case RankingRule::cheapest_in_deadline: return "cheapest_within_deadline";
+    case RankingRule::fastest_in_budget: return "fastest_within_budget";
+    case RankingRule::cheapest: return "cheapest";
+  }
+  return "?";
+}
+
+// "ranking": the rule follows from the deadline and budget asked; one feasible option per cluster.
+void read_ranking(const JsonObject& o, CapacityDoc& d) {
+  CapacityResult& r = d.result;
+  const std::string rule = o.choice("rule", {"cheapest_within_deadline", "fastest_within_budget", "cheapest"});
+  r.ranking_rule = d.context.deadline_days ? RankingRule::cheapest_in_deadline
+                   : d.context.budget_usd  ? RankingRule::fastest_in_budget
+                                           : RankingRule::cheapest;
+  if (rule != ranking_rule_key(r.ranking_rule)) {
+    throw o.error("rule", fmt::format("must be \"{}\" (deadline_days {}, budget_usd {})", ranking_rule_key(r.ranking_rule),
+                                      d.context.deadline_days ? "given" : "null", d.context.budget_usd ? "given" : "null"));
+  }
+  std::vector<std::string> clusters;
+  for (long long i : schema::integers(o, "options", 0, static_cast<long long>(r.options.size()) - 1)) {
+    const CapacityOption& opt = r.options[static_cast<std::size_t>(i)];
+    if (!opt.feasible || std::find(clusters.begin(), clusters.end(), opt.cluster) != clusters.end()) {
+      throw o.error("options", fmt::format("must list feasible options of distinct clusters (options[{}] is {})", i,
+                                           opt.feasible ? "a second option of " + opt.cluster : "infeasible"));
+    }
+    clusters.push_back(opt.cluster);
+    r.ranking.push_back(static_cast<std::size_t>(i));
+  }
+  o.finish();
+}
+
 }  // namespace
 
 json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {
@@ -227,6 +265,7 @@ json capacity_to_json(const CapacityResult& r, const CapacityContext& ctx) {
             {"cheapest_within_deadline", index(r.cheapest_in_deadline)},
             {"fastest_within_budget", index(r.fastest_in_budget)},
             {"pareto", r.pareto},
+            {"ranking", {{"rule", ranking_rule_key(r.ranking_rule)}, {"options", r.ranking}}},
             {"elapsed_s", r.elapsed_s}};
   if (r.reliability) j["reliability"] = reliability_json(*r.reliability);
   return j;
@@ -251,6 +290,7 @@ CapacityDoc capacity_from_json(const json& j, const std::string& file) {
   for (long long i : schema::integers(root, "pareto", 0, static_cast<long long>(n) - 1)) {
     r.pareto.push_back(static_cast<std::size_t>(i));
   }
+  if (schema::has(root, "ranking")) read_ranking(root.object("ranking"), d);  // absent before the comparison existed
   r.elapsed_s = root.number("elapsed_s", 0, kInf);
   if (schema::has(root, "reliability")) r.reliability = read_reliability(root.object("reliability"));
   root.finish();

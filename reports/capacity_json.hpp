@@ -4,7 +4,8 @@
 //
 // {"schema", "model", "tokens", "global_batch", "seq_len", "deadline_days", "budget_usd" (null when
 //  not asked), "elapsed_s",
-//  "options": [{"cluster", "gpus", "feasible", "price_per_gpu_hour_usd", "power_per_gpu_w",
+//  "options": [{"cluster", "gpus", "feasible", "price_per_gpu_hour_usd", "price_source" ("cluster
+//               file" or "--price"), "power_per_gpu_w",
 //               "search": SEARCH_STATS (reports/search_json.hpp),
 //               feasible: "days", "hours", "gpu_hours", "cost_usd", "energy_kwh", "layout", "mfu",
 //                         "tokens_per_s" (of "best"), "best": prediction/v1,
@@ -18,6 +19,10 @@
 //               infeasible: "why"}],
 //  "cheapest_within_deadline", "fastest_within_budget" (an index into options, null for none),
 //  "pareto": [option indices],
+//  "ranking": {"rule": "cheapest_within_deadline" | "fastest_within_budget" | "cheapest",
+//              "options": [option indices, one per cluster, best first]} (sim/capacity.hpp),
+// ("price_source" and "ranking" are always written; a file without them, from before they
+// existed, reads as prices from the cluster files and no ranking.)
 //  "reliability" (when failures were costed): {"source", "mtbf_gpu_hours",
 //                                              "checkpoint_gbps_per_gpu", "restart_minutes"}}
 // A failure-aware days, gpu_hours, cost_usd or energy_kwh is null exactly when the option never

@@ -120,6 +120,7 @@ void print_prediction(std::ostream& os, const Estimate& e, const std::string& ti
   row("recompute", t.recompute);
   row("tensor-parallel comm", t.tp_comm);
   row("context-parallel comm", t.cp_comm);
+  if (t.ep_comm > 0) row("expert all-to-all", t.ep_comm);
   row("pipeline send/recv", t.pp_comm);
   row("pipeline bubble", t.bubble);
   row("data-parallel comm exposed", t.dp_comm_exposed);

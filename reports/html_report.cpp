@@ -30,7 +30,8 @@ namespace {
 
 // The Tableau 10 palette (colour-blind-safe order), one colour per series.
 const char* const kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
-                                "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#d37295", "#8cd17d"};
+                                "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#d37295", "#8cd17d",
+                                "#499894", "#86bcb6"};
 
 // A time unit for values up to `max_s` seconds: name and seconds per unit.
 struct TimeUnit {
@@ -162,7 +163,7 @@ std::string time_chart(const std::string& title, const std::vector<std::pair<std
 }
 
 std::string time_breakdown(const TimeBreakdown& t, const std::string& engine) {
-  const std::vector<std::pair<std::string, double>> rows = {
+  std::vector<std::pair<std::string, double>> rows = {
       {"step", t.step},
       {"compute (fwd + bwd)", t.compute},
       {"recompute", t.recompute},
@@ -173,6 +174,7 @@ std::string time_breakdown(const TimeBreakdown& t, const std::string& engine) {
       {"DP comm., total", t.dp_comm},
       {"pipeline bubble", t.bubble},
       {"optimizer", t.optimizer}};
+  if (t.ep_comm > 0) rows.insert(rows.begin() + 5, {"EP all-to-all (exposed)", t.ep_comm});
   return time_chart("step time breakdown", rows, t.step,
                     fmt::format("Where the step's time goes on the busiest pipeline stage ({} engine). "
                                 "DP communication total includes the part overlapped with the backward; "
@@ -186,8 +188,9 @@ std::string time_breakdown(const TimeBreakdown& t, const std::string& engine) {
 constexpr EventKind kChartKinds[] = {EventKind::forward,         EventKind::backward,     EventKind::backward_weight,
                                      EventKind::recompute,       EventKind::optimizer,    EventKind::send_activation,
                                      EventKind::send_gradient,   EventKind::grad_reduce,  EventKind::zero3_gather,
-                                     EventKind::param_gather,    EventKind::ps_push_pull, EventKind::ps_update};
-static_assert(std::size(kChartKinds) == static_cast<std::size_t>(EventKind::ps_update) + 1,
+                                     EventKind::param_gather,    EventKind::ps_push_pull, EventKind::ps_update,
+                                     EventKind::dispatch,        EventKind::combine};
+static_assert(std::size(kChartKinds) == static_cast<std::size_t>(EventKind::combine) + 1,
               "one chart category per EventKind");
 static_assert(std::size(kPalette) >= std::size(kChartKinds), "a colour per event kind");
 
@@ -201,6 +204,7 @@ std::string stream_label(Stream s) {
     case Stream::pp_forward: return "p2p fwd";
     case Stream::pp_backward: return "p2p bwd";
     case Stream::dp: return "dp";
+    case Stream::ep: return "ep";
     default: return to_string(s);
   }
 }
@@ -389,58 +393,122 @@ std::string search_body(const SearchDoc& d) { return search_summary(d) + search_
 
 // --- capacity ---
 
-// The table's row of option i and its point on the days-vs-cost chart.
+// Dollars for people: "$10.3M", "$850K" (svg::compact_label).
+std::string usd(double v) { return "$" + svg::compact_label(v); }
+
+// The figures the picks read: with failures where they were costed (sim/capacity.cpp).
+double option_days(const CapacityOption& o) { return o.with_failures ? o.days_with_failures : o.days; }
+double option_cost(const CapacityOption& o) { return o.with_failures ? o.cost_usd_with_failures : o.cost_usd; }
+double option_kwh(const CapacityOption& o) { return o.with_failures ? o.energy_kwh_with_failures : o.energy_kwh; }
+bool finishes(const CapacityOption& o) { return o.feasible && (!o.with_failures || o.goodput.goodput > 0); }
+
+// The table's row of option i.
 std::vector<std::string> option_row(const CapacityResult& r, std::size_t i) {
   const CapacityOption& o = r.options[i];
-  if (!o.feasible) return {o.cluster, std::to_string(o.gpus), "infeasible: " + o.why, "", "", "", "", ""};
+  if (!o.feasible) return {o.cluster, std::to_string(o.gpus), "infeasible: " + o.why, "", "", "", "", "", "", "", "", ""};
   std::string marks;
   if (r.cheapest_in_deadline == i) marks += "cheapest within deadline ";
   if (r.fastest_in_budget == i) marks += "fastest within budget ";
   if (std::find(r.pareto.begin(), r.pareto.end(), i) != r.pareto.end()) marks += "Pareto";
+  const bool done = finishes(o);
   return {o.cluster, std::to_string(o.gpus), describe(o.best.strategy), pct(o.best.throughput.mfu),
-          fmt::format("{:.1f}", o.days), fmt::format("{:.0f}", o.gpu_hours), fmt::format("{:.0f}", o.cost_usd), marks};
+          fmt::format("{:.1f}", o.days), svg::compact_label(o.gpu_hours), usd(o.cost_usd),
+          fmt::format("{:.0f}", o.energy_kwh / 1e3), o.with_failures ? pct(o.goodput.goodput) : "-", done ? fmt::format("{:.1f}", option_days(o)) : "never",
+          done ? usd(option_cost(o)) : "never", marks};
 }
 
 std::string capacity_chart(const CapacityDoc& d) {
   const CapacityResult& r = d.result;
+  const bool failures = r.reliability.has_value();
   svg::Scatter sc;
   sc.title = "days to train vs cost";
-  sc.x = {"days to train", true, std::nullopt, std::nullopt};
-  sc.y = {"cost (USD)", true, std::nullopt, std::nullopt};
+  sc.x = {failures ? "days to train, with failures" : "days to train", true, std::nullopt, std::nullopt, true};
+  sc.y = {failures ? "cost, with failures (USD)" : "cost (USD)", true, std::nullopt, std::nullopt, true, "$"};
   std::map<std::string, std::size_t> series_of;
   for (const CapacityOption& o : r.options) {
-    if (!o.feasible) continue;
+    if (!finishes(o)) continue;
     auto [it, added] = series_of.emplace(o.cluster, sc.series.size());
     if (added) sc.series.push_back({o.cluster, kPalette[sc.series.size() % std::size(kPalette)], {}, true, 4, true});
-    sc.series[it->second].points.push_back(
-        {o.days, o.cost_usd, std::to_string(o.gpus),
-         fmt::format("{} x {}: {:.1f} days, ${:.0f}, {}", o.gpus, o.cluster, o.days, o.cost_usd, describe(o.best.strategy))});
+    sc.series[it->second].points.push_back({option_days(o), option_cost(o), std::to_string(o.gpus),
+                                            fmt::format("{} x {}: {:.1f} days, {}, {}", o.gpus, o.cluster,
+                                                        option_days(o), usd(option_cost(o)), describe(o.best.strategy))});
   }
   if (sc.series.empty()) return "";
   auto mark = [&](const std::optional<std::size_t>& pick, const std::string& caption, const char* color) {
-    if (pick && r.options[*pick].days > 0) sc.markers.push_back({r.options[*pick].days, r.options[*pick].cost_usd, caption, color});
+    if (pick && option_days(r.options[*pick]) > 0) {
+      sc.markers.push_back({option_days(r.options[*pick]), option_cost(r.options[*pick]), caption, color});
+    }
   };
   if (d.context.deadline_days) mark(r.cheapest_in_deadline, fmt::format("cheapest within {:g} days", *d.context.deadline_days), "#c00");
-  if (d.context.budget_usd) mark(r.fastest_in_budget, fmt::format("fastest within ${:.0f}", *d.context.budget_usd), "#070");
+  if (d.context.budget_usd) mark(r.fastest_in_budget, "fastest within " + usd(*d.context.budget_usd), "#070");
   std::vector<svg::Series> leg;
   for (const auto& s : sc.series) leg.push_back({s.name, s.color});
   return h3("Days to train vs cost") +
          figure(svg::scatter(sc),
-                "One point per cluster kind and GPU count (labelled with the GPU count), with its fastest layout; "
-                "both axes logarithmic. Rings mark the deadline and budget picks.",
+                fmt::format("One point per cluster kind and GPU count (labelled with the GPU count), with its fastest layout; "
+                            "both axes logarithmic{}. Rings mark the deadline and budget picks.",
+                            failures ? "; days and cost include failures (goodput)" : ""),
                 leg);
 }
 
-std::string capacity_body(const CapacityDoc& d) {
+// The buyer's comparison: each cluster's pick by the ranking rule, best first.
+std::string ranking_table(const CapacityDoc& d) {
+  const CapacityResult& r = d.result;
   const CapacityContext& c = d.context;
-  std::string body = facts({{"model", c.model},
-                            {"tokens", fmt::format("{:g}", c.tokens)},
-                            {"global batch", fmt::format("{} x {} tokens", c.global_batch, c.seq_len)}});
+  std::string rule = describe(r.ranking_rule);
+  if (c.deadline_days) rule = fmt::format("cheapest option within {:g} days, by cost", *c.deadline_days);
+  else if (c.budget_usd) rule = "fastest option within " + usd(*c.budget_usd) + ", by time";
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t k = 0; k < r.ranking.size(); ++k) {
+    const CapacityOption& o = r.options[r.ranking[k]];
+    rows.push_back({std::to_string(k + 1), o.cluster, std::to_string(o.gpus), describe(o.best.strategy),
+                    fmt::format("{:.1f}", option_days(o)), usd(option_cost(o)),
+                    fmt::format("${:.2f}{}", o.price_per_gpu_hour, o.price_given ? " (given)" : " (assumed)"),
+                    fmt::format("{:.0f}", option_kwh(o) / 1e3), o.with_failures ? pct(o.goodput.goodput) : "-",
+                    pct(o.best.throughput.mfu)});
+  }
+  if (rows.empty()) return h3("Buyer's comparison") + "<p>No cluster has an option that meets the rule (" + escape(rule) + ").</p>\n";
+  return h3("Buyer's comparison") +
+         fmt::format("<p class=\"meta\">Each cluster's {}{}. Prices marked assumed are the cluster files' own "
+                     "assumptions, not quotes; --price replaces them.</p>\n",
+                     escape(rule), r.reliability ? "; days, cost and energy include failures" : "") +
+         table({"rank", "cluster", "GPUs", "best layout", "days", "cost", "per GPU-hour", "energy MWh", "goodput", "MFU"},
+               rows, {true, false, true, false, true, true, true, true, true, true});
+}
+
+// The page's facts: the job, the prices per GPU-hour and where they came from, the failure model.
+std::vector<std::pair<std::string, std::string>> capacity_facts(const CapacityDoc& d) {
+  const CapacityContext& c = d.context;
+  std::vector<std::pair<std::string, std::string>> kv = {
+      {"model", c.model},
+      {"tokens", svg::compact_label(c.tokens)},
+      {"global batch", fmt::format("{} x {} tokens", c.global_batch, c.seq_len)}};
+  if (c.deadline_days) kv.push_back({"deadline", fmt::format("{:g} days", *c.deadline_days)});
+  if (c.budget_usd) kv.push_back({"budget", usd(*c.budget_usd)});
+  std::vector<std::string> seen, prices;
+  for (const CapacityOption& o : d.result.options) {
+    if (std::find(seen.begin(), seen.end(), o.cluster) != seen.end()) continue;
+    seen.push_back(o.cluster);
+    prices.push_back(fmt::format("{} ${:.2f} ({})", o.cluster, o.price_per_gpu_hour, o.price_given ? "--price" : "assumed"));
+  }
+  kv.push_back({"per GPU-hour", fmt::format("{}", fmt::join(prices, ", "))});
+  if (const auto& rel = d.result.reliability) {
+    kv.push_back({"failures", fmt::format("MTBF {:.0f} h per GPU, checkpoints at {:.0f} MB/s per GPU, restart {:.0f} min",
+                                          rel->mtbf_gpu_hours, rel->checkpoint_per_gpu / 1e6, rel->restart / 60)});
+  }
+  return kv;
+}
+
+std::string capacity_body(const CapacityDoc& d) {
+  std::string body = facts(capacity_facts(d));
+  body += ranking_table(d);
   body += capacity_chart(d);
   std::vector<std::vector<std::string>> rows;
   for (std::size_t i = 0; i < d.result.options.size(); ++i) rows.push_back(option_row(d.result, i));
-  return body + h3("Options") + table({"cluster", "GPUs", "best layout", "MFU", "days", "GPU-hours", "cost USD", "pick"},
-                                      rows, {false, true, false, true, true, true, true, false});
+  return body + h3("Options") +
+         table({"cluster", "GPUs", "best layout", "MFU", "days", "GPU-hours", "cost", "energy MWh", "goodput",
+                "days with failures", "cost with failures", "pick"},
+               rows, {false, true, false, true, true, true, true, true, true, true, true, false});
 }
 
 // --- measurement ---

@@ -31,7 +31,11 @@ std::string describe(const Infeasible& why, const Strategy& s) {
   std::string out = std::string(reason_key(why.reason)) + ": ";
   switch (why.reason) {
     case InfeasibleReason::invalid_strategy: return out + why.detail;
-    case InfeasibleReason::unsupported_dtype: return out + fmt::format("{} has no {} peak", why.detail, to_string(s.dtype));
+    case InfeasibleReason::unsupported_dtype:
+      return out + fmt::format("{} has no {} peak{}", why.detail, to_string(s.dtype),
+                               block_scaled(s.dtype) ? " (block-scaled tensor-core formats: Blackwell; gpu.peak_tflops." +
+                                                           std::string(to_string(s.dtype)) + " in the cluster file)"
+                                                     : "");
     case InfeasibleReason::cluster_too_small:
       return out + fmt::format("{} GPUs requested, {} has at most {}", std::llround(why.needed), why.detail,
                                std::llround(why.available));

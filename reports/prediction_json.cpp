@@ -69,10 +69,12 @@ void read_memory(const JsonObject& mem, Estimate& e) {
 }
 
 json time_json(const TimeBreakdown& t) {
-  return {{"step_s", t.step},         {"compute_s", t.compute},     {"recompute_s", t.recompute},
-          {"tp_comm_s", t.tp_comm},   {"cp_comm_s", t.cp_comm},     {"pp_comm_s", t.pp_comm},
-          {"dp_comm_s", t.dp_comm},   {"dp_comm_exposed_s", t.dp_comm_exposed},
-          {"bubble_s", t.bubble},     {"optimizer_s", t.optimizer}};
+  json j = {{"step_s", t.step},         {"compute_s", t.compute},     {"recompute_s", t.recompute},
+            {"tp_comm_s", t.tp_comm},   {"cp_comm_s", t.cp_comm},     {"pp_comm_s", t.pp_comm},
+            {"dp_comm_s", t.dp_comm},   {"dp_comm_exposed_s", t.dp_comm_exposed},
+            {"bubble_s", t.bubble},     {"optimizer_s", t.optimizer}};
+  if (t.ep_comm > 0) j["ep_comm_s"] = t.ep_comm;  // plans with experts (older files have none)
+  return j;
 }
 
 TimeBreakdown read_time(const JsonObject& o) {
@@ -83,6 +85,7 @@ TimeBreakdown read_time(const JsonObject& o) {
   t.recompute = sec("recompute_s");
   t.tp_comm = sec("tp_comm_s");
   t.cp_comm = sec("cp_comm_s");
+  if (schema::has(o, "ep_comm_s")) t.ep_comm = sec("ep_comm_s");
   t.pp_comm = sec("pp_comm_s");
   t.dp_comm = sec("dp_comm_s");
   t.dp_comm_exposed = sec("dp_comm_exposed_s");
@@ -167,7 +170,18 @@ json layer_row_json(const LayerRow& r) {
               {"weights", r.weights},        {"gradients", r.gradients}, {"optimizer", r.optimizer},
               {"weight_copies", r.weight_copies}, {"activations", r.activations}};
   if (r.kind == LayerRow::Kind::layers) row["first_layer"] = r.first_layer;
+  if (r.ep_comm > 0) row["ep_comm_s"] = r.ep_comm;
+  if (r.kind == LayerRow::Kind::layers && r.layer_kind != LayerKind{}) row["kind"] = to_string(r.layer_kind);
   return row;
+}
+
+// The spellings of LayerKind (to_string): "dense", "moe sliding", ...
+LayerKind read_layer_kind(const JsonObject& o) {
+  const std::string name = o.choice("kind", {"dense", "dense sliding", "dense chunked", "moe", "moe sliding", "moe chunked"});
+  for (bool moe : {false, true})
+    for (AttentionWindow w : {AttentionWindow::full, AttentionWindow::sliding, AttentionWindow::chunked})
+      if (name == to_string(LayerKind{moe, w})) return {moe, w};
+  return {};
 }
 
 LayerRow read_layer_row(const JsonObject& o) {
@@ -184,6 +198,8 @@ LayerRow read_layer_row(const JsonObject& o) {
   r.recompute = sec("recompute_s");
   r.tp_comm = sec("tp_comm_s");
   r.cp_comm = sec("cp_comm_s");
+  if (schema::has(o, "ep_comm_s")) r.ep_comm = sec("ep_comm_s");
+  if (r.kind == LayerRow::Kind::layers && schema::has(o, "kind")) r.layer_kind = read_layer_kind(o);
   r.params = num("params");
   r.weights = num("weights");
   r.gradients = num("gradients");
@@ -206,6 +222,7 @@ StageDetail read_stage_detail(const JsonObject& o) {
   d.recompute = schema::seconds(t, "recompute_s");
   d.tp_comm = schema::seconds(t, "tp_comm_s");
   d.cp_comm = schema::seconds(t, "cp_comm_s");
+  if (schema::has(t, "ep_comm_s")) d.ep_comm = schema::seconds(t, "ep_comm_s");
   t.finish();
   o.finish();
   return d;
@@ -219,6 +236,23 @@ std::vector<StageDetail> read_layers(const JsonObject& o) {
   return out;
 }
 
+// --- parameter counts (models with experts or MTP modules) ---
+
+json parameters_json(const ParamCounts& c) {
+  return {{"total", c.total}, {"active", c.active}, {"embedding", c.embedding}, {"expert", c.expert}, {"mtp", c.mtp}};
+}
+
+ParamCounts read_parameters(const JsonObject& o) {
+  ParamCounts c;
+  c.total = o.number("total", 0, kInf);
+  c.active = o.number("active", 0, c.total);
+  c.embedding = o.number("embedding", 0, c.total);
+  c.expert = o.number("expert", 0, c.total);
+  c.mtp = o.number("mtp", 0, kInf);
+  o.finish();
+  return c;
+}
+
 // --- the document ---
 
 // The keys beside the figures: names, engine, cost, layer detail, simulation, search rank.
@@ -230,6 +264,7 @@ void read_extras(const JsonObject& root, const json& j, PredictionDoc& d) {
   if (schema::has(root, "engine")) d.engine = root.choice("engine", {"analytic", "des"});
   if (j.contains("cost")) d.cost = read_cost(root);
   if (schema::has(root, "layers")) d.layers = read_layers(root.object("layers"));
+  if (schema::has(root, "parameters")) d.parameters = read_parameters(root.object("parameters"));
   if (schema::has(root, "simulation")) d.simulation = simulation_from_json(root.object("simulation"));
   const bool ranked = schema::has(root, "rank");
   if (ranked != schema::has(root, "objective_value")) {
@@ -269,6 +304,7 @@ json prediction_to_json(const PredictionDoc& d) {
   if (!d.software.empty()) j["software"] = d.software;
   if (!d.engine.empty()) j["engine"] = d.engine;
   if (d.cost) j["cost"] = cost_json(*d.cost);
+  if (d.parameters) j["parameters"] = parameters_json(*d.parameters);
   if (d.layers) j["layers"] = layer_detail_to_json(*d.layers);
   if (d.simulation) j["simulation"] = simulation_to_json(*d.simulation);
   if (d.rank) j["rank"] = *d.rank;
@@ -315,16 +351,17 @@ json layer_detail_to_json(const std::vector<StageDetail>& stages) {
   for (const StageDetail& d : stages) {
     json rows = json::array();
     for (const LayerRow& r : d.rows) rows.push_back(layer_row_json(r));
+    json total = {{"forward_s", d.forward},
+                  {"backward_s", d.backward},
+                  {"recompute_s", d.recompute},
+                  {"tp_comm_s", d.tp_comm},
+                  {"cp_comm_s", d.cp_comm}};
+    if (d.ep_comm > 0) total["ep_comm_s"] = d.ep_comm;
     out.push_back({{"stage", d.stage},
                    {"chunks_in_flight", d.chunks_in_flight},
                    {"recompute_working_bytes", d.working_layer},
                    {"rows", rows},
-                   {"total",
-                    {{"forward_s", d.forward},
-                     {"backward_s", d.backward},
-                     {"recompute_s", d.recompute},
-                     {"tp_comm_s", d.tp_comm},
-                     {"cp_comm_s", d.cp_comm}}}});
+                   {"total", total}});
   }
   return {{"note", kLayersNote}, {"stages", out}};
 }

@@ -12,7 +12,9 @@
 //                 "hardware_flops_per_step", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu"},
 //  "parameter_server": {"workers", "staleness_updates", "updates_per_s"}  exactly when the strategy
 //                                                                          uses parameter servers,
+//  "time" has "ep_comm_s" (exposed expert all-to-all) for plans whose step has any;
 //  and, where the writer has them: "model", "cluster", "software", "engine": "analytic"|"des",
+//  "parameters": {"total", "active", "embedding", "expert", "mtp"} (models with experts or MTP),
 //  "cost" (predict: object or null), "layers" (predict --detail layers), "simulation"
 //  (simulate, reports/simulation_json.hpp), "rank" and "objective_value" (a search's top list)}
 // Predictions written before the allocator-aware memory model lack per_stage's weight_copies,
@@ -49,6 +51,9 @@ struct PredictionDoc {
   std::string model, cluster, software, engine;  // "" where the document names none
   std::optional<PredictionCost> cost;
   std::optional<std::vector<StageDetail>> layers;
+  // The model's parameter counts (LayerGraph::counts): written for models with experts or MTP
+  // modules, whose total and active counts differ.
+  std::optional<ParamCounts> parameters;
   std::optional<SimulationDoc> simulation;
   std::optional<long long> rank;                // both set in a search's top list, neither elsewhere
   std::optional<double> objective_value;

@@ -133,7 +133,7 @@ SearchSpace read_space(const JsonObject& o) {
   sp.exact_gpus = o.boolean("exact_gpus");
   sp.global_batch = static_cast<int>(o.integer("global_batch", 1, 1 << 30));
   sp.seq_len = static_cast<int>(o.integer("seq_len", 1, kMaxSize));
-  sp.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32"}));
+  sp.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   sp.attention = *parse_attention(o.choice("attention", {"flash", "standard"}));
   auto limit = [&](const char* k) { return static_cast<int>(o.integer(k, 0, kMaxSize)); };  // 0: no limit
   sp.max_tp = limit("max_tp");

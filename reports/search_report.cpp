@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "reports/console.hpp"
 #include "reports/infeasible.hpp"
 #include "sim/check.hpp"
@@ -141,6 +143,50 @@ void print_failures(std::ostream& os, const CapacityResult& r) {
   }
 }
 
+// Where each cluster's price per GPU-hour came from: its file (an assumed price) or --price.
+void print_prices(std::ostream& os, const CapacityResult& r) {
+  std::vector<std::string> seen, items;
+  for (const CapacityOption& o : r.options) {
+    if (std::find(seen.begin(), seen.end(), o.cluster) != seen.end()) continue;
+    seen.push_back(o.cluster);
+    items.push_back(fmt::format("{} ${:.2f} ({})", o.cluster, o.price_per_gpu_hour,
+                                o.price_given ? "--price" : "cluster file, assumed"));
+  }
+  os << fmt::format("price per GPU-hour: {}\n", fmt::join(items, "; "));
+}
+
+// The buyer's comparison: each cluster's pick by the ranking rule, best first.
+void print_ranking(std::ostream& os, const CapacityResult& r, const CapacityContext& ctx) {
+  std::string rule = describe(r.ranking_rule);
+  if (ctx.deadline_days) rule = fmt::format("cheapest option within {:g} days{}, by cost", *ctx.deadline_days,
+                                            ctx.budget_usd ? fmt::format(" and ${:.0f}", *ctx.budget_usd) : "");
+  else if (ctx.budget_usd) rule = fmt::format("fastest option within ${:.0f}, by time", *ctx.budget_usd);
+  os << fmt::format("\nbuyer's comparison: each cluster's {}{}:\n", rule,
+                    r.reliability ? " (days, cost and energy with failures)" : "");
+  os << fmt::format("{:>4} {:<14} {:>6}  {:<52} {:>7} {:>10} {:>7} {:>9} {:>8} {:>6}\n", "rank", "cluster", "GPUs",
+                    "best layout", "days", "cost $M", "$/GPU-h", "MWh", "goodput", "MFU %");
+  std::vector<std::string> ranked;
+  for (std::size_t k = 0; k < r.ranking.size(); ++k) {
+    const CapacityOption& o = r.options[r.ranking[k]];
+    ranked.push_back(o.cluster);
+    const bool f = o.with_failures;
+    os << fmt::format("{:>4} {:<14} {:>6}  {:<52} {:>7.1f} {:>10.2f} {:>7.2f} {:>9.0f} {:>8} {:>6.1f}\n", k + 1,
+                      o.cluster, o.gpus, describe(o.best.strategy), f ? o.days_with_failures : o.days,
+                      (f ? o.cost_usd_with_failures : o.cost_usd) / 1e6, o.price_per_gpu_hour,
+                      (f ? o.energy_kwh_with_failures : o.energy_kwh) / 1e3,
+                      f ? fmt::format("{:.1f}%", 100 * o.goodput.goodput) : std::string("-"), 100 * o.best.throughput.mfu);
+  }
+  std::vector<std::string> left_out;
+  for (const CapacityOption& o : r.options) {
+    if (std::find(ranked.begin(), ranked.end(), o.cluster) == ranked.end() &&
+        std::find(left_out.begin(), left_out.end(), o.cluster) == left_out.end()) {
+      left_out.push_back(o.cluster);
+    }
+  }
+  if (!left_out.empty()) os << fmt::format("     no such option: {}\n", fmt::join(left_out, ", "));
+  print_prices(os, r);
+}
+
 }  // namespace
 
 void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityContext& ctx) {
@@ -176,6 +222,7 @@ void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityCon
     }
   }
   if (r.reliability) print_failures(os, r);
+  print_ranking(os, r, ctx);
   os << fmt::format("({} search{} in {})\n", r.options.size(), r.options.size() == 1 ? "" : "es", format_seconds(r.elapsed_s));
 }
 

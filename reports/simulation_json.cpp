@@ -17,12 +17,13 @@ namespace {
 constexpr long long kMaxRank = 1 << 24;
 
 constexpr Stream kAllStreams[] = {Stream::compute, Stream::pp_forward, Stream::pp_backward, Stream::dp,
-                                  Stream::ps_server};
+                                  Stream::ep, Stream::ps_server};
 constexpr EventKind kAllKinds[] = {EventKind::forward,         EventKind::recompute,     EventKind::backward,
                                    EventKind::backward_weight, EventKind::optimizer,     EventKind::send_activation,
                                    EventKind::send_gradient,   EventKind::grad_reduce,   EventKind::zero3_gather,
-                                   EventKind::param_gather,    EventKind::ps_push_pull,  EventKind::ps_update};
-static_assert(std::size(kAllKinds) == static_cast<std::size_t>(EventKind::ps_update) + 1, "every EventKind");
+                                   EventKind::param_gather,    EventKind::ps_push_pull,  EventKind::ps_update,
+                                   EventKind::dispatch,        EventKind::combine};
+static_assert(std::size(kAllKinds) == static_cast<std::size_t>(EventKind::combine) + 1, "every EventKind");
 
 // The enum value whose to_string() is `name` (the file's spelling).
 template <class E, std::size_t N>
@@ -39,7 +40,7 @@ std::vector<int> read_ranks(const JsonObject& o) {
 }
 
 json stage_json(const SimulatedStage& s) {
-  return {{"stage", s.stage},          {"ranks", s.ranks},
+  json j = {{"stage", s.stage},          {"ranks", s.ranks},
           {"busy_s", s.busy},          {"idle_s", s.idle},
           {"busy_share", s.busy_share}, {"compute_s", s.compute},
           {"recompute_s", s.recompute}, {"tp_s", s.tp},
@@ -47,6 +48,8 @@ json stage_json(const SimulatedStage& s) {
           {"wait_bubble_s", s.wait_bubble}, {"wait_pp_s", s.wait_pp},
           {"wait_dp_s", s.wait_dp},    {"pp_busy_s", s.pp_busy},
           {"dp_busy_s", s.dp_busy},    {"end_s", s.end}};
+  if (s.ep > 0) j["ep_s"] = s.ep;
+  return j;
 }
 
 SimulatedStage read_stage(const JsonObject& o) {
@@ -61,6 +64,7 @@ SimulatedStage read_stage(const JsonObject& o) {
   s.recompute = sec("recompute_s");
   s.tp = sec("tp_s");
   s.cp = sec("cp_s");
+  if (schema::has(o, "ep_s")) s.ep = sec("ep_s");
   s.optimizer = sec("optimizer_s");
   s.wait_bubble = sec("wait_bubble_s");
   s.wait_pp = sec("wait_pp_s");
@@ -134,7 +138,7 @@ SimulationDoc simulation_doc(const Timeline& t, const std::vector<std::vector<in
     const int s = static_cast<int>(i);
     d.stages.push_back({u.stage, i < ranks.size() ? ranks[i] : std::vector<int>{}, u.busy(), t.idle(s),
                         t.busy_share(s), u.compute, u.recompute, u.tp, u.cp, u.optimizer, u.wait_bubble, u.wait_pp,
-                        u.wait_dp, u.pp_busy, u.dp_busy, u.end});
+                        u.wait_dp, u.pp_busy, u.dp_busy, u.end, u.ep});
   }
   if (!with_events) return d;
   d.timeline.emplace();

@@ -32,6 +32,7 @@ struct SimulatedStage {
   double busy_share = 0;
   Seconds compute = 0, recompute = 0, tp = 0, cp = 0, optimizer = 0;
   Seconds wait_bubble = 0, wait_pp = 0, wait_dp = 0, pp_busy = 0, dp_busy = 0, end = 0;
+  Seconds ep = 0;  // exposed expert all-to-all ("ep_s", written where a stage has any)
 };
 
 // One stage's events (Event::input_send is not written: -1 when read back).

@@ -181,6 +181,29 @@ std::string tick_label(double v, double step) {
   return s;
 }
 
+std::string compact_label(double v) {
+  const double a = std::abs(v);
+  const char* suffix = "";
+  double scaled = v;
+  for (const auto& [unit, name] : {std::pair{1e12, "T"}, std::pair{1e9, "B"}, std::pair{1e6, "M"}, std::pair{1e3, "K"}}) {
+    if (a >= unit) {
+      scaled = v / unit;
+      suffix = name;
+      break;
+    }
+  }
+  // Three significant digits (fewer decimals as the mantissa grows), trailing zeros dropped.
+  const double m = std::abs(scaled);
+  const int decimals = m >= 100 ? 0 : m >= 10 ? 1 : m >= 1 ? 2 : m > 0 ? std::min(9, 2 - static_cast<int>(std::floor(std::log10(m)))) : 0;
+  std::string s = fmt::format("{:.{}f}", scaled, decimals);
+  if (s.find('.') != std::string::npos) {
+    s.erase(s.find_last_not_of('0') + 1);
+    if (s.back() == '.') s.pop_back();
+  }
+  if (s == "-0") s = "0";
+  return s + suffix;
+}
+
 double Scale::operator()(double v) const {
   if (log) {
     const double a = std::log10(d0), b = std::log10(d1);
@@ -211,21 +234,37 @@ double tick_step(const std::vector<double>& ticks) { return ticks.size() > 1 ? t
 // Label of a log tick: its own precision.
 std::string log_label(double v) { return tick_label(v, v >= 1 ? 1 : std::pow(10.0, std::floor(std::log10(v)))); }
 
+// The label of tick `t` on `axis` (ticks: all of the axis's ticks, for the plain step).
+std::string axis_tick_label(const Axis& axis, double t, const std::vector<double>& ticks) {
+  const std::string number = axis.compact ? compact_label(t) : axis.log ? log_label(t) : tick_label(t, tick_step(ticks));
+  return axis.prefix + number;
+}
+
+// Tick labels are 12 px text (the page's svg .tick style): about 7 px per character at most.
+constexpr double kTickCharWidth = 7;
+
 void y_axis(Svg& svg, const Frame& f, const Scale& y, const std::vector<double>& ticks, const Axis& axis) {
+  std::size_t longest = 0;
   for (double t : ticks) {
     const double py = y(t);
+    const std::string label = axis_tick_label(axis, t, ticks);
+    longest = std::max(longest, label.size());
     svg.line(f.left, py, f.right(), py, kGridColor, "grid");
-    svg.text(f.left - 6, py + 4, axis.log ? log_label(t) : tick_label(t, tick_step(ticks)), "tick", "end");
+    svg.text(f.left - 6, py + 4, label, "tick", "end");
   }
   svg.line(f.left, f.top, f.left, f.bottom(), kAxisColor, "axis");
-  svg.text(16, f.top + f.height / 2, axis.label, "axis-label", "middle", -90);
+  // The axis name (13 px, rotated -90 degrees about its baseline at x: glyphs from x - 10 to x + 3)
+  // at x = 16, moved left to clear the longest tick label by 5 px where the margin allows (down to
+  // x = 10, the page's edge); compact labels (Axis::compact) keep the ticks short enough.
+  const double clear = f.left - 6 - kTickCharWidth * static_cast<double>(longest) - 3 - 5;
+  svg.text(std::clamp(clear, 10.0, 16.0), f.top + f.height / 2, axis.label, "axis-label", "middle", -90);
 }
 
 void x_axis(Svg& svg, const Frame& f, const Scale& x, const std::vector<double>& ticks, const Axis& axis) {
   for (double t : ticks) {
     const double px = x(t);
     svg.line(px, f.top, px, f.bottom(), kGridColor, "grid");
-    svg.text(px, f.bottom() + 16, axis.log ? log_label(t) : tick_label(t, tick_step(ticks)), "tick", "middle");
+    svg.text(px, f.bottom() + 16, axis_tick_label(axis, t, ticks), "tick", "middle");
   }
   svg.line(f.left, f.bottom(), f.right(), f.bottom(), kAxisColor, "axis");
   svg.text(f.left + f.width / 2, f.bottom() + 38, axis.label, "axis-label", "middle");

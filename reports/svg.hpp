@@ -88,11 +88,20 @@ struct Scale {
   double operator()(double v) const;
 };
 
+// How an axis writes its tick labels: as plain decimals (tick_label), or compact for people
+// (compact_label: "500K", "2.5M", "15T"), after an optional prefix ("$").
 struct Axis {
   std::string label;  // e.g. "peak memory per GPU (GB)": name and unit
   bool log = false;
   std::optional<double> min, max;  // domain limits to include (defaults: the data; linear from 0 when set)
+  bool compact = false;            // tick labels by compact_label
+  std::string prefix{};            // drawn before each tick label (a currency sign)
 };
+
+// A figure for people: at most three significant digits with a short-scale suffix (K = 1e3,
+// M = 1e6, B = 1e9, T = 1e12), trailing zeros dropped: 50000000 -> "50M", 1.5e13 -> "15T",
+// 2500 -> "2.5K", 0.25 -> "0.25"; past 1e15 in T ("2000T"), never an exponent.
+std::string compact_label(double v);
 
 // --- charts ---
 

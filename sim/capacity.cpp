@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
 
 #include "sim/check.hpp"
 #include "sim/param_server.hpp"
@@ -91,88 +92,139 @@ void add_failures(CapacityOption& o, const LayerGraph& graph, const CapacityRequ
   o.elastic = std::move(e);
 }
 
-}  // namespace
+// Selection reads the failure-aware figures when there are any (an option whose goodput is 0
+// never finishes and is not selectable).
+double days_of(const CapacityOption& o) { return o.with_failures ? o.days_with_failures : o.days; }
+double cost_of(const CapacityOption& o) { return o.with_failures ? o.cost_usd_with_failures : o.cost_usd; }
+bool usable(const CapacityOption& o) { return o.feasible && (!o.with_failures || o.goodput.goodput > 0); }
 
-CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req) {
-  const auto start = std::chrono::steady_clock::now();
-  if (req.clusters.empty()) throw InputError("--clusters: must name at least one cluster");
-  if (!(req.tokens > 0)) throw InputError(fmt::format("--tokens {}: must be > 0", req.tokens));
-  CapacityResult out;
-  out.reliability = req.reliability;
-  for (const Cluster& c : req.clusters) {
-    for (int gpus : capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi)) {
-      const SearchSpace space = option_space(graph, req, c, gpus);
-      if (c.gpu.peak(space.dtype) <= 0) {
-        CapacityOption o;
-        o.cluster = c.name;
-        o.gpus = gpus;
-        o.price_per_gpu_hour = c.price_per_gpu_hour;
-        o.power_per_gpu_w = c.power_per_gpu;
-        o.why = fmt::format("unsupported dtype ({} has no {} peak)", c.gpu.name, to_string(space.dtype));
-        out.options.push_back(std::move(o));
-        continue;
-      }
-      SearchResult r = search(graph, c, req.software, space, option_search(req));
-
-      CapacityOption o;
-      o.cluster = c.name;
-      o.gpus = gpus;
-      o.price_per_gpu_hour = c.price_per_gpu_hour;
-      o.power_per_gpu_w = c.power_per_gpu;
-      o.stats = r.stats;
-      if (r.top.empty()) {
-        o.why = no_layout_reason(r);
-      } else {
-        o.feasible = true;
-        o.best = std::move(r.top.front());
-        // Time to train = tokens / (tokens/s); GPU-hours = GPUs x hours; cost = GPU-hours x price;
-        // energy (kWh) = power per GPU (W) x GPUs x hours / 1000.
-        o.hours = req.tokens / o.best.throughput.tokens_per_s / 3600.0;
-        o.days = o.hours / 24.0;
-        // Dedicated parameter-server nodes are paid for and powered too (param_server.hpp).
-        const int billed = billed_gpus(o.best.strategy, c);
-        o.gpu_hours = billed * o.hours;
-        o.cost_usd = o.gpu_hours * c.price_per_gpu_hour;
-        o.energy_kwh = c.power_per_gpu * billed * o.hours / 1000.0;
-        if (req.reliability) add_failures(o, graph, req, c);
-      }
-      out.options.push_back(std::move(o));
+// The buyer's comparison (RankingRule): each cluster's pick, then the picks in order.
+void rank_clusters(CapacityResult& out, const CapacityRequest& req) {
+  out.ranking_rule = req.deadline_days ? RankingRule::cheapest_in_deadline
+                     : req.budget_usd  ? RankingRule::fastest_in_budget
+                                       : RankingRule::cheapest;
+  const bool by_time = out.ranking_rule == RankingRule::fastest_in_budget;
+  // a before b: the rule's figure, then the other one (ties: the earlier option).
+  auto better = [&](std::size_t a, std::size_t b) {
+    const CapacityOption &x = out.options[a], &y = out.options[b];
+    const double xa = by_time ? days_of(x) : cost_of(x), ya = by_time ? days_of(y) : cost_of(y);
+    if (xa != ya) return xa < ya;
+    const double xb = by_time ? cost_of(x) : days_of(x), yb = by_time ? cost_of(y) : days_of(y);
+    return xb != yb ? xb < yb : a < b;
+  };
+  std::map<std::string, std::size_t> pick;
+  for (std::size_t i = 0; i < out.options.size(); ++i) {
+    const CapacityOption& o = out.options[i];
+    if (!usable(o) || (req.deadline_days && days_of(o) > *req.deadline_days) ||
+        (req.budget_usd && cost_of(o) > *req.budget_usd)) {
+      continue;
     }
+    auto [it, added] = pick.emplace(o.cluster, i);
+    if (!added && better(i, it->second)) it->second = i;
   }
-  // Selection reads the failure-aware figures when there are any (an option whose goodput is 0
-  // never finishes and is not selectable).
-  auto days = [](const CapacityOption& o) { return o.with_failures ? o.days_with_failures : o.days; };
-  auto cost = [](const CapacityOption& o) { return o.with_failures ? o.cost_usd_with_failures : o.cost_usd; };
-  auto usable = [](const CapacityOption& o) { return o.feasible && (!o.with_failures || o.goodput.goodput > 0); };
-  // Cheapest meeting the deadline; fastest within the budget (ties: the earlier option).
+  for (const auto& [cluster, i] : pick) out.ranking.push_back(i);
+  std::sort(out.ranking.begin(), out.ranking.end(), better);
+}
+
+
+// One cluster and GPU count: its fastest layout and the time, cost and energy to train the tokens.
+CapacityOption evaluate_option(const LayerGraph& graph, const CapacityRequest& req, const Cluster& c, int gpus,
+                               bool price_given) {
+  CapacityOption o;
+  o.cluster = c.name;
+  o.gpus = gpus;
+  o.price_per_gpu_hour = c.price_per_gpu_hour;
+  o.price_given = price_given;
+  o.power_per_gpu_w = c.power_per_gpu;
+  const SearchSpace space = option_space(graph, req, c, gpus);
+  if (c.gpu.peak(space.dtype) <= 0) {
+    o.why = fmt::format("unsupported dtype ({} has no {} peak)", c.gpu.name, to_string(space.dtype));
+    return o;
+  }
+  SearchResult r = search(graph, c, req.software, space, option_search(req));
+  o.stats = r.stats;
+  if (r.top.empty()) {
+    o.why = no_layout_reason(r);
+    return o;
+  }
+  o.feasible = true;
+  o.best = std::move(r.top.front());
+  // Time to train = tokens / (tokens/s); GPU-hours = GPUs x hours; cost = GPU-hours x price;
+  // energy (kWh) = power per GPU (W) x GPUs x hours / 1000.
+  o.hours = req.tokens / o.best.throughput.tokens_per_s / 3600.0;
+  o.days = o.hours / 24.0;
+  // Dedicated parameter-server nodes are paid for and powered too (param_server.hpp).
+  const int billed = billed_gpus(o.best.strategy, c);
+  o.gpu_hours = billed * o.hours;
+  o.cost_usd = o.gpu_hours * c.price_per_gpu_hour;
+  o.energy_kwh = c.power_per_gpu * billed * o.hours / 1000.0;
+  if (req.reliability) add_failures(o, graph, req, c);
+  return o;
+}
+
+// The cheapest option meeting the deadline and the fastest within the budget (ties: the earlier
+// option), and the cost/time Pareto front: sorted by time, each option cheaper than all faster ones.
+void pick_options(CapacityResult& out, const CapacityRequest& req) {
   for (std::size_t i = 0; i < out.options.size(); ++i) {
     const CapacityOption& o = out.options[i];
     if (!usable(o)) continue;
-    if (req.deadline_days && days(o) <= *req.deadline_days &&
-        (!out.cheapest_in_deadline || cost(o) < cost(out.options[*out.cheapest_in_deadline]))) {
+    if (req.deadline_days && days_of(o) <= *req.deadline_days &&
+        (!out.cheapest_in_deadline || cost_of(o) < cost_of(out.options[*out.cheapest_in_deadline]))) {
       out.cheapest_in_deadline = i;
     }
-    if (req.budget_usd && cost(o) <= *req.budget_usd &&
-        (!out.fastest_in_budget || days(o) < days(out.options[*out.fastest_in_budget]))) {
+    if (req.budget_usd && cost_of(o) <= *req.budget_usd &&
+        (!out.fastest_in_budget || days_of(o) < days_of(out.options[*out.fastest_in_budget]))) {
       out.fastest_in_budget = i;
     }
   }
-  // Pareto front over (cost, time): sorted by time, keep each option cheaper than all faster ones.
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < out.options.size(); ++i)
     if (usable(out.options[i])) order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     const auto& x = out.options[a];
     const auto& y = out.options[b];
-    return days(x) != days(y) ? days(x) < days(y) : cost(x) < cost(y);
+    return days_of(x) != days_of(y) ? days_of(x) < days_of(y) : cost_of(x) < cost_of(y);
   });
   double cheapest = std::numeric_limits<double>::infinity();
   for (std::size_t i : order) {
-    if (cost(out.options[i]) < cheapest) {
+    if (cost_of(out.options[i]) < cheapest) {
       out.pareto.push_back(i);
-      cheapest = cost(out.options[i]);
+      cheapest = cost_of(out.options[i]);
     }
   }
+}
+
+}  // namespace
+
+const char* describe(RankingRule r) {
+  switch (r) {
+    case RankingRule::cheapest_in_deadline: return "cheapest option within the deadline, by cost";
+    case RankingRule::fastest_in_budget: return "fastest option within the budget, by time";
+    case RankingRule::cheapest: return "cheapest option, by cost";
+  }
+  return "?";
+}
+
+CapacityResult plan_capacity(const LayerGraph& graph, const CapacityRequest& req) {
+  const auto start = std::chrono::steady_clock::now();
+  if (req.clusters.empty()) throw InputError("--clusters: must name at least one cluster");
+  if (!(req.tokens > 0)) throw InputError(fmt::format("--tokens {}: must be > 0", req.tokens));
+  for (const auto& [name, usd] : req.prices) {
+    if (std::none_of(req.clusters.begin(), req.clusters.end(), [&](const Cluster& c) { return c.name == name; })) {
+      throw InputError(fmt::format("--price {}={:g}: {} is not one of the clusters compared", name, usd, name));
+    }
+  }
+  CapacityResult out;
+  out.reliability = req.reliability;
+  for (Cluster c : req.clusters) {
+    const auto given = req.prices.find(c.name);
+    if (given != req.prices.end()) c.price_per_gpu_hour = given->second;
+    for (int gpus : capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi)) {
+      out.options.push_back(evaluate_option(graph, req, c, gpus, given != req.prices.end()));
+    }
+  }
+  pick_options(out, req);
+  rank_clusters(out, req);
   out.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

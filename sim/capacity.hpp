@@ -6,6 +6,7 @@
 // layout after losing one node (a re-search on GPUs - gpus_per_node) and the time to resume.
 #pragma once
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ namespace trainplan {
 
 struct CapacityRequest {
   std::vector<Cluster> clusters;
+  // USD per GPU-hour given for a cluster (by name) over its file's price (--price NAME=USD).
+  std::map<std::string, double> prices;
   Software software;              // the training stack costed on every cluster
   int gpus_lo = 0, gpus_hi = 0;   // GPU counts considered; 0: one node .. the cluster's size
   double tokens = 0;              // tokens to train on
@@ -58,6 +61,7 @@ struct CapacityOption {
   Estimate best;                  // fastest layout (when feasible)
   double days = 0, hours = 0, gpu_hours = 0, cost_usd = 0, energy_kwh = 0;
   double price_per_gpu_hour = 0, power_per_gpu_w = 0;  // inputs of the figures, from the cluster file
+  bool price_given = false;       // the price is the request's (--price), not the cluster file's
   SearchStats stats;
   // With a Reliability: goodput and the figures above divided by it (feasible options only).
   bool with_failures = false;
@@ -67,11 +71,22 @@ struct CapacityOption {
   std::optional<ElasticOption> elastic;
 };
 
+// How the buyer's comparison picks each cluster's option and orders them. With a deadline: its
+// cheapest option finishing in time (and within the budget, when one is given), by cost; with a
+// budget only: its fastest option within it, by time; with neither: its cheapest option, by cost.
+// Failure-aware figures where failures are costed; ties go to the faster, then the earlier option.
+enum class RankingRule { cheapest_in_deadline, fastest_in_budget, cheapest };
+const char* describe(RankingRule r);
+
 struct CapacityResult {
   std::vector<CapacityOption> options;            // by cluster (as given), then GPU count
   std::optional<std::size_t> cheapest_in_deadline;  // index into options
   std::optional<std::size_t> fastest_in_budget;     // index into options
   std::vector<std::size_t> pareto;                // feasible options not beaten on both cost and time, by time
+  // The buyer's comparison: one option per cluster, best first, picked and ranked by
+  // `ranking_rule` (rank_clusters); clusters without such an option are left out.
+  std::vector<std::size_t> ranking;
+  RankingRule ranking_rule = RankingRule::cheapest;
   std::optional<Reliability> reliability;         // the request's, when failures were costed
   double elapsed_s = 0;
 };

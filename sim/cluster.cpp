@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
@@ -17,6 +19,8 @@ const char* to_string(Dtype d) {
     case Dtype::fp16: return "fp16";
     case Dtype::fp8: return "fp8";
     case Dtype::fp32: return "fp32";
+    case Dtype::mxfp8: return "mxfp8";
+    case Dtype::nvfp4: return "nvfp4";
   }
   return "?";
 }
@@ -29,16 +33,20 @@ FlopsPerSecond GpuSpec::peak(Dtype d) const {
     case Dtype::fp16: return peak_fp16;
     case Dtype::fp8: return peak_fp8;
     case Dtype::fp32: return peak_fp32;
+    case Dtype::mxfp8: return peak_mxfp8;
+    case Dtype::nvfp4: return peak_nvfp4;
   }
   return 0;
 }
 
-int Cluster::max_gpus() const { return network.empty() ? gpus_per_node : network.back().span_gpus; }
+int Cluster::max_gpus() const { return network.empty() ? scale_up_gpus : network.back().span_gpus; }
+
+namespace {
 
 // Rates and sizes are bounded below as well as above: a positive 1e-300 GB/s is as much a mistake
 // as 0, and dividing by it overflows every time, cost and energy figure to inf. The lower bounds
 // (1 MB/s, 1 GFLOP/s, 1 MB of memory, 0.1% link efficiency) are far below any real device.
-static LinkTier parse_tier(const JsonObject& o, bool with_span) {
+LinkTier parse_tier(const JsonObject& o, bool with_span) {
   LinkTier t;
   t.name = o.string("name");
   if (with_span) t.span_gpus = static_cast<int>(o.integer("span_gpus", 1, 1 << 24));
@@ -49,7 +57,173 @@ static LinkTier parse_tier(const JsonObject& o, bool with_span) {
   return t;
 }
 
-Cluster parse_cluster(const json& j, const std::string& file) {
+GpuSpec parse_gpu(const JsonObject& g) {
+  GpuSpec gpu;
+  gpu.name = g.string("name");
+  JsonObject peak = g.object("peak_tflops");
+  // 0: the GPU has no such arithmetic (fp8 before Hopper); fp32 it always has.
+  auto peak_or_zero = [&](const char* key) {
+    const double x = peak.number(key, 0, 1e6);
+    if (x != 0 && x < 1e-3) throw peak.error(key, "must be 0 (not supported) or in [0.001, 1e+06]");
+    return x * kTera;
+  };
+  gpu.peak_bf16 = peak_or_zero("bf16");
+  gpu.peak_fp16 = peak_or_zero("fp16");
+  gpu.peak_fp8 = peak_or_zero("fp8");
+  gpu.peak_fp32 = peak.number("fp32", 1e-3, 1e6) * kTera;
+  if (peak.has("mxfp8")) gpu.peak_mxfp8 = peak_or_zero("mxfp8");
+  if (peak.has("nvfp4")) gpu.peak_nvfp4 = peak_or_zero("nvfp4");
+  peak.finish();
+  gpu.hbm = g.number("hbm_gb", 1e-3, 1e6) * kGB;
+  gpu.hbm_bandwidth = g.number("hbm_bandwidth_gbps", 1e-3, 1e6) * kGB;
+  // Removed in favour of the measured "ops" tables; a file that still sets one would expect
+  // it to change the prediction.
+  for (const char* removed : {"gemm_efficiency", "attention_efficiency", "memory_efficiency"}) {
+    if (g.has(removed)) {
+      throw InputError(fmt::format("{}: {} was removed: step times come from the measured ops tables; delete the key",
+                                   g.file(), g.field(removed)));
+    }
+  }
+  g.finish();
+  return gpu;
+}
+
+// The cluster a derived file's "ops.derive.from" names: a built-in name, or a file (a relative
+// path is taken from the deriving file's folder). Its tables must be measured ones.
+Cluster parse_cluster_file(const json& j, const std::string& file, const std::filesystem::path& data_dir,
+                           bool may_derive);
+
+Cluster derivation_source(const JsonObject& d, const std::string& file, const std::filesystem::path& data_dir) {
+  const std::string from = d.string("from");
+  std::filesystem::path path = from;
+  std::error_code ec;
+  if (from.find('/') != std::string::npos || path.extension() == ".json") {
+    if (path.is_relative()) path = std::filesystem::path(file).parent_path() / path;
+  } else {
+    path = data_dir / "topologies" / (from + ".json");
+    if (data_dir.empty() || !std::filesystem::exists(path, ec)) {
+      throw d.error("from", fmt::format("must be a built-in cluster (one of: {}) or a cluster file",
+                                        fmt::join(builtin_clusters(data_dir), ", ")));
+    }
+  }
+  Cluster src;
+  try {
+    src = parse_cluster_file(read_json_file(path), path.string(), data_dir, false);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {} = {}: {}", file, d.field("from"), from, e.what()));
+  }
+  return src;
+}
+
+// "ops": measured tables, or {"source", "derive": {"from", "keep_attention_kernels"?,
+// "misaligned_gemm_slowdown"?}}: the tables of the named cluster scaled to this GPU by
+// derive_op_costs (op_costs.hpp), so the rule lives in one place and a derived file never goes
+// stale. misaligned_gemm_slowdown, when given, replaces the kept one (a GPU whose kernels it was
+// not fitted on may state its own assumption).
+OpCostTables parse_ops(const JsonObject& ops, const GpuSpec& gpu, const std::string& file,
+                       const std::filesystem::path& data_dir, bool may_derive) {
+  if (!ops.has("derive")) return parse_op_costs(ops);
+  if (!may_derive) {
+    throw InputError(fmt::format("{}: ops.derive: the tables a cluster derives from must be measured ones, not derived "
+                                 "themselves; derive from the measured cluster",
+                                 file));
+  }
+  (void)ops.string("source");
+  const JsonObject d = ops.object("derive");
+  const Cluster src = derivation_source(d, file, data_dir);
+  const bool keep_kernels = d.has("keep_attention_kernels") && d.boolean("keep_attention_kernels");
+  // The one kept figure a file may restate for its GPU (the slowdown is a fit on H100 kernels).
+  const std::optional<double> misaligned = d.optional_number("misaligned_gemm_slowdown", 1, 100);
+  d.finish();
+  ops.finish();
+  const FlopsPerSecond peak = gpu.peak(src.ops.dtype);
+  if (peak <= 0) {
+    throw InputError(fmt::format("{}: gpu.peak_tflops.{} = 0: the tables of {} were measured in {}; deriving them needs "
+                                 "this GPU's {} peak",
+                                 file, to_string(src.ops.dtype), src.name, to_string(src.ops.dtype),
+                                 to_string(src.ops.dtype)));
+  }
+  OpCostTables t = derive_op_costs(src.ops, src.name, peak, gpu.hbm_bandwidth, keep_kernels);
+  if (misaligned) t.misaligned_gemm_slowdown = *misaligned;
+  return t;
+}
+
+// Measured tables run at the speeds of the GPU they were measured on: a cluster whose GPU differs
+// from it by more than kMeasuredGpuTolerance in peak or HBM bandwidth would keep that GPU's step
+// time under its own peak (an MFU off by the ratio, silently), so it is refused.
+void check_measured_gpu(const GpuSpec& gpu, const OpCostTables& ops, const std::string& file) {
+  const MeasuredOn& m = ops.measured_on;
+  auto off = [](double x, double ref) { return std::abs(x / ref - 1) > kMeasuredGpuTolerance; };
+  auto refuse = [&](const std::string& field, double value, double measured, const char* unit) {
+    return InputError(fmt::format(
+        "{}: {} = {:g} differs from the {:g} {} of {}, the GPU its ops tables were measured on, by more than {:g}%: "
+        "derive the tables for this GPU (\"ops\": {{\"source\": ..., \"derive\": {{\"from\": \"<the measured "
+        "cluster>\"}}}}, as `trainplan cluster derive` writes) or measure it (trainplan calibrate)",
+        file, field, value, measured, unit, m.gpu, 100 * kMeasuredGpuTolerance));
+  };
+  if (off(gpu.peak(ops.dtype), m.peak)) {
+    throw refuse(fmt::format("gpu.peak_tflops.{}", to_string(ops.dtype)), gpu.peak(ops.dtype) / kTera, m.peak / kTera,
+                 "TFLOP/s");
+  }
+  if (off(gpu.hbm_bandwidth, m.hbm_bandwidth)) {
+    throw refuse("gpu.hbm_bandwidth_gbps", gpu.hbm_bandwidth / kGB, m.hbm_bandwidth / kGB, "GB/s");
+  }
+}
+
+// "node": {"gpus", "link", "scale_up_gpus"?, "peer_link_gbps"?, "in_switch_reduction"?: {"efficiency",
+// "source"}}.
+void parse_node(const JsonObject& n, Cluster& c) {
+  c.gpus_per_node = static_cast<int>(n.integer("gpus", 1, 1 << 16));
+  c.node = parse_tier(n.object("link"), false);
+  c.node.span_gpus = c.gpus_per_node;
+  c.scale_up_gpus = c.gpus_per_node;
+  if (n.has("scale_up_gpus")) {
+    c.scale_up_gpus = static_cast<int>(n.integer("scale_up_gpus", c.gpus_per_node, 1 << 16));
+    if (c.scale_up_gpus % c.gpus_per_node != 0) {
+      throw n.error("scale_up_gpus", fmt::format("must be a multiple of node.gpus ({}): a domain of whole nodes",
+                                                 c.gpus_per_node));
+    }
+  }
+  if (n.has("peer_link_gbps")) {
+    c.peer_link_bandwidth = n.number("peer_link_gbps", 1e-3, 1e6) * kGB;
+    if (c.peer_link_bandwidth > c.node.bandwidth) {
+      throw n.error("peer_link_gbps", fmt::format("must be at most node.link.bandwidth_gbps ({:g}): one peer's link "
+                                                  "is a part of the GPU's node bandwidth",
+                                                  c.node.bandwidth / kGB));
+    }
+  }
+  if (n.has("in_switch_reduction")) {
+    const JsonObject r = n.object("in_switch_reduction");
+    c.in_switch_reduction.efficiency = r.number("efficiency", 1e-3, 1);
+    (void)r.string("source");
+    r.finish();
+  }
+  n.finish();
+}
+
+// Tiers go innermost first: each spans at least as many GPUs as the one inside it (the scale-up
+// domain for the first), in whole domains.
+void parse_network(const std::vector<JsonObject>& tiers, Cluster& c) {
+  const bool domain = c.scale_up_gpus != c.gpus_per_node;
+  const std::string unit = domain ? "node.scale_up_gpus" : "node.gpus";
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    const JsonObject& t = tiers[i];
+    c.network.push_back(parse_tier(t, true));
+    const int span = c.network.back().span_gpus;
+    const int inner = i == 0 ? c.scale_up_gpus : c.network[i - 1].span_gpus;
+    if (span < inner) {
+      throw t.error("span_gpus", i == 0 ? fmt::format("must be at least {} ({})", unit, inner)
+                                        : fmt::format("must be at least network[{}].span_gpus ({})", i - 1, inner));
+    }
+    if (span % c.scale_up_gpus != 0) {
+      throw t.error("span_gpus", fmt::format("must be a multiple of {} ({})", unit, c.scale_up_gpus));
+    }
+  }
+}
+
+// parse_cluster; `may_derive` false for the source of a derivation (one level: no chains, no cycles).
+Cluster parse_cluster_file(const json& j, const std::string& file, const std::filesystem::path& data_dir,
+                           bool may_derive) {
   JsonObject o(j, file);
   Cluster c;
   if (o.string("schema") != kClusterSchema) {
@@ -58,34 +232,9 @@ Cluster parse_cluster(const json& j, const std::string& file) {
   c.name = o.string("name");
   c.source = o.string("source");
   c.calibration = o.string("calibration");
-  {
-    JsonObject g = o.object("gpu");
-    c.gpu.name = g.string("name");
-    JsonObject peak = g.object("peak_tflops");
-    // 0: the GPU has no such arithmetic (fp8 before Hopper); fp32 it always has.
-    auto peak_or_zero = [&](const char* key) {
-      const double x = peak.number(key, 0, 1e6);
-      if (x != 0 && x < 1e-3) throw peak.error(key, "must be 0 (not supported) or in [0.001, 1e+06]");
-      return x * kTera;
-    };
-    c.gpu.peak_bf16 = peak_or_zero("bf16");
-    c.gpu.peak_fp16 = peak_or_zero("fp16");
-    c.gpu.peak_fp8 = peak_or_zero("fp8");
-    c.gpu.peak_fp32 = peak.number("fp32", 1e-3, 1e6) * kTera;
-    peak.finish();
-    c.gpu.hbm = g.number("hbm_gb", 1e-3, 1e6) * kGB;
-    c.gpu.hbm_bandwidth = g.number("hbm_bandwidth_gbps", 1e-3, 1e6) * kGB;
-    // Removed in favour of the measured "ops" tables; a file that still sets one would expect
-    // it to change the prediction.
-    for (const char* removed : {"gemm_efficiency", "attention_efficiency", "memory_efficiency"}) {
-      if (g.has(removed)) {
-        throw InputError(fmt::format("{}: {} was removed: step times come from the measured ops tables; delete the key",
-                                     g.file(), g.field(removed)));
-      }
-    }
-    g.finish();
-  }
-  c.ops = parse_op_costs(o.object("ops"));
+  c.gpu = parse_gpu(o.object("gpu"));
+  c.ops = parse_ops(o.object("ops"), c.gpu, file, data_dir, may_derive);
+  if (c.ops.derivation.from.empty()) check_measured_gpu(c.gpu, c.ops, file);
   {
     JsonObject k = o.object("collectives");
     c.collectives.call_overhead = k.number("call_overhead_us", 0, 1e6) * kMicro;
@@ -93,34 +242,19 @@ Cluster parse_cluster(const json& j, const std::string& file) {
     (void)k.string("source");
     k.finish();
   }
-  {
-    JsonObject n = o.object("node");
-    c.gpus_per_node = static_cast<int>(n.integer("gpus", 1, 1 << 16));
-    c.node = parse_tier(n.object("link"), false);
-    n.finish();
-    c.node.span_gpus = c.gpus_per_node;
-  }
-  // Tiers go innermost first: each spans at least as many GPUs as the one inside it (the node
-  // for the first), in whole nodes.
-  const auto tiers = o.objects("network");
-  for (std::size_t i = 0; i < tiers.size(); ++i) {
-    const JsonObject& t = tiers[i];
-    c.network.push_back(parse_tier(t, true));
-    const int span = c.network.back().span_gpus;
-    const int inner = i == 0 ? c.gpus_per_node : c.network[i - 1].span_gpus;
-    if (span < inner) {
-      throw t.error("span_gpus", i == 0 ? fmt::format("must be at least node.gpus ({})", inner)
-                                        : fmt::format("must be at least network[{}].span_gpus ({})", i - 1, inner));
-    }
-    if (span % c.gpus_per_node != 0) {
-      throw t.error("span_gpus", fmt::format("must be a multiple of node.gpus ({})", c.gpus_per_node));
-    }
-  }
+  parse_node(o.object("node"), c);
+  parse_network(o.objects("network"), c);
   c.runtime_overhead = o.number("runtime_overhead_gb", 0, 1e6) * kGB;
   c.price_per_gpu_hour = o.number("price_per_gpu_hour_usd", 0, 1e6);
   c.power_per_gpu = o.number("power_per_gpu_w", 0, 1e6);
   o.finish();
   return c;
+}
+
+}  // namespace
+
+Cluster parse_cluster(const json& j, const std::string& file, const std::filesystem::path& data_dir) {
+  return parse_cluster_file(j, file, data_dir, true);
 }
 
 Cluster load_cluster(const std::string& name_or_path, const std::filesystem::path& data_dir) {
@@ -138,7 +272,7 @@ Cluster load_cluster(const std::string& name_or_path, const std::filesystem::pat
                                    name_or_path, fmt::join(builtin_clusters(data_dir), ", ")));
     }
   }
-  return parse_cluster(read_json_file(path), path.string());
+  return parse_cluster(read_json_file(path), path.string(), data_dir);
 }
 
 std::vector<std::string> builtin_clusters(const std::filesystem::path& data_dir) {

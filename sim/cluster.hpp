@@ -14,6 +14,10 @@ namespace trainplan {
 struct GpuSpec {
   std::string name;
   FlopsPerSecond peak_bf16 = 0, peak_fp16 = 0, peak_fp8 = 0, peak_fp32 = 0;  // dense; 0 = unsupported
+  // Block-scaled formats with hardware scale handling (Blackwell tensor cores): MXFP8 (OCP MX v1.0,
+  // 32-element blocks, E8M0 scales) and NVFP4 (16-element blocks, E4M3 scales). Optional in the
+  // file; 0 = the GPU has no such arithmetic.
+  FlopsPerSecond peak_mxfp8 = 0, peak_nvfp4 = 0;
   Bytes hbm = 0;
   BytesPerSecond hbm_bandwidth = 0;
 
@@ -36,6 +40,14 @@ struct CollectiveCosts {
                                     // of the overlapped communication time (SM and HBM contention)
 };
 
+// In-switch reduction over the scale-up domain (NVLink SHARP, "NVLS" in NCCL): the switch reduces
+// and multicasts, so an all-reduce moves (1 + 1/n) x the message through each GPU's link each way
+// instead of the ring's 2 (n-1)/n (collectives.hpp). `efficiency` is the achieved share of the node
+// link's bandwidth under that algorithm (lower than the ring's: switch arithmetic and multicast).
+struct InSwitchReduction {
+  double efficiency = 0;      // 0: the domain has no in-switch reduction
+};
+
 inline constexpr const char* kClusterSchema = "trainplan/cluster/v2";
 
 struct Cluster {
@@ -43,10 +55,20 @@ struct Cluster {
   std::string source;
   std::string calibration;    // what in the file was measured, fitted or assumed, and on what
   GpuSpec gpu;
-  OpCostTables ops;           // measured kernel times of this GPU (op_costs.hpp)
+  OpCostTables ops;           // kernel times of this GPU: measured, or derived (op_costs.hpp)
   CollectiveCosts collectives;
   int gpus_per_node = 1;
   LinkTier node;              // intra-node (NVLink/NVSwitch, PCIe, or loopback)
+  // The scale-up domain: consecutive GPUs (whole nodes) that reach each other over the node link
+  // at its full per-GPU bandwidth, e.g. 72 on a GB200 NVL72 rack of 4-GPU trays (NVLink switch
+  // trays); gpus_per_node where the node link ends at the node. Network tiers span whole domains.
+  int scale_up_gpus = 1;
+  InSwitchReduction in_switch_reduction;  // NVLink SHARP inside the domain (none: efficiency 0)
+  // A node without a switch whose GPUs are fully connected by one link per pair (AMD Infinity
+  // Fabric / xGMI): that link's bandwidth per direction. A group of n GPUs of one node then
+  // reaches n - 1 links, not node.bandwidth (the sum over all 7 peers of an 8-GPU node); 0 for
+  // switched nodes (NVSwitch), where every group gets the whole per-GPU bandwidth.
+  BytesPerSecond peer_link_bandwidth = 0;
   std::vector<LinkTier> network;  // scale-out tiers, innermost first; the last one spans the cluster
   Bytes runtime_overhead = 0; // per GPU: CUDA context, communication buffers, allocator slack
   double price_per_gpu_hour = 0;  // USD
@@ -55,7 +77,9 @@ struct Cluster {
   int max_gpus() const;
 };
 
-Cluster parse_cluster(const nlohmann::json& j, const std::string& file);
+// `data_dir` finds the built-in cluster a derived file's "ops.derive.from" names (empty: only
+// files can be named).
+Cluster parse_cluster(const nlohmann::json& j, const std::string& file, const std::filesystem::path& data_dir = {});
 // `name_or_path` is a built-in name (topologies/<name>.json under data_dir) or a path.
 Cluster load_cluster(const std::string& name_or_path, const std::filesystem::path& data_dir);
 // Names of the built-in clusters (file stems under data_dir/topologies), sorted.

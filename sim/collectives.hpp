@@ -6,33 +6,71 @@
 //   reduce-scatter  ring: (n-1) a + (n-1)/n M/B
 //   all-gather      ring: (n-1) a + (n-1)/n M/B
 //   send/recv       one step: a + M/B
+//   all-reduce      in-switch (NVLink SHARP, inside a scale-up domain whose cluster has it):
+//                   2 a + (n+1)/n M/B_s, B_s = the node link x in_switch_reduction.efficiency
+//   all-to-all      pairwise exchange (Thakur, Rabenseifner & Gropp 2005, "Optimization of
+//                   Collective Communication Operations in MPICH", Sec. 3.5; NCCL's alltoall, whose
+//                   bus bandwidth nccl-tests PERFORMANCE.md counts as (n-1)/n of the algorithm's):
+//                   (n-1) a + (n-1)/n M/B, M the bytes one rank sends in all (its own share included)
 // M is the full (unsharded) buffer: the all-reduced tensor, or the gathered/scattered whole.
+// Checked against nccl-tests on 8 GPUs (github NVIDIA/nccl issue #2140, large messages): H100 ring
+// busbw 370 GB/s of 450 (efficiency 0.82; algbw 211 = 370 / (2 x 7/8)), NVLS algbw 275 GB/s
+// (= 309 GB/s of link x 8/9: efficiency 0.69); B300 ring 695 of 900, NVLS algbw 483 (0.60).
+// An all-to-all over a group spanning nodes sends (q-1)/n of M over the node link and (n-q)/n over
+// each GPU's own network link at once (q members per node): GroupLink::all_to_all. NCCL's alltoall
+// cannot aggregate several NICs: each GPU's inter-node share goes through its own (NCCL maintainer,
+// github NVIDIA/nccl-tests issue #267).
 #pragma once
 #include "sim/cluster.hpp"
 #include "sim/units.hpp"
 
 namespace trainplan {
 
-enum class Collective { all_reduce, reduce_scatter, all_gather, send_recv };
+enum class Collective { all_reduce, reduce_scatter, all_gather, send_recv, all_to_all };
 
 struct Link {
   Seconds latency = 0;            // per algorithm step
   BytesPerSecond bandwidth = 0;   // achieved bus bandwidth per rank (0: no communication)
+  BytesPerSecond in_switch_bandwidth = 0;  // achieved link bandwidth under in-switch reduction (0: none)
 };
 
 // The network tier that traffic among `extent` consecutive ranks takes (ranks are placed on
 // nodes in order): the innermost tier whose span covers them, the outermost where none does;
-// nullptr where they fit on one node or the cluster has no network (the node link carries it).
+// nullptr where they fit in one scale-up domain (one node, or e.g. a 72-GPU NVLink rack) or the
+// cluster has no network (the node link carries it). A group of at most a domain's ranks is
+// assumed to be placed inside one domain (schedulers allocate racks in aligned blocks).
 // The one tier lookup: group links (below) and parameter servers (param_server.hpp) both use it.
 const LinkTier* spanning_tier(const Cluster& c, long long extent);
 
 // The link a group of `size` ranks uses when its members are `stride` ranks apart. Inside one
-// node: the node link. Across nodes: spanning_tier(size x stride), with its per-GPU bandwidth
-// times the group members sharing a node (each GPU has its own NIC), capped by the node link.
+// scale-up domain: the node link (on a full-mesh node, size - 1 of its peer links), with the
+// domain's in-switch reduction where it has one. Across domains: spanning_tier(size x stride),
+// with its per-GPU bandwidth times the group members inside one domain (each GPU has its own NIC),
+// capped by the node link.
 Link group_link(const Cluster& c, int size, int stride);
 
 // Time of one collective over `n` ranks: the cheapest algorithm in the table.
 Seconds collective_time(Collective kind, int n, Bytes message, const Link& link);
+
+// How an all-to-all over a group crosses the cluster: the members sharing a node exchange over the
+// node link, the others over each GPU's own link on the tier spanning the group, both at once.
+struct AllToAllLink {
+  int per_node = 1;  // members of the group on one node (its size where it fits in one)
+  Link node;         // the node link (bandwidth x efficiency)
+  Link network;      // one GPU's link on the spanning tier (its NIC: bandwidth x efficiency); zero
+                     // where the group fits in one node
+};
+// The all-to-all link of a group of `size` ranks `stride` apart (the tiers as group_link's).
+AllToAllLink all_to_all_link(const Cluster& c, int size, int stride);
+// One all-to-all over `n` ranks of which one sends `message` bytes in all (pairwise exchange):
+//   inside a node     (n-1) a_node + (n-1)/n M / B_node
+//   across nodes      (n-1) a_net + max((q-1)/n M / B_node, (n-q)/n M / B_net)
+Seconds all_to_all_time(int n, Bytes message, const AllToAllLink& link);
+// An all-to-all that crosses the network once per destination node and forwards over the node link
+// there (DeepEP's normal kernels, NVIDIA HybridEP: Megatron-core's "flex" dispatcher), in which one
+// member sends `network` bytes over its NIC and `node` bytes over the node link, both at once:
+//   (nodes - 1) a_net + max(network / B_net, node / B_node), or inside a node (n-1) a_node + node / B_node.
+Seconds forwarded_all_to_all_time(int n, Bytes network, Bytes node, const AllToAllLink& link);
 
 // One parallel group as its collectives see it. Every method is the cost of ONE call on the
 // group: the table's latency x steps + bytes / bus bandwidth, plus the cluster's fixed per-call
@@ -43,12 +81,20 @@ struct GroupLink {
   int stride = 1;             // rank distance between neighbouring members (RankLayout::stride)
   Link link;                  // the link its traffic takes (group_link, or see PlanShape's pp group)
   Seconds call_overhead = 0;  // the cluster's per-call overhead
+  AllToAllLink a2a;           // how an all-to-all crosses the cluster (all_to_all_link)
 
   Seconds all_reduce(Bytes message) const { return call(Collective::all_reduce, size, message); }
   Seconds reduce_scatter(Bytes message) const { return call(Collective::reduce_scatter, size, message); }
   Seconds all_gather(Bytes message) const { return call(Collective::all_gather, size, message); }
   // A send from one member to its neighbour (a ring or pipeline step: two ranks).
   Seconds send_recv(Bytes message) const { return call(Collective::send_recv, 2, message); }
+  // An all-to-all in which each member sends `message` bytes in all (experts' token dispatch).
+  Seconds all_to_all(Bytes message) const {
+    return size > 1 && message > 0 ? all_to_all_time(size, message, a2a) + call_overhead : 0.0;
+  }
+  Seconds forwarded_all_to_all(Bytes network, Bytes node) const {
+    return size > 1 && network + node > 0 ? forwarded_all_to_all_time(size, network, node, a2a) + call_overhead : 0.0;
+  }
 
  private:
   Seconds call(Collective kind, int n, Bytes message) const {

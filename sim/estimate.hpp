@@ -28,6 +28,7 @@ struct TimeBreakdown {
   Seconds recompute = 0;        // extra forward work of recomputation (part of the step)
   Seconds tp_comm = 0;          // tensor-parallel collectives on the critical path
   Seconds cp_comm = 0;          // context-parallel exchange not hidden behind attention
+  Seconds ep_comm = 0;          // expert all-to-all (dispatch, combine) on the critical path
   Seconds pp_comm = 0;          // pipeline send/recv on the critical path
   Seconds dp_comm = 0;          // data-parallel / ZeRO traffic, total
   Seconds dp_comm_exposed = 0;  // the part not overlapped with compute

@@ -14,9 +14,11 @@ LayerRow make_row(LayerRow::Kind kind, const ChunkCost& piece, const MemoryModel
   r.recompute = piece.recompute;
   r.tp_comm = piece.tp_forward + piece.tp_backward;
   r.cp_comm = piece.cp_forward + piece.cp_backward;
+  r.ep_comm = piece.ep_forward + piece.ep_backward;
   r.params = piece.params;
   // The model states as stage_memory() accounts them, for this piece's parameters alone.
-  const StageMemory states = stage_memory(mm, stage, piece.params, 0);
+  const StageMemory states =
+      stage_memory(mm, stage, StageLoad{.params = piece.params, .expert_params = piece.expert_params, .kinds = {}, .layers = 0});
   r.weights = states.weights;
   r.gradients = states.gradients;
   r.optimizer = states.optimizer;
@@ -44,12 +46,17 @@ std::vector<StageDetail> layer_detail(const StepCosts& costs) {
       d.recompute += c.recompute;
       d.tp_comm += c.tp_forward + c.tp_backward;
       d.cp_comm += c.cp_forward + c.cp_backward;
+      d.ep_comm += c.ep_forward + c.ep_backward;
       if (c.has_embedding) d.rows.push_back(make_row(LayerRow::Kind::embedding, costs.embedding, mm, i, one.embedding));
-      if (c.layers > 0) {
-        LayerRow r = make_row(LayerRow::Kind::layers, costs.layer, mm, i, one.layers);
+      for (int k = 0; k < costs.kind_count; ++k) {
+        if (c.kinds[k] == 0) continue;
+        LayerGraph::KindCounts unit{};
+        unit[k] = 1;
+        LayerRow r = make_row(LayerRow::Kind::layers, costs.kinds[k], mm, i, stage_activation_parts(mm, i, unit).layers);
         r.chunk = c.chunk;
         r.first_layer = c.first_layer;
-        r.count = c.layers;
+        r.count = c.kinds[k];
+        r.layer_kind = costs.layer_kinds[k];
         d.rows.push_back(r);
       }
       if (c.has_head) {

@@ -9,17 +9,19 @@
 
 namespace trainplan {
 
-// One piece of a stage: the embedding, the transformer layers of one chunk, or the LM head (final
-// norm, head, loss). Times are per micro-batch on one rank; layer rows give each layer's figures
-// (all transformer layers of a model are identical, so each layer of the range has them).
+// One piece of a stage: the embedding, the transformer layers of one kind in one chunk, or the LM
+// head (final norm, head, loss, MTP modules). Times are per micro-batch on one rank; layer rows give
+// each layer's figures (the layers of one kind are identical, so each layer of the row has them).
 struct LayerRow {
   enum class Kind { embedding, layers, head } kind = Kind::layers;
   int chunk = 0;        // virtual-stage chunk on the stage (0..vp-1)
-  int first_layer = 0;  // layers: the first transformer layer of the range
-  int count = 1;        // layers: how many; 1 for the embedding and head
+  int first_layer = 0;  // layers: the first transformer layer of the chunk
+  int count = 1;        // layers: how many of this kind; 1 for the embedding and head
+  LayerKind layer_kind; // layers: which kind (dense or MoE, attention window)
   Seconds forward = 0, backward = 0, recompute = 0;
   Seconds tp_comm = 0;  // tensor-parallel collectives, forward + backward (not overlapped)
   Seconds cp_comm = 0;  // exposed context-parallel exchange, forward + backward
+  Seconds ep_comm = 0;  // exposed expert all-to-all, forward + backward
   double params = 0;    // per rank
   // Model states of its parameters on one rank (ZeRO sharding applied), and the activations it
   // holds at the stage's peak: chunks in flight / vp x the stored bytes of one layer; for the
@@ -34,7 +36,7 @@ struct StageDetail {
   std::vector<LayerRow> rows;
   // The stage's chunks summed, per micro-batch (includes per-micro-batch weight casts, which no
   // row carries).
-  Seconds forward = 0, backward = 0, recompute = 0, tp_comm = 0, cp_comm = 0;
+  Seconds forward = 0, backward = 0, recompute = 0, tp_comm = 0, cp_comm = 0, ep_comm = 0;
 };
 
 // Per stage, in stage order; the rows of a stage in chunk order (embedding first, head last).

@@ -1,6 +1,7 @@
 #include "sim/memory_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace trainplan {
 
@@ -38,9 +39,22 @@ double gemm_input_copies(const Software& sw, const ModelSpec& m, OpKind kind) {
   return 1;
 }
 
-// layer_activation_bytes from the strategy's tokens and element widths (PlanShape's).
+// The routed experts' saved tensors on the busiest EP rank (memory_model.hpp), and the router's
+// fp32 scores.
+Bytes routed_expert_bytes(const ModelSpec& m, const Strategy& s, const MoeShape& x, const ElementBytes& w, bool keep_all) {
+  const double h = m.hidden, f = m.moe.expert_ffn, etp = s.etp;
+  const double g = m.activation == Activation::swiglu ? 2 : 1;
+  const bool act_recomputed = !keep_all && (s.recompute_modules & kRecomputeMoeAct);
+  Bytes b = x.received * (h * w.saved_gemm_input + g * f / etp * w.activation);
+  if (!act_recomputed) b += x.received * f / etp * w.saved_gemm_input;
+  b += x.routed * h * w.activation + x.tokens * m.moe.experts * 4.0;
+  return b;
+}
+
+// layer_activation_bytes from the strategy's tokens and element widths (PlanShape's), for layers of
+// kind `kind`.
 Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, const TokenShape& t,
-                             const ElementBytes& w, bool keep_all) {
+                             const ElementBytes& w, const MoeShape& moe, int kind, bool keep_all) {
   const ModelSpec& m = graph.model();
   const MemoryProfile& p = sw.memory;
   const double tokens = t.per_rank, share = t.seq_share, act = w.activation;
@@ -48,14 +62,19 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
   // Attention widths (layer_graph.cpp): q = heads x head_dim, kv = kv_heads x head_dim.
   const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()), f = m.ffn_hidden;
   const bool keep_scores = s.attention == Attention::standard && (keep_all || s.recompute == Recompute::none);
+  const bool mla_up_recomputed = !keep_all && (s.recompute_modules & kRecomputeMlaUpProj);
   Bytes total = 0;
-  for (const auto& op : graph.layer_ops()) {
+  for (const auto& op : graph.kind_ops(kind)) {
+    if (op.split == Split::expert) continue;  // routed_expert_bytes
     // Tensor-split saved tensors divide by tp; sequence-split ones (and their 1-byte dropout
     // masks) by tp only with SP; standard attention's score matrix is split by heads (tp).
     // A norm saves its input from the residual stream (composite RMSNorm also x * rsqrt(...));
     // a GEMM saves its 16-bit input, once per cast.
-    // Under FP8 the stack may keep the quantized GEMM inputs (ElementBytes::saved_gemm_input).
-    const double width = op.matmul ? w.saved_gemm_input : act;
+    // Under a quantized format the stack may keep the quantized inputs of its linear layers
+    // (ElementBytes::saved_gemm_input); the attention core runs and saves in 16 bits (its q, k, v
+    // and output), as the stacks' fused attention does under FP8, MXFP8 and NVFP4 recipes.
+    const bool quantized_input = op.matmul && op.kind != OpKind::attention;
+    const double width = quantized_input ? w.saved_gemm_input : act;
     double seq_bytes = op.saved_seq_elems_per_token * width;
     if (op.kind == OpKind::norm) {
       const int copies = m.norm == Norm::rmsnorm ? p.rms_norm_saved_stream_tensors : 1;
@@ -64,7 +83,8 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
       seq_bytes *= gemm_input_copies(sw, m, op.kind);
     }
     double tensor_elems = op.saved_tensor_elems_per_token;
-    if (op.kind == OpKind::attention) {
+    if (op.kind == OpKind::attention && mla_up_recomputed) tensor_elems = 0;  // Q, K, V rebuilt from the latents
+    if (op.kind == OpKind::attention && !mla_up_recomputed) {
       if (p.kv_expanded_saved) tensor_elems += 2 * (q - kv);          // K, V repeated to the query heads
       if (m.position == Position::rope && p.rope_saved_copies) tensor_elems += q + kv;  // roped q, k
       tensor_elems += p.attention_output_copies * q;
@@ -79,13 +99,14 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     }
     total += b * tokens;
   }
+  if (graph.kind(kind).moe) total += routed_expert_bytes(m, s, moe, w, keep_all);
   return total;
 }
 
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, const TokenShape& t,
-                                    const ElementBytes& w) {
+                                    const ElementBytes& w, const MoeShape& moe, int kind) {
   if (s.recompute == Recompute::full) return t.per_rank * graph.model().hidden * w.stream * t.seq_share;
-  return layer_activation_bytes(graph, sw, s, t, w, false);
+  return layer_activation_bytes(graph, sw, s, t, w, moe, kind, false);
 }
 
 // ZeRO-3's gathered units (zero3_gathered_bytes), per rank, at `bytes` per parameter (the compute
@@ -98,7 +119,10 @@ void set_zero3_units(MemoryModel& mm, const LayerGraph& graph, const Strategy& s
   for (const OpSpec& op : graph.pre_ops()) embedding += rank_params(op, s.tp);
   for (const OpSpec& op : graph.post_ops()) head += rank_params(op, s.tp);
   if (m.tied_embeddings && s.pp > 1) head += m.vocab * static_cast<double>(m.hidden) / s.tp;
-  mm.gathered_layer = graph.params_per_layer_per_rank(s.tp) * bytes;
+  double layer = 0;  // the largest layer's
+  for (int k = 0; k < graph.kind_count(); ++k)
+    layer = std::max(layer, graph.kind_params_per_rank(k, s.tp, s.ep * s.etp));
+  mm.gathered_layer = layer * bytes;
   mm.gathered_embedding = embedding * bytes;
   mm.gathered_head = head * bytes;
   mm.head_reads_embedding = m.tied_embeddings && s.pp == 1;
@@ -107,7 +131,11 @@ void set_zero3_units(MemoryModel& mm, const LayerGraph& graph, const Strategy& s
 }  // namespace
 
 Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, bool keep_all) {
-  return layer_activation_bytes(graph, sw, shape.strategy, shape.tokens, shape.bytes, keep_all);
+  return layer_activation_bytes(graph, sw, shape, 0, keep_all);
+}
+
+Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, int kind, bool keep_all) {
+  return layer_activation_bytes(graph, sw, shape.strategy, shape.tokens, shape.bytes, shape.moe, kind, keep_all);
 }
 
 Bytes layer_activation_bytes(const LayerGraph& graph, const Strategy& s, bool keep_all) {
@@ -115,11 +143,16 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Strategy& s, bool ke
 }
 
 Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, bool keep_all) {
-  return layer_activation_bytes(graph, sw, s, token_shape(s), element_bytes(sw, s), keep_all);
+  const TokenShape t = token_shape(s);
+  return layer_activation_bytes(graph, sw, s, t, element_bytes(sw, s), moe_shape(graph.model(), s, t), 0, keep_all);
 }
 
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape) {
-  return stored_layer_activation_bytes(graph, sw, shape.strategy, shape.tokens, shape.bytes);
+  return stored_layer_activation_bytes(graph, sw, shape, 0);
+}
+
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, int kind) {
+  return stored_layer_activation_bytes(graph, sw, shape.strategy, shape.tokens, shape.bytes, shape.moe, kind);
 }
 
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s) {
@@ -127,7 +160,8 @@ Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s) 
 }
 
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s) {
-  return stored_layer_activation_bytes(graph, sw, s, token_shape(s), element_bytes(sw, s));
+  const TokenShape t = token_shape(s);
+  return stored_layer_activation_bytes(graph, sw, s, t, element_bytes(sw, s), moe_shape(graph.model(), s, t), 0);
 }
 
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Strategy& s) {
@@ -136,23 +170,31 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
 
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const Strategy& s) {
   const PlanShape shape(graph.model(), cluster, sw, s);
-  return memory_model(graph, cluster, sw, shape, stored_layer_activation_bytes(graph, sw, shape),
-                      s.recompute == Recompute::full ? layer_activation_bytes(graph, sw, shape, true) : 0);
+  std::array<Bytes, LayerGraph::kMaxKinds> stored{};
+  Bytes working = 0;
+  for (int k = 0; k < graph.kind_count(); ++k) {
+    stored[k] = stored_layer_activation_bytes(graph, sw, shape, k);
+    if (s.recompute == Recompute::full) working = std::max(working, layer_activation_bytes(graph, sw, shape, k, true));
+  }
+  return memory_model(graph, cluster, sw, shape, stored, working);
 }
 
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
-                         Bytes stored_layer, Bytes working_layer) {
+                         const std::array<Bytes, LayerGraph::kMaxKinds>& stored_layer, Bytes working_layer) {
   MemoryModel mm;
   memory_model(graph, cluster, sw, shape, stored_layer, working_layer, mm);
   return mm;
 }
 
 void memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
-                  Bytes stored_layer, Bytes working_layer, MemoryModel& mm) {
+                  const std::array<Bytes, LayerGraph::kMaxKinds>& stored_layer, Bytes working_layer, MemoryModel& mm) {
   // Every field is written here (or by set_zero3_units).
   const Strategy& s = shape.strategy;
   mm.zero = shape.zero;
   mm.shard = static_cast<double>(shape.groups.dp.size);
+  mm.expert_shard = static_cast<double>(shape.groups.edp.size);
+  mm.mtp_layers = graph.model().mtp_layers;
+  mm.mtp_layer = graph.mtp_kind() >= 0 ? stored_layer[static_cast<std::size_t>(graph.mtp_kind())] : 0.0;
   mm.pp = s.pp;
   mm.vp = s.vp;
   mm.micro_batches = shape.micro_batches;
@@ -176,10 +218,19 @@ void memory_model(const LayerGraph& graph, const Cluster& cluster, const Softwar
 }
 
 StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int layers) {
+  LayerGraph::KindCounts kinds{};
+  kinds[0] = layers;
+  return stage_activation_parts(mm, stage, kinds);
+}
+
+StageActivations stage_activation_parts(const MemoryModel& mm, int stage, const LayerGraph::KindCounts& kinds) {
   StageActivations a;
   a.chunks_in_flight = in_flight_chunks(mm.schedule, mm.pp, stage, mm.micro_batches, mm.vp);
-  const double layers_per_chunk = static_cast<double>(layers) / mm.vp;
-  a.layers = a.chunks_in_flight * layers_per_chunk * mm.stored_layer;
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    if (kinds[k] == 0) continue;
+    const double layers_per_chunk = static_cast<double>(kinds[k]) / mm.vp;
+    a.layers += a.chunks_in_flight * layers_per_chunk * mm.stored_layer[k];
+  }
   a.working_layer = mm.working_layer;
   // Embedding dropout mask (1 byte per element) of each chunk in flight, where the stack saves masks.
   if (stage == 0 && mm.dropout_masks) a.embedding = a.chunks_in_flight * mm.tokens * mm.hidden * mm.seq_share * 1.0;
@@ -189,12 +240,23 @@ StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int la
     // their gradients), plus the final norm's input (stream width) and the head's input.
     a.head = mm.tokens * mm.vocab / mm.tp * mm.bytes.logit +
              mm.tokens * mm.hidden * mm.seq_share * (mm.bytes.stream + mm.bytes.activation);
+    // MTP modules: each module's layer for every micro-batch the last chunk holds, its projection's
+    // input (2h) and its own logits and head input at the loss's peak.
+    if (mm.mtp_layers > 0) {
+      const double in_last = std::max(1.0, std::ceil(static_cast<double>(a.chunks_in_flight) / mm.vp));
+      a.head += mm.mtp_layers * (in_last * (mm.mtp_layer + 2 * mm.tokens * mm.hidden * mm.seq_share * mm.bytes.activation) +
+                                 a.head);
+    }
   }
   return a;
 }
 
 Bytes stage_activation_bytes(const MemoryModel& mm, int stage, int layers) {
   return stage_activation_parts(mm, stage, layers).total();
+}
+
+Bytes stage_activation_bytes(const MemoryModel& mm, int stage, const LayerGraph::KindCounts& kinds) {
+  return stage_activation_parts(mm, stage, kinds).total();
 }
 
 Bytes zero3_gathered_bytes(const MemoryModel& mm, int stage, int layers) {
@@ -210,22 +272,37 @@ Bytes zero3_gathered_bytes(const MemoryModel& mm, int stage, int layers) {
 }
 
 StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int layers) {
+  StageLoad load{.params = params, .expert_params = 0, .kinds = {}, .layers = layers};
+  load.kinds[0] = layers;
+  return stage_memory(mm, stage, load);
+}
+
+StageMemory stage_memory(const MemoryModel& mm, int stage, const StageLoad& load) {
   StageMemory mem;
   mem.stage = stage;
-  const ModelStateBytes states = model_state_bytes(params, mm.bytes.state, mm.zero, mm.shard);
+  const double params = load.params - load.expert_params, experts = load.expert_params;
+  const int layers = load.layers;
+  ModelStateBytes states = model_state_bytes(params, mm.bytes.state, mm.zero, mm.shard);
+  const double copy = mm.bytes.weight_copy, temp = mm.bytes.optimizer_temp;
+  mem.weight_copies = mm.zero.shards_params ? params * copy / mm.shard : params * copy;
+  Bytes temporaries = mm.zero.shards_optimizer ? params * temp / mm.shard : params * temp;
+  if (experts > 0) {  // the routed experts' states, sharded over the EDP group
+    const ModelStateBytes e = model_state_bytes(experts, mm.bytes.state, mm.zero, mm.expert_shard);
+    states.weights += e.weights;
+    states.gradients += e.gradients;
+    states.optimizer += e.optimizer;
+    mem.weight_copies += mm.zero.shards_params ? experts * copy / mm.expert_shard : experts * copy;
+    temporaries += mm.zero.shards_optimizer ? experts * temp / mm.expert_shard : experts * temp;
+  }
   mem.weights = states.weights;
   mem.gradients = states.gradients;
   mem.optimizer = states.optimizer;
-  const double copy = mm.bytes.weight_copy;
-  mem.weight_copies = mm.zero.shards_params ? params * copy / mm.shard : params * copy;
-  const Bytes error_feedback = params * mm.bytes.error_feedback;
+  const Bytes error_feedback = load.params * mm.bytes.error_feedback;
   mem.other = zero3_gathered_bytes(mm, stage, layers) + mm.workspace + error_feedback;
   mem.runtime = mm.runtime;
   // The larger of the backward peak (activations) and the optimizer peak (its temporaries over
   // the parameters this rank updates).
-  const Bytes activations = stage_activation_bytes(mm, stage, layers);
-  const double temp = mm.bytes.optimizer_temp;
-  const Bytes temporaries = mm.zero.shards_optimizer ? params * temp / mm.shard : params * temp;
+  const Bytes activations = stage_activation_bytes(mm, stage, load.kinds);
   if (temporaries > activations) {
     mem.temporaries = temporaries;
   } else {

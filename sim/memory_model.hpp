@@ -6,7 +6,8 @@
 //
 // Per GPU and pipeline stage:
 //   model states  = params x bytes per parameter (ElementBytes::state), each kind the ZeroPolicy
-//                   shards divided over the data-parallel group (model_state_bytes);
+//                   shards divided over the data-parallel group (model_state_bytes); the routed
+//                   experts' (already split over ep x etp) over the expert-data-parallel group;
 //   activations   = micro-batch chunks in flight (in_flight_chunks) x layers per chunk x stored bytes
 //                   per layer (stored_layer_activation_bytes), plus the working layer of full
 //                   recomputation and the extras of the first and last stage (stage_activation_bytes);
@@ -53,10 +54,18 @@ inline ModelStateBytes model_state_bytes(double params, const StateBytes& per_pa
 // one, capped at m x v (Megatron-LM's schedule).
 int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, int vp);
 
-// Activation bytes one rank keeps for one transformer layer and one micro-batch between forward and
-// backward, with the TP/SP/CP split and recomputation applied (Korthikanti et al. 2022, Table 2,
-// generalised to GQA/SwiGLU by summing the saved tensors of the graph's ops). `keep_all` keeps what
-// the recomputation policy would drop (the working set of a layer being recomputed).
+// Activation bytes one rank keeps for one transformer layer (of layer kind `kind`: the graph's
+// kind_ops; layer 0's kind where none is given) and one micro-batch between forward and backward,
+// with the TP/SP/CP split and recomputation applied (Korthikanti et al. 2022, Table 2, generalised
+// to GQA/SwiGLU by summing the saved tensors of the graph's ops). `keep_all` keeps what the
+// recomputation policy would drop (the working set of a layer being recomputed).
+// Routed experts keep, on the busiest EP rank, for each of the `received` rows its experts take
+// (MoeShape): the up projection's input h (1 byte under FP8 as every saved GEMM input), the
+// activation's input g f / etp, the down projection's input f / etp (dropped by the moe_act
+// module recomputation), and for the `routed` rows after the combine the expert output h the
+// routing weights multiply (Megatron-core moe_utils.unpermute saves it for their gradient); the
+// router keeps its fp32 scores, tokens x experts x 4 B. Multi-head latent attention under the
+// mla_up_proj recomputation keeps its latents (the up projections' inputs) but not Q, K, V.
 // With a MemoryProfile other than the default, the tensors the stack really saves: norm inputs at
 // the residual stream's width, one 16-bit copy per GEMM that casts its input under autocast,
 // expanded K/V, RoPE and attention-output copies, silu's output, no dropout masks (see
@@ -64,11 +73,13 @@ int in_flight_chunks(ScheduleKind kind, int pp, int stage, int micro_batches, in
 // Tokens, shares and element widths come from the plan's shape (plan_shape.hpp); the overloads
 // for a strategy derive them as PlanShape does (token_shape, element_bytes).
 Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, bool keep_all);
+Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, int kind, bool keep_all);
 Bytes layer_activation_bytes(const LayerGraph& graph, const Strategy& s, bool keep_all);
 Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, bool keep_all);
 // As stored: with full recomputation only the layer input (tokens x hidden at the stream's width,
 // sequence-split with SP).
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape);
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, int kind);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s);
 
@@ -77,10 +88,16 @@ Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw,
 struct MemoryModel {
   ZeroPolicy zero;            // which model states are sharded over the DP group
   double shard = 1;           // ZeRO shard group: dp x cp ranks (PlanShape's groups.dp)
+  double expert_shard = 1;    // the routed experts' ZeRO shard group: the EDP ranks (groups.edp)
   int pp = 1, vp = 1, micro_batches = 1;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  Bytes stored_layer = 0;     // stored_layer_activation_bytes
+  // stored_layer_activation_bytes of one layer of each kind (LayerGraph::kind)
+  std::array<Bytes, LayerGraph::kMaxKinds> stored_layer{};
   Bytes working_layer = 0;    // full recomputation: one layer rebuilt at a time in the backward
+  // The last stage's MTP modules (LayerGraph::add_mtp): their layers' stored activations and one
+  // more set of logits and head inputs each, per micro-batch in flight of the last chunk.
+  int mtp_layers = 0;
+  Bytes mtp_layer = 0;
   double tokens = 0;          // tokens per rank per micro-batch: b x seq / cp
   double hidden = 0, vocab = 0, tp = 1;
   double seq_share = 1;       // share of a sequence-split tensor a rank holds: 1/tp with SP
@@ -105,10 +122,10 @@ struct MemoryModel {
 // (else 0). Both depend only on the strategy's per-rank layer split (predict.hpp's LayerKey), so
 // search computes them once per key (LayerCosts).
 MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
-                         Bytes stored_layer, Bytes working_layer);
+                         const std::array<Bytes, LayerGraph::kMaxKinds>& stored_layer, Bytes working_layer);
 // The same, written into `out` (step_costs: StepCosts::memory, without a copy).
 void memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
-                  Bytes stored_layer, Bytes working_layer, MemoryModel& out);
+                  const std::array<Bytes, LayerGraph::kMaxKinds>& stored_layer, Bytes working_layer, MemoryModel& out);
 // The same for a strategy that passes cannot_shape(): its shape and layer bytes computed here; with
 // the default MemoryProfile and Allocator (Megatron-style accounting, no allocator overhead) where
 // no software is given.
@@ -120,6 +137,8 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
 // recomputation, on the first stage the embedding dropout mask of each chunk in flight (1 byte per
 // element), on the last the fp32 logits of one micro-batch in the loss and the head's input.
 Bytes stage_activation_bytes(const MemoryModel& mm, int stage, int layers);
+// The same for a stage holding `kinds` layers of each kind.
+Bytes stage_activation_bytes(const MemoryModel& mm, int stage, const LayerGraph::KindCounts& kinds);
 // The same figure in its parts: the stored layers, the working layer of full recomputation, the
 // first stage's embedding masks and the last stage's logits and head input.
 struct StageActivations {
@@ -128,6 +147,7 @@ struct StageActivations {
   Bytes total() const { return layers + working_layer + embedding + head; }
 };
 StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int layers);
+StageActivations stage_activation_parts(const MemoryModel& mm, int stage, const LayerGraph::KindCounts& kinds);
 
 // ZeRO-3's gathered parameters pipeline stage `stage` holds at its peak, with `layers` transformer
 // layers over its vp chunks: each unit (the embedding, one layer, the head) is all-gathered in the
@@ -141,7 +161,15 @@ StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int la
 // in bytes (units' parameters per rank x compute-dtype bytes, MemoryModel::gathered_*).
 Bytes zero3_gathered_bytes(const MemoryModel& mm, int stage, int layers);
 
-// The memory of pipeline stage `stage` holding `params` parameters per rank and `layers` layers.
+// What a pipeline stage holds: its parameters per rank (of which routed experts'), and its layers.
+struct StageLoad {
+  double params = 0, expert_params = 0;
+  LayerGraph::KindCounts kinds{};  // its transformer layers of each kind
+  int layers = 0;                  // all of them
+};
+// The memory of pipeline stage `stage` holding `load`.
+StageMemory stage_memory(const MemoryModel& mm, int stage, const StageLoad& load);
+// The same for `params` parameters (no experts) and `layers` layers of layer 0's kind.
 StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int layers);
 
 }  // namespace trainplan

@@ -3,6 +3,8 @@
 // File format (trainplan/cluster/v2, "ops"; times in microseconds, sizes in elements or bytes):
 //   "ops": {
 //     "source": "where the figures were measured",
+//     "measured_on": {"gpu": "H100-SXM5-80GB", "peak_tflops": 989.5, "hbm_bandwidth_gbps": 3350},
+//                                       // the GPU measured: name, dense peak in "dtype", HBM GB/s
 //     "dtype": "bf16",                  // dtype of the GEMM and attention measurements
 //     "kernel_floor_us": 6.6,           // tiny kernels issued back to back: time per kernel
 //     "gemm": [{"m": 2048, "n": 1024, "k": 1024, "fwd_us": .., "dgrad_us": .., "wgrad_us": ..}, ..],
@@ -386,11 +388,51 @@ void parse_memory_bound(const JsonObject& o, OpCostTables& t) {
 
 }  // namespace
 
+OpCostTables derive_op_costs(const OpCostTables& measured, const std::string& from, FlopsPerSecond peak,
+                             BytesPerSecond hbm_bandwidth, bool keep_attention_kernels) {
+  TRAINPLAN_CHECK(measured.derivation.from.empty(), "op tables are derived from measured ones only");
+  TRAINPLAN_CHECK(peak > 0 && hbm_bandwidth > 0 && measured.measured_on.peak > 0 && measured.measured_on.hbm_bandwidth > 0,
+                  "derive_op_costs needs positive peaks and bandwidths");
+  OpCostTables t = measured;
+  t.derivation = {from, peak / measured.measured_on.peak, hbm_bandwidth / measured.measured_on.hbm_bandwidth};
+  const double c = t.derivation.compute_ratio, mem = t.derivation.memory_ratio;
+  for (GemmMeasure& g : t.gemm) {
+    g.fwd /= c;
+    g.dgrad /= c;
+    g.wgrad /= c;
+  }
+  auto scale_attention = [c](std::vector<AttentionMeasure>& points) {
+    for (AttentionMeasure& a : points) {
+      a.fwd /= c;
+      a.fwd_bwd /= c;
+    }
+  };
+  scale_attention(t.attention);
+  if (!keep_attention_kernels) t.attention_kernels.clear();
+  for (auto& k : t.attention_kernels) scale_attention(k.points);
+  for (auto& family : t.memory) {
+    for (MemMeasure& m : family) {
+      m.fwd /= mem;
+      m.fwd_bwd /= mem;
+    }
+  }
+  t.prepare();
+  return t;
+}
+
 OpCostTables parse_op_costs(const JsonObject& o) {
   OpCostTables t;
   (void)o.string("source");
   const std::string dtype = o.choice("dtype", {"bf16", "fp16", "fp8", "fp32"});
   t.dtype = dtype == "bf16" ? Dtype::bf16 : dtype == "fp16" ? Dtype::fp16 : dtype == "fp8" ? Dtype::fp8 : Dtype::fp32;
+  {
+    // The same bounds as the cluster's gpu figures (cluster.cpp).
+    const JsonObject m = o.object("measured_on");
+    t.measured_on.gpu = m.string("gpu");
+    t.measured_on.peak = m.number("peak_tflops", 1e-3, 1e6) * kTera;
+    t.measured_on.hbm_bandwidth = m.number("hbm_bandwidth_gbps", 1e-3, 1e6) * kGB;
+    m.finish();
+  }
   t.kernel_floor = o.number("kernel_floor_us", 0, 1e6) * kMicro;
   t.misaligned_gemm_slowdown = o.has("misaligned_gemm_slowdown") ? o.number("misaligned_gemm_slowdown", 1, 100) : 1;
   if (o.has("fp8_gemm_speedup")) {

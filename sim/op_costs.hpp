@@ -71,9 +71,27 @@ struct MemMeasure {
   Seconds fwd = 0, fwd_bwd = 0;  // fwd_bwd = 0 where only a forward was measured (AdamW)
 };
 
+// The GPU a table was measured on ("ops.measured_on"): its name and datasheet figures, so that a
+// cluster whose GPU differs from it can be told to derive its tables (derive_op_costs) instead of
+// silently reusing another GPU's speeds.
+struct MeasuredOn {
+  std::string gpu;
+  FlopsPerSecond peak = 0;        // dense datasheet peak in the table dtype
+  BytesPerSecond hbm_bandwidth = 0;
+};
+
+// How a derived table was made from a measured one (derive_op_costs); empty `from` when measured.
+struct OpDerivation {
+  std::string from;               // the cluster whose measured tables were scaled
+  double compute_ratio = 1;       // GEMM and attention rates x this (target peak / measured peak)
+  double memory_ratio = 1;        // memory-bound rates x this (target HBM bandwidth / measured)
+};
+
 class OpCostTables {
  public:
   Dtype dtype = Dtype::bf16;      // dtype the GEMM and attention tables were measured in
+  MeasuredOn measured_on;         // the GPU every time below was measured on (before derivation)
+  OpDerivation derivation;        // how these times were derived from it (none: measured here)
   Seconds kernel_floor = 0;       // time per tiny kernel issued back to back (launch-bound floor)
   // Time multiplier for a GEMM whose row length (N or K) is not a multiple of 16 bytes: such
   // operands cannot take the aligned (TMA / 16-byte vector load) kernels. 1 where not measured.
@@ -126,8 +144,31 @@ class OpCostTables {
 // 2 * 2 * seq^2 * head_dim / 2 per head; backward 2.5x the forward (FlashAttention-2 paper, Sec. 4).
 Flops causal_attention_fwd_flops(double seq, double head_dim, double batch_heads);
 
-// Reads the "ops" object (exact keys; see op_costs.cpp for the format) and prepares the grids.
+// Reads the "ops" object of measured tables (exact keys; see op_costs.cpp for the format) and
+// prepares the grids. A derived "ops" object ({"derive": ...}) is read by the cluster loader.
 OpCostTables parse_op_costs(const JsonObject& o);
+
+// The derivation rule: the tables of a GPU that was not measured, from the tables measured on
+// another GPU (`measured`) and the datasheet figures of the new one, each kernel scaled by the
+// resource that bounds it:
+//   GEMM and attention (compute-bound): time x measured_on.peak / peak, where `peak` is the new
+//     GPU's dense peak in the table dtype (the same fraction of peak per shape);
+//   memory-bound kernels (norms, activations, adds, cross-entropy, AdamW): time x
+//     measured_on.hbm_bandwidth / hbm_bandwidth (the same fraction of HBM bandwidth per size);
+//   the kernel floor (launch and host overhead per kernel) and the misaligned-GEMM slowdown are
+//     kept: they are set by the host and the kernels' alignment, not by the GPU's arithmetic;
+//   named attention kernels (attention_kernels) are dropped unless `keep_attention_kernels`: such
+//     a table is a fact about one kernel on the measured GPU's architecture (FlashAttention-2 has
+//     no Hopper code path), and on another architecture the calibrated table stands for the
+//     stack's kernel; keep them only for a GPU with the same SM (H200 on H100's GH100).
+// Other dtypes follow from the table as on a measured GPU (op_time.cpp: the new GPU's peak ratios).
+// Every built-in cluster not measured itself (A100, L40S, H200, Blackwell, AMD) uses this rule.
+OpCostTables derive_op_costs(const OpCostTables& measured, const std::string& from, FlopsPerSecond peak,
+                             BytesPerSecond hbm_bandwidth, bool keep_attention_kernels);
+
+// Largest relative difference between a table's measured_on GPU and the cluster's GPU (peak in the
+// table dtype, HBM bandwidth) under which a cluster may use measured tables as they are.
+inline constexpr double kMeasuredGpuTolerance = 0.10;
 
 // A measured table's interpolation grid has a node for every combination of its points' distinct
 // coordinates, and building it weighs every point at every node: nodes x points. A table of 400

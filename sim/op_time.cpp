@@ -38,11 +38,14 @@ FlopsPerSecond matmul_rate_bound(const Cluster& c, Dtype dtype) {
 // GEMMs on Hopper are (e.g. about 1.5x at K = 1024 and 2x at K = 8192 for M = N = 8192; see the
 // ops.source of topologies/dgx-h100.json). The reduction dimension is K for the forward, N for the
 // input gradient (dY W) and M, the tokens, for the weight gradient (dY^T X).
+//
+// The block-scaled formats (mxfp8, nvfp4) follow the same rule at their own peak ratio (r = 2 for
+// MXFP8 and 4 for NVFP4 on B200): their scales are applied inside the tensor-core instruction.
 Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, GemmPass pass) {
   const OpCostTables& t = c.ops;
-  const bool fp8 = dtype == Dtype::fp8 && t.dtype != Dtype::fp8;
+  const bool narrow = quantized_gemms(dtype) && !quantized_gemms(t.dtype);
   Seconds time;
-  if (fp8) {
+  if (narrow) {
     const double r = dtype_speedup(c, dtype);
     time = pass == GemmPass::fwd     ? t.gemm_time(m, n, k / r, pass)
            : pass == GemmPass::dgrad ? t.gemm_time(m, n / r, k, pass)
@@ -53,18 +56,19 @@ Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, G
   // Misaligned operands: every pass reads or writes a matrix whose rows are N or K elements long
   // (X, W and Y are M x K, N x K and M x N, row-major), so either one off a 16-byte multiple puts
   // the whole GEMM on the unaligned kernels (the tables measure aligned shapes only).
-  const long long per_16_bytes = fp8 ? 16 : dtype == Dtype::fp32 ? 4 : 8;  // elements (a power of two)
+  const long long per_16_bytes = dtype == Dtype::nvfp4 ? 32 : narrow ? 16 : dtype == Dtype::fp32 ? 4 : 8;  // elements
   const auto aligned = [per_16_bytes](double x) {
     const auto whole = static_cast<long long>(x);
     return static_cast<double>(whole) == x && (whole & (per_16_bytes - 1)) == 0;
   };
   if (!aligned(n) || !aligned(k)) time *= t.misaligned_gemm_slowdown;
   // Roofline floor: both inputs read and the result written once at the measured streaming
-  // bandwidth; 16-bit elements, FP8 inputs 1 byte (the result stays 16-bit). The result is
-  // M x N forward, M x K for the input gradient and N x K for the weight gradient.
+  // bandwidth; inputs at the format's width with its scales (gemm_input_bytes), the result in
+  // 16 bits. The result is M x N forward, M x K for the input gradient and N x K for the weight
+  // gradient.
   const double out = pass == GemmPass::fwd ? m * n : pass == GemmPass::dgrad ? m * k : n * k;
   const double in = m * k + k * n + m * n - out;
-  const Bytes bytes = (fp8 ? 1.0 : 2.0) * in + 2.0 * out;
+  const Bytes bytes = (narrow ? gemm_input_bytes(dtype) : 2.0) * in + 2.0 * out;
   return std::max(time, t.stream(bytes));
 }
 
@@ -80,10 +84,11 @@ struct Ctx {
   const TokenShape& t;      // tokens per rank (t.per_rank inside the TP region, t.seq_split of a
                             // sequence-split tensor)
   const ElementBytes& b;    // bytes per element: b.activation, b.stream (the residual stream)
+  const MoeShape& moe;      // an MoE layer's routed tokens on this rank
 };
 
 Ctx make_ctx(const LayerGraph& g, const Cluster& c, const Software& sw, const PlanShape& p) {
-  return {g.model(), c, sw, p.strategy, p.tokens, p.bytes};
+  return {g.model(), c, sw, p.strategy, p.tokens, p.bytes, p.moe};
 }
 
 // A memory-bound op: `impl`'s passes of its measured kernel on a tensor of `bytes`; every kernel
@@ -100,11 +105,22 @@ PassCost mem_bwd(const Ctx& x, const MemOpImpl& impl, Bytes bytes) {
 }
 
 // One linear layer's GEMM(s) in `dtype`: forward x W^T, backward dgrad + wgrad, on M tokens, N
-// outputs, K inputs, split into `parts` equal GEMMs along N where the stack does not fuse them. FP8
-// adds the quantization of each GEMM input (forward: the activation; backward: the output gradient).
+// outputs, K inputs, split into `parts` equal GEMMs along N where the stack does not fuse them. A
+// quantized format adds the quantization of each GEMM input (forward: the activation; backward:
+// the output gradient), a memory-bound pass over it: fp8 the profile's fp8_quantize_passes; a
+// block-scaled format the bytes ElementBytes::quantize_moved says, in passes of the add kernel
+// (which moves 3 x its 16-bit input). Weights are quantized once a step, cached across micro-
+// batches, and not counted.
 struct LinearCost {
   PassCost fwd, bwd;
 };
+// Add-kernel passes over each GEMM input that quantize it to `dtype` (0 for 16/32-bit GEMMs).
+double quantize_passes(const Ctx& x, Dtype dtype) {
+  return !quantized_gemms(dtype) ? 0.0
+         : block_scaled(dtype)   ? x.b.quantize_moved / (3 * x.b.activation)
+                                 : x.sw.fp8_quantize_passes;
+}
+
 LinearCost linear_in(const Ctx& x, Dtype dtype, double m, double n, double k, int parts = 1) {
   LinearCost out;
   const double np = n / parts;
@@ -113,15 +129,17 @@ LinearCost linear_in(const Ctx& x, Dtype dtype, double m, double n, double k, in
   out.fwd = {parts * std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::fwd)), kernels};
   // The FP8 rule above matches GEMMs with fast accumulation; a stack that accumulates the backward
   // products in higher precision (Transformer Engine's split accumulator for dgrad and wgrad)
-  // runs those slower by the profile's factor.
+  // runs those slower by the profile's factor. Block-scaled GEMMs have no such mode: the scales
+  // are applied per block inside the instruction and products accumulate in fp32.
   const double bwd_slowdown = dtype == Dtype::fp8 ? x.sw.fp8_bwd_gemm_slowdown : 1.0;
   out.bwd = {parts * bwd_slowdown *
                  (std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::dgrad)) +
                   std::max(floor, gemm_time(x.c, dtype, m, np, k, GemmPass::wgrad))),
              2 * kernels};
-  if (dtype == Dtype::fp8 && x.sw.fp8_quantize_passes > 0) {
-    out.fwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.b.activation), 1};
-    out.bwd += {x.sw.fp8_quantize_passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.b.activation), 1};
+  const double passes = quantize_passes(x, dtype);
+  if (passes > 0) {
+    out.fwd += {passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.b.activation), 1};
+    out.bwd += {passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.b.activation), 1};
   }
   return out;
 }
@@ -133,8 +151,37 @@ LinearCost linear(const Ctx& x, double m, double n, double k, int parts = 1) {
 // The attention core for one micro-batch on one rank: causal flash attention from the table of the
 // stack's kernel (heads split over TP, queries over CP), or standard attention as two batched GEMMs over
 // the materialised scores plus the memory-bound softmax and dropout on them.
-LinearCost attention_core(const Ctx& x) {
-  const double d = x.m.head_dim(), s = x.s.seq_len;
+// Multi-head latent attention's heads have query/key dims d_qk and value dims d_v: the flash kernel
+// is timed at their mean, which gives its FLOPs (QK^T over d_qk, PV over d_v).
+double attention_head_dim(const ModelSpec& m) {
+  return m.mla.on() ? 0.5 * (m.mla.qk_head_dim() + m.mla.v_head_dim) : m.head_dim();
+}
+
+// A windowed layer's flash attention: queries attending a window of W (sliding) or a chunk of C
+// tokens run as s / L attentions of length L over the same heads, L = C for chunks and 2W for a
+// sliding window (the same work, s W keys in all, and the kernel's rate at that length). Under
+// context parallelism (ring attention over windows is not modelled) the full attention's time is
+// scaled by the window's share of its work (LayerGraph).
+LinearCost windowed_flash(const Ctx& x, AttentionWindow w, const LinearCost& full, double batch_heads) {
+  const double s = x.s.seq_len;
+  const double len = w == AttentionWindow::chunked ? x.m.attention_chunk : std::min(s, 2.0 * x.m.sliding_window);
+  LinearCost out;
+  if (x.s.cp > 1) {
+    const double share = w == AttentionWindow::chunked ? len / s : (2 * x.m.sliding_window / s) -
+                                                                       (x.m.sliding_window / s) * (x.m.sliding_window / s);
+    out.fwd = {share * full.fwd.gpu, full.fwd.kernels};
+    out.bwd = {share * full.bwd.gpu, full.bwd.kernels};
+    return out;
+  }
+  const int kernel = x.c.ops.attention_kernel(x.sw.attention_kernel);
+  const double d = attention_head_dim(x.m), blocks = s / len;
+  out.fwd = {x.c.ops.attention_fwd(len, d, batch_heads * blocks, kernel), full.fwd.kernels};
+  out.bwd = {x.c.ops.attention_bwd(len, d, batch_heads * blocks, kernel), full.bwd.kernels};
+  return out;
+}
+
+LinearCost attention_core(const Ctx& x, AttentionWindow window) {
+  const double d = attention_head_dim(x.m), s = x.s.seq_len;
   const double batch_heads = static_cast<double>(x.s.micro_batch) * x.m.heads / x.s.tp;
   LinearCost out;
   if (x.s.attention == Attention::flash) {
@@ -146,6 +193,7 @@ LinearCost attention_core(const Ctx& x) {
     const int kernel = x.c.ops.attention_kernel(x.sw.attention_kernel);
     out.fwd = {cp * x.c.ops.attention_fwd(s / cp, d, batch_heads, kernel), launches * x.sw.attention_kernels_fwd};
     out.bwd = {cp * x.c.ops.attention_bwd(s / cp, d, batch_heads, kernel), launches * x.sw.attention_kernels_bwd};
+    if (window != AttentionWindow::full) out = windowed_flash(x, window, out, batch_heads);
     if (x.s.cp > 1) {
       // Each of the cp ring steps merges its partial output into the running one by the log-sum-exp
       // rescaling (forward, over the q-sized output) and adds its partial dQ, dK, dV into the
@@ -162,9 +210,12 @@ LinearCost attention_core(const Ctx& x) {
   // and 6 B backward (read output and gradient, write the gradient: 1x). Where the model trains with
   // dropout and the stack runs it (it keeps the masks), a separate dropout kernel on the scores
   // adds 5 B each way (read 2, write 2 and a 1-byte mask; backward read gradient and mask, write).
+  // Its GEMMs run in 16 bits under every quantized format too: the stacks quantize only their
+  // linear layers (Transformer Engine's fp8_autocast leaves DotProductAttention in BF16 by default).
   const double rows = batch_heads * s / x.s.cp;
-  const LinearCost qk = linear(x, rows, s, d);
-  const LinearCost pv = linear(x, rows, d, s);
+  const Dtype attention_dtype = quantized_gemms(x.s.dtype) ? Dtype::bf16 : x.s.dtype;
+  const LinearCost qk = linear_in(x, attention_dtype, rows, s, d);
+  const LinearCost pv = linear_in(x, attention_dtype, rows, d, s);
   const Bytes scores = rows * s * x.b.activation;
   const bool dropout = runs_dropout(x.sw, x.m.dropout);
   const double fwd_passes = (4.0 + (dropout ? 5 : 0)) / 6, bwd_passes = (6.0 + (dropout ? 5 : 0)) / 6;
@@ -220,42 +271,92 @@ void add_stream_ops(const Ctx& x, LayerOpCosts& L) {
   }
 }
 
-// The layer's GEMMs (Megatron column/row-parallel splits): QKV [h -> (q + 2kv)/tp], output
-// [q/tp -> h], MLP up [h -> f/tp, or 2f/tp for SwiGLU], MLP down [f/tp -> h].
-void add_linears(const Ctx& x, LayerOpCosts& L) {
+// Multi-head latent attention's projections (layer_graph.cpp add_mla; Megatron-core
+// multi_latent_attention.py): the down projections h -> r_q and h -> r_kv + d_r with replicated
+// weights on the sequence-split tokens, their latents' norms, the column-parallel up projections
+// r_q -> a(d_n + d_r)/tp and r_kv -> a(d_n + d_v)/tp (without r_q: h -> a(d_n + d_r)/tp), and the
+// output a d_v/tp -> h. Returns the up projections' forward (what mla_up_proj recomputes).
+PassCost add_mla_linears(const Ctx& x, LinearCost& proj, LinearCost& outp) {
+  const MlaSpec& a = x.m.mla;
+  const double h = x.m.hidden, tp = x.s.tp, heads = x.m.heads, M = x.t.per_rank, Ms = x.t.seq_split;
+  const double rq = a.q_lora_rank, rkv = a.kv_lora_rank, qk = heads * a.qk_head_dim(), v = heads * a.v_head_dim;
+  const LinearCost q_up = linear(x, M, qk / tp, rq > 0 ? rq : h);
+  const LinearCost kv_up = linear(x, M, heads * a.qk_nope_head_dim / tp + v / tp, rkv);
+  proj = linear(x, Ms, rkv + a.qk_rope_head_dim, h);  // kv_down
+  if (rq > 0) {
+    const LinearCost q_down = linear(x, Ms, rq, h);
+    proj.fwd += q_down.fwd;
+    proj.bwd += q_down.bwd;
+    const Bytes latent = Ms * rq * x.b.activation;
+    proj.fwd += mem_fwd(x, norm_impl(x), latent);
+    proj.bwd += mem_bwd(x, norm_impl(x), latent);
+  }
+  const Bytes kv_latent = Ms * rkv * x.b.activation;
+  proj.fwd += mem_fwd(x, norm_impl(x), kv_latent);
+  proj.bwd += mem_bwd(x, norm_impl(x), kv_latent);
+  for (const LinearCost* l : {&q_up, &kv_up}) {
+    proj.fwd += l->fwd;
+    proj.bwd += l->bwd;
+  }
+  outp = linear(x, M, h, v / tp);
+  PassCost up = q_up.fwd;
+  up += kv_up.fwd;
+  return up;
+}
+
+// The layer's GEMMs (Megatron column/row-parallel splits): QKV [h -> (q + 2kv)/tp] (or MLA's
+// projections), output [q/tp -> h], and in a dense layer MLP up [h -> f/tp, or 2f/tp for SwiGLU],
+// MLP down [f/tp -> h].
+void add_linears(const Ctx& x, bool moe, LayerOpCosts& L) {
   const double h = x.m.hidden, f = x.m.ffn_hidden, tp = x.s.tp, q = q_width(x), kv = kv_width(x), M = x.t.per_rank;
   const bool swiglu = x.m.activation == Activation::swiglu;
-  LinearCost qkv;
-  if (x.sw.qkv_fused) {
-    qkv = linear(x, M, (q + 2 * kv) / tp, h);
-  } else {  // Q, then K and V as two equal GEMMs
-    qkv = linear(x, M, q / tp, h);
-    const LinearCost k = linear(x, M, kv / tp, h, 2);
-    qkv.fwd += k.fwd;
-    qkv.bwd += k.bwd;
+  LinearCost qkv, outp;
+  if (x.m.mla.on()) {
+    const PassCost up = add_mla_linears(x, qkv, outp);
+    if (x.s.recompute_modules & kRecomputeMlaUpProj) L.module_recompute += up;
+  } else {
+    if (x.sw.qkv_fused) {
+      qkv = linear(x, M, (q + 2 * kv) / tp, h);
+    } else {  // Q, then K and V as two equal GEMMs
+      qkv = linear(x, M, q / tp, h);
+      const LinearCost k = linear(x, M, kv / tp, h, 2);
+      qkv.fwd += k.fwd;
+      qkv.bwd += k.bwd;
+    }
+    outp = linear(x, M, h, q / tp);
   }
-  const LinearCost outp = linear(x, M, h, q / tp);
+  if (moe) {
+    for (const LinearCost* l : {&std::as_const(qkv), &std::as_const(outp)}) {
+      L.fwd += l->fwd;
+      L.bwd += l->bwd;
+    }
+    return;
+  }
   const LinearCost up = linear(x, M, (swiglu ? 2 : 1) * f / tp, h, swiglu && !x.sw.gate_up_fused ? 2 : 1);
   const LinearCost down = linear(x, M, h, f / tp);
-  for (const LinearCost* l : {&std::as_const(qkv), &outp, &up, &down}) {
+  for (const LinearCost* l : {&std::as_const(qkv), &std::as_const(outp), &up, &down}) {
     L.fwd += l->fwd;
     L.bwd += l->bwd;
   }
 }
 
-// The attention core and what surrounds it: RoPE on q and k, layout copies, GQA expansion.
-void add_attention(const Ctx& x, LayerOpCosts& L) {
+// The attention core and what surrounds it: RoPE on q and k (MLA: the heads' RoPE query parts and
+// the one shared RoPE key part), layout copies, GQA expansion.
+void add_attention(const Ctx& x, AttentionWindow window, LayerOpCosts& L) {
   const Software& sw = x.sw;
   const double tp = x.s.tp, q = q_width(x), kv = kv_width(x);
-  const LinearCost core = attention_core(x);
+  const LinearCost core = attention_core(x, window);
   L.attention_fwd = core.fwd;
   L.fwd += core.fwd;
   L.bwd += core.bwd;
   const Bytes heads_t = x.t.per_rank * q / tp * x.b.activation;  // one tensor over all query heads
   if (x.m.position == Position::rope) {
-    const Bytes qk = x.t.per_rank * (q + kv) / tp * x.b.activation;
+    const double roped = x.m.mla.on() ? x.m.heads * x.m.mla.qk_rope_head_dim / tp + x.m.mla.qk_rope_head_dim
+                                      : (q + kv) / tp;
+    const Bytes qk = x.t.per_rank * roped * x.b.activation;
     L.fwd += mem_fwd(x, sw.mem.rope, qk);
     L.bwd += mem_bwd(x, sw.mem.rope, qk);
+    if (x.s.recompute_modules & kRecomputeMlaUpProj) L.module_recompute += mem_fwd(x, sw.mem.rope, qk);
   }
   L.fwd += mem_fwd(x, sw.mem.attention_copies, heads_t);
   L.bwd += mem_bwd(x, sw.mem.attention_copies, heads_t);
@@ -265,10 +366,8 @@ void add_attention(const Ctx& x, LayerOpCosts& L) {
   }
 }
 
-// The MLP activation, the bias adds of the row-parallel linears (output and MLP down) where not
-// fused, and the weight gradients accumulated outside the GEMMs: per micro-batch over the
-// layer's fp32 parameters on this rank.
-void add_mlp_and_gradients(const Ctx& x, const LayerGraph& g, LayerOpCosts& L) {
+// The dense MLP's activation.
+void add_mlp_activation(const Ctx& x, LayerOpCosts& L) {
   const Software& sw = x.sw;
   const double f = x.m.ffn_hidden, tp = x.s.tp;
   const bool swiglu = x.m.activation == Activation::swiglu;
@@ -276,16 +375,124 @@ void add_mlp_and_gradients(const Ctx& x, const LayerGraph& g, LayerOpCosts& L) {
   const MemOpImpl& activation = swiglu ? sw.mem.swiglu : sw.mem.gelu;
   L.fwd += mem_fwd(x, activation, in);
   L.bwd += mem_bwd(x, activation, in);
+}
+
+// One grouped GEMM over `groups` experts of m rows each (Megatron-core GroupedMLP, Transformer
+// Engine GroupedLinear): each expert's product timed from the table at its own shape (small m
+// pays the table's low-occupancy rate and tile quantisation), the whole launched as one kernel,
+// forward and each backward product. FP8 quantizes every expert's input as linear_in does.
+LinearCost grouped_linear(const Ctx& x, double groups, double m, double n, double k) {
+  const Dtype dtype = x.s.dtype;
+  const Seconds floor = x.c.ops.kernel_floor;
+  const double kernels = x.sw.gemm_kernels;
+  LinearCost out;
+  out.fwd = {std::max(floor, groups * gemm_time(x.c, dtype, m, n, k, GemmPass::fwd)), kernels};
+  const double bwd_slowdown = dtype == Dtype::fp8 ? x.sw.fp8_bwd_gemm_slowdown : 1.0;
+  out.bwd = {bwd_slowdown * (std::max(floor, groups * gemm_time(x.c, dtype, m, n, k, GemmPass::dgrad)) +
+                             std::max(floor, groups * gemm_time(x.c, dtype, m, n, k, GemmPass::wgrad))),
+             2 * kernels};
+  const double passes = quantize_passes(x, dtype);
+  if (passes > 0) {
+    out.fwd += {passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * k * x.b.activation), 1};
+    out.bwd += {passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * n * x.b.activation), 1};
+  }
+  return out;
+}
+
+// The router (Megatron-core moe/router.py TopKRouter: a plain 16-bit GEMM h -> experts, never in a
+// quantized format,
+// then scoring and top-k over the fp32 logits) and the permutations around the dispatch: the
+// routed copies gathered into expert order and, after the combine, weighted and summed back per
+// token (moe/moe_utils.py permute / unpermute), each over the rows this rank's experts take.
+PassCost add_router_and_permutes(const Ctx& x, LayerOpCosts& L) {
+  const MoeShape& ms = x.moe;
+  const double h = x.m.hidden, experts = x.m.moe.experts;
+  const Dtype router_dtype = quantized_gemms(x.s.dtype) ? Dtype::bf16 : x.s.dtype;
+  const LinearCost router = linear_in(x, router_dtype, ms.tokens, experts, h);
+  const Bytes logits = ms.tokens * experts * 4.0, routed = ms.routed * h * x.b.activation;
+  L.fwd += router.fwd;
+  L.bwd += router.bwd;
+  L.fwd += mem_fwd(x, x.sw.moe.router, logits);
+  L.bwd += mem_bwd(x, x.sw.moe.router, logits);
+  PassCost perm_fwd = mem_fwd(x, x.sw.moe.permute, routed);
+  perm_fwd += mem_fwd(x, x.sw.moe.unpermute, routed);
+  PassCost perm_bwd = mem_bwd(x, x.sw.moe.permute, routed);
+  perm_bwd += mem_bwd(x, x.sw.moe.unpermute, routed);
+  L.fwd += perm_fwd;
+  L.bwd += perm_bwd;
+  return perm_fwd;
+}
+
+// An MoE layer's MLP (layer_graph.cpp add_routed_experts): the router and permutations, the
+// experts as two grouped GEMMs over this rank's experts / ep local experts of expert_tokens rows
+// each (up [h -> g f/etp], down [f/etp -> h], g = 2 for SwiGLU) with the activation between them,
+// and the shared experts, tensor-parallel like a dense MLP of their summed width.
+void add_moe_mlp(const Ctx& x, LayerOpCosts& L) {
+  const MoeSpec& e = x.m.moe;
+  const MoeShape& ms = x.moe;
+  const double h = x.m.hidden, f = e.expert_ffn, etp = x.s.etp, tp = x.s.tp, M = x.t.per_rank;
+  const bool swiglu = x.m.activation == Activation::swiglu;
+  const double g = swiglu ? 2 : 1;
+  add_router_and_permutes(x, L);
+  const LinearCost up = grouped_linear(x, ms.local_experts, ms.expert_tokens, g * f / etp, h);
+  const LinearCost down = grouped_linear(x, ms.local_experts, ms.expert_tokens, h, f / etp);
+  const Bytes act_in = ms.received * g * f / etp * x.b.activation;
+  const MemOpImpl& act = swiglu ? x.sw.mem.swiglu : x.sw.mem.gelu;
+  for (const LinearCost* l : {&up, &down}) {
+    L.expert_fwd += l->fwd;
+    L.expert_bwd += l->bwd;
+  }
+  L.expert_fwd += mem_fwd(x, act, act_in);
+  L.expert_bwd += mem_bwd(x, act, act_in);
+  L.fwd += L.expert_fwd;
+  L.bwd += L.expert_bwd;
+  if (x.s.recompute_modules & kRecomputeMoeAct) L.module_recompute += mem_fwd(x, act, act_in);
+  if (e.shared_experts == 0) return;
+  const double fs = static_cast<double>(e.shared_experts) * e.shared_ffn;
+  const LinearCost s_up = linear(x, M, g * fs / tp, h, swiglu && !x.sw.gate_up_fused ? 2 : 1);
+  const LinearCost s_down = linear(x, M, h, fs / tp);
+  L.shared_fwd = s_up.fwd;
+  L.shared_fwd += s_down.fwd;
+  L.shared_fwd += mem_fwd(x, act, M * g * fs / tp * x.b.activation);
+  L.shared_bwd = s_up.bwd;
+  L.shared_bwd += s_down.bwd;
+  L.shared_bwd += mem_bwd(x, act, M * g * fs / tp * x.b.activation);
+  L.fwd += L.shared_fwd;
+  L.bwd += L.shared_bwd;
+}
+
+// The bias adds of the row-parallel linears (output and MLP down) where not fused, and the weight
+// gradients accumulated outside the GEMMs: per micro-batch over the layer's fp32 parameters on
+// this rank (routed experts split over ep x etp).
+void add_biases_and_gradients(const Ctx& x, const LayerGraph& g, int kind, LayerOpCosts& L) {
+  const Software& sw = x.sw;
   if (x.m.norm == Norm::layernorm) {  // GPT-style models carry biases (layer_graph.cpp)
     const Bytes t = x.t.seq_split * x.m.hidden * x.b.activation;
     L.fwd += 2 * mem_fwd(x, sw.mem.bias_add, t);
     L.bwd += 2 * mem_bwd(x, sw.mem.bias_add, t);
   }
   if (!sw.wgrad_accumulate_fused) {
-    const double params = g.params_per_layer_per_rank(x.s.tp);
+    const double params = g.kind_params_per_rank(kind, x.s.tp, x.moe.expert_shards);
     const PassCost acc = mem_bwd(x, sw.mem.grad_accumulation, params * 4.0);
     L.bwd += {acc.gpu, kParamOpsPerLayer * sw.mem.grad_accumulation.kernels_bwd};
   }
+}
+
+// One layer of kind `k`: the residual stream's ops, the projections, the attention core, the MLP
+// (dense or routed experts), biases and gradient accumulation.
+LayerOpCosts layer_op_costs(const Ctx& x, const LayerGraph& g, int k) {
+  const LayerKind& kind = g.kind(k);
+  LayerOpCosts L;
+  add_stream_ops(x, L);
+  add_linears(x, kind.moe, L);
+  add_attention(x, kind.window, L);
+  if (kind.moe) {
+    add_moe_mlp(x, L);
+  } else {
+    add_mlp_activation(x, L);
+  }
+  add_biases_and_gradients(x, g, k, L);
+  return L;
 }
 
 // The embedding's fp32 table gradient on this rank: V/tp x h elements.
@@ -311,9 +518,10 @@ EndOpCosts head_costs(const Ctx& x, double vocab_rows) {
   EndOpCosts out;
   out.fwd = mem_fwd(x, norm_impl(x), stream_tensor(x));
   out.bwd = mem_bwd(x, norm_impl(x), stream_tensor(x));
-  // Under FP8 the head stays in 16 bits unless the stack quantizes it too (Megatron-core's output
-  // layer is not a Transformer Engine module; software precision.fp8_lm_head).
-  const Dtype head_dtype = x.s.dtype == Dtype::fp8 && !sw.fp8_lm_head ? Dtype::bf16 : x.s.dtype;
+  // Under a quantized format the head stays in 16 bits unless the stack quantizes it too (Megatron-
+  // core's output layer is not a Transformer Engine module; software precision.fp8_lm_head; the
+  // published FP8, MXFP8 and NVFP4 recipes keep it in BF16).
+  const Dtype head_dtype = quantized_gemms(x.s.dtype) && !sw.fp8_lm_head ? Dtype::bf16 : x.s.dtype;
   const LinearCost head = linear_in(x, head_dtype, x.t.per_rank, V / tp, x.m.hidden);
   out.fwd += head.fwd;
   out.bwd += head.bwd;
@@ -327,17 +535,29 @@ EndOpCosts head_costs(const Ctx& x, double vocab_rows) {
   return out;
 }
 
+// One MTP module's own ops besides its layer (layer_graph.cpp add_mtp): the norms of the hidden
+// state and of the next token's embedding, the 2h -> h projection on the sequence-split tokens,
+// then the shared head as head_costs has it (final norm, LM head GEMM, loss).
+EndOpCosts mtp_costs(const Ctx& x, double vocab_rows) {
+  EndOpCosts out = head_costs(x, vocab_rows);
+  const double h = x.m.hidden;
+  out.fwd += 2 * mem_fwd(x, norm_impl(x), stream_tensor(x));
+  out.bwd += 2 * mem_bwd(x, norm_impl(x), stream_tensor(x));
+  const LinearCost proj = linear(x, x.t.seq_split, h, 2 * h);
+  out.fwd += proj.fwd;
+  out.bwd += proj.bwd;
+  return out;
+}
+
 }  // namespace
 
 OpCosts op_costs(const LayerGraph& g, const Cluster& c, const Software& sw, const PlanShape& shape) {
   const Ctx x = make_ctx(g, c, sw, shape);
   OpCosts out;
-  add_stream_ops(x, out.layer);
-  add_linears(x, out.layer);
-  add_attention(x, out.layer);
-  add_mlp_and_gradients(x, g, out.layer);
+  for (int k = 0; k < g.kind_count(); ++k) out.kinds[k] = layer_op_costs(x, g, k);
   out.pre = embedding_costs(x, shape.vocab_rows);
   out.post = head_costs(x, shape.vocab_rows);
+  if (g.model().mtp_layers > 0) out.mtp = mtp_costs(x, shape.vocab_rows);
   return out;
 }
 

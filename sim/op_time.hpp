@@ -10,6 +10,8 @@
 // host's time to issue its kernels, whichever is longer: the host runs ahead of the GPU until the
 // GPU runs out of queued work, so a pass of small kernels is launch-bound.
 #pragma once
+#include <array>
+
 #include "sim/cluster.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/plan_shape.hpp"
@@ -31,11 +33,18 @@ struct PassCost {
 };
 PassCost operator*(double n, const PassCost& p);
 
-// One transformer layer, one micro-batch, one rank (TP/CP/SP split applied).
+// One transformer layer of one kind, one micro-batch, one rank (TP/CP/SP/EP split applied).
 struct LayerOpCosts {
   PassCost fwd;
   PassCost bwd;            // without recomputation; with the per-micro-batch gradient accumulation
   PassCost attention_fwd;  // the attention core alone (what selective recomputation repeats)
+  // MoE layers: the shared experts' part of fwd and bwd (what runs beside the dispatch all-to-all
+  // where the stack overlaps them); zero otherwise.
+  PassCost shared_fwd, shared_bwd;
+  PassCost expert_fwd, expert_bwd;  // the routed experts' grouped GEMMs and activation
+  // The forward work the strategy's recompute_modules repeat before the backward (moe_act: the
+  // experts' activation; mla_up_proj: MLA's up projections and RoPE).
+  PassCost module_recompute;
 };
 
 // The ops before the first layer (embedding) and after the last (final norm, LM head, loss).
@@ -44,8 +53,11 @@ struct EndOpCosts {
 };
 
 struct OpCosts {
-  LayerOpCosts layer;
+  std::array<LayerOpCosts, LayerGraph::kMaxKinds> kinds;  // one per layer kind (LayerGraph::kind)
   EndOpCosts pre, post;
+  // One multi-token-prediction module without its transformer layer (a kind's): its two norms and
+  // 2h -> h projection, the shared head's norm, GEMM and loss. Zero without MTP.
+  EndOpCosts mtp;
 };
 
 // The op costs of one plan: its tokens, shares and element widths (the residual stream's, the

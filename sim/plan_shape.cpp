@@ -45,13 +45,45 @@ TokenShape token_shape(const Strategy& s) {
   return t;
 }
 
+MoeShape moe_shape(const ModelSpec& m, const Strategy& s, const TokenShape& t) {
+  MoeShape x;
+  if (!m.moe.on()) return x;
+  const double factor = s.capacity_factor > 0 ? s.capacity_factor : s.moe_imbalance;
+  x.tokens = t.seq_split;
+  x.routed = x.tokens * m.moe.top_k * factor;
+  x.received = x.routed * s.etp;
+  x.local_experts = m.moe.experts / s.ep;
+  x.expert_tokens = x.received / x.local_experts;
+  x.expert_shards = s.ep * s.etp;
+  return x;
+}
+
+double gemm_input_bytes(Dtype d) {
+  switch (d) {
+    case Dtype::bf16:
+    case Dtype::fp16: return 2;
+    case Dtype::fp32: return 4;
+    case Dtype::fp8: return 1;
+    case Dtype::mxfp8: return 1 + 1.0 / 32;
+    case Dtype::nvfp4: return 0.5 + 1.0 / 16;
+  }
+  return 2;
+}
+
 ElementBytes element_bytes(const Software& sw, const Strategy& s) {
   const bool fp32 = s.dtype == Dtype::fp32;
   ElementBytes b;
   b.activation = activation_bytes(s.dtype);
   b.stream = std::max(sw.stream_bytes, b.activation);
+  b.gemm_input = gemm_input_bytes(s.dtype);
   b.saved_gemm_input = s.dtype == Dtype::fp8 ? sw.fp8_saved_gemm_input_bytes : b.activation;
   b.weight_copy = fp32 ? 0.0 : sw.memory.weight_copy_bytes;
+  if (block_scaled(s.dtype)) {
+    const bool keeps_quantized = sw.fp8_saved_gemm_input_bytes < b.activation;
+    if (keeps_quantized) b.saved_gemm_input = b.gemm_input;
+    b.quantize_moved = b.activation + 2 * b.gemm_input + (s.dtype == Dtype::nvfp4 ? b.activation : 0.0);
+    b.weight_copy += 2 * b.gemm_input;
+  }
   // Under mixed precision each rank casts its master shard to 16 bits and gathers that, whatever
   // the width of the master weights (FSDP MixedPrecision(param_dtype=bf16), Megatron's
   // distributed optimizer; exec/reducer.cpp likewise); FP8 too: its GEMMs quantize from the
@@ -82,13 +114,17 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s, const RankLa
   const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
   g.dp = group_of(c, s.dp * s.cp, dp_stride);
   g.pp = pipeline_group(c, s.pp, layout.stride(Dim::pp));
+  g.ep = group_of(c, s.ep, layout.stride(ExpertDim::ep));
+  g.etp = group_of(c, s.etp, layout.stride(ExpertDim::etp));
+  g.edp = group_of(c, layout.size(ExpertDim::edp), layout.stride(ExpertDim::edp));
+  g.expert_mp = group_of(c, s.ep * s.etp, std::min(layout.stride(ExpertDim::etp), layout.stride(ExpertDim::ep)));
   return g;
 }
 
 }  // namespace
 
 GroupLink pipeline_group(const Cluster& c, int pp, int stride) {
-  return {pp, stride, group_link(c, 2, stride), c.collectives.call_overhead};
+  return {pp, stride, group_link(c, 2, stride), c.collectives.call_overhead, {}};
 }
 
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s) { return parallel_groups(c, s, RankLayout(s)); }
@@ -102,6 +138,7 @@ PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Softw
       reduces_gradients(trainplan::reduces_gradients(s)),
       pp_overlap(s.schedule == ScheduleKind::interleaved ? sw.overlap.pp_interleaved : sw.overlap.pp),
       tokens(token_shape(s)),
+      moe(moe_shape(model, s, tokens)),
       bytes(element_bytes(sw, s)),
       groups(parallel_groups(cluster, s, RankLayout(s))) {
   // (Members initialised in place, not assigned: search builds one of these per layout.)

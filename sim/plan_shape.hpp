@@ -11,8 +11,10 @@
 // from the Strategy again, so they cannot disagree on them. What it holds:
 //   tokens  per-rank tokens of a micro-batch and the shares of a split tensor a rank holds;
 //   bytes   bytes per element of each kind of tensor (ElementBytes);
-//   groups  one GroupLink per parallel group (TP, CP, DP with its CP replicas, PP neighbours),
-//           whose methods cost one collective call with the cluster's per-call overhead;
+//   groups  one GroupLink per parallel group (TP, CP, DP with its CP replicas, PP neighbours, and
+//           for experts EP, ETP, EDP), whose methods cost one collective call with the cluster's
+//           per-call overhead;
+//   moe     the tokens an MoE layer routes on this rank and the rows its experts take (MoeShape);
 //   zero    the ZeroPolicy (zero_policy.hpp) of the strategy's stage;
 //   ps      the parameter servers' network (Strategy::uses_ps()).
 // Building one allocates nothing: search builds one for every layout it predicts.
@@ -55,14 +57,51 @@ struct TokenShape {
 };
 TokenShape token_shape(const Strategy& s);
 
-// Bytes per element of each kind of tensor, the one place these rules live.
+// The tokens of one MoE layer on one rank for one micro-batch (zero for a dense model). Routing
+// is balanced up to the strategy's imbalance (max / mean tokens per EP rank), and every figure is
+// the busiest EP rank's, which the others wait for at the combine: with n tokens entering the
+// layer and a factor f (the imbalance; with a capacity factor C, C itself: each expert padded to
+// n x top_k x C / experts rows of the EP group, Megatron-core --moe-expert-capacity-factor with
+// --moe-pad-expert-input-to-capacity), over ep x etp expert ranks holding experts / ep each:
+//   tokens         n = b s / cp, / tp with SP (the sequence-split stream the router sees)
+//   routed         n x top_k x f: token copies dispatched to this rank's experts (and combined back)
+//   received       routed x etp: rows its grouped GEMMs take after the expert-TP all-gather
+//   expert_tokens  received / (experts / ep) = ep x etp x n x top_k x f / experts per local expert
+struct MoeShape {
+  double tokens = 0, routed = 0, received = 0, expert_tokens = 0;
+  int local_experts = 1;
+  int expert_shards = 1;  // ep x etp: the ranks the routed experts' parameters are split over
+};
+MoeShape moe_shape(const ModelSpec& m, const Strategy& s, const TokenShape& t);
+
+// Bytes per element of a GEMM input as the tensor cores read it, its scales included (the one
+// storage rule of each format): bf16/fp16 2, fp32 4; fp8 1 (one fp32 scale per tensor, 0 per
+// element); mxfp8 1 + 1/32 (an 8-bit E8M0 scale per 32 elements, OCP MX v1.0); nvfp4 0.5 + 1/16
+// (4-bit E2M1 elements, an 8-bit E4M3 scale per 16, and one fp32 scale per tensor, 0 per element).
+double gemm_input_bytes(Dtype d);
+
+// Bytes per element of each kind of tensor, the one place these rules live. Under fp8, mxfp8 and
+// nvfp4 only the GEMM inputs (and the copies a stack keeps of them) are in the low format: master
+// weights and optimizer states stay fp32, weights, gradients, activations and every message of
+// TP, CP, PP and DP (communication) stay 16-bit, as Transformer Engine runs them.
 struct ElementBytes {
   double activation = 2;        // activations, and the TP/CP/PP messages made of them (4 in fp32)
   double stream = 2;            // the residual stream: the profile's residual_stream_bytes (4 for
                                 // an fp32 stream under autocast), never narrower than activations
   double saved_gemm_input = 2;  // a GEMM input saved for the backward: under fp8 the profile's
-                                // fp8_saved_gemm_input_bytes (quantized copies kept), else activation
-  double weight_copy = 0;       // 16-bit weight copies autocast keeps, per parameter (none in fp32)
+                                // fp8_saved_gemm_input_bytes (quantized copies kept); under a
+                                // block-scaled format gemm_input where the profile keeps quantized
+                                // inputs (fp8_saved_gemm_input_bytes below 16 bits), else activation
+  double gemm_input = 2;        // gemm_input_bytes(dtype): a GEMM operand as the tensor cores read it
+  double quantize_moved = 0;    // block-scaled formats: bytes moved per element to quantize one GEMM
+                                // input, read in 16 bits and written twice in the format (blocks run
+                                // along the reduction dimension, so the forward and the weight
+                                // gradient need differently blocked copies: rowwise, columnwise),
+                                // NVFP4 reading it once more for the per-tensor amax; 0 otherwise
+                                // (fp8 takes the profile's fp8_quantize_passes)
+  double weight_copy = 0;       // weight copies per parameter: the 16-bit ones autocast keeps (none
+                                // in fp32), plus under a block-scaled format the two quantized copies
+                                // (rowwise, columnwise) cached across the step's micro-batches
   double gathered_param = 2;    // a parameter all-gathered over the DP group: in the compute dtype
                                 // (ZeRO-3 units, ZeRO-1/2's gather after the step, a server pull),
                                 // 2 under mixed precision whatever the master width, 4 in fp32
@@ -86,8 +125,11 @@ struct ParallelGroups {
                  // nearer of the DP and CP neighbours.
   GroupLink pp;  // the pipeline: pp stages; its link is the one between adjacent stages (the
                  // pipeline only sends to neighbours), i.e. group_link of 2 ranks pp-stride apart
-  // Expert parallelism (the experts' all-to-all) and expert data parallelism (their gradients'
-  // reduction) join here as `ep` and `edp`.
+  // Experts (RankLayout's expert numbering): the all-to-all of token dispatch over `ep`; the
+  // expert-TP all-gather / reduce-scatter of the routed tokens over `etp`; the reduction (and ZeRO
+  // sharding) of the routed experts' gradients over `edp`; the allgather dispatcher's collectives
+  // over the ep x etp ranks of `expert_mp`. Size 1 for a dense model.
+  GroupLink ep, etp, edp, expert_mp;
 };
 // The groups of `s` on cluster `c`, placed by RankLayout.
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s);
@@ -104,6 +146,7 @@ struct PlanShape {
   bool reduces_gradients = false;  // gradients leave the GPU: a DP group of two or more, or servers
   double pp_overlap = 0;       // share of a pipeline send the stack hides under this schedule
   TokenShape tokens;
+  MoeShape moe;
   ElementBytes bytes;
   ParallelGroups groups;
   PsNetwork ps;                // the parameter servers' network (default without them)

@@ -55,6 +55,12 @@ Bytes hidden_message(const LayerGraph& graph, const PlanShape& shape) {
 // What one rank's per-micro-batch costs are computed from, by reference: the plan's shape (its
 // tokens, shares, widths and groups), the op times of the software profile, and the TP
 // collectives' costs.
+// One MoE layer's expert collectives for one micro-batch, one pass (the backward sends the same
+// bytes back the other way): dispatch and combine, each the calls the dispatcher makes.
+struct EpCalls {
+  Seconds dispatch = 0, combine = 0;
+};
+
 struct LayerInputs {
   const LayerGraph& graph;
   const Cluster& cluster;
@@ -62,10 +68,65 @@ struct LayerInputs {
   const PlanShape& shape;
   const OpCosts& ops;
   TpCollectives tp;
+  EpCalls ep;
 };
 
+// Expected nodes of an EP group of `nodes` nodes (E / nodes experts each) holding at least one of a
+// token's top_k experts, for routing that picks k distinct experts alike (balanced):
+// nodes x (1 - C(E - E/nodes, k) / C(E, k)); group-limited routing whose groups each lie on one node
+// (groups a multiple of the nodes, experts laid out in order) reaches at most topk_groups of them.
+double token_nodes(const MoeSpec& e, int nodes) {
+  if (nodes <= 1) return 1;
+  const double E = e.experts, off_node = E - E / nodes;
+  double none_on_node = 1;
+  for (int i = 0; i < e.top_k; ++i) none_on_node *= std::max(0.0, off_node - i) / (E - i);
+  double d = nodes * (1 - none_on_node);
+  if (e.groups > 1 && e.groups % nodes == 0) d = std::min(d, static_cast<double>(e.topk_groups));
+  return d;
+}
+
+// The expert collectives of one MoE layer (Megatron-core moe/token_dispatcher.py), over the busiest
+// EP rank's tokens (MoeShape) of h elements:
+//   alltoall:  dispatch = an all-to-all of the routed copies over EP (routed x h), then with
+//              etp > 1 an all-gather of them over ETP (etp x routed x h gathered); combine = the
+//              reduce-scatter over ETP, then the all-to-all back.
+//   allgather: dispatch = an all-gather over the ep x etp expert ranks of every rank's tokens and
+//              of its routing (a token's boolean map and fp32 probabilities over all experts, 5 B
+//              each: MoEAllGatherTokenDispatcher gathers routing_map and probs); combine = the
+//              reduce-scatter of the outputs back.
+//   flex:      DeepEP / HybridEP: a token crosses the network once to each remote node holding its
+//              experts (token_nodes x (nodes - 1) / nodes of them) and is forwarded over the node
+//              link there, where every routed copy but the receiver's own arrives (routed x (q-1)/q
+//              over the node link, q members per node); combine the reverse. ETP as alltoall.
+EpCalls ep_calls(const ModelSpec& m, const PlanShape& shape) {
+  EpCalls e;
+  if (!m.moe.on()) return e;
+  const Strategy& s = shape.strategy;
+  const MoeShape& ms = shape.moe;
+  const GroupLink& ep = shape.groups.ep;
+  const double h = m.hidden, act = shape.bytes.activation;
+  const Bytes routed = ms.routed * h * act;
+  if (s.dispatcher == Dispatcher::allgather) {
+    const double ranks = static_cast<double>(s.ep) * s.etp;
+    const Bytes gathered = ranks * ms.tokens * (h * act + 5.0 * m.moe.experts);
+    e.dispatch = shape.groups.expert_mp.all_gather(gathered);
+    e.combine = shape.groups.expert_mp.reduce_scatter(ranks * ms.tokens * h * act);
+    return e;
+  }
+  Seconds a2a = ep.all_to_all(routed);
+  if (s.dispatcher == Dispatcher::flex) {
+    const int q = std::min(ep.a2a.per_node, ep.size), nodes = (ep.size + q - 1) / q;
+    const double factor = ms.routed / (ms.tokens * m.moe.top_k);  // the imbalance or capacity factor
+    const Bytes network = ms.tokens * factor * token_nodes(m.moe, nodes) * (nodes - 1.0) / nodes * h * act;
+    a2a = ep.forwarded_all_to_all(network, routed * (q - 1.0) / q);
+  }
+  e.dispatch = a2a + shape.groups.etp.all_gather(routed * s.etp);
+  e.combine = shape.groups.etp.reduce_scatter(routed * s.etp) + a2a;
+  return e;
+}
+
 // Share of an op's per-token work one rank does: tensor-split ops 1/tp, sequence-split ones 1/tp
-// with SP.
+// with SP (routed experts too: the layer's tokens enter them sequence-split).
 double share_of(const PlanShape& shape, const OpSpec& op) {
   return op.split == Split::tensor ? shape.tokens.tensor_share : shape.tokens.seq_share;
 }
@@ -76,28 +137,72 @@ double share_of(const PlanShape& shape, const OpSpec& op) {
 struct TpTime {
   Seconds forward = 0, backward = 0;
 };
+// Each boundary moves the tensor crossing it, of its width per token (LayerBoundaries): hidden
+// for a GPT/Llama layer's four (x.tp), an MLA latent's for its entries.
 TpTime layer_tp_time(const LayerInputs& x, const LayerBoundaries& b) {
-  if (x.shape.strategy.sequence_parallel) {
-    return {b.enter * x.tp.all_gather + b.exit * x.tp.reduce_scatter,
-            b.enter * x.tp.reduce_scatter + b.exit * x.tp.all_gather};
+  const double hidden = x.graph.model().hidden;
+  auto at = [&](double width) {
+    return width == hidden ? x.tp
+                           : tp_collectives(x.shape, x.shape.tokens.per_rank * width * x.shape.bytes.activation);
+  };
+  TpTime enter, exit;  // forward, backward of the enter and the exit boundaries
+  const bool sp = x.shape.strategy.sequence_parallel;
+  for (int i = 0; i < b.enter; ++i) {
+    const TpCollectives t = at(b.enter_width[static_cast<std::size_t>(i)]);
+    enter.forward += sp ? t.all_gather : 0.0;
+    enter.backward += sp ? t.reduce_scatter : t.all_reduce;
   }
-  return {b.exit * x.tp.all_reduce, b.enter * x.tp.all_reduce};
+  for (int i = 0; i < b.exit; ++i) {
+    const TpCollectives t = at(b.exit_width[static_cast<std::size_t>(i)]);
+    exit.forward += sp ? t.reduce_scatter : t.all_reduce;
+    exit.backward += sp ? t.all_gather : 0.0;
+  }
+  if (!sp) return {exit.forward, enter.backward};
+  return {enter.forward + exit.forward, enter.backward + exit.backward};
 }
 
 // The layer's parameters and FLOPs per rank (Korthikanti et al. 2022), and the attention core
 // selective recomputation repeats before the backward (Megatron's core-attention checkpointing,
 // with flash attention as with materialised scores).
-void add_params_and_flops(const LayerInputs& x, Seconds attention_fwd, LayerCost& c) {
+// Routed experts' parameters are split over ep x etp ranks (rank_params), and their FLOPs per
+// rank are the layer's tokens' share (the balanced share: FLOPs count the model's work, not the
+// busiest rank's). Module recomputation (mla_up_proj) repeats the up projections' FLOPs.
+void add_params_and_flops(const LayerInputs& x, int kind, Seconds attention_fwd, LayerCost& c) {
   const Strategy& s = x.shape.strategy;
   const double tokens = x.shape.tokens.per_rank;
-  for (const auto& op : x.graph.layer_ops()) {
-    c.params += rank_params(op, s.tp);
+  const bool mla_up = s.recompute_modules & kRecomputeMlaUpProj;
+  for (const auto& op : x.graph.kind_ops(kind)) {
+    const double p = rank_params(op, s.tp, x.shape.moe.expert_shards);
+    c.params += p;
+    if (op.split == Split::expert) c.expert_params += p;
     c.flops += op.flops_per_token * tokens * share_of(x.shape, op);
     if (op.kind == OpKind::attention && s.recompute == Recompute::selective) {
       c.recompute = attention_fwd;
       c.recompute_flops = op.flops_per_token * tokens * share_of(x.shape, op);
     }
+    if (mla_up && (op.kind == OpKind::q_up || op.kind == OpKind::kv_up))
+      c.recompute_flops += op.flops_per_token * tokens * share_of(x.shape, op);
   }
+}
+
+// The expert all-to-all of one MoE layer (ep_calls) on the critical path. Forward: the dispatch,
+// with the shared experts running meanwhile where the stack overlaps them (software
+// moe.shared_expert_overlap: only the part of the dispatch beyond them shows), then the combine.
+// With the strategy's all-to-all overlap (moe_a2a_overlap) the stack hides the share overlap.ep
+// of what remains behind another micro-batch's compute (the rest shows, the hidden part slowing
+// the layer's compute by the cluster's contention share: exposed_comm); without it all of it
+// shows. Backward: the same calls on the gradients. Full recomputation repeats the forward's.
+void add_ep_exchange(const LayerInputs& x, int kind, LayerCost& c) {
+  const LayerOpCosts& ops = x.ops.kinds[kind];
+  const double share = x.shape.strategy.moe_a2a_overlap ? x.sw.overlap.ep : 0.0;
+  const double rate = overlap_cost_rate(share, x.cluster.collectives.overlap_slowdown);
+  auto exposed_pass = [&](Seconds shared, Seconds window) {
+    const Seconds dispatch = x.sw.moe.shared_expert_overlap ? std::max(0.0, x.ep.dispatch - shared) : x.ep.dispatch;
+    return exposed_comm(dispatch + x.ep.combine, window, rate);
+  };
+  c.ep_forward = exposed_pass(ops.shared_fwd.gpu, c.forward);
+  c.ep_backward = exposed_pass(ops.shared_bwd.gpu, c.backward);
+  if (x.shape.strategy.recompute == Recompute::full) c.ep_backward += c.ep_forward;
 }
 
 // Ring attention's exchange (context parallelism): cp-1 steps, each passing the local K and V
@@ -112,28 +217,35 @@ void add_cp_exchange(const LayerInputs& x, const LayerBoundaries& bounds, Second
   const ModelSpec& m = x.graph.model();
   const Strategy& s = x.shape.strategy;
   const GroupLink& cp = x.shape.groups.cp;
-  const Bytes kv = x.shape.tokens.per_rank * 2.0 * m.kv_heads * m.head_dim() / s.tp * x.shape.bytes.activation;
+  // MLA's keys are heads x (d_n + d_r) wide, its values heads x d_v.
+  const double kv_elems = m.mla.on() ? static_cast<double>(m.heads) * (m.mla.qk_head_dim() + m.mla.v_head_dim)
+                                     : 2.0 * m.kv_heads * m.head_dim();
+  const Bytes kv = x.shape.tokens.per_rank * kv_elems / s.tp * x.shape.bytes.activation;
   const Seconds send = cp.send_recv(kv), send2 = cp.send_recv(2 * kv);
   const Seconds step_fwd = attention_fwd / s.cp;
   c.cp_forward = bounds.attention * ((s.cp - 1) * std::max(0.0, send - step_fwd));
   c.cp_backward = bounds.attention * ((s.cp - 1) * std::max(0.0, send2 - 2 * step_fwd));
 }
 
-LayerCost layer_cost(const LayerInputs& x) {
+LayerCost layer_cost(const LayerInputs& x, int kind) {
   const Strategy& s = x.shape.strategy;
+  const LayerOpCosts& ops = x.ops.kinds[kind];
   LayerCost c;
   // Compute from the op time model (measured kernels, software profile).
-  c.forward = x.ops.layer.fwd.time(x.sw);
-  c.backward = x.ops.layer.bwd.time(x.sw);
-  const Seconds attention_fwd = x.ops.layer.attention_fwd.time(x.sw);
-  add_params_and_flops(x, attention_fwd, c);
+  c.forward = ops.fwd.time(x.sw);
+  c.backward = ops.bwd.time(x.sw);
+  const Seconds attention_fwd = ops.attention_fwd.time(x.sw);
+  add_params_and_flops(x, kind, attention_fwd, c);
+  if (s.recompute_modules != 0) c.recompute += ops.module_recompute.time(x.sw);
+  c.expert_forward = ops.expert_fwd.gpu;
+  c.expert_backward = ops.expert_bwd.gpu;
   // TP collectives where the graph's edges change a tensor's split (for GPT/Llama two each way);
   // full recomputation repeats the forward's. A stack that overlaps them with the GEMMs around
   // them (Transformer Engine's --tp-comm-overlap: each all-gather / reduce-scatter pipelined with
   // the GEMM that consumes / produces it) hides the share overlap.tp behind the layer's compute in
   // the same direction; the hidden part still slows that compute by the cluster's contention
   // share. Share 0: all of it on the critical path.
-  const LayerBoundaries& bounds = x.graph.layer_boundaries();
+  const LayerBoundaries& bounds = x.graph.boundaries(kind);
   const TpTime tp = layer_tp_time(x, bounds);
   const double tp_rate = overlap_cost_rate(x.sw.overlap.tp, x.cluster.collectives.overlap_slowdown);
   c.tp_forward = exposed_comm(tp.forward, c.forward, tp_rate);
@@ -147,6 +259,7 @@ LayerCost layer_cost(const LayerInputs& x) {
     add_cp_exchange(x, bounds, attention_fwd, c);
     if (s.recompute == Recompute::full) c.cp_backward += c.cp_forward;
   }
+  if (x.graph.kind(kind).moe) add_ep_exchange(x, kind, c);
   return c;
 }
 
@@ -157,7 +270,7 @@ EndCost end_cost(const LayerInputs& x, std::span<const OpSpec> ops, const EndOpC
   for (const auto& op : ops) {
     // The vocabulary-parallel embedding and LM head split the vocabulary over TP ranks; norms and
     // learned position embeddings are replicated (rank_params).
-    c.params += rank_params(op, x.shape.strategy.tp);
+    c.params += rank_params(op, x.shape.strategy.tp, x.shape.moe.expert_shards);
     c.flops += op.flops_per_token * x.shape.tokens.per_rank * share_of(x.shape, op);
   }
   // Vocabulary-parallel embedding / cross-entropy: one all-reduce point each way. Not read off the
@@ -256,6 +369,58 @@ void partition_layers_into(int layers, std::span<int> out, double layer_cost, do
 
 }  // namespace
 
+namespace {
+
+// The greedy fill of partition_layers (per-layer costs, `prefix` their prefix sums): chunk i takes
+// the most layers that keep its load (extra + its layers) within T and leave one layer for each
+// later chunk; the last takes the rest. Writes the counts into `out` when given. Whether every
+// chunk stays within T.
+bool fill_within(std::span<const double> prefix, int chunks, double first_extra, double last_extra, double T,
+                 std::span<int> out) {
+  const int layers = static_cast<int>(prefix.size()) - 1;
+  int at = 0;
+  for (int i = 0; i < chunks; ++i) {
+    const double extra = (i == 0 ? first_extra : 0.0) + (i == chunks - 1 ? last_extra : 0.0);
+    const int most = layers - (chunks - 1 - i);  // leave one layer for each later chunk
+    int end = at + 1;
+    if (i == chunks - 1) {
+      end = layers;
+    } else {
+      // The last end in (at, most] with prefix[end] - prefix[at] + extra <= T.
+      const double limit = T - extra + prefix[static_cast<std::size_t>(at)];
+      const auto it = std::upper_bound(prefix.begin() + at + 1, prefix.begin() + most + 1, limit);
+      end = std::max(at + 1, static_cast<int>(it - prefix.begin()) - 1);
+    }
+    if (prefix[static_cast<std::size_t>(end)] - prefix[static_cast<std::size_t>(at)] + extra > T) return false;
+    if (!out.empty()) out[static_cast<std::size_t>(i)] = end - at;
+    at = end;
+  }
+  return true;
+}
+
+// partition_layers of per-layer costs into `out`: bisection on the busiest chunk's load between
+// the largest single-layer chunk and the whole model on one chunk, to a relative 1e-12.
+void partition_costs_into(std::span<const double> costs, std::span<int> out, double first_extra, double last_extra) {
+  const int chunks = static_cast<int>(out.size()), layers = static_cast<int>(costs.size());
+  TRAINPLAN_CHECK(chunks >= 1 && layers >= chunks, "need at least one layer per chunk");
+  std::vector<double> prefix(costs.size() + 1, 0.0);
+  for (std::size_t l = 0; l < costs.size(); ++l) prefix[l + 1] = prefix[l] + costs[l];
+  double lo = 0, hi = prefix.back() + first_extra + last_extra;
+  if (!(std::isfinite(hi) && hi > 0)) {  // no usable costs: split evenly, later chunks take the rest
+    std::fill(out.begin(), out.end(), layers / chunks);
+    for (int i = chunks - layers % chunks; i < chunks; ++i) ++out[static_cast<std::size_t>(i)];
+    return;
+  }
+  for (int step = 0; step < 200 && hi - lo > 1e-12 * hi; ++step) {
+    const double mid = 0.5 * (lo + hi);
+    (fill_within(prefix, chunks, first_extra, last_extra, mid, {}) ? hi : lo) = mid;
+  }
+  const bool ok = fill_within(prefix, chunks, first_extra, last_extra, hi, out);
+  TRAINPLAN_CHECK(ok, "layer partition found no split within its bound");
+}
+
+}  // namespace
+
 std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
                                   double last_extra) {
   TRAINPLAN_CHECK(chunks >= 1, "need at least one layer per chunk");
@@ -264,10 +429,27 @@ std::vector<int> partition_layers(int layers, int chunks, double layer_cost, dou
   return out;
 }
 
+std::vector<int> partition_layers(std::span<const double> layer_costs, int chunks, double first_extra,
+                                  double last_extra) {
+  TRAINPLAN_CHECK(chunks >= 1, "need at least one layer per chunk");
+  std::vector<int> out(chunks);
+  partition_costs_into(layer_costs, out, first_extra, last_extra);
+  return out;
+}
+
 namespace {
 
-LayerKey layer_key(const Strategy& s, int tp_stride, int cp_stride) {
+LayerKey layer_key(const Strategy& s, int tp_stride, int cp_stride, int ep_stride, int etp_stride) {
   LayerKey k;
+  k.ep = s.ep;
+  k.etp = s.etp;
+  k.ep_stride = ep_stride;
+  k.etp_stride = etp_stride;
+  k.moe_imbalance = s.moe_imbalance;
+  k.capacity_factor = s.capacity_factor;
+  k.dispatcher = s.dispatcher;
+  k.recompute_modules = s.recompute_modules;
+  k.moe_a2a_overlap = s.moe_a2a_overlap;
   k.tp = s.tp;
   k.cp = s.cp;
   k.micro_batch = s.micro_batch;
@@ -284,12 +466,38 @@ LayerKey layer_key(const Strategy& s, int tp_stride, int cp_stride) {
 }  // namespace
 
 LayerKey layer_key(const PlanShape& shape) {
-  return layer_key(shape.strategy, shape.groups.tp.stride, shape.groups.cp.stride);
+  const ParallelGroups& g = shape.groups;
+  return layer_key(shape.strategy, g.tp.stride, g.cp.stride, g.ep.stride, g.etp.stride);
 }
 
 LayerKey layer_key(const Strategy& s) {
   const RankLayout layout(s);
-  return layer_key(s, layout.stride(Dim::tp), layout.stride(Dim::cp));
+  return layer_key(s, layout.stride(Dim::tp), layout.stride(Dim::cp), layout.stride(ExpertDim::ep),
+                   layout.stride(ExpertDim::etp));
+}
+
+// DeepSeek-V3's MTP modules on the last stage (LayerGraph::add_mtp): each module's own ops (norms,
+// projection, the shared head's GEMM and loss: ops.mtp) and its transformer layer (the layer cost
+// of LayerGraph::mtp_kind()), folded into the post piece: its recomputation and CP, EP exchanges
+// into the backward and forward they extend.
+void add_mtp(const LayerInputs& x, const LayerCosts& lc, EndCost& post) {
+  const int n = x.graph.model().mtp_layers;
+  if (n == 0) return;
+  EndCost module = end_cost(x, x.graph.mtp_ops(), x.ops.mtp);
+  for (const OpSpec& op : x.graph.mtp_head_ops()) module.params += rank_params(op, x.shape.strategy.tp);
+  const LayerCost& l = lc.kinds[static_cast<std::size_t>(x.graph.mtp_kind())];
+  module.forward += l.forward + l.cp_forward + l.ep_forward;
+  module.backward += l.backward + l.recompute + l.cp_backward + l.ep_backward;
+  module.tp_forward += l.tp_forward;
+  module.tp_backward += l.tp_backward;
+  module.params += l.params;
+  module.expert_params += l.expert_params;
+  post.forward += n * module.forward;
+  post.backward += n * module.backward;
+  post.tp_forward += n * module.tp_forward;
+  post.tp_backward += n * module.tp_backward;
+  post.params += n * module.params;
+  post.expert_params += n * module.expert_params;
 }
 
 LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const PlanShape& shape) {
@@ -298,17 +506,24 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
   out.key = layer_key(shape);
   out.hidden_message = hidden_message(graph, shape);
   const OpCosts ops = op_costs(graph, cluster, software, shape);
-  const LayerInputs x{graph, cluster, software, shape, ops, tp_collectives(shape, out.hidden_message)};
+  const LayerInputs x{graph, cluster, software, shape, ops, tp_collectives(shape, out.hidden_message),
+                      ep_calls(graph.model(), shape)};
   out.layers = graph.model().layers;
-  out.layer = layer_cost(x);
+  out.kind_count = graph.kind_count();
+  out.kind_layers = graph.kind_counts(0, out.layers);
+  for (int k = 0; k < out.kind_count; ++k) {
+    out.kinds[k] = layer_cost(x, k);
+    out.stored_layer[k] = stored_layer_activation_bytes(graph, software, shape, k);
+    if (s.recompute == Recompute::full)
+      out.working_layer = std::max(out.working_layer, layer_activation_bytes(graph, software, shape, k, true));
+  }
   out.pre = end_cost(x, graph.pre_ops(), ops.pre);
   out.post = end_cost(x, graph.post_ops(), ops.post);
+  add_mtp(x, out, out.post);
   // With TP the receiver of a pipeline send all-gathers the activations over the TP group
   // (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already keeps them sharded: one
   // all-gather call of its own (Megatron's gather_split_1d_tensor), with its per-call overhead.
   if (s.tp > 1 && !s.sequence_parallel) out.p2p_tp_gather = shape.groups.tp.all_gather(out.hidden_message);
-  out.stored_layer = stored_layer_activation_bytes(graph, software, shape);
-  out.working_layer = s.recompute == Recompute::full ? layer_activation_bytes(graph, software, shape, true) : 0;
   out.model_forward_flops_per_token = graph.forward_flops_per_token();
   return out;
 }
@@ -336,18 +551,22 @@ Seconds step_time_floor(const LayerCosts& lc, Seconds p2p, int pp, int m, int vp
   const Seconds end_sends = pp > 1 ? (2.0 * vp - 1) * p2p : 0;
   const Seconds sum = lc.replica_work() + (pp > 1 ? (2.0 * vp * pp - 2) * p2p : 0);
   const int most_layers = (lc.layers + pp - 1) / pp;
-  const Seconds max = std::max(sum / pp, most_layers * lc.layer.total() + end_sends);
+  const Seconds max = std::max(sum / pp, most_layers * lc.min_layer_total() + end_sends);
   return max * (m - 1.0 / vp) + sum / vp;
 }
 
 namespace {
 
-// partition_layers(layers, chunks, ...) from `memo` when it holds these exact inputs, else
-// computed into its next entry (no allocation once that entry held as many chunks).
-std::span<const int> memo_split(StepMemo& memo, int layers, int chunks, double layer_cost, double first_extra,
-                                double last_extra) {
+// partition_layers of the graph's layers over `chunks` from `memo` when it holds these exact
+// inputs (each kind's layer cost, the end chunks' extras), else computed into its next entry (no
+// allocation once that entry held as many chunks, for a model of one layer kind).
+std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chunks, const LayerCosts& lc,
+                                double first_extra, double last_extra) {
+  std::array<double, LayerGraph::kMaxKinds> cost{};
+  for (int k = 0; k < lc.kind_count; ++k) cost[static_cast<std::size_t>(k)] = lc.kinds[static_cast<std::size_t>(k)].total();
+  const int layers = graph.model().layers;
   for (const StepMemo::Split& m : memo.splits) {
-    if (m.layers == layers && m.chunks == chunks && m.layer_cost == layer_cost && m.first_extra == first_extra &&
+    if (m.layers == layers && m.chunks == chunks && m.kind_cost == cost && m.first_extra == first_extra &&
         m.last_extra == last_extra) {
       return m.split;
     }
@@ -356,25 +575,31 @@ std::span<const int> memo_split(StepMemo& memo, int layers, int chunks, double l
   memo.next_split = (memo.next_split + 1) % static_cast<int>(memo.splits.size());
   m.layers = -1;  // invalid until the split is written
   m.split.resize(static_cast<std::size_t>(chunks));
-  partition_layers_into(layers, m.split, layer_cost, first_extra, last_extra);
+  if (lc.kind_count == 1) {
+    partition_layers_into(layers, m.split, cost[0], first_extra, last_extra);
+  } else {
+    std::vector<double> per_layer(static_cast<std::size_t>(layers));
+    for (int l = 0; l < layers; ++l) per_layer[static_cast<std::size_t>(l)] = cost[static_cast<std::size_t>(graph.layer_kind(l))];
+    partition_costs_into(per_layer, m.split, first_extra, last_extra);
+  }
   m.layers = layers;
   m.chunks = chunks;
-  m.layer_cost = layer_cost;
+  m.kind_cost = cost;
   m.first_extra = first_extra;
   m.last_extra = last_extra;
   return m.split;
 }
 
-// The pieces a step is summed from, per micro-batch on one rank: one layer and the end ops, the
-// last stage's copy of a tied embedding (pp > 1) counted with the head.
+// The pieces a step is summed from, per micro-batch on one rank: one layer of each kind and the
+// end ops, the last stage's copy of a tied embedding (pp > 1) counted with the head.
 struct Pieces {
-  const LayerCost& layer;
+  const LayerCosts& lc;
   const EndCost& pre;
   EndCost post;
 };
 
 Pieces pieces(const LayerGraph& graph, const PlanShape& shape, const LayerCosts& lc) {
-  Pieces p{lc.layer, lc.pre, lc.post};
+  Pieces p{lc, lc.pre, lc.post};
   const ModelSpec& m = graph.model();
   if (m.tied_embeddings && shape.strategy.pp > 1) p.post.params += m.vocab * double(m.hidden) / shape.strategy.tp;
   return p;
@@ -382,10 +607,13 @@ Pieces pieces(const LayerGraph& graph, const PlanShape& shape, const LayerCosts&
 
 // What the DP reduction of one layer's and of the end ops' gradients sends and computes
 // (compression.hpp). Uncompressed, the message is the gradient as reduced (ElementBytes::wire_grad):
-// no per-matrix shapes are needed (search predicts millions of these).
+// no per-matrix shapes are needed (search predicts millions of these). Compression (refused for MoE
+// models) is costed on layer 0's gradients, every layer's where the kinds differ only in their
+// attention window.
 struct GradientWire {
   bool plain = true;  // no compression
   CompressionCost layer, pre, post;
+  std::array<double, LayerGraph::kMaxKinds> kind_wire{};  // uncompressed: one layer of each kind
 };
 
 GradientWire gradient_wire(const LayerGraph& graph, const Cluster& cluster, const PlanShape& shape, const Pieces& p) {
@@ -394,7 +622,8 @@ GradientWire gradient_wire(const LayerGraph& graph, const Cluster& cluster, cons
   GradientWire w;
   w.plain = s.grad_compression.kind == CompressionKind::none;
   if (w.plain) {
-    w.layer.wire = p.layer.params * grad;
+    for (int k = 0; k < p.lc.kind_count; ++k) w.kind_wire[k] = p.lc.kinds[k].params * grad;
+    w.layer.wire = w.kind_wire[0];
     w.pre.wire = p.pre.params * grad;
     w.post.wire = p.post.params * grad;
   } else {
@@ -406,28 +635,62 @@ GradientWire gradient_wire(const LayerGraph& graph, const Cluster& cluster, cons
 }
 
 // The inputs, bit for bit, of the chunks' fields that depend on neither ZeRO nor the DP group
-// (position, compute, TP/CP, parameters, gradient bytes): every field of the pieces they are
-// summed from, the gradient width, the layer count, the chunks and the stages.
+// (position, compute, TP/CP/EP, parameters, gradient bytes) of a model of one layer kind: every
+// field of the pieces they are summed from, the gradient width, the layer count, the chunks and the
+// stages.
 StepMemo::ChunkKey chunk_key(const LayerGraph& graph, const PlanShape& shape, const Pieces& p) {
   StepMemo::ChunkKey key{};
   std::size_t k = 0;
-  const LayerCost& l = p.layer;
+  const LayerCost& l = p.lc.kinds[0];
   for (const double x : {l.forward, l.backward, l.recompute, l.tp_forward, l.tp_backward, l.cp_forward, l.cp_backward,
-                         l.params, p.pre.forward, p.pre.backward, p.pre.tp_forward, p.pre.tp_backward, p.pre.params,
-                         p.post.forward, p.post.backward, p.post.tp_forward, p.post.tp_backward, p.post.params,
+                         l.params, l.ep_forward, l.ep_backward, l.expert_forward, l.expert_backward,
+                         l.expert_params, p.pre.forward, p.pre.backward,
+                         p.pre.tp_forward, p.pre.tp_backward, p.pre.params, p.post.forward, p.post.backward,
+                         p.post.tp_forward, p.post.tp_backward, p.post.params, p.post.expert_params,
                          shape.bytes.wire_grad})
     key[k++] = std::bit_cast<std::uint64_t>(x);
-  for (const int x : {graph.model().layers, shape.chunks, shape.strategy.pp}) key[k++] = static_cast<std::uint64_t>(x);
+  for (const int x : {graph.model().layers, shape.chunks, shape.strategy.pp, p.lc.kind_count})
+    key[k++] = static_cast<std::uint64_t>(x);
   TRAINPLAN_CHECK(k == key.size(), "chunk memo inputs");
   return key;
 }
 
-// The chunks' layers and their costs, n x one layer's, plus the end ops on the first and last
+// The parameters of the busiest stage (the most, counted in chunk order), and of them the routed
+// experts'.
+struct StageParams {
+  double params = 0, expert = 0;
+};
+
+// One chunk's layers: each kind's layers x that kind's costs (kinds with no layer in the chunk add
+// nothing, so a model of one kind gives n x its layer's figures).
+void add_kind_layers(const Pieces& p, ChunkCost& c) {
+  c.forward = c.backward = c.recompute = c.tp_forward = c.tp_backward = c.cp_forward = c.cp_backward = 0;
+  c.ep_forward = c.ep_backward = c.expert_forward = c.expert_backward = c.params = c.expert_params = 0;
+  for (int k = 0; k < p.lc.kind_count; ++k) {
+    if (c.kinds[k] == 0) continue;
+    const double n = c.kinds[k];
+    const LayerCost& l = p.lc.kinds[k];
+    c.forward += n * l.forward;
+    c.backward += n * l.backward;
+    c.recompute += n * l.recompute;
+    c.tp_forward += n * l.tp_forward;
+    c.tp_backward += n * l.tp_backward;
+    c.cp_forward += n * l.cp_forward;
+    c.cp_backward += n * l.cp_backward;
+    c.ep_forward += n * l.ep_forward;
+    c.ep_backward += n * l.ep_backward;
+    c.expert_forward += n * l.expert_forward;
+    c.expert_backward += n * l.expert_backward;
+    c.params += n * l.params;
+    c.expert_params += n * l.expert_params;
+  }
+}
+
+// The chunks' layers and their costs (add_kind_layers), plus the end ops on the first and last
 // chunk (chunk v sits on stage v % pp as its chunk v / pp there, counted rather than divided: this
-// runs for every chunk of every strategy a search predicts). Returns the most parameters a stage
-// holds.
-double place_chunks(const Cluster& cluster, const Software& sw, const PlanShape& shape, const Pieces& p,
-                    std::span<const int> split, std::vector<ChunkCost>& chunks) {
+// runs for every chunk of every strategy a search predicts). Returns the busiest stage's parameters.
+StageParams place_chunks(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
+                         const Pieces& p, std::span<const int> split, std::vector<ChunkCost>& chunks) {
   const int pp = shape.strategy.pp;
   int first_layer = 0;
   for (int v = 0, stage = 0, chunk = 0; v < shape.chunks; ++v) {
@@ -436,18 +699,11 @@ double place_chunks(const Cluster& cluster, const Software& sw, const PlanShape&
     c.chunk = chunk;
     c.first_layer = first_layer;
     c.layers = split[v];
+    c.kinds = graph.kind_counts(first_layer, c.layers);
     first_layer += split[v];
     c.has_embedding = v == 0;
     c.has_head = v == shape.chunks - 1;
-    const double n = c.layers;
-    c.forward = n * p.layer.forward;
-    c.backward = n * p.layer.backward;
-    c.recompute = n * p.layer.recompute;
-    c.tp_forward = n * p.layer.tp_forward;
-    c.tp_backward = n * p.layer.tp_backward;
-    c.cp_forward = n * p.layer.cp_forward;
-    c.cp_backward = n * p.layer.cp_backward;
-    c.params = n * p.layer.params;
+    add_kind_layers(p, c);
     if (++stage == pp) {
       stage = 0;
       ++chunk;
@@ -459,51 +715,54 @@ double place_chunks(const Cluster& cluster, const Software& sw, const PlanShape&
     c.tp_forward += e.tp_forward;
     c.tp_backward += e.tp_backward;
     c.params += e.params;
+    c.expert_params += e.expert_params;
   };
   add_end(chunks.front(), p.pre);
   add_end(chunks.back(), p.post);
   // Parameters per stage, summed in chunk order (stage i holds chunks i, i + pp, i + 2 pp, ...).
   constexpr int kInlineStages = 64;
-  double inline_stage_params[kInlineStages];
-  std::vector<double> heap_stage_params(pp > kInlineStages ? pp : 0);
-  const std::span<double> stage_params =
-      pp > kInlineStages ? std::span<double>(heap_stage_params) : std::span<double>(inline_stage_params, pp);
-  std::fill(stage_params.begin(), stage_params.end(), 0.0);
+  StageParams inline_stage_params[kInlineStages];
+  std::vector<StageParams> heap_stage_params(pp > kInlineStages ? pp : 0);
+  const std::span<StageParams> stage_params = pp > kInlineStages ? std::span<StageParams>(heap_stage_params)
+                                                                  : std::span<StageParams>(inline_stage_params, pp);
+  std::fill(stage_params.begin(), stage_params.end(), StageParams{});
   for (ChunkCost& c : chunks) {
-    stage_params[c.stage] += c.params;
+    stage_params[c.stage].params += c.params;
+    stage_params[c.stage].expert += c.expert_params;
     // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
     if (sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
     c.grad_bytes = c.params * shape.bytes.wire_grad;
   }
-  double busiest = 0;
-  for (const double params : stage_params) busiest = std::max(busiest, params);
+  StageParams busiest;
+  for (const StageParams& sp : stage_params)
+    if (busiest.params < sp.params) busiest = sp;
   return busiest;
 }
 
 // The chunks' ZeRO- and DP-independent fields (place_chunks), left as `memo` says the last call
-// wrote them into `out` when it had the same inputs (bit for bit; not with per-micro-batch weight
-// casts, which look up the cluster's tables, or with compression), else computed. Returns the
-// most parameters a stage holds.
-double set_chunks(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
-                  const Pieces& p, bool plain, StepMemo& memo, StepCosts& out) {
-  const bool memoizable = plain && !sw.weight_cast_per_micro_batch;
+// wrote them into `out` when it had the same inputs (bit for bit; a model of one layer kind, not
+// with per-micro-batch weight casts, which look up the cluster's tables, or with compression),
+// else computed. Returns the busiest stage's parameters.
+StageParams set_chunks(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
+                       const Pieces& p, bool plain, StepMemo& memo, StepCosts& out) {
+  const bool memoizable = plain && !sw.weight_cast_per_micro_batch && p.lc.kind_count == 1;
   const StepMemo::ChunkKey key = memoizable ? chunk_key(graph, shape, p) : StepMemo::ChunkKey{};
   if (memoizable && memo.chunks_of == &out && memo.chunk_key == key &&
       out.chunks.size() == static_cast<std::size_t>(shape.chunks)) {
-    return memo.busiest_params;
+    return {memo.busiest_params, memo.busiest_expert_params};
   }
   out.chunks.resize(shape.chunks);
-  const std::span<const int> split =
-      memo_split(memo, graph.model().layers, shape.chunks, p.layer.total(), p.pre.total(), p.post.total());
-  const double busiest = place_chunks(cluster, sw, shape, p, split, out.chunks);
+  const std::span<const int> split = memo_split(memo, graph, shape.chunks, p.lc, p.pre.total(), p.post.total());
+  const StageParams busiest = place_chunks(graph, cluster, sw, shape, p, split, out.chunks);
   memo.chunks_of = memoizable ? &out : nullptr;
   memo.chunk_key = key;
-  memo.busiest_params = busiest;
+  memo.busiest_params = busiest.params;
+  memo.busiest_expert_params = busiest.expert;
   return busiest;
 }
 
 // The chunk's compression cost: n x the layer's, plus its end ops'. Uncompressed only the wire
-// bytes are used, summed in the same order.
+// bytes are used: each kind's layers x its layer's, summed in the same order.
 CompressionCost chunk_wire(const GradientWire& w, const ChunkCost& c) {
   CompressionCost cc;
   const double n = c.layers;
@@ -513,54 +772,76 @@ CompressionCost chunk_wire(const GradientWire& w, const ChunkCost& c) {
     if (c.has_head) cc += w.post;
     return cc;
   }
-  cc.wire = n * w.layer.wire;
+  for (std::size_t k = 0; k < w.kind_wire.size(); ++k)
+    if (c.kinds[k] > 0) cc.wire += c.kinds[k] * w.kind_wire[k];
   if (c.has_embedding) cc.wire += w.pre.wire;
   if (c.has_head) cc.wire += w.post.wire;
   return cc;
 }
 
-// The DP/ZeRO collectives of one chunk (c.zero3_gather, c.dp_reduce), sending `cc.wire`.
-// Parameter servers: push the (compressed) gradients, pull the 16-bit parameters (param_server.hpp).
-// Collectives per call: ZeRO-3 gathers each layer's parameters and ZeRO-2/3 reduce-scatter each
-// layer's gradients with their own call (ring latency and the per-call overhead per layer), the
-// chunk's end ops in one more; ZeRO 0/1 reduce a chunk's gradients once per step (ZeRO 0
-// all-reduce; ZeRO 1 reduce-scatter, its parameter all-gather follows the optimizer).
-// Compression changes the message and, for PowerSGD, makes two rounds of each call (P, then Q).
-void set_chunk_collectives(const PlanShape& shape, double layer_params, const CompressionCost& cc, ChunkCost& c) {
+// The ZeRO/DP collectives over `group` of `params` parameters sending `wire` bytes in `calls`
+// calls, added to the chunk's: ZeRO-3 gathers each layer's parameters and ZeRO-2/3 reduce-scatter
+// each layer's gradients with their own call (ring latency and the per-call overhead per layer);
+// ZeRO 0/1 reduce once per step (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter
+// all-gather follows the optimizer). PowerSGD makes two rounds of each call (P, then Q).
+void add_group_collectives(const PlanShape& shape, const GroupLink& group, double calls, double params, double wire,
+                           double rounds, ChunkCost& c) {
+  if (group.size == 1) return;
+  const ZeroPolicy& zero = shape.zero;
+  if (zero.shards_params) c.zero3_gather += calls * group.all_gather(params * shape.bytes.gathered_param / calls);
+  if (zero.reduce_each_micro_batch) {
+    c.dp_reduce += calls * group.reduce_scatter(wire / calls);
+  } else {
+    c.dp_reduce +=
+        rounds * (zero.reduce_scatters ? group.reduce_scatter(wire / rounds) : group.all_reduce(wire / rounds));
+  }
+}
+
+// The DP/ZeRO collectives of one chunk (c.zero3_gather, c.dp_reduce), sending `cc.wire`: the
+// chunk's layers one call each (its end ops one more, where it has parameters beyond its layers'
+// `layers_params`) over the DP group; routed experts' gradients (and ZeRO shards) over the EDP
+// group instead, one call per MoE layer. Parameter servers: push the (compressed) gradients, pull
+// the 16-bit parameters (param_server.hpp).
+void set_chunk_collectives(const PlanShape& shape, double layers_params, int moe_layers, const CompressionCost& cc,
+                           ChunkCost& c) {
   c.zero3_gather = 0;
   c.dp_reduce = 0;
   if (shape.strategy.uses_ps()) {
     c.dp_reduce = ps_push_pull_time(shape.ps, cc.rounds, cc.wire, c.params * shape.bytes.gathered_param);
     return;
   }
-  const GroupLink& dp = shape.groups.dp;
-  if (dp.size == 1) return;
-  const ZeroPolicy& zero = shape.zero;
   const double n = c.layers;
-  const double calls = std::max(1.0, n) + (c.params > n * layer_params ? 1 : 0);
-  if (zero.shards_params) c.zero3_gather = calls * dp.all_gather(c.params * shape.bytes.gathered_param / calls);
-  if (zero.reduce_each_micro_batch) {
-    c.dp_reduce = calls * dp.reduce_scatter(cc.wire / calls);
-  } else {
-    const double rounds = cc.rounds;
-    c.dp_reduce = rounds * (zero.reduce_scatters ? dp.reduce_scatter(cc.wire / rounds) : dp.all_reduce(cc.wire / rounds));
+  const double calls = std::max(1.0, n) + (c.params > layers_params ? 1 : 0);
+  if (c.expert_params <= 0) {
+    add_group_collectives(shape, shape.groups.dp, calls, c.params, cc.wire, cc.rounds, c);
+    return;
   }
+  const double expert_wire = c.expert_params * shape.bytes.wire_grad;
+  add_group_collectives(shape, shape.groups.dp, calls, c.params - c.expert_params, cc.wire - expert_wire, cc.rounds, c);
+  add_group_collectives(shape, shape.groups.edp, std::max(1, moe_layers), c.expert_params, expert_wire, 1, c);
 }
 
 // Every chunk's DP/ZeRO collectives and, compressed, its compression kernels (`compress`, one
 // entry per chunk, where gradients leave the GPU).
-void set_collectives(const PlanShape& shape, const Pieces& p, const GradientWire& w, std::span<Seconds> compress,
-                     std::vector<ChunkCost>& chunks) {
+void set_collectives(const LayerGraph& graph, const PlanShape& shape, const Pieces& p, const GradientWire& w,
+                     std::span<Seconds> compress, std::vector<ChunkCost>& chunks) {
   for (std::size_t v = 0; v < chunks.size(); ++v) {
     ChunkCost& c = chunks[v];
     const CompressionCost cc = chunk_wire(w, c);
     if (!w.plain && shape.reduces_gradients) compress[v] = cc.compute;
-    if (v > 0 && c.params == chunks[v - 1].params) {  // same layers: same collectives
-      c.zero3_gather = chunks[v - 1].zero3_gather;
+    if (v > 0 && c.params == chunks[v - 1].params && c.expert_params == chunks[v - 1].expert_params) {
+      c.zero3_gather = chunks[v - 1].zero3_gather;  // same layers: same collectives
       c.dp_reduce = chunks[v - 1].dp_reduce;
       continue;
     }
-    set_chunk_collectives(shape, p.layer.params, cc, c);
+    double layers_params = 0;
+    int moe_layers = 0;
+    for (int k = 0; k < p.lc.kind_count; ++k) {
+      if (c.kinds[k] == 0) continue;
+      layers_params += c.kinds[k] * p.lc.kinds[k].params;
+      if (graph.kind(k).moe) moe_layers += c.kinds[k];
+    }
+    set_chunk_collectives(shape, layers_params, moe_layers, cc, c);
   }
 }
 
@@ -577,31 +858,42 @@ Seconds busiest_compression(std::span<const Seconds> compress, int pp) {
 }
 
 // Once a step: the optimizer as the software runs it over the parameters this rank updates
-// (1/N of the busiest stage's under ZeRO; with parameter servers the servers update their shards
-// instead, each server GPU total / (S x GPUs per node) parameters, param_server.hpp, between the
-// last push and the last pull), the compression kernels, weight casts and gradient-buffer upkeep
-// (where not every micro-batch), and ZeRO 1/2's all-gather of the updated parameters.
-void set_step_work(const Cluster& cluster, const Software& sw, const PlanShape& shape, double busiest_params,
+// (1/N of the busiest stage's under ZeRO, its routed experts' 1/N of the EDP group; with parameter
+// servers the servers update their shards instead, each server GPU total / (S x GPUs per node)
+// parameters, param_server.hpp, between the last push and the last pull), the compression kernels,
+// weight casts and gradient-buffer upkeep (where not every micro-batch), and ZeRO 1/2's
+// all-gather of the updated parameters (the experts' over the EDP group).
+void set_step_work(const Cluster& cluster, const Software& sw, const PlanShape& shape, const StageParams& busiest,
                    Seconds compression, StepCosts& out) {
   const Strategy& s = shape.strategy;
   const GroupLink& dp = shape.groups.dp;
+  const GroupLink& edp = shape.groups.edp;
+  const double dense = busiest.params - busiest.expert;
   out.ps_servers = 0;
   if (s.uses_ps()) {
     double total_params = 0;
     for (const auto& c : out.chunks) total_params += c.params * s.tp;
     out.optimizer = optimizer_cost(cluster, sw, ps_params_per_server_gpu(total_params, shape.ps)).time(sw);
     out.ps_servers = s.ps_servers;
-  } else {
+  } else if (busiest.expert <= 0) {
     const double opt_share = shape.zero.shards_optimizer ? 1.0 / dp.size : 1.0;
-    out.optimizer = optimizer_cost(cluster, sw, busiest_params * opt_share).time(sw);
+    out.optimizer = optimizer_cost(cluster, sw, busiest.params * opt_share).time(sw);
+  } else {
+    const bool shard = shape.zero.shards_optimizer;
+    const double updated = dense * (shard ? 1.0 / dp.size : 1.0) + busiest.expert * (shard ? 1.0 / edp.size : 1.0);
+    out.optimizer = optimizer_cost(cluster, sw, updated).time(sw);
   }
   out.optimizer += compression;
   out.compression = compression;
-  if (!sw.weight_cast_per_micro_batch) out.optimizer += weight_cast_cost(cluster, sw, busiest_params).time(sw);
+  if (!sw.weight_cast_per_micro_batch) out.optimizer += weight_cast_cost(cluster, sw, busiest.params).time(sw);
   out.dp_param_gather = 0;
-  if (shape.zero.gather_params_after_step && dp.size > 1) {
-    out.dp_param_gather = dp.all_gather(busiest_params * shape.bytes.gathered_param);
+  if (!shape.zero.gather_params_after_step) return;
+  if (busiest.expert <= 0) {
+    if (dp.size > 1) out.dp_param_gather = dp.all_gather(busiest.params * shape.bytes.gathered_param);
+    return;
   }
+  out.dp_param_gather = dp.all_gather(dense * shape.bytes.gathered_param) +
+                        edp.all_gather(busiest.expert * shape.bytes.gathered_param);
 }
 
 // What compose() and simulate() read besides the chunks: the overlap shares the stack hides
@@ -610,23 +902,31 @@ void set_step_work(const Cluster& cluster, const Software& sw, const PlanShape& 
 void set_step_facts(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
                     const LayerCosts& lc, const Pieces& p, StepCosts& out) {
   const Strategy& s = shape.strategy;
-  const LayerCost& layer = p.layer;
   out.overlap = sw.overlap;
   out.pp_overlap = shape.pp_overlap;
   out.overlap_slowdown = cluster.collectives.overlap_slowdown;
   out.zero = shape.zero;
   const Flops model_fwd = lc.model_forward_flops_per_token * shape.tokens.per_replica;
   out.model_flops_per_micro_batch_per_replica = 3 * model_fwd;
-  // Recomputed forward FLOPs, whole replica: per-rank layer figure x layers x (tp * cp) ranks.
-  out.hardware_flops_per_micro_batch_per_replica =
-      3 * model_fwd + layer.recompute_flops * graph.model().layers * s.tp * s.cp;
+  // Recomputed forward FLOPs, whole replica: per-rank layer figures x layers x (tp * cp) ranks.
+  Flops recomputed = 0;
+  for (int k = 0; k < lc.kind_count; ++k) recomputed += lc.kinds[k].recompute_flops * lc.kind_layers[k];
+  out.hardware_flops_per_micro_batch_per_replica = 3 * model_fwd + recomputed * s.tp * s.cp;
   memory_model(graph, cluster, sw, shape, lc.stored_layer, lc.working_layer, out.memory);
-  out.layer = {.layers = 1, .forward = layer.forward, .backward = layer.backward, .recompute = layer.recompute,
-               .tp_forward = layer.tp_forward, .tp_backward = layer.tp_backward, .cp_forward = layer.cp_forward,
-               .cp_backward = layer.cp_backward, .params = layer.params};
+  out.kind_count = lc.kind_count;
+  for (int k = 0; k < lc.kind_count; ++k) {
+    out.layer_kinds[k] = graph.kind(k);
+    const LayerCost& l = lc.kinds[k];
+    out.kinds[k] = {.layers = 1, .forward = l.forward, .backward = l.backward, .recompute = l.recompute,
+                    .tp_forward = l.tp_forward, .tp_backward = l.tp_backward, .cp_forward = l.cp_forward,
+                    .cp_backward = l.cp_backward, .ep_forward = l.ep_forward, .ep_backward = l.ep_backward,
+                    .expert_forward = l.expert_forward, .expert_backward = l.expert_backward, .params = l.params,
+                    .expert_params = l.expert_params};
+    out.kinds[k].kinds[k] = 1;
+  }
   auto end_piece = [](const EndCost& end) {
     return ChunkCost{.forward = end.forward, .backward = end.backward, .tp_forward = end.tp_forward,
-                     .tp_backward = end.tp_backward, .params = end.params};
+                     .tp_backward = end.tp_backward, .params = end.params, .expert_params = end.expert_params};
   };
   out.embedding = end_piece(p.pre);
   out.head = end_piece(p.post);
@@ -641,11 +941,11 @@ void step_costs(const LayerGraph& graph, const Cluster& cluster, const Software&
   const GradientWire wire = gradient_wire(graph, cluster, shape, p);
   // Every field is written below: no zeroing of the whole struct, and the chunks' storage is kept
   // (search predicts millions of steps into the same StepCosts).
-  const double busiest_params = set_chunks(graph, cluster, sw, shape, p, wire.plain, memo, out);
+  const StageParams busiest = set_chunks(graph, cluster, sw, shape, p, wire.plain, memo, out);
   std::vector<Seconds> compress(wire.plain ? 0 : shape.chunks, 0.0);
-  set_collectives(shape, p, wire, compress, out.chunks);
+  set_collectives(graph, shape, p, wire, compress, out.chunks);
   out.p2p = p2p_time(shape.groups.pp, lc);
-  set_step_work(cluster, sw, shape, busiest_params, busiest_compression(compress, shape.strategy.pp), out);
+  set_step_work(cluster, sw, shape, busiest, busiest_compression(compress, shape.strategy.pp), out);
   set_step_facts(graph, cluster, sw, shape, lc, p, out);
 }
 
@@ -732,11 +1032,10 @@ Seconds exposed(const StepCosts& costs, Seconds comm, Seconds window, double ove
 // One pipeline stage's work per micro-batch: W_i = forward + backward (+ recompute, TP/CP
 // exposure) and the stage's p2p transfers, and its DP/ZeRO traffic.
 struct StageSum {
-  Seconds compute, recompute, tp, cp, pp, fwd, bwd;
+  Seconds compute, recompute, tp, cp, ep, pp, fwd, bwd;
   Seconds zero_mb, zero_mb_exposed, dp_step;
-  double params;
-  int layers;
-  Seconds work;  // compute + recompute + tp + cp + pp + zero_mb_exposed
+  StageLoad load;  // parameters (routed experts' among them) and layers of each kind
+  Seconds work;    // compute + recompute + tp + cp + ep + pp + zero_mb_exposed
 };
 
 // What the step takes from the stages, in stage order: the busiest stage (the first of the
@@ -749,9 +1048,9 @@ struct StepSums {
 };
 
 // Stage `stage`'s memory into e.per_stage (memory_model.hpp), the peak raised to it; returns its total.
-Bytes set_stage_memory(const MemoryModel& mm, int stage, double params, int layers, Estimate& e) {
+Bytes set_stage_memory(const MemoryModel& mm, int stage, const StageLoad& load, Estimate& e) {
   StageMemory& mem = e.per_stage[static_cast<std::size_t>(stage)];
-  mem = stage_memory(mm, stage, params, layers);
+  mem = stage_memory(mm, stage, load);
   const Bytes total = mem.total();
   e.peak_memory = std::max(e.peak_memory, total);
   return total;
@@ -795,10 +1094,13 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
         t.recompute += c.recompute;
         t.tp += c.tp_forward + c.tp_backward;
         t.cp += c.cp_forward + c.cp_backward;
-        t.fwd += c.forward + c.tp_forward + c.cp_forward;
-        t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward;
-        t.params += c.params;
-        t.layers += c.layers;
+        t.ep += c.ep_forward + c.ep_backward;
+        t.fwd += c.forward + c.tp_forward + c.cp_forward + c.ep_forward;
+        t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward + c.ep_backward;
+        t.load.params += c.params;
+        t.load.expert_params += c.expert_params;
+        t.load.layers += c.layers;
+        for (std::size_t k = 0; k < c.kinds.size(); ++k) t.load.kinds[k] += c.kinds[k];
         add_dp(c);
       }
     };
@@ -806,9 +1108,9 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
       sum_chunks([&](const ChunkCost& c) {
         t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
         t.zero_mb_exposed +=
-            exposed(costs, c.zero3_gather, c.forward + c.tp_forward + c.cp_forward, costs.overlap.zero3) +
-            exposed(costs, c.zero3_gather + c.dp_reduce, c.backward + c.recompute + c.tp_backward + c.cp_backward,
-                    costs.overlap.zero3);
+            exposed(costs, c.zero3_gather, c.forward + c.tp_forward + c.cp_forward + c.ep_forward, costs.overlap.zero3) +
+            exposed(costs, c.zero3_gather + c.dp_reduce,
+                    c.backward + c.recompute + c.tp_backward + c.cp_backward + c.ep_backward, costs.overlap.zero3);
       });
     } else if (zero.reduce_each_micro_batch) {
       sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
@@ -821,20 +1123,20 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
       // The step's last backward (the first stage's) has no next forward to run on into: its
       // reduction shows as the end-of-step reductions do, last bucket in full.
       if (i == 0) {
-        zero2_last = bucketed_exposed_comm(t.zero_mb, t.bwd, t.layers, costs.overlap_cost_rate(costs.overlap.dp)) -
+        zero2_last = bucketed_exposed_comm(t.zero_mb, t.bwd, t.load.layers, costs.overlap_cost_rate(costs.overlap.dp)) -
                      t.zero_mb_exposed;
       }
     }
-    t.work = t.compute + t.recompute + t.tp + t.cp + t.pp + t.zero_mb_exposed;
+    t.work = t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_mb_exposed;
     work_sum += t.work;
     if (i == 0 || b.work < t.work) b = t;
     // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
     // as soon as their layer's gradients exist, one bucket per layer); the last bucket shows.
-    step_exposed = std::max(step_exposed, bucketed_exposed_comm(t.dp_step, t.bwd, t.layers,
+    step_exposed = std::max(step_exposed, bucketed_exposed_comm(t.dp_step, t.bwd, t.load.layers,
                                                                 costs.overlap_cost_rate(costs.overlap.dp)));
     dp_total = std::max(dp_total, t.dp_step + m * t.zero_mb);
-    e.stage_layers[i] = t.layers;
-    const Bytes total = set_stage_memory(costs.memory, static_cast<int>(i), t.params, t.layers, e);
+    e.stage_layers[i] = t.load.layers;
+    const Bytes total = set_stage_memory(costs.memory, static_cast<int>(i), t.load, e);
     if (i == 0 || fullest_total < total) {
       fullest = static_cast<int>(i);
       fullest_total = total;
@@ -853,6 +1155,7 @@ void set_time(const StepCosts& costs, const Strategy& s, double pp_rate, const S
   t.recompute = m * b.recompute;
   t.tp_comm = m * b.tp;
   t.cp_comm = m * b.cp;
+  t.ep_comm = m * b.ep;
   t.pp_comm = m * b.pp;
   t.bubble = (sums.work_sum - b.work) / s.vp;
   // Interleaving: the first micro-batch goes round the p stages v times before the last stage's
@@ -870,6 +1173,7 @@ void set_time(const StepCosts& costs, const Strategy& s, double pp_rate, const S
                       exposed(costs, costs.dp_param_gather, b.fwd, costs.overlap.param_gather);
   t.optimizer = costs.optimizer;
   t.step = t.compute + t.recompute + t.tp_comm + t.cp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.optimizer;
+  if (t.ep_comm > 0) t.step += t.ep_comm;  // (added apart: a dense model's step keeps its bits)
 }
 
 // A plan must leave the profile's safety margin of the GPU's memory free: the model's error on

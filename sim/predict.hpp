@@ -22,6 +22,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "sim/cluster.hpp"
@@ -40,6 +41,7 @@ struct ChunkCost {
   int chunk = 0;               // chunk index on that stage (0..vp-1)
   int first_layer = 0;         // first transformer layer
   int layers = 0;              // transformer layers in the chunk
+  LayerGraph::KindCounts kinds{};  // of which each layer kind's (LayerGraph::kind_counts)
   bool has_embedding = false;  // first virtual stage
   bool has_head = false;       // last virtual stage (final norm, LM head, loss)
   Seconds forward = 0;         // forward compute
@@ -50,8 +52,13 @@ struct ChunkCost {
   Seconds tp_backward = 0;     // the same in the backward and its recomputation
   Seconds cp_forward = 0;      // exposed context-parallel exchange, forward
   Seconds cp_backward = 0;     // exposed context-parallel exchange, backward
+  Seconds ep_forward = 0;      // exposed expert all-to-all (dispatch and combine), forward
+  Seconds ep_backward = 0;     // the same in the backward (and the recomputed forward)
+  Seconds expert_forward = 0;  // of forward, the routed experts' GEMMs and activation (between the
+  Seconds expert_backward = 0; // dispatch and the combine); of backward, the same
   Bytes grad_bytes = 0;        // gradient bytes this chunk's parameters produce per rank
-  double params = 0;           // parameters of the chunk per rank (after TP split)
+  double params = 0;           // parameters of the chunk per rank (after TP split; experts after EP)
+  double expert_params = 0;    // of which routed experts' (reduced and ZeRO-sharded over EDP)
   Seconds zero3_gather = 0;    // ZeRO-3 all-gather of the chunk's parameters (one pass)
   Seconds dp_reduce = 0;       // reduction of the chunk's gradients over the DP group (once per step)
 };
@@ -112,10 +119,14 @@ struct StepCosts {
   double overlap_cost_rate(double share) const { return trainplan::overlap_cost_rate(share, overlap_slowdown); }
   Flops hardware_flops_per_micro_batch_per_replica = 0;  // recomputation included
   Flops model_flops_per_micro_batch_per_replica = 0;
-  // The pieces the chunks are summed from, per micro-batch on one rank: one transformer layer (all
-  // are identical), the ops before the first layer (embedding) and after the last (final norm,
-  // LM head, loss). Only the time and params fields are set. For per-layer reports (layer_detail.hpp).
-  ChunkCost layer, embedding, head;
+  // The pieces the chunks are summed from, per micro-batch on one rank: one transformer layer of
+  // each kind (LayerGraph::kind), the ops before the first layer (embedding) and after the last
+  // (final norm, LM head, loss, and MTP modules). Only the time and params fields are set. For
+  // per-layer reports (layer_detail.hpp).
+  std::array<ChunkCost, LayerGraph::kMaxKinds> kinds;
+  std::array<LayerKind, LayerGraph::kMaxKinds> layer_kinds{};  // what each kind is (LayerGraph::kind)
+  int kind_count = 1;
+  ChunkCost embedding, head;
 };
 
 // What step_costs() may keep between calls to skip work whose inputs did not change, owned by the
@@ -128,17 +139,19 @@ struct StepCosts {
 struct StepMemo {
   struct Split {
     int layers = -1, chunks = -1;
-    double layer_cost = 0, first_extra = 0, last_extra = 0;
+    std::array<double, LayerGraph::kMaxKinds> kind_cost{};  // one layer's cost of each kind
+    double first_extra = 0, last_extra = 0;
     std::vector<int> split;
   };
   std::array<Split, 8> splits;  // the splits computed last, with their inputs
   int next_split = 0;           // entry to replace next (round robin)
-  using ChunkKey = std::array<std::uint64_t, 22>;
+  using ChunkKey = std::array<std::uint64_t, 29>;
   // The StepCosts whose chunks the fields below describe (nullptr: none). Its chunks must not be
   // written by anything else between two step_costs calls (compose and simulate only read them).
   const StepCosts* chunks_of = nullptr;
   ChunkKey chunk_key{};        // the inputs of those chunks' memoized fields (step_costs, predict.cpp)
   double busiest_params = 0;   // the most parameters a stage of them holds
+  double busiest_expert_params = 0;  // of which routed experts
 };
 
 // Where predict() writes a step when it predicts many in a row (search): the costs and the memo of
@@ -148,14 +161,19 @@ struct PredictScratch {
   StepMemo memo;
 };
 
-// Costs of one transformer layer (all layers are identical) for one micro-batch on one rank.
+// Costs of one transformer layer of one kind for one micro-batch on one rank.
 struct LayerCost {
   Seconds forward = 0, backward = 0, recompute = 0, tp_forward = 0, tp_backward = 0, cp_forward = 0,
           cp_backward = 0;
-  double params = 0;  // per rank
-  Flops flops = 0;    // forward FLOPs per rank
+  Seconds ep_forward = 0, ep_backward = 0;  // exposed expert all-to-all (MoE layers)
+  Seconds expert_forward = 0, expert_backward = 0;  // of forward, backward: the routed experts' part
+  double params = 0;         // per rank
+  double expert_params = 0;  // of which routed experts' (after EP x ETP)
+  Flops flops = 0;           // forward FLOPs per rank
   Flops recompute_flops = 0;
-  Seconds total() const { return forward + backward + recompute + tp_forward + tp_backward + cp_forward + cp_backward; }
+  Seconds total() const {
+    return forward + backward + recompute + tp_forward + tp_backward + cp_forward + cp_backward + ep_forward + ep_backward;
+  }
 };
 
 // The ops before the first layer (embedding) or after the last (final norm, head, loss), one
@@ -163,13 +181,16 @@ struct LayerCost {
 struct EndCost {
   Seconds forward = 0, backward = 0, tp_forward = 0, tp_backward = 0;
   double params = 0;
+  double expert_params = 0;  // the MTP modules' routed experts
   Flops flops = 0;
   Seconds total() const { return forward + backward + tp_forward + tp_backward; }
 };
 
 // The strategy fields one rank's per-micro-batch work depends on: the TP/CP/SP split, the
-// micro-batch, recomputation, sequence length, dtype, attention kernel, and where the TP and CP
-// groups sit (their rank strides). dp, pp, vp, ZeRO, the schedule and the global batch are not in it.
+// micro-batch, recomputation, sequence length, dtype, attention kernel, the expert layout (ep,
+// etp, imbalance, capacity, dispatcher, module recomputation), and where the TP, CP and expert
+// groups sit (their rank strides; the EDP group's size too, which a stage's dp sets). pp, vp,
+// ZeRO, the schedule and the global batch are not in it.
 struct LayerKey {
   int tp = 1, cp = 1, micro_batch = 1, seq_len = 0;
   bool sequence_parallel = false;
@@ -177,6 +198,11 @@ struct LayerKey {
   Dtype dtype = Dtype::bf16;
   Attention attention = Attention::flash;
   int tp_stride = 1, cp_stride = 1;
+  int ep = 1, etp = 1, ep_stride = 1, etp_stride = 1;
+  double moe_imbalance = 1, capacity_factor = 0;
+  Dispatcher dispatcher = Dispatcher::alltoall;
+  unsigned recompute_modules = 0;
+  bool moe_a2a_overlap = false;
   bool operator==(const LayerKey&) const = default;
 };
 LayerKey layer_key(const PlanShape& shape);
@@ -189,18 +215,34 @@ LayerKey layer_key(const Strategy& s);
 struct LayerCosts {
   LayerKey key;
   int layers = 0;              // transformer layers of the model
-  LayerCost layer;
-  EndCost pre, post;           // without the tied-embedding copy of the last stage (step_costs adds it)
+  int kind_count = 1;          // layer kinds (LayerGraph::kind_count)
+  std::array<LayerCost, LayerGraph::kMaxKinds> kinds;  // one layer of each kind
+  LayerGraph::KindCounts kind_layers{};                // the model's layers of each kind
+  EndCost pre, post;           // without the tied-embedding copy of the last stage (step_costs adds
+                               // it); post holds the MTP modules, their layers included
   Bytes hidden_message = 0;    // one tokens x hidden activation tensor of the micro-batch
   Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a pipeline send (tp > 1 without SP):
                                // a call of its own, so it pays the per-call overhead as every call does
-  // Activation bytes of one layer for memory_model(): as stored between forward and backward, and
-  // the working set of a layer being recomputed (full recomputation; else 0).
-  Bytes stored_layer = 0, working_layer = 0;
+  // Activation bytes of one layer of each kind for memory_model(): as stored between forward and
+  // backward, and the working set of a layer being recomputed (full recomputation, the largest
+  // kind's; else 0).
+  std::array<Bytes, LayerGraph::kMaxKinds> stored_layer{};
+  Bytes working_layer = 0;
   Flops model_forward_flops_per_token = 0;  // LayerGraph::forward_flops_per_token()
-  // Work of one micro-batch summed over every chunk of a replica: layers x layer.total() +
-  // pre.total() + post.total() (the sum over stages of compose()'s per-stage work is at least this).
-  Seconds replica_work() const { return layers * layer.total() + pre.total() + post.total(); }
+  // Work of one micro-batch summed over every chunk of a replica: the layers of each kind x its
+  // total() + pre.total() + post.total() (the sum over stages of compose()'s per-stage work is at
+  // least this).
+  Seconds replica_work() const {
+    Seconds w = 0;
+    for (int k = 0; k < kind_count; ++k) w += kind_layers[k] * kinds[k].total();
+    return w + pre.total() + post.total();
+  }
+  // The cheapest layer's total() (every layer's in a model of one kind).
+  Seconds min_layer_total() const {
+    Seconds t = kinds[0].total();
+    for (int k = 1; k < kind_count; ++k) t = std::min(t, kinds[k].total());
+    return t;
+  }
 };
 LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const Software& software, const PlanShape& shape);
 // The same for a strategy that passes cannot_shape() (its shape built here).
@@ -241,6 +283,12 @@ inline double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<d
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with
 // the embedding on the first and the LM head on the last chunk.
 std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
+                                  double last_extra);
+// The same for layers of different costs (`layer_costs`, one per layer): the split whose busiest
+// chunk (its layers' costs plus its extra) is least, found by bisection on that load with a greedy
+// fill from prefix sums (feasible(T): each chunk in turn takes the most layers that keep it within
+// T and leave one for each chunk after it). With equal costs it balances as well as the form above.
+std::vector<int> partition_layers(std::span<const double> layer_costs, int chunks, double first_extra,
                                   double last_extra);
 
 // Why `strategy` cannot be costed at all: cannot_shape()'s reason (it fails validate() against

@@ -44,9 +44,11 @@ SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_
   s.gpus = gpus;
   s.global_batch = global_batch;
   s.seq_len = seq_len;
-  s.max_tp = c.gpus_per_node;
+  // TP and CP inside the scale-up domain (a node, or an NVLink rack of many): beyond it their
+  // per-layer collectives would cross the scale-out network.
+  s.max_tp = c.scale_up_gpus;
   s.max_cp = 1;
-  while (s.max_cp * 2 <= c.gpus_per_node && seq_len / (s.max_cp * 2) >= 1024) s.max_cp *= 2;
+  while (s.max_cp * 2 <= c.scale_up_gpus && seq_len / (s.max_cp * 2) >= 1024) s.max_cp *= 2;
   s.max_vp = 8;
   return s;
 }

@@ -70,7 +70,8 @@ struct SearchSpace {
   PsPlacement ps_placement = PsPlacement::dedicated;
 };
 
-// Default limits for a cluster: tp and cp within one node, cp only while each rank keeps at least
+// Default limits for a cluster: tp and cp within one scale-up domain (a node, or a 72-GPU NVLink
+// rack: Cluster::scale_up_gpus), cp only while each rank keeps at least
 // 1024 tokens, vp up to 8. With flash attention, selective recomputation (recomputing the
 // attention core) is what the fused kernel already does -- predict gives it the figures of no
 // recomputation -- so it is only listed with standard attention. Callers override single fields.

@@ -16,6 +16,7 @@ const char* to_string(Stream s) {
     case Stream::pp_forward: return "pp send activations";
     case Stream::pp_backward: return "pp send gradients";
     case Stream::dp: return "dp collectives";
+    case Stream::ep: return "ep all-to-all";
     case Stream::ps_server: return "parameter server";
   }
   return "?";
@@ -35,6 +36,8 @@ const char* to_string(EventKind k) {
     case EventKind::param_gather: return "parameter all-gather";
     case EventKind::ps_push_pull: return "ps push/pull";
     case EventKind::ps_update: return "ps update";
+    case EventKind::dispatch: return "dispatch";
+    case EventKind::combine: return "combine";
   }
   return "?";
 }
@@ -240,6 +243,29 @@ Seconds finish_under_dp(StageState& st, Seconds start, Seconds work) {
   return t + left;
 }
 
+// A pass of compute (TP and CP inside) from `start` to `compute_end` with the chunk's expert part
+// `experts` and exposed all-to-all `ep`: the work before the experts, the dispatch (or, backward,
+// the combine's gradient) on the ep stream, the experts, then the other all-to-all; the compute
+// stream waits for each. Returns the end; emits the events as `kind` on the compute stream.
+Seconds run_pass(StageState& st, int stage, const Slot& slot, EventKind kind, Seconds start, Seconds compute_end,
+                 Seconds experts, Seconds ep) {
+  if (ep <= 0) {
+    emit(st, {stage, Stream::compute, kind, slot.micro_batch, slot.chunk, start, compute_end});
+    return compute_end;
+  }
+  const Seconds work = compute_end - start;
+  const bool fwd = kind == EventKind::forward;
+  const Seconds before = std::max(0.0, work - experts), half = 0.5 * ep;
+  Seconds t = start + before;
+  emit(st, {stage, Stream::compute, kind, slot.micro_batch, slot.chunk, start, t});
+  emit(st, {stage, Stream::ep, fwd ? EventKind::dispatch : EventKind::combine, slot.micro_batch, slot.chunk, t, t + half});
+  t += half;
+  emit(st, {stage, Stream::compute, kind, slot.micro_batch, slot.chunk, t, t + (work - before)});
+  t += work - before;
+  emit(st, {stage, Stream::ep, fwd ? EventKind::combine : EventKind::dispatch, slot.micro_batch, slot.chunk, t, t + half});
+  return t + half;
+}
+
 // Puts the slot's work on the compute stream from `start`; returns its end.
 Seconds run_slot(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start) {
   StageState& st = r.stages[stage];
@@ -249,21 +275,24 @@ Seconds run_slot(Run& r, int stage, const Slot& slot, const ChunkCost& c, Second
   Seconds end = start;
   switch (slot.phase) {
     case Phase::forward:
-      end = start + c.forward + c.tp_forward + c.cp_forward;
+      end = run_pass(st, stage, slot, EventKind::forward, start, start + c.forward + c.tp_forward + c.cp_forward,
+                     c.expert_forward, c.ep_forward);
       u.compute += c.forward;
       u.tp += c.tp_forward;
       u.cp += c.cp_forward;
-      emit(st, {stage, Stream::compute, EventKind::forward, slot.micro_batch, slot.chunk, start, end});
+      u.ep += c.ep_forward;
       break;
     case Phase::backward: {
       const Seconds bwd_start = start + c.recompute;
-      end = bwd_start + (c.backward - weight_part) + c.tp_backward + c.cp_backward;
       u.recompute += c.recompute;
       u.compute += c.backward - weight_part;
       u.tp += c.tp_backward;
       u.cp += c.cp_backward;
+      u.ep += c.ep_backward;
       emit(st, {stage, Stream::compute, EventKind::recompute, slot.micro_batch, slot.chunk, start, bwd_start});
-      emit(st, {stage, Stream::compute, EventKind::backward, slot.micro_batch, slot.chunk, bwd_start, end});
+      end = run_pass(st, stage, slot, EventKind::backward, bwd_start,
+                     bwd_start + (c.backward - weight_part) + c.tp_backward + c.cp_backward,
+                     (1 - (split ? kWeightGradShare : 0.0)) * c.expert_backward, c.ep_backward);
       if (!split) reduce_gradients(r, stage, slot, c, start, end);
       break;
     }
@@ -485,11 +514,13 @@ TimeBreakdown simulated_breakdown(const Timeline& t) {
   b.recompute = u.recompute;
   b.tp_comm = u.tp;
   b.cp_comm = u.cp;
+  b.ep_comm = u.ep;
   b.pp_comm = u.wait_pp;
   b.optimizer = u.optimizer;
   b.dp_comm_exposed = u.wait_dp + u.after_optimizer + u.dp_interference;
   for (const auto& s : t.stages) b.dp_comm = std::max(b.dp_comm, s.dp_busy);
   b.bubble = t.step - (b.compute + b.recompute + b.tp_comm + b.cp_comm + b.pp_comm + b.optimizer + b.dp_comm_exposed);
+  if (b.ep_comm > 0) b.bubble -= b.ep_comm;  // (apart: a dense model's figures keep their bits)
   // The busiest stage can finish last with no wait at all; then the difference above is rounding.
   TRAINPLAN_CHECK(b.bubble > -1e-9 * t.step, "simulated stage work exceeds the step");
   if (b.bubble < 1e-12 * t.step) b.bubble = 0;

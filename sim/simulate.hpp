@@ -10,6 +10,12 @@
 //   pp_backward  sends of input gradients to the previous virtual stage.
 //   dp           data-parallel / ZeRO collectives, one at a time in issue order: gradient
 //                reductions, ZeRO-3 parameter gathers, the ZeRO-1/2 parameter all-gather.
+//   ep           the expert all-to-all of an MoE chunk, inside its slots: in a forward the
+//                dispatch follows the chunk's work before its experts (attention, router,
+//                permutation) and the experts wait for it; the combine follows the experts and the
+//                rest of the slot waits for it; a backward runs the same in reverse. Each is the
+//                exposed part the closed form charges (ChunkCost::ep_forward / ep_backward, half
+//                each), the compute stream idle meanwhile.
 // Rules (all costs from StepCosts, see predict.hpp; the simulator reads no Strategy or PlanShape,
 // only the costs step_costs derived from them):
 //   - a slot starts when the compute stream is free and its input has arrived: a forward of
@@ -54,8 +60,8 @@ namespace trainplan {
 
 // ps_server: the parameter servers' own stream (their optimizer step on their shards), not one of
 // a worker rank's kStreams.
-enum class Stream { compute, pp_forward, pp_backward, dp, ps_server };
-inline constexpr int kStreams = 4;  // streams of a worker rank
+enum class Stream { compute, pp_forward, pp_backward, dp, ep, ps_server };
+inline constexpr int kStreams = 5;  // streams of a worker rank
 
 enum class EventKind {
   forward,          // forward of (micro_batch, chunk), TP/CP included          (compute)
@@ -71,6 +77,8 @@ enum class EventKind {
   param_gather,     // ZeRO-1/2 all-gather of updated parameters after the step (dp)
   ps_push_pull,     // parameter servers: push gradients, pull parameters        (dp)
   ps_update,        // parameter servers apply the optimizer to their shards     (ps_server)
+  dispatch,         // expert all-to-all: tokens to their experts (or gradients back) (ep)
+  combine,          // expert all-to-all: expert outputs back (or their gradients)  (ep)
 };
 
 const char* to_string(Stream s);
@@ -96,6 +104,7 @@ struct StageUsage {
   Seconds recompute = 0;
   Seconds tp = 0;           // TP collectives inside the slots
   Seconds cp = 0;           // exposed CP exchange inside the slots
+  Seconds ep = 0;           // exposed expert all-to-all inside the slots
   Seconds optimizer = 0;
   Seconds wait_bubble = 0;  // compute idle until another stage's slot produced its input
   Seconds wait_pp = 0;      // compute idle while its input was in flight, or held by its own p2p sends
@@ -105,7 +114,8 @@ struct StageUsage {
   Seconds pp_busy = 0;      // pp_forward + pp_backward streams busy
   Seconds dp_busy = 0;      // dp stream busy
   Seconds end = 0;          // end of the stage's last event
-  Seconds busy() const { return compute + recompute + tp + cp + optimizer + dp_interference; }  // compute stream busy
+  // The compute stream's slots and optimizer (its expert all-to-all waits inside the slots too).
+  Seconds busy() const { return compute + recompute + tp + cp + ep + optimizer + dp_interference; }
 };
 
 struct Timeline {

@@ -96,8 +96,18 @@ void parse_overlap(JsonObject v, Software& s) {
   s.overlap.zero3 = v.number("zero3", 0, 1);
   s.overlap.pp = v.number("pp", 0, 1);
   s.overlap.pp_interleaved = v.number("pp_interleaved", 0, 1);
+  if (v.has("ep")) s.overlap.ep = v.number("ep", 0, 1);
   (void)v.string("source");
   v.finish();
+}
+
+void parse_moe(JsonObject m, Software& s) {
+  s.moe.router = parse_mem_op(m.object("router"));
+  s.moe.permute = parse_mem_op(m.object("permute"));
+  s.moe.unpermute = parse_mem_op(m.object("unpermute"));
+  s.moe.shared_expert_overlap = m.boolean("shared_expert_overlap");
+  (void)m.string("source");
+  m.finish();
 }
 
 void parse_memory_profile(JsonObject m, Software& s) {
@@ -142,6 +152,7 @@ Software parse_software(const json& j, const std::string& file) {
   parse_attention(o.object("attention"), s);
   parse_memory_bound_ops(o.object("memory_bound"), s);
   parse_overlap(o.object("overlap"), s);
+  if (o.has("moe")) parse_moe(o.object("moe"), s);
   parse_memory_profile(o.object("memory"), s);
   parse_allocator(o.object("allocator"), s);
   o.finish();

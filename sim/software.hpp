@@ -48,6 +48,24 @@ struct MemOps {
   MemOpImpl optimizer;          // per step; tensor: fp32 parameters this rank updates
 };
 
+// What the stack runs around an MoE layer's experts (the profile's optional "moe" object; the
+// defaults are the plain PyTorch ops, each moving its tensor once: a gather or scatter copy reads and
+// writes it, 2 of the add kernel's 3 bytes per element, 0.67 passes).
+struct MoeOps {
+  // The router's scoring (softmax or sigmoid) and top-k over fp32 logits; tensor: tokens x experts
+  // x 4 B. Default: read once per kernel, two kernels each way.
+  MemOpImpl router{MemKernel::add, 0.67, 0.67, 2, 2};
+  // The routed token copies gathered into expert order before the dispatch (and sorted by local
+  // expert after it); tensor: routed copies x hidden activations.
+  MemOpImpl permute{MemKernel::add, 0.67, 0.67, 1, 1};
+  // The experts' outputs scaled by their routing weights and summed back per token after the
+  // combine; tensor: routed copies x hidden activations.
+  MemOpImpl unpermute{MemKernel::add, 0.67, 0.67, 1, 1};
+  // The shared experts run while the dispatch all-to-all is in flight (Megatron-core
+  // --moe-shared-expert-overlap); else after it.
+  bool shared_expert_overlap = false;
+};
+
 // Share of a collective's time that the stack hides behind compute it can overlap with (0..1).
 struct Overlap {
   double tp = 0;            // tensor/sequence-parallel collectives inside a layer
@@ -56,6 +74,9 @@ struct Overlap {
   double zero3 = 0;         // ZeRO-3 per-layer parameter gathers and gradient reduce-scatters
   double pp = 0;            // pipeline send/recv of activations and gradients, GPipe and 1F1B
   double pp_interleaved = 0;  // the same under the interleaved schedule
+  double ep = 0;            // expert all-to-alls (dispatch and combine) behind another micro-batch's
+                            // compute, where the strategy overlaps them (Strategy::moe_a2a_overlap;
+                            // optional key, 0: the stack cannot)
 };
 
 // What the stack keeps in memory, per parameter and per saved tensor (read by sim/memory_model,
@@ -109,6 +130,7 @@ struct Software {
   double fp8_bwd_gemm_slowdown = 1;  // fp8: dgrad and wgrad time over the fast-accumulation GEMM's
                                      // (split accumulation in higher precision, as Transformer Engine runs them)
   MemOps mem;
+  MoeOps moe;
   Overlap overlap;
   MemoryProfile memory;
   Allocator allocator;

@@ -60,7 +60,14 @@ const char* to_string(DpAlgorithm a) {
   return "?";
 }
 const char* to_string(PsPlacement p) { return p == PsPlacement::dedicated ? "dedicated" : "colocated"; }
-const char* to_string(Dispatcher d) { return d == Dispatcher::alltoall ? "alltoall" : "allgather"; }
+const char* to_string(Dispatcher d) {
+  switch (d) {
+    case Dispatcher::alltoall: return "alltoall";
+    case Dispatcher::allgather: return "allgather";
+    case Dispatcher::flex: return "flex";
+  }
+  return "?";
+}
 
 namespace {
 constexpr std::pair<const char*, unsigned> kRecomputeModules[] = {{"moe_act", kRecomputeMoeAct},
@@ -97,6 +104,7 @@ std::optional<unsigned> parse_recompute_modules(const std::string& s) {
 std::optional<Dispatcher> parse_dispatcher(const std::string& s) {
   if (s == "alltoall") return Dispatcher::alltoall;
   if (s == "allgather") return Dispatcher::allgather;
+  if (s == "flex") return Dispatcher::flex;
   return std::nullopt;
 }
 std::string to_string(const GradCompression& g) {
@@ -154,6 +162,8 @@ std::optional<Dtype> parse_dtype(const std::string& s) {
   if (s == "fp16") return Dtype::fp16;
   if (s == "fp8") return Dtype::fp8;
   if (s == "fp32") return Dtype::fp32;
+  if (s == "mxfp8") return Dtype::mxfp8;
+  if (s == "nvfp4") return Dtype::nvfp4;
   return std::nullopt;
 }
 std::optional<Dim> parse_dim(const std::string& s) {
@@ -179,6 +189,7 @@ std::optional<std::string> validate_dense_experts(const Strategy& s) {
   if (s.capacity_factor != 0) return bad_flag("--capacity-factor", fmt::format("{}", s.capacity_factor), rule);
   if (s.dispatcher != Dispatcher::alltoall) return bad_flag("--moe-dispatcher", to_string(s.dispatcher), rule);
   if (s.recompute_modules & kRecomputeMoeAct) return bad_flag("--recompute-modules", "moe_act", rule);
+  if (s.moe_a2a_overlap) return bad_flag("--moe-a2a-overlap", "on", rule);
   return std::nullopt;
 }
 
@@ -230,6 +241,8 @@ std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& 
   if (s.capacity_factor != 0 && !(s.capacity_factor > 0 && s.capacity_factor <= max_capacity))
     return bad_flag("--capacity-factor", fmt::format("{}", s.capacity_factor),
                     fmt::format("must be in (0, experts / top_k] = (0, {}] (0: dropless)", max_capacity));
+  if (s.moe_a2a_overlap && s.ep == 1)
+    return bad_flag("--moe-a2a-overlap", "on", "needs --ep > 1 (there is no expert all-to-all to overlap)");
   if (!same_pipeline_groups(s))
     return bad_flag("--rank-order", fmt::format("{},{},{},{}", to_string(s.order[0]), to_string(s.order[1]),
                                                 to_string(s.order[2]), to_string(s.order[3])),
@@ -365,6 +378,7 @@ json to_json(const Strategy& s) {
   if (s.dispatcher != Dispatcher::alltoall) j["moe_dispatcher"] = to_string(s.dispatcher);
   if (s.capacity_factor != 0) j["capacity_factor"] = s.capacity_factor;
   if (s.recompute_modules != 0) j["recompute_modules"] = recompute_modules_string(s.recompute_modules);
+  if (s.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
   return j;
 }
 
@@ -375,7 +389,9 @@ void read_expert_fields(const JsonObject& o, Strategy& s) {
   if (o.has("ep")) s.ep = static_cast<int>(o.integer("ep", 1, 1 << 24));
   if (o.has("etp")) s.etp = static_cast<int>(o.integer("etp", 1, 1 << 24));
   if (o.has("moe_imbalance")) s.moe_imbalance = o.number("moe_imbalance", 1, 1 << 24);
-  if (o.has("moe_dispatcher")) s.dispatcher = *parse_dispatcher(o.choice("moe_dispatcher", {"alltoall", "allgather"}));
+  if (o.has("moe_dispatcher"))
+    s.dispatcher = *parse_dispatcher(o.choice("moe_dispatcher", {"alltoall", "allgather", "flex"}));
+  if (o.has("moe_a2a_overlap")) s.moe_a2a_overlap = o.boolean("moe_a2a_overlap");
   if (o.has("capacity_factor")) s.capacity_factor = o.number("capacity_factor", 0, 1 << 24, true);
   if (auto r = o.optional_string("recompute_modules")) {
     auto parsed = parse_recompute_modules(*r);
@@ -421,7 +437,7 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
   s.recompute = *parse_recompute(o.choice("recompute", {"none", "selective", "full"}));
   s.sequence_parallel = o.boolean("sequence_parallel");
   s.schedule = *parse_schedule(o.choice("schedule", {"gpipe", "1f1b", "interleaved"}));
-  s.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32"}));
+  s.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   s.attention = *parse_attention(o.choice("attention", {"flash", "standard"}));
   s.fp32_grad_accum = o.boolean("fp32_grad_accum");
   const json& order = o.raw("rank_order");
@@ -456,7 +472,8 @@ std::string describe(const Strategy& s) {
   if (s.etp > 1) out += fmt::format(" etp{}", s.etp);
   if (s.moe_imbalance != 1) out += fmt::format(" imb{}", s.moe_imbalance);
   if (s.capacity_factor > 0) out += fmt::format(" cf{}", s.capacity_factor);
-  if (s.dispatcher == Dispatcher::allgather) out += " allgather";
+  if (s.dispatcher != Dispatcher::alltoall) out += fmt::format(" {}", to_string(s.dispatcher));
+  if (s.moe_a2a_overlap) out += " a2a-overlap";
   if (s.recompute_modules) out += " rc:" + recompute_modules_string(s.recompute_modules);
   if (s.uses_ps())
     out += fmt::format(" {}{}{}", to_string(s.dp_algorithm), s.ps_servers,

@@ -35,10 +35,12 @@ struct GradCompression {
   bool operator==(const GradCompression&) const = default;
 };
 // How an MoE layer moves tokens to the ranks holding their experts (Megatron-core
-// moe/token_dispatcher.py): an all-to-all over the expert-parallel group (MoEAlltoAllTokenDispatcher),
-// or an all-gather of every rank's tokens with each rank keeping those of its experts and a
-// reduce-scatter back (MoEAllGatherTokenDispatcher).
-enum class Dispatcher { alltoall, allgather };
+// moe/token_dispatcher.py): an all-to-all over the expert-parallel group of every routed copy
+// (MoEAlltoAllTokenDispatcher, NCCL); an all-gather of every rank's tokens with each rank keeping
+// those of its experts and a reduce-scatter back (MoEAllGatherTokenDispatcher); or the "flex"
+// dispatcher (MoEFlexTokenDispatcher over DeepEP or HybridEP), whose kernels send a token once to
+// each node holding any of its experts and forward it over NVLink there.
+enum class Dispatcher { alltoall, allgather, flex };
 // Megatron-core's module-level recomputation (--recompute-modules, with --recompute-granularity
 // selective) beyond the core attention: bits of Strategy::recompute_modules.
 //   moe_act      the routed experts' activation function (its output is not kept; Megatron-core
@@ -78,6 +80,10 @@ struct Strategy {
   double capacity_factor = 0;    // > 0: each expert takes at most tokens x top_k x C / experts
                                  // tokens, padded to that; 0: dropless
   unsigned recompute_modules = 0;  // RecomputeModule bits
+  // Overlap one micro-batch's expert all-to-all with another's compute (Megatron-core
+  // --overlap-moe-expert-parallel-comm, the 1F1B A2A overlap after DeepSeek-V3's DualPipe); the
+  // share it hides is the software profile's overlap.ep. Off by default, as in Megatron-core.
+  bool moe_a2a_overlap = false;
 
   // Meaningful once validate() passed (it bounds the products, see kMaxGpus).
   int gpus() const { return dp * tp * pp * cp; }

@@ -106,4 +106,54 @@ TEST(Capacity, InfeasibleSizesSayWhyAndImpossibleGoalsPickNothing) {
   EXPECT_THROW(plan_capacity(g, req), InputError);
 }
 
+// The buyer's comparison: one option per cluster, each its cheapest within the deadline, ranked by
+// cost; a price given for a cluster replaces its file's in every figure.
+TEST(Capacity, BuyersComparisonRanksEachClustersCheapestInTheDeadline) {
+  const LayerGraph g(load_model("llama2-7b", TRAINPLAN_SOURCE_DIR), 4096);
+  CapacityRequest req;
+  req.software = trainplan::testing::default_software();
+  req.clusters = {cluster("dgx-a100-80g"), cluster("dgx-h100"), cluster("dgx-b200")};
+  req.prices = {{"dgx-b200", 4.0}};
+  req.gpus_lo = 8;
+  req.gpus_hi = 64;
+  req.tokens = 300e9;
+  req.global_batch = 256;
+  req.deadline_days = 60;
+  req.reliability = load_reliability("default", TRAINPLAN_SOURCE_DIR);  // the picks read failure-aware figures
+  const CapacityResult r = plan_capacity(g, req);
+  EXPECT_EQ(r.ranking_rule, RankingRule::cheapest_in_deadline);
+  ASSERT_EQ(r.ranking.size(), 3u);
+  for (const CapacityOption& o : r.options) {
+    EXPECT_EQ(o.price_given, o.cluster == "dgx-b200");
+    if (o.cluster == "dgx-b200" && o.feasible) {
+      EXPECT_DOUBLE_EQ(o.price_per_gpu_hour, 4.0);
+      EXPECT_NEAR(o.cost_usd, o.gpu_hours * 4.0, 1e-9 * o.cost_usd);
+    }
+  }
+  for (std::size_t k = 0; k < r.ranking.size(); ++k) {
+    const CapacityOption& pick = r.options[r.ranking[k]];
+    EXPECT_LE(pick.days_with_failures, 60);
+    // Nothing of the same cluster within the deadline is cheaper; the ranking is by cost.
+    for (const CapacityOption& o : r.options) {
+      if (o.cluster == pick.cluster && o.feasible && o.days_with_failures <= 60) {
+        EXPECT_GE(o.cost_usd_with_failures, pick.cost_usd_with_failures);
+      }
+    }
+    if (k > 0) {
+      EXPECT_LE(r.options[r.ranking[k - 1]].cost_usd_with_failures, pick.cost_usd_with_failures);
+    }
+  }
+  // Without a deadline or budget: each cluster's cheapest option; with a budget only: its fastest
+  // within it, ranked by time.
+  req.deadline_days.reset();
+  req.budget_usd = 1e6;
+  const CapacityResult b = plan_capacity(g, req);
+  EXPECT_EQ(b.ranking_rule, RankingRule::fastest_in_budget);
+  for (std::size_t k = 1; k < b.ranking.size(); ++k) {
+    EXPECT_LE(b.options[b.ranking[k - 1]].days_with_failures, b.options[b.ranking[k]].days_with_failures);
+  }
+  req.prices = {{"dgx-z9000", 1.0}};
+  EXPECT_THROW(plan_capacity(g, req), InputError);
+}
+
 }  // namespace

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include <unistd.h>
+
 #include "reports/calibration_report.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
@@ -45,11 +47,14 @@ TEST(Topologies, EveryShippedFileLoadsAndIsNamedLikeItsFile) {
     }
     EXPECT_GT(c.price_per_gpu_hour, 0);
     EXPECT_GT(c.power_per_gpu, 0);
+    // Tables are measured on this very GPU, or derived by the rule (and say from what).
+    EXPECT_TRUE(c.ops.measured_on.gpu == c.gpu.name || !c.ops.derivation.from.empty()) << c.name;
     for (const auto& t : c.network) EXPECT_EQ(t.span_gpus % c.gpus_per_node, 0);
     names.insert(c.name);
   }
   EXPECT_EQ(builtin_clusters(kSource), std::vector<std::string>(names.begin(), names.end()));
-  for (const char* required : {"dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "dgx-h200"}) {
+  for (const char* required : {"dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-b300",
+                               "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x", "mi355x"}) {
     EXPECT_TRUE(names.count(required)) << "topologies/" << required << ".json is missing";
   }
 }
@@ -144,6 +149,7 @@ json small_cluster() {
     "gpu": {"name": "G", "peak_tflops": {"bf16": 100, "fp16": 50, "fp8": 0, "fp32": 10},
             "hbm_gb": 16, "hbm_bandwidth_gbps": 1000},
     "ops": {"source": "test", "dtype": "bf16", "kernel_floor_us": 5,
+            "measured_on": {"gpu": "G", "peak_tflops": 100, "hbm_bandwidth_gbps": 1000},
             "gemm": [{"m": 1024, "n": 1024, "k": 1024, "fwd_us": 100, "dgrad_us": 100, "wgrad_us": 100}],
             "attention": [{"seq": 1024, "head_dim": 64, "batch_heads": 16, "fwd_us": 100, "fwd_bwd_us": 350}],
             "memory_bound": {"add": [{"bytes": 1000000, "fwd_us": 10, "fwd_bwd_us": 20}]}},
@@ -247,6 +253,179 @@ TEST(Topologies, NoShippedFileCarriesARemovedKey) {
     }
     EXPECT_NO_THROW(load_cluster(e.path().string(), kSource)) << e.path();
   }
+}
+
+// ---- derived op tables and the measured-GPU check ----------------------------------------------
+
+// dgx-h100.json as a user would copy it, with `edit` applied.
+json h100_copy() { return read_json_file(kSource / "topologies" / "dgx-h100.json"); }
+
+// The trap: a copy of dgx-h100.json given a B200's peak would keep H100's step time (its tables are
+// H100's) under twice the peak, halving MFU without a word. It is refused, naming the rule.
+TEST(MeasuredGpu, ACopyWithAnotherGpusPeakOrBandwidthIsRefused) {
+  json j = h100_copy();
+  j["gpu"]["peak_tflops"]["bf16"] = 2250;
+  const std::string msg = input_error([&] { parse_cluster(j, "my-b200.json", kSource); });
+  EXPECT_TRUE(StartsWith(msg, "my-b200.json: gpu.peak_tflops.bf16 = 2250 differs from the 989.5 TFLOP/s of "
+                              "H100-SXM5-80GB, the GPU its ops tables were measured on, by more than 10%: derive the "
+                              "tables for this GPU"))
+      << msg;
+  EXPECT_TRUE(Contains(msg, "trainplan cluster derive")) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+  j = h100_copy();
+  j["gpu"]["hbm_bandwidth_gbps"] = 8000;
+  EXPECT_TRUE(StartsWith(input_error([&] { parse_cluster(j, "x.json", kSource); }),
+                         "x.json: gpu.hbm_bandwidth_gbps = 8000 differs from the 3350 GB/s of H100-SXM5-80GB"));
+  // Within 10% (a clock or SKU variant) the measured tables stand.
+  j = h100_copy();
+  j["gpu"]["peak_tflops"]["bf16"] = 989.5 * 1.09;
+  j["gpu"]["hbm_bandwidth_gbps"] = 3350 * 0.91;
+  EXPECT_NO_THROW(parse_cluster(j, "x.json", kSource));
+}
+
+// The same copy, its tables derived instead: GEMM and attention at the B200/H100 peak ratio,
+// memory-bound kernels at the bandwidth ratio, the kernel floor kept.
+TEST(DerivedOps, FromABuiltinClusterByThePeakAndBandwidthRatios) {
+  json j = h100_copy();
+  j["gpu"]["peak_tflops"]["bf16"] = 2250;
+  j["gpu"]["hbm_bandwidth_gbps"] = 8000;
+  j["ops"] = {{"source", "derived for a test"}, {"derive", {{"from", "dgx-h100"}}}};
+  const Cluster b = parse_cluster(j, "my-b200.json", kSource);
+  const Cluster h = load_cluster("dgx-h100", kSource);
+  EXPECT_EQ(b.ops.derivation.from, "dgx-h100");
+  EXPECT_DOUBLE_EQ(b.ops.derivation.compute_ratio, 2250 / 989.5);
+  EXPECT_DOUBLE_EQ(b.ops.derivation.memory_ratio, 8000.0 / 3350);
+  EXPECT_NEAR(b.ops.gemm_time(8192, 4096, 4096, GemmPass::fwd),
+              h.ops.gemm_time(8192, 4096, 4096, GemmPass::fwd) * 989.5 / 2250, 1e-12);
+  EXPECT_NEAR(b.ops.attention_bwd(4096, 128, 64), h.ops.attention_bwd(4096, 128, 64) * 989.5 / 2250, 1e-12);
+  EXPECT_NEAR(b.ops.memory_fwd(MemKernel::rms_norm, 1e8), h.ops.memory_fwd(MemKernel::rms_norm, 1e8) * 3350 / 8000,
+              1e-12);
+  EXPECT_DOUBLE_EQ(b.ops.kernel_floor, h.ops.kernel_floor);
+  EXPECT_DOUBLE_EQ(b.ops.misaligned_gemm_slowdown, h.ops.misaligned_gemm_slowdown);
+  EXPECT_TRUE(b.ops.attention_kernels.empty());  // H100's flash2 table is not a B200 fact
+  // A file may restate the one kept fitted figure for its GPU (A100 and L40S assume none).
+  j["ops"]["derive"]["misaligned_gemm_slowdown"] = 1;
+  EXPECT_DOUBLE_EQ(parse_cluster(j, "my-b200.json", kSource).ops.misaligned_gemm_slowdown, 1);
+  EXPECT_DOUBLE_EQ(load_cluster("dgx-a100-80g", kSource).ops.misaligned_gemm_slowdown, 1);
+  j["ops"]["derive"]["misaligned_gemm_slowdown"] = 0.5;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "my-b200.json", kSource); }),
+            "my-b200.json: ops.derive.misaligned_gemm_slowdown = 0.5, must be in [1, 100]");
+}
+
+// dgx-h200 is derived by the same rule: H100's compute (unchanged times), H200's bandwidth.
+TEST(DerivedOps, DgxH200IsDgxH100ByTheRule) {
+  const Cluster h = load_cluster("dgx-h100", kSource);
+  const Cluster h200 = load_cluster("dgx-h200", kSource);
+  EXPECT_EQ(h200.ops.derivation.from, "dgx-h100");
+  EXPECT_DOUBLE_EQ(h200.ops.derivation.compute_ratio, 1);
+  EXPECT_DOUBLE_EQ(h200.ops.gemm_time(8192, 8192, 8192, GemmPass::wgrad), h.ops.gemm_time(8192, 8192, 8192, GemmPass::wgrad));
+  EXPECT_NEAR(h200.ops.memory_bwd(MemKernel::add, 1e8), h.ops.memory_bwd(MemKernel::add, 1e8) * 3350 / 4800, 1e-12);
+  EXPECT_EQ(h200.ops.attention_kernels.size(), h.ops.attention_kernels.size());  // same SM: kept
+}
+
+TEST(DerivedOps, BadDerivationsAreRefusedByName) {
+  json j = h100_copy();
+  j["ops"] = {{"source", "s"}, {"derive", {{"from", "dgx-z9000"}}}};
+  EXPECT_TRUE(StartsWith(input_error([&] { parse_cluster(j, "x.json", kSource); }),
+                         "x.json: ops.derive.from = \"dgx-z9000\", must be a built-in cluster (one of: "));
+  j["ops"]["derive"]["from"] = "dgx-h200";  // itself derived: one level only, so no chains or cycles
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "x.json", kSource); }),
+            "x.json: ops.derive.from = dgx-h200: " + (kSource / "topologies" / "dgx-h200.json").string() +
+                ": ops.derive: the tables a cluster derives from must be measured ones, not derived themselves; "
+                "derive from the measured cluster");
+  j["ops"]["derive"]["from"] = "dgx-h100";
+  j["ops"]["derive"]["scale"] = 2;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "x.json", kSource); }), "x.json: ops.derive.scale is not a known key");
+  j["ops"]["derive"].erase("scale");
+  j["ops"]["gemm"] = json::array();
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "x.json", kSource); }), "x.json: ops.gemm is not a known key");
+  j = h100_copy();
+  j["ops"] = {{"source", "s"}, {"derive", {{"from", "dgx-h100"}}}};
+  j["gpu"]["peak_tflops"]["bf16"] = 0;
+  EXPECT_TRUE(StartsWith(input_error([&] { parse_cluster(j, "x.json", kSource); }),
+                         "x.json: gpu.peak_tflops.bf16 = 0: the tables of dgx-h100 were measured in bf16"));
+}
+
+// A derived file may name a cluster file; a relative path is taken from the deriving file's folder.
+TEST(DerivedOps, FromAFileBesideTheDerivingOne) {
+  const fs::path dir = fs::temp_directory_path() / ("trainplan_derive_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(kSource / "topologies" / "dgx-h100.json", dir / "measured.json", fs::copy_options::overwrite_existing);
+  json j = h100_copy();
+  j["gpu"]["hbm_bandwidth_gbps"] = 6700;
+  j["ops"] = {{"source", "s"}, {"derive", {{"from", "measured.json"}}}};
+  const Cluster c = parse_cluster(j, (dir / "derived.json").string(), kSource);
+  EXPECT_DOUBLE_EQ(c.ops.derivation.memory_ratio, 2);
+  fs::remove_all(dir);
+}
+
+// ---- scale-up domains, in-switch reduction, full-mesh nodes -------------------------------------
+
+TEST(Topologies, Nvl72RacksAreOneNvlinkDomainOfFourGpuTrays) {
+  for (const char* name : {"gb200-nvl72", "gb300-nvl72"}) {
+    const Cluster c = load_cluster(name, kSource);
+    EXPECT_EQ(c.gpus_per_node, 4) << name;
+    EXPECT_EQ(c.scale_up_gpus, 72) << name;
+    EXPECT_DOUBLE_EQ(c.node.bandwidth, 900e9) << name;  // NVLink 5: 1.8 TB/s both directions together
+    EXPECT_DOUBLE_EQ(c.in_switch_reduction.efficiency, 0.6) << name;
+    for (const auto& t : c.network) EXPECT_EQ(t.span_gpus % 72, 0) << name;
+  }
+  const Cluster b = load_cluster("dgx-b200", kSource);
+  EXPECT_EQ(b.scale_up_gpus, b.gpus_per_node);  // the NVLink domain ends at the node
+  EXPECT_DOUBLE_EQ(b.gpu.peak_nvfp4, 9000e12);
+  EXPECT_DOUBLE_EQ(b.gpu.peak_mxfp8, b.gpu.peak_fp8);
+  const Cluster h = load_cluster("dgx-h100", kSource);
+  EXPECT_EQ(h.gpu.peak_mxfp8, 0);  // Hopper has no block-scaled tensor-core formats
+  EXPECT_EQ(h.gpu.peak_nvfp4, 0);
+  const Cluster amd = load_cluster("mi300x", kSource);
+  EXPECT_DOUBLE_EQ(amd.peer_link_bandwidth, 64e9);
+  EXPECT_DOUBLE_EQ(amd.node.bandwidth, 7 * 64e9);
+}
+
+TEST(ParseCluster, ScaleUpDomainIsWholeNodesAndTiersSpanWholeDomains) {
+  json j = small_cluster();  // 4 GPUs per node, one 64-GPU tier
+  j["node"]["scale_up_gpus"] = 32;
+  const Cluster c = parse_cluster(j, "toy.json");
+  EXPECT_EQ(c.scale_up_gpus, 32);
+  EXPECT_EQ(c.max_gpus(), 64);
+  j["node"]["scale_up_gpus"] = 6;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: node.scale_up_gpus = 6, must be a multiple of node.gpus (4): a domain of whole nodes");
+  j["node"]["scale_up_gpus"] = 2;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }), "toy.json: node.scale_up_gpus = 2, must be in [4, 65536]");
+  j["node"]["scale_up_gpus"] = 24;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: network[0].span_gpus = 64, must be a multiple of node.scale_up_gpus (24)");
+  j["node"]["scale_up_gpus"] = 128;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: network[0].span_gpus = 64, must be at least node.scale_up_gpus (128)");
+  j.erase("network");
+  j["network"] = json::array();
+  EXPECT_EQ(parse_cluster(j, "toy.json").max_gpus(), 128);  // one domain, no scale-out
+}
+
+TEST(ParseCluster, InSwitchReductionAndPeerLinksAreChecked) {
+  json j = small_cluster();
+  j["node"]["in_switch_reduction"] = {{"efficiency", 0.6}, {"source", "test"}};
+  j["node"]["peer_link_gbps"] = 5;
+  const Cluster c = parse_cluster(j, "toy.json");
+  EXPECT_DOUBLE_EQ(c.in_switch_reduction.efficiency, 0.6);
+  EXPECT_DOUBLE_EQ(c.peer_link_bandwidth, 5e9);
+  j["node"]["in_switch_reduction"]["efficiency"] = 1.5;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: node.in_switch_reduction.efficiency = 1.5, must be in [0.001, 1]");
+  j["node"]["in_switch_reduction"] = {{"efficiency", 0.6}};
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: node.in_switch_reduction.source is missing (required key)");
+  j["node"].erase("in_switch_reduction");
+  j["node"]["peer_link_gbps"] = 25;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: node.peer_link_gbps = 25, must be at most node.link.bandwidth_gbps (20): one peer's link is a "
+            "part of the GPU's node bandwidth");
+  j["node"].erase("peer_link_gbps");
+  j["gpu"]["peak_tflops"]["nvfp4"] = 1e-9;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: gpu.peak_tflops.nvfp4 = 1e-09, must be 0 (not supported) or in [0.001, 1e+06]");
 }
 
 // ---- `trainplan calibrate`'s topology file (reports/calibration_report.cpp) -------------------
@@ -422,7 +601,7 @@ TEST(BadClusterFileJson, MalformedAndTruncated) {
 TEST(BadClusterName, UnknownBuiltinNameListsTheBuiltins) {
   const std::string msg = input_error([] { load_cluster("dgx-z9000", kSource); });
   EXPECT_EQ(msg.rfind("--cluster dgx-z9000: not a built-in cluster (one of: ", 0), 0u) << msg;
-  EXPECT_TRUE(Contains(msg, "dgx-a100-40g, dgx-a100-80g, dgx-h100, dgx-h200"));
+  EXPECT_TRUE(Contains(msg, "dgx-a100-40g, dgx-a100-80g, dgx-b200, dgx-b300, dgx-h100, dgx-h200, gb200-nvl72"));
   EXPECT_TRUE(Contains(msg, ") and not a file"));
 }
 

@@ -75,5 +75,54 @@ TEST(Collectives, AGroupCallPaysTheOverheadOnce) {
   EXPECT_DOUBLE_EQ(dp.call_overhead, c.collectives.call_overhead);
 }
 
+// An NVL72 rack: trays of 4 GPUs, one NVLink 5 domain of 72 (900 GB/s each way per GPU, ring
+// efficiency 0.77, NVLink SHARP at 0.6), one 400 Gb/s NIC (50 GB/s, 0.85 on the leaf) per GPU.
+// A TP=16 all-reduce of 256 MB stays on NVLink and takes NVLS, by hand:
+//   ring: 2 x 15 x 3 us + 2 x 15/16 x 256e6 / (900e9 x 0.77) = 90 us + 692.7 us = 782.7 us
+//   NVLS: 2 x 3 us + 17/16 x 256e6 / (900e9 x 0.6)         =  6 us + 503.7 us = 509.7 us
+// Without the domain (4 GPUs per node as the only NVLink) the 16 ranks would span 4 trays: 4
+// members per tray drive 4 NICs, 4 x 50 GB/s x 0.85 = 170 GB/s, ring at 5 us a step: 2.975 ms.
+TEST(Collectives, Nvl72TensorParallelAllReduceStaysOnNvlinkWithInSwitchReduction) {
+  const Cluster c = testing::builtin_cluster("gb200-nvl72");
+  ASSERT_EQ(c.gpus_per_node, 4);
+  ASSERT_EQ(c.scale_up_gpus, 72);
+  EXPECT_EQ(spanning_tier(c, 16), nullptr);
+  EXPECT_EQ(spanning_tier(c, 72), nullptr);
+  EXPECT_EQ(spanning_tier(c, 73), &c.network[0]);
+  const Link l = group_link(c, 16, 1);
+  EXPECT_DOUBLE_EQ(l.latency, 3e-6);
+  EXPECT_DOUBLE_EQ(l.bandwidth, 900e9 * 0.77);
+  EXPECT_DOUBLE_EQ(l.in_switch_bandwidth, 900e9 * 0.6);
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 16, 256e6, l), 6e-6 + 17.0 / 16 * 256e6 / 540e9, 1e-12);
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 16, 256e6, l), 509.7e-6, 0.1e-6);
+  // All-gather and reduce-scatter gain nothing from the switch: the ring over NVLink.
+  EXPECT_NEAR(collective_time(Collective::all_gather, 16, 256e6, l), 15 * 3e-6 + 15.0 / 16 * 256e6 / 693e9, 1e-12);
+  // Small messages: NVLS's two steps beat the tree's 2 log2(16) = 8.
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 16, 1e3, l), 6e-6 + 17.0 / 16 * 1e3 / 540e9, 1e-15);
+  // The same ranks with the domain ending at the tray: the leaf network, as the file said before.
+  Cluster trays = c;
+  trays.scale_up_gpus = 4;
+  const Link ib = group_link(trays, 16, 1);
+  EXPECT_DOUBLE_EQ(ib.bandwidth, 4 * 50e9 * 0.85);
+  EXPECT_EQ(ib.in_switch_bandwidth, 0);
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 16, 256e6, ib), 30 * 5e-6 + 1.875 * 256e6 / 170e9, 1e-12);
+  // Past the rack: per-domain NICs. DP 8 one rack apart (stride 72) has one member per domain.
+  EXPECT_DOUBLE_EQ(group_link(c, 8, 72).bandwidth, 50e9 * 0.85);
+  EXPECT_DOUBLE_EQ(group_link(c, 8, 72).in_switch_bandwidth, 0);
+}
+
+// A full-mesh node (MI300X: one 64 GB/s xGMI link per GPU pair, efficiency 0.75): a group of n
+// GPUs of the node reaches n - 1 links; a pipeline send between two GPUs gets one link.
+TEST(Collectives, FullMeshNodeGivesAGroupItsPeerLinks) {
+  const Cluster c = testing::builtin_cluster("mi300x");
+  EXPECT_DOUBLE_EQ(group_link(c, 8, 1).bandwidth, 7 * 64e9 * 0.75);
+  EXPECT_DOUBLE_EQ(group_link(c, 4, 2).bandwidth, 3 * 64e9 * 0.75);
+  EXPECT_DOUBLE_EQ(group_link(c, 2, 1).bandwidth, 64e9 * 0.75);
+  EXPECT_EQ(group_link(c, 8, 1).in_switch_bandwidth, 0);  // no switch
+  // A switched node (DGX H100) gives any group the whole per-GPU NVLink bandwidth.
+  const Cluster h = testing::builtin_cluster("dgx-h100");
+  EXPECT_DOUBLE_EQ(group_link(h, 2, 1).bandwidth, group_link(h, 8, 1).bandwidth);
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -211,6 +211,8 @@ TEST(ExecMoe, RefusesWhatExecDoesNotRun) {
       {"--dp 2 --etp 2 --nproc 2", "--etp 2: exec runs whole experts"},
       {"--dp 2 --ep 2 --zero 3 --nproc 2", "--zero 3: exec does not gather routed experts"},
       {"--dp 2 --ep 2 --moe-dispatcher allgather --nproc 2", "--moe-dispatcher allgather: exec dispatches tokens by all-to-all"},
+      {"--dp 2 --ep 2 --moe-dispatcher flex --nproc 2", "--moe-dispatcher flex: exec dispatches tokens by all-to-all"},
+      {"--dp 2 --ep 2 --moe-a2a-overlap on --nproc 2", "--moe-a2a-overlap on: exec runs each micro-batch's all-to-alls"},
       {"--dp 2 --ep 2 --moe-imbalance 1.5 --nproc 2", "--moe-imbalance 1.5: exec routes with the model's router"},
       {"--tp 2 --ep 2 --nproc 2", "--sequence-parallel off: an MoE model with --tp > 1 needs sequence parallelism"},
       {"--dp 2 --ep 2 --capacity-factor 3 --nproc 2", "--capacity-factor 3: must be in (0, experts / top_k]"},

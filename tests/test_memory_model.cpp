@@ -116,7 +116,7 @@ TEST(MemoryModel, StageActivationsAddTheEndStageExtras) {
   mm.vp = 1;
   mm.micro_batches = 4;
   mm.schedule = ScheduleKind::one_f_one_b;
-  mm.stored_layer = 100;
+  mm.stored_layer[0] = 100;
   mm.tokens = 10;
   mm.hidden = 4;
   mm.vocab = 50;

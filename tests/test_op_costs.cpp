@@ -26,6 +26,7 @@ json two_point_ops() {
     g.push_back({{"m", m}, {"n", 1024}, {"k", 1024}, {"fwd_us", t}, {"dgrad_us", 2 * t}, {"wgrad_us", t}});
   }
   return json{{"source", "test"},
+              {"measured_on", {{"gpu", "G"}, {"peak_tflops", 1000}, {"hbm_bandwidth_gbps", 2000}}},
               {"dtype", "bf16"},
               {"kernel_floor_us", 4},
               {"gemm", g},
@@ -200,6 +201,36 @@ TEST(OpCosts, ShippedH100TableReproducesTheMeasurements) {
   EXPECT_NEAR(c.ops.kernel_floor, 6.601e-6, 1e-9);
   // Rates stay below the dense peak everywhere.
   EXPECT_LT(c.ops.best_gemm_rate(), c.gpu.peak_bf16);
+}
+
+// The derivation rule by hand: a GPU with 3x the peak and 1.5x the HBM bandwidth of the measured
+// one (1000 TFLOP/s, 2000 GB/s) runs every GEMM and attention kernel in a third of the time, every
+// memory-bound kernel in two thirds, and keeps the kernel floor and misaligned-GEMM slowdown.
+TEST(OpCosts, DerivedTablesScaleComputeByPeakAndMemoryByBandwidth) {
+  json j = two_point_ops();
+  j["misaligned_gemm_slowdown"] = 2.5;
+  j["attention_kernels"] = {{"flash2", {{"source", "test"}, {"points", j["attention"]}}}};
+  const OpCostTables m = tables(j);
+  const OpCostTables d = derive_op_costs(m, "measured-cluster", 3000e12, 3000e9, false);
+  EXPECT_EQ(d.derivation.from, "measured-cluster");
+  EXPECT_DOUBLE_EQ(d.derivation.compute_ratio, 3);
+  EXPECT_DOUBLE_EQ(d.derivation.memory_ratio, 1.5);
+  EXPECT_EQ(d.measured_on.gpu, "G");  // still the GPU the times were measured on
+  for (GemmPass pass : {GemmPass::fwd, GemmPass::dgrad, GemmPass::wgrad}) {
+    EXPECT_NEAR(d.gemm_time(2048, 1024, 1024, pass), m.gemm_time(2048, 1024, 1024, pass) / 3, 1e-15);
+  }
+  EXPECT_NEAR(d.attention_fwd(2048, 64, 10), m.attention_fwd(2048, 64, 10) / 3, 1e-15);
+  EXPECT_NEAR(d.attention_bwd(2048, 64, 10), m.attention_bwd(2048, 64, 10) / 3, 1e-15);
+  EXPECT_NEAR(d.memory_fwd(MemKernel::add, 1e7), m.memory_fwd(MemKernel::add, 1e7) / 1.5, 1e-15);
+  EXPECT_NEAR(d.memory_bwd(MemKernel::add, 1e7), m.memory_bwd(MemKernel::add, 1e7) / 1.5, 1e-15);
+  EXPECT_NEAR(d.memory_fwd(MemKernel::adamw_fused, 4e8), 1000e-6 / 1.5, 1e-12);
+  EXPECT_DOUBLE_EQ(d.kernel_floor, 4e-6);
+  EXPECT_DOUBLE_EQ(d.misaligned_gemm_slowdown, 2.5);
+  // Named attention kernels describe one kernel on the measured architecture: dropped unless kept.
+  EXPECT_TRUE(d.attention_kernels.empty());
+  const OpCostTables same_sm = derive_op_costs(m, "measured-cluster", 3000e12, 3000e9, true);
+  ASSERT_EQ(same_sm.attention_kernels.size(), 1u);
+  EXPECT_NEAR(same_sm.attention_fwd(2048, 64, 10, 0), m.attention_fwd(2048, 64, 10, 0) / 3, 1e-15);
 }
 
 }  // namespace

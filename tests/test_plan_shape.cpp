@@ -2,6 +2,7 @@
 // software profile and the cluster.
 #include <gtest/gtest.h>
 
+#include "sim/memory_model.hpp"
 #include "sim/param_server.hpp"
 #include "sim/plan_shape.hpp"
 #include "test_helpers.hpp"
@@ -185,6 +186,83 @@ TEST(PlanShape, ShapePlanRefusesWhatCannotBeCosted) {
   Strategy zero_dp = s;
   zero_dp.dp = 0;
   EXPECT_THROW(PlanShape(m, h100, sw, zero_dp), std::logic_error);
+}
+
+// What each number format stores at what width (plan_shape.hpp), by hand:
+//   MXFP8 (OCP MX v1.0): 1 byte per element + one 1-byte E8M0 scale per 32 = 1.03125 B;
+//   NVFP4: half a byte per element + one 1-byte E4M3 scale per 16 = 0.5625 B (the per-tensor fp32
+//   scale is 4 B per tensor, nothing per element).
+// Master weights and optimizer states stay fp32 (12 B), weights and gradients 16-bit (2 B), the
+// saved GEMM inputs and the two cached weight copies (rowwise and columnwise blocks) in the format.
+TEST(PlanShape, BlockScaledFormatsStoreTheirScales) {
+  EXPECT_DOUBLE_EQ(gemm_input_bytes(Dtype::mxfp8), 1.03125);
+  EXPECT_DOUBLE_EQ(gemm_input_bytes(Dtype::nvfp4), 0.5625);
+  EXPECT_DOUBLE_EQ(gemm_input_bytes(Dtype::fp8), 1);
+  EXPECT_DOUBLE_EQ(gemm_input_bytes(Dtype::bf16), 2);
+  const Software mc = profile("megatron-core");  // keeps quantized GEMM inputs (fp8_saved_gemm_input_bytes 1)
+  Strategy s = plan(8, 1, 1, 1, 1, 8);
+  s.dtype = Dtype::mxfp8;
+  ElementBytes b = element_bytes(mc, s);
+  EXPECT_DOUBLE_EQ(b.activation, 2);
+  EXPECT_DOUBLE_EQ(b.gemm_input, 1.03125);
+  EXPECT_DOUBLE_EQ(b.saved_gemm_input, 1.03125);
+  EXPECT_DOUBLE_EQ(b.weight_copy, 2 * 1.03125);         // rowwise and columnwise, cached over the step
+  EXPECT_DOUBLE_EQ(b.quantize_moved, 2 + 2 * 1.03125);  // read 16-bit, write both copies
+  EXPECT_DOUBLE_EQ(b.state.weight, 2);
+  EXPECT_DOUBLE_EQ(b.state.optimizer, 12);              // fp32 master, momentum, variance
+  EXPECT_DOUBLE_EQ(b.gathered_param, 2);                // communication stays 16-bit
+  EXPECT_DOUBLE_EQ(b.wire_grad, 2);
+  s.dtype = Dtype::nvfp4;
+  b = element_bytes(mc, s);
+  EXPECT_DOUBLE_EQ(b.saved_gemm_input, 0.5625);
+  EXPECT_DOUBLE_EQ(b.weight_copy, 1.125);
+  EXPECT_DOUBLE_EQ(b.quantize_moved, 2 + 1.125 + 2);    // and a read for the per-tensor amax
+  EXPECT_DOUBLE_EQ(b.state.optimizer, 12);
+  // A stack that saves its GEMM inputs in 16 bits (pytorch-eager) keeps 2 B under any format; its
+  // autocast copies (2 B) and the format's two come on top.
+  const Software eager = profile("pytorch-eager");
+  b = element_bytes(eager, s);
+  EXPECT_DOUBLE_EQ(b.saved_gemm_input, 2);
+  EXPECT_DOUBLE_EQ(b.weight_copy, 2 + 1.125);
+  s.dtype = Dtype::fp8;  // per-tensor FP8 is as it was: the profile's saved width, no format copies
+  EXPECT_DOUBLE_EQ(element_bytes(mc, s).saved_gemm_input, 1);
+  EXPECT_DOUBLE_EQ(element_bytes(mc, s).weight_copy, 0);
+  EXPECT_DOUBLE_EQ(element_bytes(mc, s).quantize_moved, 0);
+}
+
+// The saved activations of one layer, by hand: the four linear layers keep their inputs (QKV and
+// MLP up read the h-wide stream, the output projection the q-wide attention output, MLP down the
+// f-wide activation), t x (2h + q + f) elements, at the format's width; the rest is 16-bit and the
+// same under every format. GPT h 1024, f 4096, t = 2048 tokens: 2048 x 7168 elements.
+TEST(PlanShape, SavedActivationsOfAQuantizedLayerByHand) {
+  const LayerGraph g(gpt(2, 1024, 16, 2048, 32000), 2048);
+  const Software mc = profile("megatron-core");
+  Strategy s = plan(1, 1, 1, 1, 1, 1, 2048);
+  const Bytes bf16 = layer_activation_bytes(g, mc, s, false);
+  const double gemm_inputs = 2048.0 * (2 * 1024 + 1024 + 4096);
+  s.dtype = Dtype::mxfp8;
+  EXPECT_NEAR(bf16 - layer_activation_bytes(g, mc, s, false), gemm_inputs * (2 - 1.03125), 1e-6);
+  s.dtype = Dtype::nvfp4;
+  EXPECT_NEAR(bf16 - layer_activation_bytes(g, mc, s, false), gemm_inputs * (2 - 0.5625), 1e-6);
+  s.dtype = Dtype::fp8;
+  EXPECT_NEAR(bf16 - layer_activation_bytes(g, mc, s, false), gemm_inputs * (2 - 1), 1e-6);
+}
+
+// Block-scaled formats need a GPU with their peak: Blackwell has them, Hopper and MI300X do not.
+TEST(PlanShape, BlockScaledFormatsNeedTheirPeak) {
+  const ModelSpec m = gpt(8, 4096, 32, 4096, 32000);
+  Strategy s = plan(8, 1, 1, 1, 1, 8);
+  for (Dtype d : {Dtype::mxfp8, Dtype::nvfp4}) {
+    s.dtype = d;
+    for (const char* name : {"dgx-h100", "mi300x", "mi355x"}) {
+      const auto why = cannot_shape(m, testing::builtin_cluster(name), s);
+      ASSERT_TRUE(why.has_value()) << name;
+      EXPECT_EQ(why->reason, InfeasibleReason::unsupported_dtype) << name;
+    }
+    EXPECT_FALSE(cannot_shape(m, testing::builtin_cluster("dgx-b200"), s).has_value());
+  }
+  s.dtype = Dtype::fp8;  // per-tensor FP8 on MI300X, as on Hopper
+  EXPECT_FALSE(cannot_shape(m, testing::builtin_cluster("mi300x"), s).has_value());
 }
 
 }  // namespace

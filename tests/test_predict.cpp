@@ -80,11 +80,11 @@ TEST(Predict, ResidualStreamIsNeverNarrowerThanTheActivations) {
   four.stream_bytes = 4;
   Strategy s = layout(1, 1, 1, 4, 4);
   const OpCosts t1 = op_costs(g, c, one, s), t2 = op_costs(g, c, two, s), t4 = op_costs(g, c, four, s);
-  EXPECT_EQ(t1.layer.fwd.gpu, t2.layer.fwd.gpu);
-  EXPECT_EQ(t1.layer.bwd.gpu, t2.layer.bwd.gpu);
+  EXPECT_EQ(t1.kinds[0].fwd.gpu, t2.kinds[0].fwd.gpu);
+  EXPECT_EQ(t1.kinds[0].bwd.gpu, t2.kinds[0].bwd.gpu);
   EXPECT_EQ(t1.pre.fwd.gpu, t2.pre.fwd.gpu);   // the embedding writes the stream
   EXPECT_EQ(t1.post.fwd.gpu, t2.post.fwd.gpu);  // the final norm reads it
-  EXPECT_GT(t4.layer.fwd.gpu, t2.layer.fwd.gpu);
+  EXPECT_GT(t4.kinds[0].fwd.gpu, t2.kinds[0].fwd.gpu);
   EXPECT_EQ(predict(g, c, one, s).time.step, predict(g, c, two, s).time.step);
   // Time and memory read the same width: with full recomputation a layer keeps only its input, one
   // stream tensor.
@@ -136,16 +136,16 @@ TEST(Predict, ContextParallelMergesEachRingStep) {
   none.mem.cp_merge = MemOpImpl{sw.mem.cp_merge.kernel, 0, 0, 0, 0};
   Strategy s = layout(1, 1, 1, 1, 8, 4096);
   const OpCosts one = op_costs(g, c, sw, s);
-  EXPECT_DOUBLE_EQ(one.layer.fwd.gpu, op_costs(g, c, none, s).layer.fwd.gpu);
+  EXPECT_DOUBLE_EQ(one.kinds[0].fwd.gpu, op_costs(g, c, none, s).kinds[0].fwd.gpu);
   s.cp = 2;
   const OpCosts with = op_costs(g, c, sw, s), without = op_costs(g, c, none, s);
   const double tokens = 4096 / 2, q = 2048, kv = 512;
-  EXPECT_NEAR(with.layer.fwd.gpu - without.layer.fwd.gpu,
+  EXPECT_NEAR(with.kinds[0].fwd.gpu - without.kinds[0].fwd.gpu,
               2 * sw.mem.cp_merge.passes_fwd * c.ops.memory_fwd(sw.mem.cp_merge.kernel, tokens * q * 2), 1e-12);
-  EXPECT_NEAR(with.layer.bwd.gpu - without.layer.bwd.gpu,
+  EXPECT_NEAR(with.kinds[0].bwd.gpu - without.kinds[0].bwd.gpu,
               2 * sw.mem.cp_merge.passes_bwd * c.ops.memory_bwd(sw.mem.cp_merge.kernel, tokens * (q + 2 * kv) * 2),
               1e-12);
-  EXPECT_DOUBLE_EQ(with.layer.fwd.kernels - without.layer.fwd.kernels, 2.0 * sw.mem.cp_merge.kernels_fwd);
+  EXPECT_DOUBLE_EQ(with.kinds[0].fwd.kernels - without.kinds[0].fwd.kernels, 2.0 * sw.mem.cp_merge.kernels_fwd);
   EXPECT_GT(predict(g, c, sw, s).time.step, predict(g, c, none, s).time.step);
 }
 
@@ -164,9 +164,9 @@ TEST(Predict, DropoutCostsTimeWhereTheModelHasItAndTheStackRunsIt) {
   const LayerGraph dropped(m, 2048);
   const OpCosts with = op_costs(dropped, c, mc, s), without = op_costs(plain, c, mc, s);
   const double stream = 4 * 2048 * 2048 * 2.0;  // tokens x hidden, bf16 stream
-  EXPECT_NEAR(with.layer.fwd.gpu - without.layer.fwd.gpu, 2 * mc.mem.dropout.passes_fwd * c.ops.memory_fwd(MemKernel::add, stream), 1e-12);
-  EXPECT_NEAR(with.layer.bwd.gpu - without.layer.bwd.gpu, 2 * mc.mem.dropout.passes_bwd * c.ops.memory_bwd(MemKernel::add, stream), 1e-12);
-  EXPECT_DOUBLE_EQ(with.layer.bwd.kernels - without.layer.bwd.kernels, 2.0 * mc.mem.dropout.kernels_bwd);
+  EXPECT_NEAR(with.kinds[0].fwd.gpu - without.kinds[0].fwd.gpu, 2 * mc.mem.dropout.passes_fwd * c.ops.memory_fwd(MemKernel::add, stream), 1e-12);
+  EXPECT_NEAR(with.kinds[0].bwd.gpu - without.kinds[0].bwd.gpu, 2 * mc.mem.dropout.passes_bwd * c.ops.memory_bwd(MemKernel::add, stream), 1e-12);
+  EXPECT_DOUBLE_EQ(with.kinds[0].bwd.kernels - without.kinds[0].bwd.kernels, 2.0 * mc.mem.dropout.kernels_bwd);
   const double slower = predict(dropped, c, mc, s).time.step / predict(plain, c, mc, s).time.step;
   EXPECT_GT(slower, 1.0);
   EXPECT_LT(slower, 1.05);  // memory-bound passes beside the GEMMs of a 2048-wide layer
@@ -174,7 +174,7 @@ TEST(Predict, DropoutCostsTimeWhereTheModelHasItAndTheStackRunsIt) {
   // Materialised scores: the dropout kernel on the scores only where the model has dropout.
   Strategy standard = s;
   standard.attention = Attention::standard;
-  EXPECT_GT(op_costs(dropped, c, mc, standard).layer.attention_fwd.gpu, op_costs(plain, c, mc, standard).layer.attention_fwd.gpu);
+  EXPECT_GT(op_costs(dropped, c, mc, standard).kinds[0].attention_fwd.gpu, op_costs(plain, c, mc, standard).kinds[0].attention_fwd.gpu);
 }
 
 TEST(Predict, Fp8LeavesTheLmHeadIn16BitsUnlessTheStackQuantizesIt) {
@@ -193,8 +193,8 @@ TEST(Predict, Fp8LeavesTheLmHeadIn16BitsUnlessTheStackQuantizesIt) {
   const OpCosts fp8 = op_costs(g, c, sw, s), all_fp8 = op_costs(g, c, quantized, s);
   EXPECT_DOUBLE_EQ(fp8.post.fwd.gpu, bf16.post.fwd.gpu);
   EXPECT_DOUBLE_EQ(fp8.post.bwd.gpu, bf16.post.bwd.gpu);
-  EXPECT_DOUBLE_EQ(fp8.layer.fwd.gpu, all_fp8.layer.fwd.gpu);  // only the head differs
-  EXPECT_LT(fp8.layer.fwd.gpu, bf16.layer.fwd.gpu);
+  EXPECT_DOUBLE_EQ(fp8.kinds[0].fwd.gpu, all_fp8.kinds[0].fwd.gpu);  // only the head differs
+  EXPECT_LT(fp8.kinds[0].fwd.gpu, bf16.kinds[0].fwd.gpu);
   // Quantizing the head: its forward GEMM at the FP8 rule plus one quantize pass over its input.
   const double tokens = 4 * 2048, head_in = tokens * 4096 * 2;
   EXPECT_NEAR(all_fp8.post.fwd.gpu - fp8.post.fwd.gpu,
@@ -217,16 +217,62 @@ TEST(Predict, Fp8BackwardGemmSlowdownScalesTheBackwardGemmsOnly) {
   Software split = fast;
   split.fp8_bwd_gemm_slowdown = 1.2;
   Strategy s = layout(1, 1, 1, 4, 8);
-  EXPECT_DOUBLE_EQ(op_costs(g, c, fast, s).layer.bwd.gpu, op_costs(g, c, split, s).layer.bwd.gpu);  // bf16
+  EXPECT_DOUBLE_EQ(op_costs(g, c, fast, s).kinds[0].bwd.gpu, op_costs(g, c, split, s).kinds[0].bwd.gpu);  // bf16
   s.dtype = Dtype::fp8;
   const OpCosts a = op_costs(g, c, fast, s), b = op_costs(g, c, split, s);
-  EXPECT_DOUBLE_EQ(a.layer.fwd.gpu, b.layer.fwd.gpu);
+  EXPECT_DOUBLE_EQ(a.kinds[0].fwd.gpu, b.kinds[0].fwd.gpu);
   // The layer's four linears (QKV, projection, FC1, FC2), each dgrad + wgrad, 20% longer.
   const double tokens = 4 * 2048, h = 4096;
   double gemms = 0;
   for (auto [n, k] : {std::pair{3 * h, h}, {h, h}, {4 * h, h}, {h, 4 * h}})
     gemms += gemm_time(c, Dtype::fp8, tokens, n, k, GemmPass::dgrad) + gemm_time(c, Dtype::fp8, tokens, n, k, GemmPass::wgrad);
-  EXPECT_NEAR(b.layer.bwd.gpu - a.layer.bwd.gpu, 0.2 * gemms, 1e-9);
+  EXPECT_NEAR(b.kinds[0].bwd.gpu - a.kinds[0].bwd.gpu, 0.2 * gemms, 1e-9);
+}
+
+// Block-scaled formats on B200: a GEMM runs as the 16-bit table's GEMM with its reduction
+// dimension shortened by the format's peak ratio (MXFP8 4500/2250 = 2, NVFP4 9000/2250 = 4), and
+// each linear's input is quantized by a memory-bound pass that moves, per element, 2 B read and
+// two quantized copies written (NVFP4 also a 2 B read for its per-tensor amax): 4.0625 B for
+// MXFP8, 5.125 B for NVFP4, in units of the add kernel's 6 B per 16-bit element. The backward
+// GEMMs take no split-accumulator slowdown (that is Hopper FP8's).
+TEST(Predict, BlockScaledGemmsAndTheirQuantizationOnB200) {
+  const Cluster c = testing::builtin_cluster("dgx-b200");
+  const double m = 8192, n = 8192, k = 8192;
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::mxfp8, m, n, k, GemmPass::fwd), c.ops.gemm_time(m, n, k / 2, GemmPass::fwd));
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::nvfp4, m, n, k, GemmPass::fwd), c.ops.gemm_time(m, n, k / 4, GemmPass::fwd));
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::nvfp4, m, n, k, GemmPass::dgrad), c.ops.gemm_time(m, n / 4, k, GemmPass::dgrad));
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::nvfp4, m, n, k, GemmPass::wgrad), c.ops.gemm_time(m / 4, n, k, GemmPass::wgrad));
+  // A misaligned row: NVFP4 packs 32 elements in 16 bytes, so 8192 + 16 is off a multiple.
+  EXPECT_DOUBLE_EQ(gemm_time(c, Dtype::nvfp4, m, n, k + 16, GemmPass::fwd),
+                   c.ops.misaligned_gemm_slowdown * c.ops.gemm_time(m, n, (k + 16) / 4, GemmPass::fwd));
+
+  const ModelSpec model = gpt(4, 4096, 32, 2048, 50304);
+  const LayerGraph g(model, 2048);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  Software quantized_head = sw;
+  quantized_head.fp8_lm_head = true;
+  Strategy s = layout(1, 1, 1, 4, 8);
+  const double tokens = 4 * 2048, head_in = tokens * 4096 * 2;
+  for (auto [dtype, moved] : {std::pair{Dtype::mxfp8, 2 + 2 * 1.03125}, std::pair{Dtype::nvfp4, 2 + 2 * 0.5625 + 2}}) {
+    s.dtype = dtype;
+    const OpCosts base = op_costs(g, c, sw, s), head = op_costs(g, c, quantized_head, s);
+    EXPECT_NEAR(head.post.fwd.gpu - base.post.fwd.gpu,
+                gemm_time(c, dtype, tokens, 50304, 4096, GemmPass::fwd) -
+                    gemm_time(c, Dtype::bf16, tokens, 50304, 4096, GemmPass::fwd) +
+                    moved / 6 * c.ops.memory_fwd(MemKernel::add, head_in),
+                1e-12)
+        << to_string(dtype);
+    Software split = sw;
+    split.fp8_bwd_gemm_slowdown = 1.5;
+    EXPECT_DOUBLE_EQ(op_costs(g, c, split, s).kinds[0].bwd.gpu, base.kinds[0].bwd.gpu) << to_string(dtype);
+  }
+  s.dtype = Dtype::mxfp8;
+  const double mx = predict(g, c, sw, s).time.step;
+  s.dtype = Dtype::nvfp4;
+  const double fp4 = predict(g, c, sw, s).time.step;
+  s.dtype = Dtype::bf16;
+  EXPECT_LT(fp4, mx);
+  EXPECT_LT(mx, predict(g, c, sw, s).time.step);
 }
 
 TEST(Predict, TpOverlapShareHidesTensorParallelCommBehindTheLayer) {
@@ -243,8 +289,8 @@ TEST(Predict, TpOverlapShareHidesTensorParallelCommBehindTheLayer) {
   all.overlap.tp = 1;
   Strategy s = layout(1, 8, 1, 1, 8, 4096);
   s.sequence_parallel = true;
-  const ChunkCost raw = step_costs(g, c, none, s).layer, h = step_costs(g, c, half, s).layer,
-                  full = step_costs(g, c, all, s).layer;
+  const ChunkCost raw = step_costs(g, c, none, s).kinds[0], h = step_costs(g, c, half, s).kinds[0],
+                  full = step_costs(g, c, all, s).kinds[0];
   ASSERT_GT(raw.tp_forward, 0);
   ASSERT_LT(raw.tp_forward, raw.forward);  // the whole collective fits behind the layer's GEMMs
   const double slowdown = c.collectives.overlap_slowdown;

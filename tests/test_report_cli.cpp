@@ -103,6 +103,29 @@ TEST_F(ReportCli, EveryKindFromRealOutput) {
   EXPECT_NE(s.find("n/a (both 0)"), std::string::npos);
 }
 
+// The capacity page for a buyer: dollars, days and tokens as people write them (no "50000000" or
+// "1.5e+13"), the price per GPU-hour of each cluster and whether it is assumed, goodput and energy.
+TEST_F(ReportCli, CapacityPageStatesPricesGoodputAndEnergyInPeoplesUnits) {
+  const fs::path html = dir_ / "c.html";
+  ASSERT_EQ(run("capacity --model llama3-70b --tokens 15T --clusters dgx-h100,mi300x --gpus-range 512..2048 "
+                "--deadline-days 120 --price mi300x=2.1 --threads 1 --html " + html.string()).code, 0);
+  expect_self_contained(html);
+  const std::string s = slurp(html);
+  EXPECT_EQ(s.find("e+"), std::string::npos);                 // no exponent anywhere
+  EXPECT_EQ(s.find(">1.5e"), std::string::npos);
+  EXPECT_NE(s.find("<dd>15T</dd>"), std::string::npos);        // tokens
+  EXPECT_NE(s.find("dgx-h100 $3.00 (assumed)"), std::string::npos);
+  EXPECT_NE(s.find("mi300x $2.10 (--price)"), std::string::npos);
+  EXPECT_NE(s.find("s comparison</h3>"), std::string::npos);  // Buyer's, escaped
+  for (const char* column : {"goodput", "energy MWh", "per GPU-hour", "cost with failures"}) {
+    EXPECT_NE(s.find(column), std::string::npos) << column;
+  }
+  // Cost ticks in dollars with a suffix; no tick of eight digits.
+  EXPECT_NE(s.find(R"(class="tick" x="70")"), std::string::npos);
+  EXPECT_TRUE(s.find(">$10M<") != std::string::npos || s.find(">$20M<") != std::string::npos) << s.substr(0, 200);
+  EXPECT_EQ(s.find("0000000<"), std::string::npos);
+}
+
 TEST_F(ReportCli, HtmlShortcutsOfEachCommand) {
   const std::string d = dir_.string() + "/";
   ASSERT_EQ(run("simulate --model gpt2 --cluster dgx-a100-80g --gpus 4 --pp 2 --global-batch 8 --html " + d + "s.html").code, 0);

@@ -113,6 +113,42 @@ TEST(Svg, ScatterMapsPointsOntoTheFrame) {
   ASSERT_EQ(svg.find("point-label").size(), 1u);
 }
 
+TEST(Svg, CompactLabelsAreForPeople) {
+  EXPECT_EQ(compact_label(50000000), "50M");
+  EXPECT_EQ(compact_label(1.5e13), "15T");
+  EXPECT_EQ(compact_label(2500), "2.5K");
+  EXPECT_EQ(compact_label(12345678), "12.3M");
+  EXPECT_EQ(compact_label(999), "999");
+  EXPECT_EQ(compact_label(1e9), "1B");
+  EXPECT_EQ(compact_label(0.25), "0.25");
+  EXPECT_EQ(compact_label(0), "0");
+  EXPECT_EQ(compact_label(2e15), "2000T");  // never an exponent
+  EXPECT_EQ(compact_label(-3e6), "-3M");
+}
+
+// A cost axis in dollars: "$5M" ticks, not "5000000", and its name clear of them.
+TEST(Svg, CompactAxisTicksAndANameThatClearsThem) {
+  Scatter c;
+  c.series = {{"a", "#111", {{10, 5e6, "", ""}, {100, 2e7, "", ""}}, false, 3, true}};
+  c.x = {"days", true, std::nullopt, std::nullopt, true};
+  c.y = {"cost (USD)", true, std::nullopt, std::nullopt, true, "$"};
+  const Svg svg = scatter(c, 760, 420);
+  std::vector<std::string> labels;
+  double widest = 0;
+  for (const Element& t : svg.find("tick")) {
+    labels.push_back(t.text);
+    EXPECT_EQ(t.text.find("e+"), std::string::npos) << t.text;
+    if (t.attr("text-anchor") == "end") widest = std::max(widest, 7.0 * static_cast<double>(t.text.size()));
+  }
+  EXPECT_NE(std::find(labels.begin(), labels.end(), "$5M"), labels.end());
+  EXPECT_NE(std::find(labels.begin(), labels.end(), "$20M"), labels.end());
+  EXPECT_NE(std::find(labels.begin(), labels.end(), "100"), labels.end());
+  // y tick labels end at left - 6 = 70; the rotated name's glyphs reach 3 px right of its x.
+  const auto names = svg.find("axis-label");
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_LT(names[0].number("x") + 3, 70 - widest);
+}
+
 TEST(Svg, GanttMergesBarsCloserThanHalfAUnit) {
   Gantt g;
   g.rows = {"stage 0 compute"};

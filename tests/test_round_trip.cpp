@@ -207,6 +207,7 @@ TEST_F(RoundTrip, CapacityEdgesAreReadBack) {
   expect_report(write("cap.json", capacity_to_json(capacity_edges(), ctx)));
   CapacityResult empty;
   empty.options = {capacity_edges().options[2]};
+  empty.ranking_rule = RankingRule::cheapest_in_deadline;  // what plan_capacity picks with a deadline
   expect_report(write("none.json", capacity_to_json(empty, {"gpt2", 1, 1, 1, 1e-6, 1e-6})));
 }
 

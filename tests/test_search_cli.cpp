@@ -115,6 +115,41 @@ TEST_F(SearchCli, CapacityPrintsAndWritesEveryFigure) {
   EXPECT_FALSE(j.at("pareto").empty());
 }
 
+// The buyer's comparison: one line per cluster, its cheapest option in the deadline, with a price
+// given on the command line in place of the file's, in the table and in the JSON.
+TEST_F(SearchCli, CapacityRanksClustersWithAGivenPrice) {
+  const fs::path out = dir_ / "capacity.json";
+  const Result r = run("capacity --model llama2-7b --tokens 300B --clusters dgx-h100,dgx-b200,mi300x --gpus-range 8..32 "
+                       "--global-batch 256 --deadline-days 60 --price mi300x=1.5 --json " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("buyer's comparison: each cluster's cheapest option within 60 days, by cost"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("mi300x $1.50 (--price)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dgx-h100 $3.00 (cluster file, assumed)"), std::string::npos) << r.out;
+  const json j = read(out);
+  EXPECT_EQ(j.at("ranking").at("rule"), "cheapest_within_deadline");
+  const json& ranked = j.at("ranking").at("options");
+  ASSERT_EQ(ranked.size(), 3u);
+  double last = 0;
+  for (const json& i : ranked) {
+    const json& o = j.at("options").at(i.get<std::size_t>());
+    const double cost = o.at("failures").at("cost_usd").get<double>();
+    EXPECT_GE(cost, last);
+    last = cost;
+    EXPECT_LE(o.at("failures").at("days").get<double>(), 60);
+    EXPECT_NE(r.out.find(o.at("layout").get<std::string>()), std::string::npos);
+  }
+  for (const json& o : j.at("options")) {
+    const bool given = o.at("cluster") == "mi300x";
+    EXPECT_EQ(o.at("price_source"), given ? "--price" : "cluster file");
+    if (given) {
+      EXPECT_EQ(o.at("price_per_gpu_hour_usd"), 1.5);
+    }
+  }
+  // The report reads it back.
+  EXPECT_EQ(run("report " + out.string() + " --html " + (dir_ / "c.html").string()).code, 0);
+}
+
 TEST_F(SearchCli, BadInputIsOneLineWithExitTwo) {
   const char* cases[] = {
       "search --model llama2-7b --cluster dgx-h100 --gpus 16 --global-batch 64 --bogus 1",

@@ -9,7 +9,10 @@ compare, a measured run), opens each in headless Chromium through the DevTools p
   - any request other than the page itself (a report is self-contained), and any failed load;
   - a page wider than the window (it must reflow to the phone width);
   - a blank screenshot: the luminance of the screenshot must vary (standard deviation > 8 on a
-    0..255 scale, and more than 2% of the pixels darker than the background).
+    0..255 scale, and more than 2% of the pixels darker than the background);
+  - an axis name drawn over a tick label of its chart (their boxes intersect);
+  - page-specific text (PAGE_TEXT): the capacity page must state the price per GPU-hour and
+    whether it is assumed, the goodput and the energy, and print no figure as an exponent.
 Exit 77 (ctest: skipped) with a line saying why when Chromium is not installed.
 
   check_reports.py --trainplan build/trainplan --data tests/data --out DIR [--screenshots DIR]
@@ -223,8 +226,36 @@ def blank_reason(png):
 
 MIN_CHART_PX = 560
 
+# Text a page must show (its visible text, document.body.innerText) and must not.
+PAGE_TEXT = {
+    "capacity": {"must": ["per GPU-hour", "(assumed)", "(--price)", "goodput", "energy MWh", "comparison", "15T"],
+                 "must_not": ["e+", "e-0"]},
+}
 
-def open_page(browser, path, width, full_page, scale=1.0):
+# The axis names whose box intersects a tick label's box in the same chart.
+OVERLAP_JS = """JSON.stringify(Array.from(document.querySelectorAll('figure > svg')).flatMap(svg => {
+  const ticks = Array.from(svg.querySelectorAll('text.tick'), t => t.getBoundingClientRect());
+  return Array.from(svg.querySelectorAll('text.axis-label')).filter(l => {
+    const a = l.getBoundingClientRect();
+    return ticks.some(b => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom);
+  }).map(l => l.textContent);
+}))"""
+
+
+def page_problems(browser, session, name):
+    """Axis names over tick labels, and PAGE_TEXT's rules for this page."""
+    ev = lambda expr: browser.send("Runtime.evaluate", {"expression": expr, "returnByValue": True},
+                                   session=session)["result"]["value"]
+    problems = [f"axis name over a tick label: {t}" for t in json.loads(ev(OVERLAP_JS))]
+    rules = PAGE_TEXT.get(name)
+    if rules:
+        text = ev("document.body.innerText")
+        problems += [f"page does not say {t!r}" for t in rules["must"] if t not in text]
+        problems += [f"page shows {t!r}" for t in rules["must_not"] if t in text]
+    return problems
+
+
+def open_page(browser, path, width, full_page, scale=1.0, name=""):
     """Opens `path` at `width` px; returns (problems, png bytes of the screenshot at `scale`)."""
     target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
     session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
@@ -253,6 +284,7 @@ def open_page(browser, path, width, full_page, scale=1.0):
     # A chart drawn narrower than this shrinks its 12 px labels below legibility; a phone scrolls it.
     if narrowest is not None and narrowest < MIN_CHART_PX:
         problems.append(f"a chart is drawn {narrowest:.0f} px wide (text unreadable below {MIN_CHART_PX} px)")
+    problems += page_problems(browser, session, name)
     clip_h = min(height, 12000) if full_page else 900
     shot = browser.send("Page.captureScreenshot", {
         "format": "png", "captureBeyondViewport": full_page,
@@ -277,8 +309,10 @@ def make_reports(tp, data, out):
          "--global-batch", "32", "--html", j("simulate.html")])
     run([tp, "search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--global-batch", "256",
          "--json", j("search.json"), "--html", j("search.html")])
-    run([tp, "capacity", "--model", "llama3-8b", "--tokens", "1T", "--clusters", "dgx-a100-80g,dgx-h100",
-         "--gpus-range", "64..512", "--deadline-days", "20", "--budget-usd", "100000", "--html", j("capacity.html")])
+    # The buyer's comparison of the README: four clusters, a deadline, a budget and one price given.
+    run([tp, "capacity", "--model", "llama3-70b", "--tokens", "15T", "--clusters", "dgx-h100,dgx-b200,gb200-nvl72,mi300x",
+         "--gpus-range", "512..4096", "--deadline-days", "90", "--budget-usd", "20000000", "--price", "mi300x=2.1",
+         "--html", j("capacity.html")])
     run([tp, "compare", os.path.join(cmp_dir, "prediction_pp2.json"), os.path.join(cmp_dir, "measurement_pp2.json"),
          "--html", j("compare.html")])
     run([tp, "report", os.path.join(cmp_dir, "measurement_pp2.json"), "--html", j("measurement.html")])
@@ -320,7 +354,7 @@ def main():
             for name, path in pages.items():
                 for label, width in WIDTHS.items():
                     # Half scale: enough pixels to tell a drawn page from a blank one, 4x less to decode.
-                    problems, png = open_page(browser, path, width, full_page=False, scale=0.5)
+                    problems, png = open_page(browser, path, width, full_page=False, scale=0.5, name=name)
                     shot = os.path.join(a.out, f"{name}-{label}.png")
                     with open(shot, "wb") as f:
                         f.write(png)

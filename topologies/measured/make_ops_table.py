@@ -1,12 +1,17 @@
 """Turns op measurements (ops_bench.py JSON lines, e.g. h100-ops.jsonl) into the "ops" object of a
 trainplan/cluster/v2 topology file. No fitting: every figure is a measured kernel time, converted to
-microseconds, optionally scaled for another GPU by stated ratios (compute time / peak-FLOP ratio,
-memory-bound time / HBM-bandwidth ratio) where that GPU was not measured.
+microseconds, with the GPU it was measured on ("measured_on": its name, dense peak in the table
+dtype, HBM bandwidth), which the loader checks against the cluster's GPU.
 
-usage: python3 make_ops_table.py h100-ops.jsonl SOURCE_TEXT [compute_scale memory_scale [calibrate.txt]] [--latency-correction] > ops.json
+usage: python3 make_ops_table.py OPS.jsonl SOURCE_TEXT --gpu NAME --peak-tflops X --hbm-gbps Y
+           [--calibrate calibrate.txt] [--latency-correction] > ops.json
        python3 splice_ops.py ../dgx-h100.json ops.json "SENTENCE"   # write those tables into a topology in place
 
-With a `trainplan calibrate --device cuda` output (calibrate.txt), its square matmuls from 1024^3 up are
+Tables for a GPU that was NOT measured are not made here: a cluster file says
+"ops": {"source": ..., "derive": {"from": "<measured cluster>"}} and trainplan derives them at load by
+its one rule (sim/op_costs.hpp, derive_op_costs); `trainplan cluster derive` writes such a file.
+
+With a `trainplan calibrate --device cuda` output (--calibrate calibrate.txt), its square matmuls from 1024^3 up are
 added as GEMM points (only the product a @ b was timed: dgrad and wgrad take the same time, an
 assumption the table supports within about 10% where all three were measured). A shape measured twice
 keeps its fastest time: interference only ever slows a kernel.
@@ -43,11 +48,21 @@ for costs the step model does not itemise (the gaps and host time between kernel
 clocks under sustained load). tests/gpu/remeasure.sh (phases sustained, profile) measures those
 on a GPU; until then the measured figures are shipped as measured.
 """
-import json, sys
+import argparse
+import json
+import sys
 
-correct = "--latency-correction" in sys.argv
-sys.argv = [a for a in sys.argv if a != "--latency-correction"]
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ap = argparse.ArgumentParser(description="ops_bench.py JSON lines -> a topology's measured \"ops\" object")
+ap.add_argument("ops_jsonl")
+ap.add_argument("source", help="ops.source: where and how the figures were measured")
+ap.add_argument("--gpu", required=True, help="name of the GPU measured (ops.measured_on.gpu)")
+ap.add_argument("--peak-tflops", type=float, required=True, help="its dense bf16 datasheet peak")
+ap.add_argument("--hbm-gbps", type=float, required=True, help="its HBM bandwidth, GB/s (datasheet)")
+ap.add_argument("--calibrate", help="a trainplan calibrate --device cuda output on the same GPU")
+ap.add_argument("--latency-correction", action="store_true")
+args = ap.parse_args()
+correct = args.latency_correction
+rows = [json.loads(l) for l in open(args.ops_jsonl) if l.strip()]
 
 
 def intercept(points):
@@ -73,11 +88,10 @@ def less(t, lat):
     """A measured time without the launch latency; refuses a correction that would remove half of it."""
     assert t - lat > 0.5 * t, (t, lat)
     return t - lat
-source = sys.argv[2]
-cs = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0   # multiply GEMM/attention times
-ms = float(sys.argv[4]) if len(sys.argv) > 4 else 1.0   # multiply memory-bound times
-us = lambda s, k: round(s * 1e6 * k, 3)
-ops = {"source": source, "dtype": "bf16", "kernel_floor_us": None, "gemm": [], "attention": [], "memory_bound": {}}
+us = lambda s: round(s * 1e6, 3)
+ops = {"source": args.source,
+       "measured_on": {"gpu": args.gpu, "peak_tflops": args.peak_tflops, "hbm_bandwidth_gbps": args.hbm_gbps},
+       "dtype": "bf16", "kernel_floor_us": None, "gemm": [], "attention": [], "memory_bound": {}}
 mem = ops["memory_bound"]
 names = {"layer_norm": "layer_norm", "rms_norm": "rms_norm", "gelu_tanh": "gelu", "add": "add", "swiglu": "swiglu"}
 gemm = {}
@@ -87,28 +101,28 @@ for r in rows:
         ops["kernel_floor_us"] = round(r["per_kernel_us"], 3)
     elif op == "gemm":
         g = gemm.setdefault((r["tokens"], r["out"], r["inn"]), {"m": r["tokens"], "n": r["out"], "k": r["inn"]})
-        g[r["kind"] + "_us"] = us(less(r["s"], lat_fwd), cs)
+        g[r["kind"] + "_us"] = us(less(r["s"], lat_fwd))
     elif op == "sdpa_causal":
         ops["attention"].append({"seq": r["seq"], "head_dim": r["head_dim"], "batch_heads": r["batch"] * r["heads"],
-                                 "fwd_us": us(less(r["fwd_s"], lat_fwd), cs),
-                                 "fwd_bwd_us": us(less(r["fwdbwd_s"], lat_fb), cs)})
+                                 "fwd_us": us(less(r["fwd_s"], lat_fwd)),
+                                 "fwd_bwd_us": us(less(r["fwdbwd_s"], lat_fb))})
     elif op in names:
         # bytes: the input activation (bf16, tokens x hidden); SwiGLU's input is gate+up (2 x hidden)
         b = r["tokens"] * r["hidden"] * 2 * (2 if op == "swiglu" else 1)
-        mem.setdefault(names[op], []).append({"bytes": b, "fwd_us": us(less(r["fwd_s"], lat_fwd), ms),
-                                              "fwd_bwd_us": us(less(r["fwdbwd_s"], lat_fb), ms)})
+        mem.setdefault(names[op], []).append({"bytes": b, "fwd_us": us(less(r["fwd_s"], lat_fwd)),
+                                              "fwd_bwd_us": us(less(r["fwdbwd_s"], lat_fb))})
     elif op == "cross_entropy_fp32":
         b = r["tokens"] * r["vocab"] * 2  # bf16 logits, cast to fp32 inside
-        mem.setdefault("cross_entropy_fp32", []).append({"bytes": b, "fwd_us": us(less(r["fwd_s"], lat_fwd), ms),
-                                                          "fwd_bwd_us": us(less(r["fwdbwd_s"], lat_fb), ms)})
+        mem.setdefault("cross_entropy_fp32", []).append({"bytes": b, "fwd_us": us(less(r["fwd_s"], lat_fwd)),
+                                                          "fwd_bwd_us": us(less(r["fwdbwd_s"], lat_fb))})
     elif op == "adamw":
-        mem.setdefault("adamw_" + r["impl"], []).append({"bytes": r["params"] * 4, "step_us": us(less(r["s"], lat_fwd), ms)})
-if len(sys.argv) > 5:
+        mem.setdefault("adamw_" + r["impl"], []).append({"bytes": r["params"] * 4, "step_us": us(less(r["s"], lat_fwd))})
+if args.calibrate:
     import re
-    for line in open(sys.argv[5]):
+    for line in open(args.calibrate):
         m = re.match(r"\s*(\d+)\^3\s+\S+\s+([0-9.]+) ms", line)
         if m and int(m.group(1)) >= 1024:
-            n, t = int(m.group(1)), us(float(m.group(2)) * 1e-3, cs)
+            n, t = int(m.group(1)), us(float(m.group(2)) * 1e-3)
             g = gemm.setdefault((n, n, n), {"m": n, "n": n, "k": n, "fwd_us": t, "dgrad_us": t, "wgrad_us": t})
             for k in ("fwd_us", "dgrad_us", "wgrad_us"):
                 g[k] = min(g[k], t)

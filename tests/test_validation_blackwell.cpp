@@ -1,0 +1,110 @@
+// Validation on Blackwell: NVIDIA's published dense pre-training runs on DGX B200 and GB200 NVL72
+// (tests/data/published/megatron_bridge_blackwell.json: Llama 3 8B, 70B and 3.1 405B in FP8 and
+// MXFP8, NeMo containers 25.09 to 26.04.01), predicted with the megatron-core profile on the
+// shipped dgx-b200 and gb200-nvl72 clusters, whose op tables are dgx-h100's measured ones derived
+// by the peak and bandwidth ratios (sim/op_costs.hpp). Nothing was fitted on these rows.
+// Target tolerances: every row within 20% of the published step time, mean absolute error at
+// most 12%. The rows and the mean the model misses today are listed below with a wider bound, so
+// that they cannot get worse unnoticed; the target is NOT met for them.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "sim/json_reader.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/predict.hpp"
+#include "test_helpers.hpp"
+
+namespace trainplan {
+namespace {
+
+constexpr double kRowTarget = 0.20, kMeanTarget = 0.12;
+
+// Every miss is the same sign (predicted too fast) and not explained by one constant: the derived
+// tables assume Blackwell reaches the same fraction of its datasheet peak as H100 per GEMM shape,
+// and the published rows say it reaches less (GB200's 11% higher peak gives 2% on the same 8B
+// layout as DGX B200; MXFP8 rows run 1-8% slower than FP8 ones where the model, which gives
+// block-scaled GEMMs no split-accumulator pass, makes them faster). Keyed by row index.
+const char* kBlackwellBias =
+    "predicted too fast: the derived tables' same-fraction-of-peak assumption overstates Blackwell (see above)";
+const std::map<int, double> kKnownMisses = {{2, 0.30}, {6, 0.30}, {10, 0.30}, {14, 0.30}};
+constexpr double kMeanKnown = 0.20;  // the mean today, 17.4%, is past the 12% target
+
+// A row's layout, from its flags in trainplan's spelling.
+Strategy row_strategy(const nlohmann::json& f) {
+  Strategy s;
+  s.tp = f.at("tp");
+  s.pp = f.at("pp");
+  s.dp = f.at("dp");
+  s.cp = f.at("cp");
+  s.vp = f.at("vp");
+  s.zero = f.at("zero");
+  s.micro_batch = f.at("micro-batch");
+  s.global_batch = f.at("global-batch");
+  s.seq_len = f.at("seq");
+  s.recompute = *parse_recompute(f.at("recompute").get<std::string>());
+  s.sequence_parallel = f.at("sequence-parallel") == "on";
+  s.schedule = *parse_schedule(f.at("schedule").get<std::string>());
+  s.dtype = *parse_dtype(f.at("dtype").get<std::string>());
+  return s;
+}
+
+bool only_out_of_memory(const Estimate& e) {
+  for (const Infeasible& i : e.infeasible)
+    if (i.reason != InfeasibleReason::out_of_memory) return false;
+  return !e.infeasible.empty();
+}
+
+TEST(ValidationBlackwell, MegatronBridgeStepTimes) {
+  const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/megatron_bridge_blackwell.json");
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  double sum_abs = 0;
+  int compared = 0, refused = 0, index = -1;
+  for (const auto& r : data.at("rows")) {
+    ++index;
+    const ModelSpec m = parse_hf_config(r.at("model"), fmt::format("rows[{}]", index));
+    const Cluster c = testing::builtin_cluster(r.at("cluster").get<std::string>().c_str());
+    const Strategy s = row_strategy(r.at("flags"));
+    ASSERT_EQ(s.gpus(), r.at("flags").at("gpus").get<int>()) << index;
+    const std::string row = fmt::format("{:>2} {:<9} {:<12} {:>4} GPUs {:<6} {:<42}", index, r.at("container").get<std::string>(),
+                                        r.at("cluster").get<std::string>(), s.gpus(), r.at("precision").get<std::string>(),
+                                        describe(s));
+    // Megatron-Bridge's 405B recipes with vp 8 split 126 layers over 128 virtual stages, the
+    // embedding and the loss counting as a layer each (account_for_embedding/loss_in_pipeline_
+    // split); trainplan refuses a chunk without a transformer layer: not predicted.
+    if (auto why = validate(s, m)) {
+      std::printf("%s  NOT PREDICTED: %s\n", row.c_str(), why->c_str());
+      EXPECT_GT(s.pp * s.vp, m.layers) << "refused for another rule: " << *why;
+      ++refused;
+      continue;
+    }
+    const Estimate e = predict(LayerGraph(m, s.seq_len), c, sw, s);
+    // Megatron FSDP rows of 70B at micro-batch 2 without recomputation do not fit trainplan's memory
+    // model (the recipe must offload or recompute what the row does not state); their step time is
+    // compared all the same.
+    ASSERT_TRUE(e.feasible || only_out_of_memory(e)) << index;
+    const double published = r.at("expected_step_s");
+    const double err = (e.time.step - published) / published;
+    const auto known = kKnownMisses.find(index);
+    std::printf("%s  predicted %6.2f s  published %6.2f s  error %+5.1f%%%s%s\n", row.c_str(), e.time.step, published,
+                100 * err, e.feasible ? "" : "  (does not fit in memory)",
+                known != kKnownMisses.end() ? "  KNOWN MISS" : "");
+    EXPECT_LT(std::abs(err), known != kKnownMisses.end() ? known->second : kRowTarget)
+        << fmt::format("row {}: predicted {:.2f} s, published {:.2f} s{}", index, e.time.step, published,
+                       known != kKnownMisses.end() ? std::string(": ") + kBlackwellBias : "");
+    sum_abs += std::abs(err);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 13);
+  EXPECT_EQ(refused, 4);
+  const double mae = sum_abs / compared;
+  std::printf("mean absolute error %.2f%% over %d rows (target %.0f%%%s)\n", 100 * mae, compared, 100 * kMeanTarget,
+              mae > kMeanTarget ? ": NOT MET" : "");
+  EXPECT_LE(mae, kMeanKnown);
+}
+
+}  // namespace
+}  // namespace trainplan
