@@ -403,6 +403,10 @@ bool fill_within(std::span<const double> prefix, int chunks, double first_extra,
 void partition_costs_into(std::span<const double> costs, std::span<int> out, double first_extra, double last_extra) {
   const int chunks = static_cast<int>(out.size()), layers = static_cast<int>(costs.size());
   TRAINPLAN_CHECK(chunks >= 1 && layers >= chunks, "need at least one layer per chunk");
+  if (chunks == 1) {  // no choice; the bound below may round one ulp under the whole load
+    out[0] = layers;
+    return;
+  }
   std::vector<double> prefix(costs.size() + 1, 0.0);
   for (std::size_t l = 0; l < costs.size(); ++l) prefix[l + 1] = prefix[l] + costs[l];
   double lo = 0, hi = prefix.back() + first_extra + last_extra;

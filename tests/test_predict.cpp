@@ -341,6 +341,13 @@ TEST(Predict, PartitionWithoutUsableCostsSplitsEvenly) {
   EXPECT_EQ(partition_layers(6, 3, 1e-300, 1e300, 0.0), (std::vector<int>{1, 2, 3}));
 }
 
+TEST(Predict, PartitionOfPerLayerCostsOnOneChunkTakesEveryLayer) {
+  // One chunk takes every layer, whatever the costs: the bisection's bound, summed in another
+  // order than a chunk's load, can fall one ulp under it ((0.1 + 0.1 + 0.1) + 3.3 < 0.2 + 3.4).
+  const std::vector<double> costs{0.1, 0.1};
+  EXPECT_EQ(partition_layers(costs, 1, 0.1, 3.3), (std::vector<int>{2}));
+}
+
 TEST(Predict, PartitionMovesLayersOffAHeavyHead) {
   // A head worth 3 layers: the last stage takes fewer layers so that no stage exceeds the rest.
   auto p = partition_layers(30, 4, 1.0, 0.0, 3.0);
