@@ -14,7 +14,11 @@
 #include <vector>
 
 #include "exec_runs.hpp"
+#include "reports/prediction_json.hpp"
+#include "sim/cluster.hpp"
 #include "sim/model_spec.hpp"
+#include "sim/plan_shape.hpp"
+#include "sim/software.hpp"
 
 namespace {
 
@@ -30,20 +34,23 @@ const ExecRun& reference(const std::string& model) {
   return it->second;
 }
 
-// The planner's all-to-all bytes of one rank per step (the figure trainplan's cost model puts on
-// the EP group: PlanShape's MoeShape, sim/plan_shape.hpp): each MoE layer of the rank's stage, in
-// each micro-batch, sends its routed copies out and back (dispatch and combine) in the forward and
-// again in the backward (and once more forward under full recomputation). One all-to-all carries
-//   routed x hidden x activation bytes,  routed = tokens x top_k x f,
-// tokens = micro_batch x seq / cp (/ tp with sequence parallelism) entering the layer, f the
-// capacity factor when one is set (every expert padded to capacity), else the assumed imbalance 1.
-// fp32 on the CPU: 4 bytes per element.
-double planner_all_to_all_bytes(const trainplan::ModelSpec& m, int moe_layers, int micro_batches, int micro_batch,
-                                int seq, int tp_sp, int cp, double capacity_factor, bool full_recompute) {
-  const double tokens = static_cast<double>(micro_batch) * seq / cp / tp_sp;
-  const double routed = tokens * m.moe.top_k * (capacity_factor > 0 ? capacity_factor : 1.0);
-  const int passes = 4 + (full_recompute ? 2 : 0);
-  return static_cast<double>(moe_layers) * micro_batches * passes * routed * m.hidden * 4.0;
+// The planner's all-to-all bytes of one rank per micro-batch and MoE layer (sim's
+// expert_all_to_all_bytes, the figure predict costs the EP group's all-to-alls with) for the plan
+// predict wrote: its strategy, cluster and software profile read back from its JSON. Each MoE
+// layer sends that many bytes in each of its dispatch and combine, in the forward and again in the
+// backward, and once more forward under full recomputation (predict's add_ep_exchange): 4 or 6 calls.
+struct PlannerBytes {
+  double per_call = 0;
+  int calls = 0, micro_batches = 0;
+};
+PlannerBytes planner_bytes(const nlohmann::json& pred, const trainplan::ModelSpec& spec) {
+  const trainplan::PredictionDoc doc = trainplan::prediction_from_json(pred, "predict --json");
+  const trainplan::Cluster cluster = trainplan::load_cluster(doc.cluster, TRAINPLAN_SOURCE_DIR);
+  const trainplan::Software sw = trainplan::load_software(doc.software, TRAINPLAN_SOURCE_DIR);
+  const trainplan::Strategy& s = doc.estimate.strategy;
+  const trainplan::PlanShape shape(spec, cluster, sw, s);
+  return {trainplan::expert_all_to_all_bytes(spec, shape), s.recompute == trainplan::Recompute::full ? 6 : 4,
+          shape.micro_batches};
 }
 
 // predict's JSON for a layout (fp32, the runs' batch), or null when predict failed.
@@ -65,21 +72,17 @@ nlohmann::json predict_json(const std::string& model, int ranks, const std::stri
 // figure only on average: over each EP group, and so over each stage, the sum is exact. With a
 // capacity factor every rank sends and receives exactly E x capacity rows: `per_rank` checks each.
 void expect_all_to_all_bytes(const ExecRun& run, const std::string& model, int ranks, const std::string& layout,
-                             const std::string& tag, double capacity_factor, bool full_recompute, bool per_rank) {
+                             const std::string& tag, bool per_rank) {
   const auto pred = predict_json(model, ranks, layout, tag);
   if (pred.is_null()) return;
   const trainplan::ModelSpec spec = trainplan::load_model(model_path(model), TRAINPLAN_TEST_DATA_DIR);
-  const auto& st = pred.at("strategy");
-  const int dp = st.at("dp"), tp = st.at("tp"), cp = st.at("cp"), micro_batch = st.at("micro_batch");
-  const int tp_sp = st.value("sequence_parallel", false) ? tp : 1;
-  const int micro_batches = st.at("global_batch").get<int>() / (dp * micro_batch);
+  const PlannerBytes planner = planner_bytes(pred, spec);
   std::vector<double> figure;  // per stage
   int layer = 0;
   for (const auto& stage : pred.at("memory").at("per_stage")) {
     int moe = 0;
     for (int k = 0; k < stage.at("layers").get<int>(); ++k, ++layer) moe += spec.is_moe_layer(layer) ? 1 : 0;
-    figure.push_back(planner_all_to_all_bytes(spec, moe, micro_batches, micro_batch, st.at("seq_len"), tp_sp, cp,
-                                              capacity_factor, full_recompute));
+    figure.push_back(static_cast<double>(moe) * planner.micro_batches * planner.calls * planner.per_call);
   }
   ASSERT_EQ(layer, spec.layers) << layout;
   const auto& env = run.measurement.at("environment");
@@ -115,7 +118,7 @@ TEST(ExecMoe, ExpertParallel2) {
   const ExecRun got = exec_run("tiny-moe", 2, layout, "ep2");
   ASSERT_EQ(got.code, 0) << got.output;
   expect_equivalent(reference("tiny-moe"), got, layout);
-  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2", 0, false, false);
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2", false);
 }
 
 // Four data-parallel ranks, EP 2: two EP groups, and each expert on two ranks (edp 2), which
@@ -125,7 +128,7 @@ TEST(ExecMoe, ExpertParallel2DataParallel2Zero1) {
   const ExecRun got = exec_run("tiny-moe", 4, layout, "ep2dp2z1");
   ASSERT_EQ(got.code, 0) << got.output;
   expect_equivalent(reference("tiny-moe"), got, layout);
-  expect_all_to_all_bytes(got, "tiny-moe", 4, layout, "ep2dp2z1", 0, false, false);
+  expect_all_to_all_bytes(got, "tiny-moe", 4, layout, "ep2dp2z1", false);
   // ZeRO-1 over edp 2: each rank keeps AdamW moments for half of its experts (and a quarter of the
   // dense parameters); without sharding it would hold them all.
   for (const auto& r : got.measurement.at("environment").at("model_states").at("per_rank"))
@@ -139,7 +142,7 @@ TEST(ExecMoe, ExpertParallel2TensorParallel2) {
   const ExecRun got = exec_run("tiny-moe", 2, layout, "ep2tp2");
   ASSERT_EQ(got.code, 0) << got.output;
   expect_equivalent(reference("tiny-moe"), got, layout);
-  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2tp2", 0, false, false);
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2tp2", false);
 }
 
 // EP 2 inside each of two pipeline stages: the stages' MoE layers dispatch within their own stage.
@@ -148,7 +151,7 @@ TEST(ExecMoe, ExpertParallel2Pipeline2) {
   const ExecRun got = exec_run("tiny-moe", 4, layout, "ep2pp2");
   ASSERT_EQ(got.code, 0) << got.output;
   expect_equivalent(reference("tiny-moe"), got, layout);
-  expect_all_to_all_bytes(got, "tiny-moe", 4, layout, "ep2pp2", 0, false, false);
+  expect_all_to_all_bytes(got, "tiny-moe", 4, layout, "ep2pp2", false);
 }
 
 // Full recomputation re-runs each MoE layer's dispatch and combine in the backward: still the same
@@ -158,7 +161,7 @@ TEST(ExecMoe, ExpertParallel2FullRecomputation) {
   const ExecRun got = exec_run("tiny-moe", 2, layout, "ep2full");
   ASSERT_EQ(got.code, 0) << got.output;
   expect_equivalent(reference("tiny-moe"), got, layout);
-  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2full", 0, true, false);
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2full", false);
 }
 
 // GPT-2 style experts: GELU with biases, a sigmoid router with a bias, a gated shared expert, MoE
@@ -179,7 +182,7 @@ TEST(ExecMoe, CapacityThatDropsNothingIsDropless) {
   const ExecRun got = exec_run("tiny-moe", 2, layout, "ep2cap2");
   ASSERT_EQ(got.code, 0) << got.output;
   expect_equivalent(reference("tiny-moe"), got, layout);
-  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2cap2", 2.0, false, true);
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2cap2", true);
 }
 
 // Capacity 1: copies beyond an expert's capacity are dropped, so the run trains a different
@@ -196,7 +199,7 @@ TEST(ExecMoe, CapacityOneDropsTokens) {
   ASSERT_EQ(ref.losses.size(), 3u) << ref.output;
   EXPECT_NEAR(got.losses[0], ref.losses[0], 0.01 * ref.losses[0]);
   EXPECT_GT(worst_relative_difference(ref.grads, got.grads), 1e-2) << "no copy was dropped";
-  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2cap1", 1.0, false, true);
+  expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2cap1", true);
   for (const auto& r : got.measurement.at("environment").at("expert_parallel").at("per_rank"))
     EXPECT_EQ(r.at("count_bytes_per_step").get<double>(), 0.0) << "rank " << r.at("rank");
 }
