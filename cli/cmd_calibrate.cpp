@@ -14,6 +14,7 @@
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
 #include "cli/flags.hpp"
+#include "cli/output.hpp"
 #include "sim/cluster.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/layer_graph.hpp"
@@ -284,7 +285,6 @@ struct SoftwareOut {
   std::optional<std::string> path;
   std::string base_name = "trainplan-exec";
   std::optional<json> base;
-  std::optional<JsonOutput> out;
 };
 
 SoftwareOut read_software_out(const Flags& f, const Context& ctx) {
@@ -302,7 +302,6 @@ SoftwareOut read_software_out(const Flags& f, const Context& ctx) {
       throw InputError(fmt::format("--software-base {}: {}", so.base_name, e.what()));
     }
   }
-  so.out = open_json_output("software-out", so.path);
   return so;
 }
 
@@ -334,33 +333,32 @@ void check_calibration_fits(const Flags& f, const exec::CalibrateOptions& o, boo
   }
 }
 
-// Writes (or prints) the measured topology and, with --software-out, the profile; both must load.
-void write_outputs(const Context& ctx, const exec::CalibrationResult& r, const TopologyInputs& in,
-                   const std::optional<std::string>& out_path, const std::optional<JsonOutput>& out, const SoftwareOut& so) {
+// Writes (or prints) the measured topology and, with --software-out, the profile; both must load,
+// and both files are replaced together (CommandFiles) or neither.
+void write_outputs(const Context& ctx, const exec::CalibrationResult& r, const TopologyInputs& in, CommandFiles& files,
+                   const SoftwareOut& so) {
   const json topology = calibrated_topology(r, in);
   // What we write must load. It can fail only through a combination of flags (e.g. a base whose
   // network tiers are not whole multiples of --ranks-per-node), so it is reported as input.
   try {
-    (void)parse_cluster(topology, out_path.value_or("<calibrated topology>"));
+    (void)parse_cluster(topology, files.wants("out") ? files.path("out") : "<calibrated topology>");
   } catch (const InputError& e) {
     throw InputError(fmt::format("the calibrated topology would not load (check --base and --ranks-per-node): {}",
                                  e.what()));
   }
-  std::optional<json> software;
-  if (so.out) {
-    software = calibrated_software(*so.base, so.base_name, r, in);
-    (void)parse_software(*software, *so.path);  // what we write must load
+  if (files.wants("software-out")) {
+    const json software = calibrated_software(*so.base, so.base_name, r, in);
+    (void)parse_software(software, files.path("software-out"));  // what we write must load
+    files.stage_json("software-out", software);
   }
-  if (out) {
-    out->write(topology);
-    ctx.err << "wrote " << *out_path << "\n";
+  if (files.wants("out")) {
+    files.stage_json("out", topology);
   } else {
     ctx.out << topology.dump(2) << "\n";
   }
-  if (so.out) {
-    so.out->write(*software);
-    ctx.err << "wrote " << *so.path << "\n";
-  }
+  files.commit();
+  for (const char* flag : {"out", "software-out"})
+    if (files.wants(flag)) ctx.err << "wrote " << files.path(flag) << "\n";
 }
 
 }  // namespace
@@ -374,6 +372,9 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   if (!f.positionals().empty()) {
     throw InputError(fmt::format("'{}': calibrate takes no positional arguments", f.positionals()[0]));
   }
+  // Before any input is read: the outputs writable, apart from each other and from every input
+  // (--base, --model, --software-base), and outside the built-in data folders.
+  CommandFiles files(f, ctx, {"out", "software-out"});
   exec::CalibrateOptions o;
   const bool cpu_flag = f.has("cpu");
   o.device = f.get_choice("device", "cpu", {"cpu", "cuda"});
@@ -385,16 +386,13 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   const std::vector<int> base_spans = read_base(f, ctx, cuda, in, device_memory);
   // Checked now, not when the measured topology is loaded back after minutes of measuring.
   in.name = f.get_text("name", cuda ? in.base_name + "-calibrated" : "cpu-local");
-  const auto out_path = f.get("out");
   read_topology_flags(f, cuda, base_spans, in, o);
   const int gpus = static_cast<int>(f.get_int("gpus", 1, 1, 64));
   o.link_ranks = cuda ? (gpus >= 2 ? gpus : 0) : static_cast<int>(f.get_int("link-ranks", 2, 0, 64));
   o.link_backend = cuda ? "nccl" : "gloo";
   read_gemm_flags(f, ctx, cuda, o);
   read_kernel_flags(f, o);
-  const std::optional<JsonOutput> out = open_json_output("out", out_path);  // before measuring
   const SoftwareOut software = read_software_out(f, ctx);
-  check_outputs_apart(f, {"out", "software-out"});
   f.finish();
   check_calibration_fits(f, o, cuda, device_memory);
   in.command = "trainplan calibrate";
@@ -404,7 +402,7 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
 
   const exec::CalibrationResult r = exec::calibrate(o);
   print_calibration(ctx.err, r);
-  write_outputs(ctx, r, in, out_path, out, software);
+  write_outputs(ctx, r, in, files, software);
   return 0;
 }
 

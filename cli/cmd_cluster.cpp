@@ -23,6 +23,11 @@ measured tables of --from by trainplan's rule (sim/op_costs.hpp):
   memory-bound kernel times     x  measured GPU's HBM bandwidth / your --hbm-bandwidth-gbps
   kernel floor (launch, host)   kept;  misaligned-GEMM slowdown kept (or --misaligned-gemm-slowdown)
   other formats (fp8, mxfp8, nvfp4) from your peaks' ratios to bf16, as on a measured GPU
+With --achieved-bf16 (your GPU's best achieved matmul rate, e.g. from a maximum-achievable-matmul
+search), GEMM times scale by the ratio of ACHIEVED rates instead: the measured table's best GEMM
+rate / yours; --achieved-fp8 (or -mxfp8, -nvfp4) then gives that format's speed-up over bf16 as
+the ratio of your two rates instead of the peaks'. Edit each figure's "source" to say where it
+was measured. Attention keeps the peak ratio unless the file states attention figures (README).
 Everything else (node, links, network tiers, collective costs, runtime overhead, price, power) is
 copied from --from: edit those fields for your system (the file's "source" says so). A copy of a
 cluster file with only the GPU's figures changed would keep the measured GPU's speeds; trainplan
@@ -46,6 +51,9 @@ options:
   --price-usd X              price per GPU-hour (default: --from's)
   --power-w W                power per GPU incl. its share of the node (default: --from's)
   --misaligned-gemm-slowdown X   replace the kept slowdown of misaligned GEMMs, in [1, 100]
+  --achieved-bf16 T          best achieved bf16 matmul rate on your GPU, TFLOP/s (at most its peak)
+  --achieved-fp8 T, --achieved-mxfp8 T, --achieved-nvfp4 T   the same in a quantized format
+                             (each needs --achieved-bf16)
 
 Exit status: 0 written, 2 bad input.
 )";
@@ -69,6 +77,25 @@ std::string from_as_written(const std::string& from, const std::filesystem::path
   return std::filesystem::relative(std::filesystem::absolute(from), out_dir, ec).generic_string();
 }
 
+// --achieved-<format> T: best-over-shapes matmul rates on the new GPU ("ops.derive.achieved"; the
+// loader checks each against the GPU's peak in its format).
+nlohmann::json achieved_figures(const Flags& f) {
+  nlohmann::json figures = nlohmann::json::array();
+  for (const char* format : {"bf16", "fp8", "mxfp8", "nvfp4"}) {
+    const std::string flag = fmt::format("achieved-{}", format);
+    if (!f.has(flag)) continue;
+    if (figures.empty() && std::string(format) != "bf16") {
+      throw InputError(fmt::format("--{}: needs --achieved-bf16 (the format's speed-up is its rate over bf16's)", flag));
+    }
+    figures.push_back({{"kernel", "gemm"},
+                       {"dtype", format},
+                       {"best", true},
+                       {"tflops", f.get_double(flag, 0, 1e-3, 1e6)},
+                       {"source", fmt::format("given to trainplan cluster derive --{}: state where it was measured", flag)}});
+  }
+  return figures;
+}
+
 nlohmann::json derived_file(const Flags& f, const Cluster& src, const nlohmann::json& src_json,
                             const std::string& from) {
   nlohmann::json j = src_json;
@@ -90,6 +117,8 @@ nlohmann::json derived_file(const Flags& f, const Cluster& src, const nlohmann::
   j["power_per_gpu_w"] = f.get_double("power-w", src.power_per_gpu, 0, 1e6);
   nlohmann::json derive = {{"from", from}};
   if (f.has("misaligned-gemm-slowdown")) derive["misaligned_gemm_slowdown"] = f.get_double("misaligned-gemm-slowdown", 1, 1, 100);
+  const nlohmann::json achieved = achieved_figures(f);
+  if (!achieved.empty()) derive["achieved"] = achieved;
   j["ops"] = {{"source", fmt::format("Derived, not measured on {}: {}'s measured tables scaled at load by trainplan's rule "
                                      "(sim/op_costs.hpp, derive_op_costs; written by trainplan cluster derive)",
                                      gpu, src.name)},
@@ -137,9 +166,13 @@ int cluster_derive(const Args& args, const Context& ctx) {
   f.finish();
   const Cluster derived = parse_cluster(j, out, ctx.data_dir);  // refuses what the loader would
   out_file->write(j);
-  ctx.out << fmt::format("wrote {}: {} with {}'s tables x {:.4g} (GEMM, attention) and x {:.4g} (memory-bound)\n", out,
-                         derived.gpu.name, src.name, derived.ops.derivation.compute_ratio,
-                         derived.ops.derivation.memory_ratio);
+  const OpDerivation& d = derived.ops.derivation;
+  const std::string compute =
+      d.gemm_achieved ? fmt::format("x {:.4g} (GEMM, by achieved rates), x {:.4g} (attention)", d.gemm_ratio,
+                                    d.attention_fwd_ratio)
+                      : fmt::format("x {:.4g} (GEMM, attention)", d.gemm_ratio);
+  ctx.out << fmt::format("wrote {}: {} with {}'s tables {} and x {:.4g} (memory-bound)\n", out, derived.gpu.name,
+                         src.name, compute, d.memory_ratio);
   return 0;
 }
 

@@ -24,7 +24,9 @@ spread), each phase of the step (compute, recompute, TP/CP/PP/DP communication, 
 optimizer), peak memory per pipeline stage and per rank, and throughput, each with its error
 (predicted - measured) / measured. PREDICTION.json is what `trainplan predict --json` writes;
 MEASUREMENT.json is what `trainplan exec --json` writes. A warning is printed when the two files
-describe different strategies, models or clusters.
+describe different strategies, models, clusters or software, and when the measurement came from
+an executor other than the one the prediction's software profile describes (its
+describes_executor against the measurement's executor).
 
 output:
   --json FILE   also write the trainplan/comparison/v1 JSON (every printed figure) to FILE
@@ -66,6 +68,8 @@ int cmd_compare(const Args& args, const Context& ctx) {
                                      "(predict with --software {})",
                                      predicted.software, measured.software, measured.software));
   }
+  if (const std::string w = executor_mismatch(predicted.software, predicted.software_executor, measured); !w.empty())
+    c.warnings.push_back(w);
   // Everything is computed and rendered before the first line is printed or file written.
   const auto doc = comparison_to_json(c, prediction_path, measurement_path);
   check_finite(doc);

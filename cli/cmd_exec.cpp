@@ -20,6 +20,7 @@
 #include "reports/measurement_json.hpp"
 #include "sim/check.hpp"
 #include "cli/commands.hpp"
+#include "cli/output.hpp"
 #include "cli/plan_flags.hpp"
 #include "sim/layer_graph.hpp"
 #include "sim/atomic_file.hpp"
@@ -82,6 +83,9 @@ const char* kExecFlags = R"(execution:
   --cpu-autocast on|off     --dtype bf16/fp16 on the CPU: run under CPU autocast with fp32 master
                             weights as on GPUs (slow; checks the mixed-precision paths) instead of
                             computing fp32 (default off)
+  --memory-accounting on|off  measurement: record each rank's step bytes by what they hold (weight copies,
+                            saved activations, the step's peak, the optimizer's temporaries) from the
+                            allocator, as environment.memory_accounting (default off)
 )";
 
 // An environment variable's number: decimal digits only (parse_integer without its '-'), else nothing.
@@ -205,6 +209,7 @@ Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions&
   m.device = cuda_device ? "cuda" : "cpu";
   m.warmup = o.warmup;
   m.seed = o.seed;
+  m.executor = exec::kExecutorFingerprint;
   m.environment = {{"backend", o.backend},
                    {"device", m.device},
                    {"ranks", world},
@@ -300,6 +305,7 @@ exec::ExecOptions read_exec_options(const Flags& f, bool cuda) {
   o.dump_params = f.get_or("dump-params", "");
   o.dump_grads = f.get_or("dump-grads", "");
   o.cpu_autocast = f.get_choice("cpu-autocast", "off", {"on", "off"}) == "on";
+  o.memory_accounting = f.get_choice("memory-accounting", "off", {"on", "off"}) == "on";
   o.faults.kill_rank = static_cast<int>(f.get_int("fault-kill-rank", -1, -1, 1 << 24));
   o.faults.hang_rank = static_cast<int>(f.get_int("fault-hang-rank", -1, -1, 1 << 24));
   o.faults.nan_rank = static_cast<int>(f.get_int("fault-nan-rank", -1, -1, 1 << 24));
@@ -400,18 +406,15 @@ void check_memory_fits(const PlanInputs& in, const exec::ExecOptions& o, int loc
 }
 
 // Checked once, before any rank starts (a spawned rank's launcher has checked them already): the
-// data file, the dump folders, and the predicted memory against this machine's.
-void check_before_start(const Flags& f, const PlanInputs& in, const exec::ExecOptions& o, const Launch& launch,
+// data file, the dump files, and the predicted memory against this machine's. (The outputs'
+// paths, the dump prefixes included, were registered with CommandFiles before any input was read.)
+void check_before_start(const PlanInputs& in, const exec::ExecOptions& o, const Launch& launch,
                         std::optional<long long> nproc) {
   if (!o.data_file.empty()) check_data_file(o.data_file, in.model.vocab, in.strategy.seq_len);
-  // The prefix itself must name a file: "dumps/" would write the hidden dumps/.rank0.
+  // Each rank writes PREFIX.rank<R> beside the prefix.
   for (const auto& [flag, prefix] : {std::pair{"dump-params", o.dump_params}, std::pair{"dump-grads", o.dump_grads}}) {
-    if (prefix.empty()) continue;
-    const std::string what = fmt::format("--{} {}", flag, prefix);
-    check_output_path(prefix, what);
-    check_output_path(prefix + ".rank0", what);
+    if (!prefix.empty()) check_output_path(prefix + ".rank0", fmt::format("--{} {}", flag, prefix));
   }
-  check_outputs_apart(f, {"json", "dump-params", "dump-grads"});
   // Ranks on this machine: all of them under the local launcher, else the launcher's count.
   const int local_ranks = launch.local ? static_cast<int>(*nproc)
                                        : std::max(1, env_int(launch.torchrun ? "LOCAL_WORLD_SIZE" : "SLURM_NTASKS_PER_NODE", 1));
@@ -492,11 +495,14 @@ int cmd_exec(const Args& given, const Context& ctx) {
     ctx.out << kHelp << plan_flags_help() << kExecFlags;
     return 0;
   }
+  // Before any input is read: the outputs (the dump prefixes name files too) writable, apart from
+  // each other and from every input, and outside the built-in data folders. --data is streamed.
+  const CommandFiles files(f, ctx, {"json", "dump-params", "dump-grads"}, {"data"});
   const bool cuda = exec::cuda_available();
   PlanInputs in = read_plan_flags(f, ctx.data_dir, "cpu-local");
   const exec::ExecOptions o = read_exec_options(f, cuda);
   const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
-  const auto json_path = f.get("json");
+  const auto json_path = files.wants("json") ? std::optional<std::string>(files.path("json")) : std::nullopt;
   f.finish();
   Launch launch;
   launch.local = nproc && !launch.spawned && !launch.torchrun && !launch.slurm;
@@ -514,7 +520,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
   // The profile that describes what exec launches, unless --software names another.
   in.software = read_software_flag(f, ctx.data_dir, "trainplan-exec");
   const exec::ExecPlan plan = exec_plan(in);
-  if (!launch.spawned) check_before_start(f, in, o, launch, nproc);
+  if (!launch.spawned) check_before_start(in, o, launch, nproc);
 
   const Strategy& s = in.strategy;
   if (launch.local) {

@@ -57,8 +57,10 @@ int cmd_predict(const Args& args, const Context& ctx) {
                                         in.cluster.gpu.name, in.cluster.name, parameters_text(graph), engine);
   PredictionDoc prediction = prediction_doc(e);
   prediction.model = in.model.name;
+  prediction.model_spec = in.model;  // --plan of this file runs the same model, whatever file it came from
   prediction.cluster = in.cluster.name;
   prediction.software = in.software.name;
+  prediction.software_executor = in.software.describes_executor;
   prediction.engine = engine;
   prediction.cost = prediction_cost(e, in.cluster);
   prediction.parameters = parameter_counts(graph);

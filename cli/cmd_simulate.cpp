@@ -142,7 +142,9 @@ void check_trace_size(const Strategy& s, const std::vector<std::vector<int>>& st
 void stage_not_simulated(CommandFiles& files, const Estimate& analytic, const PlanInputs& in, const std::string& title) {
   PredictionDoc prediction = prediction_doc(analytic);
   prediction.model = in.model.name;
+  prediction.model_spec = in.model;
   prediction.cluster = in.cluster.name;
+  prediction.software = in.software.name;
   prediction.engine = "des";
   const auto doc = prediction_to_json(prediction);
   check_finite(doc);
@@ -200,7 +202,9 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   // Everything is computed and rendered before the first line is printed or file written.
   PredictionDoc prediction = prediction_doc(e);
   prediction.model = in.model.name;
+  prediction.model_spec = in.model;
   prediction.cluster = in.cluster.name;
+  prediction.software = in.software.name;
   prediction.engine = "des";
   prediction.parameters = parameter_counts(graph);
   // Every event only for the outputs that carry it: large.

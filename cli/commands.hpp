@@ -50,13 +50,6 @@ class JsonOutput {
 // Writes `j` to `path` at once (prefer open_json_output, which reports a bad path before work).
 void write_json_file(const std::string& flag, const std::string& path, const nlohmann::json& j);
 
-class Flags;
-// Throws InputError when two of the given output flags name the same file, or an output names a
-// file that another argument names (any flag's value or an item of it, or a positional: every
-// input is one of those): writing it would destroy the input or one output. Call before any work.
-// (The planner commands check all their files at once with CommandFiles, cli/output.hpp.)
-void check_outputs_apart(const Flags& f, const std::vector<std::string>& output_flags);
-
 // Opens `path` for --<flag> when given; nothing otherwise.
 std::optional<JsonOutput> open_json_output(const std::string& flag, const std::optional<std::string>& path);
 

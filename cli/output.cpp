@@ -137,14 +137,8 @@ void check_input_budget(const std::vector<Named>& inputs) {
 
 }  // namespace
 
-void check_outputs_apart(const Flags& f, const std::vector<std::string>& output_flags) {
-  std::vector<std::pair<std::string, std::string>> outputs;  // (flag, path)
-  for (const auto& flag : output_flags)
-    if (auto v = f.peek(flag)) outputs.emplace_back(flag, *v);
-  check_apart(outputs, named_files(f, output_flags));
-}
-
-CommandFiles::CommandFiles(const Flags& f, const Context& ctx, const std::vector<std::string>& outputs) {
+CommandFiles::CommandFiles(const Flags& f, const Context& ctx, const std::vector<std::string>& outputs,
+                           const std::vector<std::string>& streamed) {
   std::vector<std::pair<std::string, std::string>> given;  // (flag, path)
   for (const std::string& flag : outputs) {
     if (auto v = f.get(flag)) {
@@ -156,7 +150,12 @@ CommandFiles::CommandFiles(const Flags& f, const Context& ctx, const std::vector
   }
   const std::vector<Named> inputs = named_files(f, outputs);
   check_apart(given, inputs);
-  check_input_budget(inputs);
+  std::vector<Named> held;  // the inputs read whole
+  for (const Named& in : inputs) {
+    const bool piecewise = std::any_of(streamed.begin(), streamed.end(), [&](const std::string& s) { return in.label == "--" + s; });
+    if (!piecewise) held.push_back(in);
+  }
+  check_input_budget(held);
 }
 
 void CommandFiles::stage(const std::string& flag, std::string_view content) {

@@ -39,7 +39,10 @@ class CommandFiles {
   //  - an output lies in one of the data directory's kDataFolders;
   //  - the arguments name more than kMaxInputFiles existing files, or more than
   //    kMaxInputBytesTotal bytes of them together.
-  CommandFiles(const Flags& f, const Context& ctx, const std::vector<std::string>& outputs);
+  // `streamed`: input flags whose file is read in pieces, never held whole (exec's --data token
+  // file, any size): kept apart from the outputs like every input, but outside that budget.
+  CommandFiles(const Flags& f, const Context& ctx, const std::vector<std::string>& outputs,
+               const std::vector<std::string>& streamed = {});
 
   bool wants(const std::string& flag) const { return paths_.count(flag) != 0; }
   const std::string& path(const std::string& flag) const { return paths_.at(flag); }

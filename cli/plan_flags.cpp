@@ -20,8 +20,9 @@ bool on_off(const Flags& f, const std::string& name, bool fallback) {
   return f.get_choice(name, fallback ? "on" : "off", {"on", "off"}) == "on";
 }
 
-// The prediction inside a --plan file: a prediction itself, or the best entry of a search, read
-// (and so checked, every figure) by the readers compare and report use.
+// The prediction inside a --plan file: a prediction itself, or the best entry of a search (with
+// the search's model_spec and software), read (and so checked, every figure) by the readers
+// compare and report use.
 PredictionDoc plan_prediction(const std::string& path) {
   const json j = read_json_file(path);
   if (!j.is_object() || !j.contains("schema") || !j["schema"].is_string()) {
@@ -31,7 +32,10 @@ PredictionDoc plan_prediction(const std::string& path) {
   if (schema == kSearchSchema) {
     SearchDoc search = search_from_json(j, path);
     if (search.top.empty()) throw InputError(fmt::format("{}: top is empty (the search found no feasible layout)", path));
-    return std::move(search.top.front());
+    PredictionDoc best = std::move(search.top.front());
+    if (!best.model_spec) best.model_spec = std::move(search.model_spec);
+    if (best.software.empty()) best.software = search.software;
+    return best;
   }
   if (schema != kPredictionSchema) {
     // JsonObject::error shows the value cut to 80 characters.
@@ -85,7 +89,9 @@ void print_notes(std::ostream& err, const char* command, std::initializer_list<s
 
 namespace {
 
-// Model, cluster and software: the flags, else the --plan file's names (`plan`), else the defaults.
+// Model, cluster and software: the flags, else the --plan file's (`plan`), else the defaults. The
+// plan's model is the spec it carries (model_spec: the file or Hugging Face config it was made
+// from may be gone), else, in plans written before it carried one, its name loaded anew.
 // A name taken from the plan (not given by a flag) that does not load is the plan's fault: the
 // message names --plan, not a --model/--cluster/--software the user never gave.
 void load_specs(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster,
@@ -102,8 +108,12 @@ void load_specs(const Flags& f, const std::filesystem::path& data_dir, const std
   };
   const std::string plan_model = plan ? plan->model : "", plan_cluster = plan ? plan->cluster : "",
                     plan_software = plan ? plan->software : "";
-  const std::string model_name = f.has("model") || plan_model.empty() ? f.require("model") : plan_model;
-  in.model = from_plan_file("model", model_name, [&] { return load_model(model_name, data_dir); });
+  if (!f.has("model") && plan && plan->model_spec) {
+    in.model = *plan->model_spec;
+  } else {
+    const std::string model_name = f.has("model") || plan_model.empty() ? f.require("model") : plan_model;
+    in.model = from_plan_file("model", model_name, [&] { return load_model(model_name, data_dir); });
+  }
   std::string cluster_name = f.get_or("cluster", plan_cluster.empty() ? default_cluster : plan_cluster);
   if (cluster_name.empty()) cluster_name = f.require("cluster");
   in.cluster = from_plan_file("cluster", cluster_name, [&] { return load_cluster(cluster_name, data_dir); });
@@ -263,7 +273,9 @@ std::string plan_flags_help() {
   --software NAME|FILE      training stack whose kernels are costed (software/NAME.json):
                             megatron-core (default: fused kernels, as the published large runs),
                             pytorch-eager, trainplan-exec (what `trainplan exec` launches),
-                            llm-foundry (Composer + FSDP with flash-attn 2, as MosaicML's runs)
+                            llm-foundry (Composer + FSDP with flash-attn 2, as MosaicML's runs);
+                            stacks of published runs: megatron-lm-2021, deepspeed-zero3-2021,
+                            aleph-alpha-scaling, aleph-alpha-scaling-rms
   --gpus N                  GPUs in the job; must equal dp x tp x pp x cp
   --tp T                    tensor-parallel size (default 1; must divide heads and kv_heads)
   --pp P                    pipeline stages (default 1)
@@ -274,7 +286,8 @@ std::string plan_flags_help() {
   --micro-batch b           sequences per micro-batch (default 1)
   --global-batch B          sequences per optimizer step (required; divisible by dp x b)
   --seq S                   tokens per sequence (default: the model's seq_len; for a Hugging
-                            Face config its max_position_embeddings, with a note on stderr)
+                            Face config 8192 for the Llama 3 family, else 4096, at most its
+                            max_position_embeddings, with a note on stderr)
   --recompute none|selective|full   activation recomputation (default none)
   --sequence-parallel on|off        Megatron sequence parallelism, needs tp > 1 (default off)
   --schedule gpipe|1f1b|interleaved pipeline schedule (default 1f1b; interleaved if --vp > 1)
@@ -306,7 +319,9 @@ edp = tp x cp x dp / (etp x ep) ranks share an expert shard):
   --recompute-modules LIST  recompute these modules in the backward: moe_act (the experts'
                             activation), mla_up_proj (MLA's up projections); default none
   --plan FILE               take the layout (and model/cluster) from a trainplan/prediction/v1
-                            file or the best entry of a trainplan/search/v1 file; flags override
+                            file or the best entry of a trainplan/search/v1 file; flags override.
+                            The model is the one the plan carries (its model file or config
+                            need not exist any more)
 )";
 }
 

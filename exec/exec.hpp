@@ -14,6 +14,17 @@
 
 namespace trainplan::exec {
 
+// The executor's memory behaviour, as the software profile that describes it names it
+// (software/trainplan-exec.json "describes_executor"); every measurement records it
+// (Measurement::executor) and `trainplan compare` says when a measurement came from an executor
+// other than the one the prediction's profile describes. Change it whenever what exec keeps in
+// memory changes (which tensors, their widths, their lifetimes, the allocator setting), and refit
+// the profile with it: tests/test_exec_memory.cpp holds the two equal and fails when exec's bytes
+// by category move away from what the profile predicts or from those recorded for this name.
+//   mem-1  the executor measured on the H100 (commit e64f6de; its measurements predate the name)
+//   mem-2  fused q/k/v and gate/up GEMMs, chunked loss, fused AdamW, expandable segments
+inline constexpr const char* kExecutorFingerprint = "mem-2";
+
 struct ExecOptions {
   int steps = 3;               // measured steps
   int warmup = 1;              // steps run first and discarded
@@ -33,6 +44,9 @@ struct ExecOptions {
   // autocast with fp32 master weights as on GPUs (slow; checks the mixed-precision paths, ZeRO-3's
   // 16-bit gathers among them, without a GPU).
   bool cpu_autocast = false;
+  // Measurement: each rank's step bytes by what they hold (exec/memory_probe.hpp), recorded as
+  // environment.memory_accounting; off by default (every allocation then reports to a probe).
+  bool memory_accounting = false;
   FaultOptions faults;         // test only: a rank that dies or hangs
 };
 

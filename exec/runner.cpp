@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
 #include <ATen/autocast_mode.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #ifdef TRAINPLAN_EXEC_CUDA
 #include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -27,6 +28,7 @@
 #include "exec/exec.hpp"
 #include "exec/faults.hpp"
 #include "exec/grad_sync.hpp"
+#include "exec/memory_probe.hpp"
 #include "exec/model.hpp"
 #include "exec/param_server.hpp"
 #include "exec/parallel.hpp"
@@ -157,6 +159,7 @@ class ScheduleRunner {
   nlohmann::json environment() const;
   nlohmann::json model_states();
   nlohmann::json expert_parallel();  // MoE models: each rank's all-to-all bytes and time per measured step
+  nlohmann::json memory_accounting();
 
   const ExecPlan& plan_;
   const Strategy& s_;
@@ -186,6 +189,9 @@ class ScheduleRunner {
   std::unique_ptr<DpReducer> reducer_;   // null on a dedicated parameter server
   std::unique_ptr<ParamServer> server_;  // a dedicated parameter server's only part
   StepRecorder recorder_;
+  // --memory-accounting on: the allocator's reporter for this rank and the step's figures from it.
+  std::shared_ptr<MemoryProbe> probe_;
+  std::unique_ptr<MemoryAccount> account_;
   int current_step_ = -1;
   std::string phase_ = "setting up";
 };
@@ -381,6 +387,7 @@ void ScheduleRunner::step(int index, bool measured) {
   const int m = s_.micro_batches();
   reducer_->begin_step();
   std::fill(backward_left_.begin(), backward_left_.end(), m);
+  if (account_) account_->begin_step();
   StepState st;
   st.index = index;
   st.loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
@@ -399,6 +406,7 @@ void ScheduleRunner::step(int index, bool measured) {
     traffic_measured_.token_bytes += traffic_.token_bytes - traffic0.token_bytes;
     traffic_measured_.count_bytes += traffic_.count_bytes - traffic0.count_bytes;
   }
+  if (account_) account_->end_step(measured);
   enter("end of step (loss all-reduce)");
   // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
   const bool reports = vstage_.back() == schedule_.virtual_stages() - 1 && coord_.tp == 0 && coord_.cp == 0;
@@ -427,10 +435,12 @@ void ScheduleRunner::forward_slot(StepState& st, const Slot& slot) {
     input = buf.requires_grad_(true);
     stash.input = input;
   }
+  if (account_) account_->before_forward();
   {
     PhaseScope f(clock_, Ph::forward);
     stash.output = model.forward(input, targets);
   }
+  if (account_) account_->after_forward();
   if (last) {
     st.loss_sum.add_(stash.output.detach());
   } else {
@@ -478,7 +488,9 @@ void ScheduleRunner::reduce_and_update(StepState& st) {
   // The bf16 copies of the weights, cast once at their first use this step and shared by every
   // micro-batch (autocast's cache), are not needed past the last backward: free them before the
   // optimizer.
+  if (account_) account_->before_cache_clear();
   if (mixed_precision()) at::autocast::clear_cache();
+  if (account_) account_->after_cache_clear();
   enter("data-parallel reduction and optimizer");
   reducer_->reduce_tied();
   for (auto& [w, t] : st.sends) g_.pp->wait(w, Ph::pp_comm);
@@ -488,6 +500,7 @@ void ScheduleRunner::reduce_and_update(StepState& st) {
   if (dump_grads) dump(opt_.dump_grads, true);
   faults_->before_update(st.index, *reducer_);
   reducer_->update(st.index);
+  if (account_) account_->after_update();
 }
 
 void ScheduleRunner::dump(const std::string& prefix, bool grads) {
@@ -549,6 +562,7 @@ Measurement ScheduleRunner::collect() {
   m.model = plan_.model.name;
   m.cluster = plan_.cluster;
   m.software = "trainplan-exec";  // software/trainplan-exec.json describes what this runner launches
+  m.executor = kExecutorFingerprint;  // ...as long as its describes_executor names this
   m.backend = opt_.backend;
   m.device = on_gpu_ ? "cuda" : "cpu";
   m.warmup = opt_.warmup;
@@ -556,6 +570,7 @@ Measurement ScheduleRunner::collect() {
   m.environment = environment();
   m.environment["model_states"] = model_states();
   if (moe()) m.environment["expert_parallel"] = expert_parallel();
+  if (opt_.memory_accounting) m.environment["memory_accounting"] = memory_accounting();
   m.throughput.model_flops_per_step = plan_.model_flops_per_step;
   return recorder_.build(std::move(m), rows);
 }
@@ -662,9 +677,43 @@ nlohmann::json ScheduleRunner::expert_parallel() {
           {"per_rank", per_rank}};
 }
 
+// --memory-accounting on: each rank's step figures (memory_probe.hpp) beside its model states,
+// gathered from every rank; the tests compare them with predict's per-stage terms.
+nlohmann::json ScheduleRunner::memory_accounting() {
+  const MemoryAccountFigures f = account_ ? account_->figures() : MemoryAccountFigures{};
+  const DpReducer::HeldBytes held = reducer_ ? reducer_->held_bytes() : DpReducer::HeldBytes{};
+  const std::vector<double> mine{double(env_.rank),  double(coord_.pp), held.weights,      held.gradients,
+                                 held.optimizer,     f.weight_copies,   f.saved,           f.activations,
+                                 f.optimizer_temporaries, f.step_start};
+  const int64_t k = static_cast<int64_t>(mine.size());
+  at::Tensor t = at::tensor(mine, at::TensorOptions().dtype(at::kDouble)).to(device_);
+  at::Tensor all = g_.world->all_gather_dim0(t).cpu().contiguous().view({env_.world, k});
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < env_.world; ++r) {
+    auto v = [&all, r](int i) { return all[r][i].item<double>(); };
+    ranks.push_back({{"rank", int(v(0))}, {"stage", int(v(1))}, {"weights", v(2)}, {"gradients", v(3)},
+                     {"optimizer", v(4)}, {"weight_copies", v(5)}, {"saved", v(6)}, {"activations", v(7)},
+                     {"optimizer_temporaries", v(8)}, {"step_start", v(9)}});
+  }
+  return {{"note", "bytes by what they hold, per rank, the largest over the measured steps (exec/memory_probe.hpp): "
+                   "model states as the reducer holds them; weight_copies: autocast's 16-bit weight cache; saved: "
+                   "the most one micro-batch's forward leaves for its backward; activations: the forward/backward "
+                   "peak above the bytes held at the step's start, less the weight copies; optimizer_temporaries: "
+                   "the DP reduction's and optimizer's peak above the bytes held after the last backward; "
+                   "step_start: bytes held when a step starts"},
+          {"per_rank", ranks}};
+}
+
 std::optional<Measurement> ScheduleRunner::run() {
   const int total = opt_.warmup + opt_.steps;
   auto where = [this] { return current_step_ < 0 ? std::string("while setting up") : fmt::format("in step {}", current_step_); };
+  // The probe sees the rank's allocations from before its model is built until the run ends.
+  std::optional<c10::DebugInfoGuard> probing;
+  if (opt_.memory_accounting) {
+    probe_ = std::make_shared<MemoryProbe>(device_.type());
+    account_ = std::make_unique<MemoryAccount>(*probe_);
+    probing.emplace(c10::DebugInfoKind::PROFILER_STATE, probe_);
+  }
   try {
     setup();
     if (mixed_precision()) {

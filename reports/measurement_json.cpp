@@ -130,7 +130,7 @@ void read_memory(const JsonObject& mem, Measurement& m) {
   mem.finish();
 }
 
-MeasuredThroughput read_throughput(const JsonObject& t) {
+MeasuredThroughput read_measured_throughput(const JsonObject& t) {
   MeasuredThroughput p;
   p.tokens_per_s = t.number("tokens_per_s", 0, kInf);
   p.tokens_per_s_per_gpu = t.number("tokens_per_s_per_gpu", 0, kInf);
@@ -152,7 +152,7 @@ void read_figures(const JsonObject& root, Measurement& m) {
     t.finish();
   }
   read_memory(root.object("memory"), m);
-  m.throughput = read_throughput(root.object("throughput"));
+  m.throughput = read_measured_throughput(root.object("throughput"));
   // Derived: the largest per-rank figure.
   m.dp_bytes_sent = 0;
   for (const RankMeasurement& r : m.ranks) m.dp_bytes_sent = std::max(m.dp_bytes_sent, r.dp_bytes_sent);
@@ -232,6 +232,7 @@ json measurement_to_json(const Measurement& m) {
             {"model_flops_per_step", t.model_flops_per_step},
             {"model_tflops_per_gpu", t.model_tflops_per_gpu}}}};
   if (!m.software.empty()) out["software"] = m.software;
+  if (!m.executor.empty()) out["executor"] = m.executor;
   if (!m.requested_dtype.empty()) out["run"]["requested_dtype"] = m.requested_dtype;
   out["dp_bytes_sent_per_step"] = m.dp_bytes_sent;  // the busiest rank's (memory.per_rank has each)
   return out;
@@ -256,6 +257,7 @@ json failed_measurement_to_json(const Measurement& m, const RunFailure& f) {
               {"reserved_bytes", known(f.reserved)},
               {"capacity_bytes", known(f.capacity)},
               {"rss_bytes", known(f.rss)}}}}}};
+  if (!m.executor.empty()) out["executor"] = m.executor;
   if (!m.requested_dtype.empty()) out["run"]["requested_dtype"] = m.requested_dtype;
   return out;
 }
@@ -272,6 +274,7 @@ MeasurementDoc measurement_doc_from_json(const json& j, const std::string& file)
   m.model = root.string("model");
   m.cluster = root.string("cluster");
   if (ok && schema::has(root, "software")) m.software = root.string("software");
+  if (schema::has(root, "executor")) m.executor = root.string("executor");
   read_run(root.object("run"), m, ok);
   const json& env = root.raw("environment");
   if (!env.is_object()) throw root.error("environment", "must be a JSON object");

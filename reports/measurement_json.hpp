@@ -3,7 +3,8 @@
 //
 // {"schema": "trainplan/measurement/v1", "status": "ok",
 //  "strategy": {...same object as the prediction's, its dtype the one run...}, "model", "cluster",
-//  "software" (the profile describing the run, where known),
+//  "software" (the profile describing the run, where known), "executor" (trainplan exec's
+//  memory-behaviour fingerprint, exec/exec.hpp; absent in files written before it),
 //  "run": {"backend", "device", "warmup_steps", "measured_steps", "seed",
 //          "requested_dtype" (only where the plan asked for another dtype: CPU runs compute fp32)},
 //  "environment": {...free-form: devices, backend, torch version, hostname...},
@@ -21,7 +22,7 @@
 //           "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "dp_comm_exposed_s", "bubble_s",
 //           "optimizer_s", "other_s"}
 //
-// A failed run writes {"schema", "status": "failed", "strategy", "model", "cluster", "run":
+// A failed run writes {"schema", "status": "failed", "strategy", "model", "cluster", "executor", "run":
 // {"backend", "device", "warmup_steps", "seed", "requested_dtype" (as above)}, "environment",
 // "failure": {"rank", "step", "phase", "error", "memory": {"allocated_bytes", "reserved_bytes",
 // "capacity_bytes", "rss_bytes"}}}; rank, step and the memory figures are null where not known.

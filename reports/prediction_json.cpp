@@ -14,7 +14,7 @@ using schema::kInf;
 namespace {
 
 // Sizes a plan can have (sim/strategy.hpp): at most 2^24 GPUs, stages and layers.
-constexpr long long kMaxCount = 1 << 24;
+constexpr long long kMaxRankCount = 1 << 24;
 
 // --- memory, time, throughput ---
 
@@ -40,7 +40,7 @@ json memory_json(const Estimate& e) {
 
 StageMemory read_stage_memory(const JsonObject& s, std::vector<int>& stage_layers) {
   StageMemory m;
-  m.stage = static_cast<int>(s.integer("stage", 0, kMaxCount));
+  m.stage = static_cast<int>(s.integer("stage", 0, kMaxRankCount));
   auto bytes = [&](const char* k) { return s.number(k, 0, kInf); };
   // Written since the allocator-aware memory model; absent (0) in older predictions.
   auto later = [&](const char* k) { return schema::has(s, k) ? bytes(k) : 0.0; };
@@ -56,7 +56,7 @@ StageMemory read_stage_memory(const JsonObject& s, std::vector<int>& stage_layer
   schema::check_consistent(s, "total", bytes("total"), m.total(),
                            "must equal weights + gradients + optimizer + activations + other + weight_copies + "
                            "temporaries + allocator + runtime");
-  if (schema::has(s, "layers")) stage_layers.push_back(static_cast<int>(s.integer("layers", 0, kMaxCount)));
+  if (schema::has(s, "layers")) stage_layers.push_back(static_cast<int>(s.integer("layers", 0, kMaxRankCount)));
   s.finish();
   return m;
 }
@@ -106,7 +106,7 @@ json throughput_json(const Throughput& p) {
           {"hfu", p.hfu}};
 }
 
-Throughput read_throughput(const JsonObject& o) {
+Throughput read_predicted_throughput(const JsonObject& o) {
   auto num = [&](const char* k) { return o.number(k, 0, kInf); };
   Throughput p;
   p.tokens_per_s = num("tokens_per_s");
@@ -123,7 +123,7 @@ Throughput read_throughput(const JsonObject& o) {
 
 ParamServerFigures read_parameter_server(const JsonObject& o) {
   ParamServerFigures ps;
-  ps.workers = static_cast<int>(o.integer("workers", 0, kMaxCount));
+  ps.workers = static_cast<int>(o.integer("workers", 0, kMaxRankCount));
   ps.staleness = o.number("staleness_updates", 0, kInf);
   ps.updates_per_s = o.number("updates_per_s", 0, kInf);
   o.finish();
@@ -147,7 +147,7 @@ PredictionCost read_cost(const JsonObject& root) {
   c.priced = true;
   c.usd_per_step = o.number("usd_per_step", 0, kInf);
   c.price_per_gpu_hour_usd = o.number("price_per_gpu_hour_usd", 0, kInf, true);
-  c.gpus = static_cast<int>(o.integer("gpus", 1, kMaxCount));
+  c.gpus = static_cast<int>(o.integer("gpus", 1, kMaxRankCount));
   c.price_source = o.string("price_source");
   o.finish();
   return c;
@@ -188,9 +188,9 @@ LayerRow read_layer_row(const JsonObject& o) {
   LayerRow r;
   const std::string part = o.choice("part", {"embedding", "layers", "head"});
   r.kind = part == "embedding" ? LayerRow::Kind::embedding : part == "head" ? LayerRow::Kind::head : LayerRow::Kind::layers;
-  r.chunk = static_cast<int>(o.integer("chunk", 0, kMaxCount));
-  r.count = static_cast<int>(o.integer("count", 1, kMaxCount));
-  if (r.kind == LayerRow::Kind::layers) r.first_layer = static_cast<int>(o.integer("first_layer", 0, kMaxCount));
+  r.chunk = static_cast<int>(o.integer("chunk", 0, kMaxRankCount));
+  r.count = static_cast<int>(o.integer("count", 1, kMaxRankCount));
+  if (r.kind == LayerRow::Kind::layers) r.first_layer = static_cast<int>(o.integer("first_layer", 0, kMaxRankCount));
   auto sec = [&](const char* k) { return schema::seconds(o, k); };
   auto num = [&](const char* k) { return o.number(k, 0, kInf); };
   r.forward = sec("forward_s");
@@ -212,7 +212,7 @@ LayerRow read_layer_row(const JsonObject& o) {
 
 StageDetail read_stage_detail(const JsonObject& o) {
   StageDetail d;
-  d.stage = static_cast<int>(o.integer("stage", 0, kMaxCount));
+  d.stage = static_cast<int>(o.integer("stage", 0, kMaxRankCount));
   d.chunks_in_flight = static_cast<int>(o.integer("chunks_in_flight", 0, 1LL << 40));
   d.working_layer = o.number("recompute_working_bytes", 0, kInf);
   for (const JsonObject& r : o.objects("rows")) d.rows.push_back(read_layer_row(r));
@@ -259,8 +259,10 @@ ParamCounts read_parameters(const JsonObject& o) {
 void read_extras(const JsonObject& root, const json& j, PredictionDoc& d) {
   auto name = [&](const char* k) { return schema::has(root, k) ? root.string(k) : std::string(); };
   d.model = name("model");
+  d.model_spec = read_model_spec(root, d.model);
   d.cluster = name("cluster");
   d.software = name("software");
+  d.software_executor = name("software_executor");
   if (schema::has(root, "engine")) d.engine = root.choice("engine", {"analytic", "des"});
   if (j.contains("cost")) d.cost = read_cost(root);
   if (schema::has(root, "layers")) d.layers = read_layers(root.object("layers"));
@@ -300,8 +302,10 @@ json prediction_to_json(const PredictionDoc& d) {
         {"workers", e.ps.workers}, {"staleness_updates", e.ps.staleness}, {"updates_per_s", e.ps.updates_per_s}};
   }
   if (!d.model.empty()) j["model"] = d.model;
+  if (d.model_spec) j["model_spec"] = to_json(*d.model_spec);
   if (!d.cluster.empty()) j["cluster"] = d.cluster;
   if (!d.software.empty()) j["software"] = d.software;
+  if (!d.software_executor.empty()) j["software_executor"] = d.software_executor;
   if (!d.engine.empty()) j["engine"] = d.engine;
   if (d.cost) j["cost"] = cost_json(*d.cost);
   if (d.parameters) j["parameters"] = parameters_json(*d.parameters);
@@ -326,11 +330,19 @@ PredictionDoc prediction_from_json(const json& j, const std::string& file) {
   e.strategy = strategy_from_json(root.raw("strategy"), file);
   read_memory(root.object("memory"), e);
   e.time = read_time(root.object("time"));
-  e.throughput = read_throughput(root.object("throughput"));
+  e.throughput = read_predicted_throughput(root.object("throughput"));
   if (e.strategy.uses_ps()) e.ps = read_parameter_server(root.object("parameter_server"));
   read_extras(root, j, d);
   root.finish();
   return d;
+}
+
+std::optional<ModelSpec> read_model_spec(const JsonObject& root, const std::string& name) {
+  if (!schema::has(root, "model_spec")) return std::nullopt;
+  (void)root.object("model_spec");  // an object, or a message naming the key
+  ModelSpec m = parse_model(root.raw("model_spec"), schema::nested(root, "model_spec"));
+  if (!name.empty() && name != m.name) throw root.error("model", fmt::format("must be model_spec.name ({})", json(m.name).dump()));
+  return m;
 }
 
 PredictionCost prediction_cost(const Estimate& e, const Cluster& cluster) {

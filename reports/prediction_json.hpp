@@ -13,7 +13,10 @@
 //  "parameter_server": {"workers", "staleness_updates", "updates_per_s"}  exactly when the strategy
 //                                                                          uses parameter servers,
 //  "time" has "ep_comm_s" (exposed expert all-to-all) for plans whose step has any;
-//  and, where the writer has them: "model", "cluster", "software", "engine": "analytic"|"des",
+//  and, where the writer has them: "model", "cluster", "software", "software_executor" (the
+//  profile's describes_executor, sim/software.hpp), "engine": "analytic"|"des",
+//  "model_spec" (predict, simulate: the model itself as a trainplan model file holds it, exact
+//  keys, sim/model_spec.hpp to_json; "model" is its name), so that --plan needs no model file,
 //  "parameters": {"total", "active", "embedding", "expert", "mtp"} (models with experts or MTP),
 //  "cost" (predict: object or null), "layers" (predict --detail layers), "simulation"
 //  (simulate, reports/simulation_json.hpp), "rank" and "objective_value" (a search's top list)}
@@ -29,7 +32,9 @@
 #include "reports/simulation_json.hpp"
 #include "sim/cluster.hpp"
 #include "sim/estimate.hpp"
+#include "sim/json_reader.hpp"
 #include "sim/layer_detail.hpp"
+#include "sim/model_spec.hpp"
 
 namespace trainplan {
 
@@ -49,6 +54,8 @@ struct PredictionDoc {
   Estimate estimate;                            // estimate.infeasible stays empty when read: the
   std::vector<std::string> infeasible_reasons;  // reasons are text (reports/infeasible.hpp)
   std::string model, cluster, software, engine;  // "" where the document names none
+  std::optional<ModelSpec> model_spec;          // the model itself, where the document carries it
+  std::string software_executor;                 // the profile's describes_executor ("" where none)
   std::optional<PredictionCost> cost;
   std::optional<std::vector<StageDetail>> layers;
   // The model's parameter counts (LayerGraph::counts): written for models with experts or MTP
@@ -65,6 +72,11 @@ nlohmann::json prediction_to_json(const PredictionDoc& d);
 // Throws InputError naming `file` and the field: an unknown key, a missing one, a wrong type, a
 // figure out of range, a stage total that is not the sum of its parts.
 PredictionDoc prediction_from_json(const nlohmann::json& j, const std::string& file);
+
+// The optional "model_spec" of a prediction or search document `root` (nullopt when absent),
+// read as a trainplan model file (parse_model: exact keys); `name`, the document's "model" ("" if
+// it has none), must be the spec's name.
+std::optional<ModelSpec> read_model_spec(const JsonObject& root, const std::string& name);
 
 PredictionCost prediction_cost(const Estimate& e, const Cluster& cluster);
 

@@ -114,10 +114,9 @@ std::optional<long long> nullable_integer(const JsonObject& o, const std::string
 }
 
 bool has(const JsonObject& o, const std::string& key) {
-  if (o.has(key)) return true;
-  const std::vector<std::string> keys = o.keys();
-  if (std::find(keys.begin(), keys.end(), key) != keys.end()) throw o.error(key, "must not be null");
-  return false;
+  if (!o.has(key)) return false;
+  if (o.raw(key).is_null()) throw o.error(key, "must not be null");
+  return true;
 }
 
 double seconds(const JsonObject& o, const std::string& key) { return std::max(0.0, o.number(key, -1e-9, kInf)); }

@@ -220,6 +220,8 @@ SearchDoc search_doc(const SearchResult& r, const SearchContext& ctx) {
   SearchDoc d;
   d.model = ctx.model;
   d.cluster = ctx.cluster;
+  if (ctx.model_spec) d.model_spec = *ctx.model_spec;
+  d.software = ctx.software;
   d.objective = ctx.objective;
   d.space = *ctx.space;
   d.stats = r.stats;
@@ -251,6 +253,8 @@ json search_to_json(const SearchDoc& d) {
             {"top", top},
             {"pareto", pareto},
             {"infeasible", infeasible}};
+  if (d.model_spec) j["model_spec"] = to_json(*d.model_spec);
+  if (!d.software.empty()) j["software"] = d.software;
   if (d.candidates) j["candidates"] = candidates_json(*d.candidates);
   return j;
 }
@@ -262,6 +266,8 @@ SearchDoc search_from_json(const json& j, const std::string& file) {
   schema::check_schema(root, kSearchSchema, "is this a search file?");
   SearchDoc d;
   d.model = root.string("model");
+  d.model_spec = read_model_spec(root, d.model);
+  if (schema::has(root, "software")) d.software = root.string("software");
   d.cluster = root.string("cluster");
   d.objective = *parse_objective(root.choice("objective", {"throughput", "cost", "time"}));
   if (root.string("objective_unit") != objective_unit(d.objective)) {

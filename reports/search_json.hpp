@@ -2,6 +2,10 @@
 // schema: SearchDoc, written by search_to_json and read back by search_from_json.
 //
 // {"schema", "model", "cluster", "objective", "objective_unit", "pareto_window",
+//  "model_spec" (the searched model as a trainplan model file holds it; prediction_json.hpp: what
+//               --plan runs the best entry with; absent in searches written before it),
+//  "software" (the profile the candidates were costed with, which --plan costs the best entry
+//              with; absent in searches written before it),
 //  "space": {"gpus", "exact_gpus", "global_batch", "seq_len", "dtype", "attention", "max_tp",
 //            "max_pp", "max_cp", "max_dp", "max_vp", "max_micro_batch",
 //            "lists": {"zero", "recompute", "schedules", "sequence_parallel", and where the search
@@ -38,6 +42,8 @@ struct SearchContext {
   const SearchSpace* space = nullptr;
   Objective objective = Objective::throughput;
   double pareto_window = 1;
+  const ModelSpec* model_spec = nullptr;  // written as "model_spec" when given
+  std::string software;                   // written as "software" when not empty
 };
 
 // The feasible candidates drawn in the report's scatter plot.
@@ -49,6 +55,8 @@ struct SearchCandidates {
 
 struct SearchDoc {
   std::string model, cluster;
+  std::optional<ModelSpec> model_spec;  // the entries' model, where the document carries it
+  std::string software;                 // the entries' software profile; "" where it names none
   Objective objective = Objective::throughput;
   SearchSpace space;
   SearchStats stats;

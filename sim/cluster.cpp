@@ -53,6 +53,7 @@ LinkTier parse_tier(const JsonObject& o, bool with_span) {
   t.bandwidth = o.number("bandwidth_gbps", 1e-3, 1e6) * kGB;
   t.latency = o.number("latency_us", 0, 1e6) * kMicro;
   t.efficiency = o.number("efficiency", 1e-3, 1);
+  if (with_span && o.has("in_network_reduction")) t.in_network_reduction = o.boolean("in_network_reduction");
   o.finish();
   return t;
 }
@@ -115,8 +116,70 @@ Cluster derivation_source(const JsonObject& d, const std::string& file, const st
   return src;
 }
 
+// One entry of "ops.derive.achieved": {"kernel": "gemm", "dtype", "m", "n", "k" | "best": true,
+// "tflops", "source"} or {"kernel": "attention_fwd" | "attention_bwd", "seq", "head_dim", "tflops",
+// "source"}. A rate above the GPU's datasheet peak in its format is a typo, not a measurement.
+AchievedRate parse_achieved_rate(const JsonObject& a, const GpuSpec& gpu, Dtype table_dtype) {
+  AchievedRate r;
+  const std::string kernel = a.choice("kernel", {"gemm", "attention_fwd", "attention_bwd"});
+  r.kernel = kernel == "gemm" ? ReferenceKernel::gemm
+             : kernel == "attention_fwd" ? ReferenceKernel::attention_fwd
+                                         : ReferenceKernel::attention_bwd;
+  r.dtype = table_dtype;
+  if (r.kernel == ReferenceKernel::gemm) {
+    const std::string dtype = a.choice("dtype", {to_string(table_dtype), "fp8", "mxfp8", "nvfp4"});
+    r.dtype = dtype == "fp8" ? Dtype::fp8 : dtype == "mxfp8" ? Dtype::mxfp8 : dtype == "nvfp4" ? Dtype::nvfp4 : table_dtype;
+    r.best = a.has("best") && a.boolean("best");
+    const bool shape = a.has("m") || a.has("n") || a.has("k");
+    if (r.best && shape) throw a.error("best", "and a shape m, n, k: a figure is the best over shapes or at one shape");
+    if (!r.best && !shape) throw a.error("m", "is missing: give the shape m, n, k or \"best\": true");
+    if (!r.best) {
+      r.m = a.number("m", 1, 1e7);
+      r.n = a.number("n", 1, 1e7);
+      r.k = a.number("k", 1, 1e7);
+    }
+  } else {
+    r.seq = a.number("seq", 1, 1e7);
+    r.head_dim = a.number("head_dim", 1, 1e4);
+  }
+  const FlopsPerSecond peak = gpu.peak(r.dtype);
+  if (peak <= 0) {
+    throw a.error("tflops", fmt::format("gpu.peak_tflops.{} is 0: a {} rate needs the GPU's {} peak", to_string(r.dtype),
+                                        to_string(r.dtype), to_string(r.dtype)));
+  }
+  r.rate = a.number("tflops", 1e-3, 1e6) * kTera;
+  if (r.rate > peak) {
+    throw a.error("tflops", fmt::format("exceeds gpu.peak_tflops.{} ({:g}): an achieved rate is at most the datasheet peak",
+                                        to_string(r.dtype), peak / kTera));
+  }
+  (void)a.string("source");  // where the figure was published (not empty)
+  a.finish();
+  return r;
+}
+
+// "ops.derive.achieved": published rates on this GPU (derive_op_costs). A quantized format's GEMM
+// figure is compared with the table-dtype figure of the same reference, which must be there too.
+std::vector<AchievedRate> parse_achieved(const JsonObject& d, const GpuSpec& gpu, Dtype table_dtype) {
+  std::vector<AchievedRate> rates;
+  if (!d.has("achieved")) return rates;
+  const std::vector<JsonObject> entries = d.objects("achieved", 1);
+  for (const JsonObject& a : entries) rates.push_back(parse_achieved_rate(a, gpu, table_dtype));
+  for (std::size_t i = 0; i < rates.size(); ++i) {
+    if (rates[i].dtype == table_dtype) continue;
+    const bool partner = std::any_of(rates.begin(), rates.end(), [&](const AchievedRate& b) {
+      return b.dtype == table_dtype && b.same_reference(rates[i]);
+    });
+    if (!partner) {
+      throw entries[i].error("dtype", fmt::format("needs a {} figure of the same reference (the same shape, or both "
+                                                  "best) to give the format's speed-up",
+                                                  to_string(table_dtype)));
+    }
+  }
+  return rates;
+}
+
 // "ops": measured tables, or {"source", "derive": {"from", "keep_attention_kernels"?,
-// "misaligned_gemm_slowdown"?}}: the tables of the named cluster scaled to this GPU by
+// "misaligned_gemm_slowdown"?, "achieved"?}}: the tables of the named cluster scaled to this GPU by
 // derive_op_costs (op_costs.hpp), so the rule lives in one place and a derived file never goes
 // stale. misaligned_gemm_slowdown, when given, replaces the kept one (a GPU whose kernels it was
 // not fitted on may state its own assumption).
@@ -131,19 +194,23 @@ OpCostTables parse_ops(const JsonObject& ops, const GpuSpec& gpu, const std::str
   (void)ops.string("source");
   const JsonObject d = ops.object("derive");
   const Cluster src = derivation_source(d, file, data_dir);
-  const bool keep_kernels = d.has("keep_attention_kernels") && d.boolean("keep_attention_kernels");
+  DerivationInputs in;
+  in.from = src.name;
+  in.keep_attention_kernels = d.has("keep_attention_kernels") && d.boolean("keep_attention_kernels");
   // The one kept figure a file may restate for its GPU (the slowdown is a fit on H100 kernels).
   const std::optional<double> misaligned = d.optional_number("misaligned_gemm_slowdown", 1, 100);
+  in.achieved = parse_achieved(d, gpu, src.ops.dtype);
   d.finish();
   ops.finish();
-  const FlopsPerSecond peak = gpu.peak(src.ops.dtype);
-  if (peak <= 0) {
+  in.peak = gpu.peak(src.ops.dtype);
+  if (in.peak <= 0) {
     throw InputError(fmt::format("{}: gpu.peak_tflops.{} = 0: the tables of {} were measured in {}; deriving them needs "
                                  "this GPU's {} peak",
                                  file, to_string(src.ops.dtype), src.name, to_string(src.ops.dtype),
                                  to_string(src.ops.dtype)));
   }
-  OpCostTables t = derive_op_costs(src.ops, src.name, peak, gpu.hbm_bandwidth, keep_kernels);
+  in.hbm_bandwidth = gpu.hbm_bandwidth;
+  OpCostTables t = derive_op_costs(src.ops, in);
   if (misaligned) t.misaligned_gemm_slowdown = *misaligned;
   return t;
 }

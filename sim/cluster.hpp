@@ -31,6 +31,11 @@ struct LinkTier {
   BytesPerSecond bandwidth = 0;
   Seconds latency = 0;
   double efficiency = 1;      // achieved bus bandwidth / link bandwidth for large messages
+  // The tier's switches reduce in the network (InfiniBand SHARP, NCCL's CollNet algorithms): an
+  // all-reduce over it sends each byte up once and receives the result once (collectives.hpp).
+  // Optional in the file ("in_network_reduction", default false): NCCL uses it only with the
+  // SHARP plugin and NCCL_COLLNET_ENABLE=1, so a cluster file says so where its jobs run that way.
+  bool in_network_reduction = false;
 };
 
 // How collectives behave beyond latency x steps + bytes / bandwidth (collectives.hpp).

@@ -9,39 +9,76 @@ namespace trainplan {
 
 namespace {
 
-struct Algorithm {
-  double (*steps)(int n);       // latency steps
-  double (*bus_factor)(int n);  // bytes moved per rank, as a multiple of M
-  bool in_switch = false;       // runs at the link's in-switch bandwidth (none: not available)
+// Where a group's ranks sit: n ranks, N scale-up domains, r = ceil(n / N) per domain.
+struct Span {
+  double n, nodes, per_node;
 };
 
-double ring_ar_steps(int n) { return 2.0 * (n - 1); }
-double ring_ar_factor(int n) { return 2.0 * (n - 1) / n; }
-double tree_ar_steps(int n) { return 2.0 * std::bit_width(static_cast<unsigned>(n - 1)); }  // 2 ceil(log2 n)
-double tree_ar_factor(int) { return 2.0; }
-double ring_half_steps(int n) { return n - 1.0; }
-double ring_half_factor(int n) { return (n - 1.0) / n; }
-double one(int) { return 1.0; }
+Span span_of(int n, const Link& l) {
+  const int r = std::clamp(l.ranks_per_node, 1, n);
+  return {static_cast<double>(n), static_cast<double>((n + r - 1) / r), static_cast<double>(r)};
+}
+
+double ceil_log2(double x) { return x <= 1 ? 0.0 : std::bit_width(static_cast<unsigned>(x - 1)); }
+
+// One line per algorithm: its latency for a group at `l`, the bytes it moves per rank as a
+// multiple of M (the bus-bandwidth factor), and the bandwidth it runs at (0: the link cannot run it).
+struct Algorithm {
+  Seconds (*latency)(const Span& s, const Link& l);
+  double (*bus_factor)(const Span& s);
+  BytesPerSecond (*bandwidth)(const Span& s, const Link& l);
+};
+
+BytesPerSecond link_bandwidth(const Span&, const Link& l) { return l.bandwidth; }
+
+// Ring all-reduce: a reduce-scatter and an all-gather round the ring.
+Seconds ring_ar_latency(const Span& s, const Link& l) {
+  return 2 * ((s.n - s.nodes) * l.intra_latency + (s.nodes - 1) * l.latency);
+}
+double ring_ar_factor(const Span& s) { return 2 * (s.n - 1) / s.n; }
+// Tree all-reduce: up and down a chain inside each domain and a binary tree between the domains.
+Seconds tree_ar_latency(const Span& s, const Link& l) {
+  return 2 * ((s.per_node - 1) * l.intra_latency + ceil_log2(s.nodes) * l.latency);
+}
+double tree_ar_factor(const Span&) { return 2; }
+// In-network all-reduce (SHARP on the network tier): inside each domain a reduce-scatter and an
+// all-gather over the node link, one trip through the switches between domains.
+Seconds in_network_latency(const Span& s, const Link& l) { return 2 * (s.per_node - 1) * l.intra_latency + l.latency; }
+double in_network_factor(const Span&) { return 1; }
+BytesPerSecond in_network_bandwidth(const Span& s, const Link& l) {
+  return l.in_network_reduction && s.nodes > 1 ? l.bandwidth : 0.0;
+}
 // In-switch all-reduce (NVLink SHARP, NCCL's NVLS): each rank sends its M bytes into the switch,
 // which reduces and multicasts them back: n + 1 sends and receives of M/n per rank instead of the
 // ring's 2(n - 1) (github NVIDIA/nccl-tests issue #238), in two steps (reduce, multicast).
-double two(int) { return 2.0; }
-double in_switch_factor(int n) { return (n + 1.0) / n; }
+Seconds two_steps(const Span&, const Link& l) { return 2 * l.latency; }
+double in_switch_factor(const Span& s) { return (s.n + 1) / s.n; }
+BytesPerSecond in_switch_bandwidth(const Span&, const Link& l) { return l.in_switch_bandwidth; }
+// Ring reduce-scatter or all-gather: half a ring all-reduce.
+Seconds ring_half_latency(const Span& s, const Link& l) {
+  return (s.n - s.nodes) * l.intra_latency + (s.nodes - 1) * l.latency;
+}
+double ring_half_factor(const Span& s) { return (s.n - 1) / s.n; }
+Seconds one_step(const Span&, const Link& l) { return l.latency; }
+double one(const Span&) { return 1; }
 
-// The table: each collective's algorithms. NVLS gives all-gather and reduce-scatter no bandwidth
-// gain (each rank still receives or sends (n - 1)/n M; NVIDIA/nccl issue #1506), so only the
-// all-reduce has it.
-constexpr Algorithm kAllReduce[] = {
-    {ring_ar_steps, ring_ar_factor}, {tree_ar_steps, tree_ar_factor}, {two, in_switch_factor, true}};
-constexpr Algorithm kHalf[] = {{ring_half_steps, ring_half_factor}};
-constexpr Algorithm kSendRecv[] = {{one, one}};
+// The table: each collective's algorithms. NVLS and SHARP give all-gather and reduce-scatter no
+// bandwidth gain (each rank still receives or sends (n - 1)/n M; NVIDIA/nccl issue #1506), so only
+// the all-reduce has them.
+constexpr Algorithm kAllReduce[] = {{ring_ar_latency, ring_ar_factor, link_bandwidth},
+                                    {tree_ar_latency, tree_ar_factor, link_bandwidth},
+                                    {in_network_latency, in_network_factor, in_network_bandwidth},
+                                    {two_steps, in_switch_factor, in_switch_bandwidth}};
+constexpr Algorithm kHalf[] = {{ring_half_latency, ring_half_factor, link_bandwidth}};
+constexpr Algorithm kSendRecv[] = {{one_step, one, link_bandwidth}};
 
 template <std::size_t N>
 Seconds cheapest(const Algorithm (&algos)[N], int n, Bytes m, const Link& l) {
+  const Span s = span_of(n, l);
   Seconds best = std::numeric_limits<double>::infinity();
   for (const auto& a : algos) {
-    const BytesPerSecond bw = a.in_switch ? l.in_switch_bandwidth : l.bandwidth;
-    if (bw > 0) best = std::min(best, a.steps(n) * l.latency + a.bus_factor(n) * m / bw);
+    const BytesPerSecond bw = a.bandwidth(s, l);
+    if (bw > 0) best = std::min(best, a.latency(s, l) + a.bus_factor(s) * m / bw);
   }
   return best;
 }
@@ -69,10 +106,15 @@ Link group_link(const Cluster& c, int size, int stride) {
     l.in_switch_bandwidth = c.node.bandwidth * c.in_switch_reduction.efficiency;
     return l;
   }
-  // Across domains: the group's members inside one domain each drive their own NIC.
+  // Across domains: the group's members inside one domain each drive their own NIC and step to
+  // each other over the node link.
   const int per_domain = std::clamp(c.scale_up_gpus / std::max(stride, 1), 1, size);
   const BytesPerSecond bw = std::min(node_bw, per_domain * tier->bandwidth * tier->efficiency);
-  return {tier->latency, bw, 0};
+  Link l{tier->latency, bw, 0};
+  l.ranks_per_node = per_domain;
+  l.intra_latency = c.node.latency;
+  l.in_network_reduction = tier->in_network_reduction;
+  return l;
 }
 
 AllToAllLink all_to_all_link(const Cluster& c, int size, int stride) {
@@ -105,6 +147,11 @@ Seconds forwarded_all_to_all_time(int n, Bytes network, Bytes node, const AllToA
 
 GroupLink group_of(const Cluster& c, int size, int stride) {
   return {size, stride, group_link(c, size, stride), c.collectives.call_overhead, all_to_all_link(c, size, stride)};
+}
+
+Link capped(Link link, BytesPerSecond cap) {
+  if (cap > 0) link.bandwidth = std::min(link.bandwidth, cap);
+  return link;
 }
 
 Seconds collective_time(Collective kind, int n, Bytes message, const Link& link) {

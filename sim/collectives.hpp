@@ -1,18 +1,29 @@
-// Collective communication cost: a table of (collective x algorithm) -> latency * steps + bytes /
-// bus bandwidth, with latency and bandwidth taken from the cluster tier that a group spans.
-// Ring costs (n ranks, message M bytes, per-step latency a, bus bandwidth B), as in NCCL and
-// nccl-tests PERFORMANCE.md:
-//   all-reduce      ring: 2(n-1) a + 2(n-1)/n M/B     tree: 2 ceil(log2 n) a + 2 M/B
-//   reduce-scatter  ring: (n-1) a + (n-1)/n M/B
-//   all-gather      ring: (n-1) a + (n-1)/n M/B
-//   send/recv       one step: a + M/B
-//   all-reduce      in-switch (NVLink SHARP, inside a scale-up domain whose cluster has it):
-//                   2 a + (n+1)/n M/B_s, B_s = the node link x in_switch_reduction.efficiency
-//   all-to-all      pairwise exchange (Thakur, Rabenseifner & Gropp 2005, "Optimization of
-//                   Collective Communication Operations in MPICH", Sec. 3.5; NCCL's alltoall, whose
-//                   bus bandwidth nccl-tests PERFORMANCE.md counts as (n-1)/n of the algorithm's):
-//                   (n-1) a + (n-1)/n M/B, M the bytes one rank sends in all (its own share included)
+// Collective communication cost: a table of (collective x algorithm) -> latency x steps + bytes /
+// bus bandwidth, with latency and bandwidth taken from the cluster tier that a group spans; each
+// call takes the cheapest algorithm of its collective, as NCCL's tuner does (src/graph/tuning.cc:
+// ncclTopoTuneModel and ncclTopoGetAlgoTime, time = latency + bytes / algorithm bandwidth).
+//
+// n ranks on N scale-up domains (nodes, or e.g. 72-GPU NVLink racks), r = n / N of them per domain
+// (Link::ranks_per_node), message M bytes, bus bandwidth B, a per step over the network (the
+// tier's latency), a_i per step over the node link. NCCL's model counts a ring's steps by where
+// they go: of a ring's n - 1 steps, N - 1 cross between domains and n - N stay inside one
+// (tuning.cc: nInterSteps; nccl-tests PERFORMANCE.md for the bus-bandwidth factors):
+//   all-reduce  ring:        2(n-N) a_i + 2(N-1) a  + 2(n-1)/n M/B
+//               tree:        2((r-1) a_i + ceil(log2 N) a) + 2 M/B   (double binary tree between
+//                            domains, a chain inside each; NCCL 2.4+)
+//               in-network:  2(r-1) a_i + a + M/B   (CollNet/SHARP, only on a network tier that
+//                            declares in_network_reduction: the switches reduce, so each byte goes
+//                            up once and the result comes down once instead of 2(n-1)/n times)
+//               in-switch:   2 a + (n+1)/n M/B_s, B_s = the node link x in_switch_reduction.efficiency
+//                            (NVLink SHARP, NCCL's NVLS, inside a scale-up domain whose cluster has it)
+//   reduce-scatter, all-gather  ring: (n-N) a_i + (N-1) a + (n-1)/n M/B
+//   send/recv   one step: a + M/B
+//   all-to-all  pairwise exchange (Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective
+//               Communication Operations in MPICH", Sec. 3.5; NCCL's alltoall, whose bus bandwidth
+//               nccl-tests PERFORMANCE.md counts as (n-1)/n of the algorithm's):
+//               (n-1) a + (n-1)/n M/B, M the bytes one rank sends in all (its own share included)
 // M is the full (unsharded) buffer: the all-reduced tensor, or the gathered/scattered whole.
+// Inside one domain (N = 1) every step is a node-link step and a = the node link's latency.
 // Checked against nccl-tests on 8 GPUs (github NVIDIA/nccl issue #2140, large messages): H100 ring
 // busbw 370 GB/s of 450 (efficiency 0.82; algbw 211 = 370 / (2 x 7/8)), NVLS algbw 275 GB/s
 // (= 309 GB/s of link x 8/9: efficiency 0.69); B300 ring 695 of 900, NVLS algbw 483 (0.60).
@@ -29,9 +40,12 @@ namespace trainplan {
 enum class Collective { all_reduce, reduce_scatter, all_gather, send_recv, all_to_all };
 
 struct Link {
-  Seconds latency = 0;            // per algorithm step
+  Seconds latency = 0;            // per algorithm step between domains (inside one: the node link's)
   BytesPerSecond bandwidth = 0;   // achieved bus bandwidth per rank (0: no communication)
   BytesPerSecond in_switch_bandwidth = 0;  // achieved link bandwidth under in-switch reduction (0: none)
+  int ranks_per_node = 1;         // group members in one scale-up domain; steps among them take intra_latency
+  Seconds intra_latency = 0;      // per step over the node link, where ranks_per_node > 1
+  bool in_network_reduction = false;  // the network tier reduces in its switches (LinkTier)
 };
 
 // The network tier that traffic among `extent` consecutive ranks takes (ranks are placed on
@@ -46,7 +60,7 @@ const LinkTier* spanning_tier(const Cluster& c, long long extent);
 // scale-up domain: the node link (on a full-mesh node, size - 1 of its peer links), with the
 // domain's in-switch reduction where it has one. Across domains: spanning_tier(size x stride),
 // with its per-GPU bandwidth times the group members inside one domain (each GPU has its own NIC),
-// capped by the node link.
+// capped by the node link; the members sharing a domain step to each other over the node link.
 Link group_link(const Cluster& c, int size, int stride);
 
 // Time of one collective over `n` ranks: the cheapest algorithm in the table.
@@ -71,6 +85,9 @@ Seconds all_to_all_time(int n, Bytes message, const AllToAllLink& link);
 // member sends `network` bytes over its NIC and `node` bytes over the node link, both at once:
 //   (nodes - 1) a_net + max(network / B_net, node / B_node), or inside a node (n-1) a_node + node / B_node.
 Seconds forwarded_all_to_all_time(int n, Bytes network, Bytes node, const AllToAllLink& link);
+// `link` with its bandwidth capped at `cap` bytes/s (0: no cap): a stack whose own copies and
+// synchronisation around each call bound how fast its collectives move data (Software::zero3).
+Link capped(Link link, BytesPerSecond cap);
 
 // One parallel group as its collectives see it. Every method is the cost of ONE call on the
 // group: the table's latency x steps + bytes / bus bandwidth, plus the cluster's fixed per-call

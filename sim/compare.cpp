@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace trainplan {
@@ -47,6 +48,24 @@ const StageMemory* stage_of(const Estimate& e, int stage) {
 
 }  // namespace
 
+std::string executor_mismatch(const std::string& software, const std::string& software_executor,
+                              const Measurement& measured) {
+  if (software.empty() || software != measured.software || software_executor == measured.executor) return "";
+  if (measured.executor.empty()) {
+    return fmt::format("the measurement names no executor (written before trainplan exec recorded one); the profile "
+                       "'{}' describes executor '{}', whose memory and time it predicts",
+                       software, software_executor);
+  }
+  if (software_executor.empty()) {
+    return fmt::format("the prediction's profile '{}' names no executor (predicted before profiles recorded one); the "
+                       "measurement came from executor '{}'",
+                       software, measured.executor);
+  }
+  return fmt::format("the measurement came from executor '{}', the profile '{}' describes executor '{}': its figures "
+                     "predict another program (refit the profile to this executor)",
+                     measured.executor, software, software_executor);
+}
+
 Comparison compare(const Estimate& predicted, const std::string& predicted_model, const std::string& predicted_cluster,
                    const Measurement& measured) {
   Comparison c;
@@ -91,25 +110,35 @@ Comparison compare(const Estimate& predicted, const std::string& predicted_model
       figure("other_s", "other (unattributed)", "s", std::nullopt, b.other),
   };
 
-  c.memory.push_back(figure("peak_bytes", "peak (largest rank)", "B", predicted.peak_memory, measured.peak_memory));
+  // A GPU rank's measured peak is what the CUDA caching allocator reserved, which leaves out the
+  // runtime reserve (CUDA context, communication buffers): the prediction's reserved bytes are its
+  // counterpart. A CPU rank's is the process's resident set: the prediction's total.
+  const bool allocator = measured.device == "cuda";
+  const char* what = allocator ? " reserved" : "";
+  auto held = [allocator](const StageMemory& s) { return allocator ? s.reserved() : s.total(); };
+  double peak = allocator ? 0.0 : predicted.peak_memory;
+  if (allocator)
+    for (const StageMemory& s : predicted.per_stage) peak = std::max(peak, held(s));
+  c.memory.push_back(figure("peak_bytes", allocator ? "reserved peak (largest)" : "peak (largest rank)", "B", peak,
+                            measured.peak_memory));
   for (const StagePeak& s : measured.per_stage) {
     const StageMemory* p = stage_of(predicted, s.stage);
-    c.memory.push_back(figure(fmt::format("stage{}_peak_bytes", s.stage), fmt::format("stage {}", s.stage), "B",
-                              p ? std::optional<double>(p->total()) : std::nullopt, s.peak));
+    c.memory.push_back(figure(fmt::format("stage{}_peak_bytes", s.stage), fmt::format("stage {}{}", s.stage, what),
+                              "B", p ? std::optional<double>(held(*p)) : std::nullopt, s.peak));
   }
   for (const StageMemory& p : predicted.per_stage) {
     bool seen = false;
     for (const StagePeak& s : measured.per_stage) seen = seen || s.stage == p.stage;
     if (!seen) {
-      c.memory.push_back(figure(fmt::format("stage{}_peak_bytes", p.stage), fmt::format("stage {}", p.stage), "B",
-                                p.total(), std::nullopt));
+      c.memory.push_back(figure(fmt::format("stage{}_peak_bytes", p.stage), fmt::format("stage {}{}", p.stage, what),
+                                "B", held(p), std::nullopt));
     }
   }
   for (const RankMeasurement& r : measured.ranks) {
     const StageMemory* p = stage_of(predicted, r.coords.pp);
     c.memory.push_back(figure(fmt::format("rank{}_peak_bytes", r.rank),
-                              fmt::format("rank {} (stage {})", r.rank, r.coords.pp), "B",
-                              p ? std::optional<double>(p->total()) : std::nullopt, r.peak_bytes()));
+                              fmt::format("rank {} (stage {}){}", r.rank, r.coords.pp, what), "B",
+                              p ? std::optional<double>(held(*p)) : std::nullopt, r.peak_bytes()));
   }
 
   const Throughput& pt = predicted.throughput;

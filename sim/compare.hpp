@@ -38,12 +38,22 @@ struct Comparison {
   Spread measured_step_time;                        // spread of the measured steps
   int warmup = 0;                                   // measured run's warm-up steps
   std::vector<ComparedFigure> time;                 // step, compute, each phase
-  std::vector<ComparedFigure> memory;               // peak, per stage, per rank
+  std::vector<ComparedFigure> memory;               // peak, per stage, per rank: against a GPU run's
+                                                    // allocator-reserved peak the predicted reserved
+                                                    // bytes (no runtime reserve), else the total
   std::vector<ComparedFigure> throughput;           // tokens/s, per GPU, model TFLOP/s per GPU
 };
 
 // The % error of one figure (see ComparedFigure::error_pct).
 std::optional<double> percent_error(std::optional<double> predicted, std::optional<double> measured);
+
+// One line when the measurement came from a trainplan exec whose memory behaviour is not the one
+// the prediction's software profile describes (Software::describes_executor against
+// Measurement::executor, for a measurement described by the same profile `software`), or where only
+// one side names an executor; "" otherwise. A profile describing another executor predicts another
+// program: its figures say nothing about this run's.
+std::string executor_mismatch(const std::string& software, const std::string& software_executor,
+                              const Measurement& measured);
 
 // `predicted_model`/`predicted_cluster` come from the prediction file's top level ("" if absent).
 Comparison compare(const Estimate& predicted, const std::string& predicted_model,

@@ -211,7 +211,13 @@ InputError JsonObject::error(const std::string& key, const std::string& rule) co
 
 bool JsonObject::has(const std::string& key) const {
   seen_.insert(key);
-  return value_->contains(key) && !(*value_)[key].is_null();
+  return value_->contains(key);
+}
+
+bool JsonObject::has_value(const std::string& key) const {
+  seen_.insert(key);
+  const auto it = value_->find(key);
+  return it != value_->end() && !it->is_null();
 }
 
 std::vector<std::string> JsonObject::keys() const {
@@ -229,6 +235,12 @@ const json& JsonObject::need(const std::string& key) const {
 
 const json& JsonObject::raw(const std::string& key) const { return need(key); }
 
+// A type rule as a message states it; for a null value it says so ("must be a number, not
+// null"): a key given as null is refused, not read as absent.
+static std::string type_rule(const json& v, const std::string& rule) {
+  return v.is_null() ? rule + ", not null" : rule;
+}
+
 static std::string range_text(double lo, double hi, bool lo_open) {
   auto num = [](double v) { return std::isinf(v) ? std::string(v < 0 ? "-inf" : "inf") : fmt::format("{:g}", v); };
   return fmt::format("must be in {}{}, {}]", lo_open ? "(" : "[", num(lo), num(hi));
@@ -236,7 +248,7 @@ static std::string range_text(double lo, double hi, bool lo_open) {
 
 double JsonObject::number(const std::string& key, double lo, double hi, bool lo_open) const {
   const json& v = need(key);
-  if (!v.is_number()) throw error(key, "must be a number");
+  if (!v.is_number()) throw error(key, type_rule(v, "must be a number"));
   lo = std::max(lo, -kMaxJsonMagnitude);
   hi = std::min(hi, kMaxJsonMagnitude);
   double x = v.get<double>();
@@ -255,7 +267,8 @@ long long JsonObject::integer(const std::string& key, long long lo, long long hi
   if (!v.is_number_integer()) {
     // 1e3 or 8.0: a whole number written as a real; say how to write it.
     const bool whole_real = v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>());
-    throw error(key, whole_real ? "must be an integer, written without a decimal point or exponent" : "must be an integer");
+    throw error(key, whole_real ? "must be an integer, written without a decimal point or exponent"
+                                : type_rule(v, "must be an integer"));
   }
   long long x = v.get<long long>();
   if (x < lo || x > hi) throw error(key, fmt::format("must be in [{}, {}]", lo, hi));
@@ -264,7 +277,7 @@ long long JsonObject::integer(const std::string& key, long long lo, long long hi
 
 std::string JsonObject::string(const std::string& key) const {
   const json& v = need(key);
-  if (!v.is_string()) throw error(key, "must be a string");
+  if (!v.is_string()) throw error(key, type_rule(v, "must be a string"));
   auto s = v.get<std::string>();
   if (s.empty()) throw error(key, "must not be empty");
   // Names and texts are printed on terminals: a newline or an escape sequence in a file must not
@@ -285,7 +298,7 @@ std::string JsonObject::choice(const std::string& key, std::initializer_list<con
     if (!list.empty()) list += '|';
     list += a;
   }
-  if (!v.is_string()) throw error(key, "must be one of " + list);
+  if (!v.is_string()) throw error(key, type_rule(v, "must be one of " + list));
   auto s = v.get<std::string>();
   for (const char* a : allowed)
     if (s == a) return s;
@@ -294,19 +307,19 @@ std::string JsonObject::choice(const std::string& key, std::initializer_list<con
 
 bool JsonObject::boolean(const std::string& key) const {
   const json& v = need(key);
-  if (!v.is_boolean()) throw error(key, "must be true or false");
+  if (!v.is_boolean()) throw error(key, type_rule(v, "must be true or false"));
   return v.get<bool>();
 }
 
 JsonObject JsonObject::object(const std::string& key) const {
   const json& v = need(key);
-  if (!v.is_object()) throw error(key, "must be a JSON object");
+  if (!v.is_object()) throw error(key, type_rule(v, "must be a JSON object"));
   return JsonObject(v, file_, field(key));
 }
 
 std::vector<JsonObject> JsonObject::objects(const std::string& key, std::size_t min_count) const {
   const json& v = need(key);
-  if (!v.is_array()) throw error(key, "must be an array of objects");
+  if (!v.is_array()) throw error(key, type_rule(v, "must be an array of objects"));
   if (v.size() < min_count) throw error(key, fmt::format("must hold at least {} entries", min_count));
   std::vector<JsonObject> out;
   for (std::size_t i = 0; i < v.size(); ++i) {

@@ -63,6 +63,10 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& file)
 nlohmann::json parse_json_text(const std::string& text, const std::string& file, JsonBudget& budget);
 
 // One JSON object being read. Call the accessors for every key, then finish() to reject extras.
+// null is a value, not an absent key: a key given as null is "there" for has(), and each typed
+// accessor refuses it ("must be a number, not null"), so that "micro_batches": null is never
+// read as if the key were left out. A format whose null means "absent" (Hugging Face configs:
+// "head_dim": null) asks has_value() instead, key by key.
 class JsonObject {
  public:
   // `file` names the source in messages; `path` is the field path of this object ("" for root).
@@ -70,6 +74,7 @@ class JsonObject {
 
   // A number in [lo, hi] ((lo, hi] with lo_open), both clamped to +-kMaxJsonMagnitude.
   double number(const std::string& key, double lo, double hi, bool lo_open = false) const;
+  // The optional_ accessors: nullopt when the key is absent; null is refused as any wrong type is.
   std::optional<double> optional_number(const std::string& key, double lo, double hi,
                                         bool lo_open = false) const;
   long long integer(const std::string& key, long long lo, long long hi) const;
@@ -80,7 +85,11 @@ class JsonObject {
   JsonObject object(const std::string& key) const;
   std::vector<JsonObject> objects(const std::string& key, std::size_t min_count = 0) const;
   const nlohmann::json& raw(const std::string& key) const;  // required key, any type
+  // Whether the key is given (with any value, null included); marks it read.
   bool has(const std::string& key) const;
+  // Whether the key is given with a value other than null; marks it read. Only for formats in
+  // which null means "not set" (Hugging Face configs); trainplan's own files use has().
+  bool has_value(const std::string& key) const;
   // The object's keys, sorted (for objects keyed by name; read each with an accessor).
   std::vector<std::string> keys() const;
 

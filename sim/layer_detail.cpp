@@ -22,7 +22,8 @@ LayerRow make_row(LayerRow::Kind kind, const ChunkCost& piece, const MemoryModel
   r.weights = states.weights;
   r.gradients = states.gradients;
   r.optimizer = states.optimizer;
-  r.weight_copies = states.weight_copies;
+  // stage_memory() takes a stage's ends out of its parameters; a row knows whether it is one.
+  r.weight_copies = weight_copy_bytes(mm, piece.params, kind == LayerRow::Kind::layers ? 0.0 : piece.params);
   r.activations = activations;
   return r;
 }

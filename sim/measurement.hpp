@@ -93,6 +93,8 @@ struct Measurement {
   std::string model;      // model name (as in the prediction's "model")
   std::string cluster;    // topology name the run is compared with (e.g. "cpu-local")
   std::string software;   // software profile that describes the run ("trainplan-exec"; "" if unknown)
+  std::string executor;   // trainplan exec's memory-behaviour fingerprint (exec/exec.hpp
+                          // kExecutorFingerprint; "" in other measurements and in those written before it)
   std::string backend;    // "nccl" | "gloo"
   std::string device;     // "cuda" | "cpu"
   int warmup = 0;         // steps run and discarded

@@ -109,23 +109,36 @@ Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw,
   return layer_activation_bytes(graph, sw, s, t, w, moe, kind, false);
 }
 
-// ZeRO-3's gathered units (zero3_gathered_bytes), per rank, at `bytes` per parameter (the compute
-// dtype's: ElementBytes::gathered_param). Units as exec/model.cpp cuts them: a layer; the embedding
+// The stage ends' parameters per rank, as exec/model.cpp cuts its units: the embedding
 // (vocabulary-parallel table, learned positions whole); the head (final norm and LM head; a tied
 // head on the last of several stages holds its own copy of the table, as step_costs counts it).
-void set_zero3_units(MemoryModel& mm, const LayerGraph& graph, const Strategy& s, double bytes) {
+// ZeRO-3 gathers each unit (zero3_gathered_bytes) at `gathered` bytes per parameter (the compute
+// dtype's: ElementBytes::gathered_param), a layer too.
+void set_end_units(MemoryModel& mm, const LayerGraph& graph, const Strategy& s, const ZeroPolicy& zero,
+                   double gathered) {
   const ModelSpec& m = graph.model();
   double embedding = 0, head = 0;
   for (const OpSpec& op : graph.pre_ops()) embedding += rank_params(op, s.tp);
   for (const OpSpec& op : graph.post_ops()) head += rank_params(op, s.tp);
   if (m.tied_embeddings && s.pp > 1) head += m.vocab * static_cast<double>(m.hidden) / s.tp;
+  mm.embedding_params = embedding;
+  mm.head_params = head;
+  mm.lm_head_params = mm.vocab / s.tp * m.hidden;
+  const double bytes = zero.shards_params ? gathered : 0.0;
   double layer = 0;  // the largest layer's
   for (int k = 0; k < graph.kind_count(); ++k)
     layer = std::max(layer, graph.kind_params_per_rank(k, s.tp, s.ep * s.etp));
   mm.gathered_layer = layer * bytes;
   mm.gathered_embedding = embedding * bytes;
   mm.gathered_head = head * bytes;
-  mm.head_reads_embedding = m.tied_embeddings && s.pp == 1;
+  mm.head_reads_embedding = zero.shards_params && m.tied_embeddings && s.pp == 1;
+}
+
+// The tokens of one loss chunk: those whose fp32 logits over the rank's vocabulary rows fit in
+// `chunk_bytes` (at least one); 0 (the whole micro-batch) without chunking.
+double loss_chunk_tokens(double vocab_per_rank, double chunk_bytes) {
+  if (chunk_bytes <= 0 || vocab_per_rank <= 0) return 0;
+  return std::max(1.0, std::floor(chunk_bytes / (4.0 * vocab_per_rank)));
 }
 
 }  // namespace
@@ -188,7 +201,7 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
 
 void memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
                   const std::array<Bytes, LayerGraph::kMaxKinds>& stored_layer, Bytes working_layer, MemoryModel& mm) {
-  // Every field is written here (or by set_zero3_units).
+  // Every field is written here (or by set_end_units).
   const Strategy& s = shape.strategy;
   mm.zero = shape.zero;
   mm.shard = static_cast<double>(shape.groups.dp.size);
@@ -212,9 +225,11 @@ void memory_model(const LayerGraph& graph, const Cluster& cluster, const Softwar
   mm.workspace = sw.allocator.workspace;
   mm.safety_margin = sw.allocator.safety_margin;
   mm.runtime = cluster.runtime_overhead;
-  mm.gathered_layer = mm.gathered_embedding = mm.gathered_head = 0;
-  mm.head_reads_embedding = false;
-  if (shape.zero.shards_params) set_zero3_units(mm, graph, s, shape.bytes.gathered_param);
+  set_end_units(mm, graph, s, shape.zero, shape.bytes.gathered_param);
+  mm.copies_layers_only = sw.memory.weight_copies_layers_only;
+  mm.loss_chunk_tokens = loss_chunk_tokens(mm.vocab / mm.tp, sw.memory.loss_chunk_bytes);
+  mm.loss_head_bytes = shape.bytes.loss_head;
+  mm.final_norm_tensors = graph.model().norm == Norm::rmsnorm ? sw.memory.rms_norm_saved_stream_tensors : 1;
 }
 
 StageActivations stage_activation_parts(const MemoryModel& mm, int stage, int layers) {
@@ -235,11 +250,14 @@ StageActivations stage_activation_parts(const MemoryModel& mm, int stage, const 
   // Embedding dropout mask (1 byte per element) of each chunk in flight, where the stack saves masks.
   if (stage == 0 && mm.dropout_masks) a.embedding = a.chunks_in_flight * mm.tokens * mm.hidden * mm.seq_share * 1.0;
   if (stage == mm.pp - 1) {
-    // The loss's logits of one micro-batch at their peak (logit_bytes per element: 4 for fp32
-    // logits, Korthikanti et al. 2022 Sec. 4.3 4sbv/t; more where the loss keeps fp32 copies and
-    // their gradients), plus the final norm's input (stream width) and the head's input.
-    a.head = mm.tokens * mm.vocab / mm.tp * mm.bytes.logit +
-             mm.tokens * mm.hidden * mm.seq_share * (mm.bytes.stream + mm.bytes.activation);
+    // The loss's logits of one micro-batch (or loss chunk) at their peak (logit_bytes per element:
+    // 4 for fp32 logits, Korthikanti et al. 2022 Sec. 4.3 4sbv/t; more where the loss keeps fp32
+    // copies and their gradients), what it holds per LM-head weight, plus what the final norm saves
+    // (stream tensors, as every norm of the model) and the loss's input (the head GEMM's saved input,
+    // or what the profile's loss_input_bytes says).
+    const double logit_tokens = mm.loss_chunk_tokens > 0 ? std::min(mm.tokens, mm.loss_chunk_tokens) : mm.tokens;
+    a.head = logit_tokens * mm.vocab / mm.tp * mm.bytes.logit + mm.lm_head_params * mm.loss_head_bytes +
+             mm.tokens * mm.hidden * mm.seq_share * (mm.bytes.stream * mm.final_norm_tensors + mm.bytes.loss_input);
     // MTP modules: each module's layer for every micro-batch the last chunk holds, its projection's
     // input (2h) and its own logits and head input at the loss's peak.
     if (mm.mtp_layers > 0) {
@@ -271,6 +289,12 @@ Bytes zero3_gathered_bytes(const MemoryModel& mm, int stage, int layers) {
   return peak;
 }
 
+Bytes weight_copy_bytes(const MemoryModel& mm, double params, double ends) {
+  const double copied = mm.copies_layers_only ? params - ends : params;
+  const double copy = mm.bytes.weight_copy;
+  return mm.zero.shards_params ? copied * copy / mm.shard : copied * copy;
+}
+
 StageMemory stage_memory(const MemoryModel& mm, int stage, double params, int layers) {
   StageLoad load{.params = params, .expert_params = 0, .kinds = {}, .layers = layers};
   load.kinds[0] = layers;
@@ -284,7 +308,8 @@ StageMemory stage_memory(const MemoryModel& mm, int stage, const StageLoad& load
   const int layers = load.layers;
   ModelStateBytes states = model_state_bytes(params, mm.bytes.state, mm.zero, mm.shard);
   const double copy = mm.bytes.weight_copy, temp = mm.bytes.optimizer_temp;
-  mem.weight_copies = mm.zero.shards_params ? params * copy / mm.shard : params * copy;
+  const double ends = (stage == 0 ? mm.embedding_params : 0.0) + (stage == mm.pp - 1 ? mm.head_params : 0.0);
+  mem.weight_copies = weight_copy_bytes(mm, params, std::min(ends, params));
   Bytes temporaries = mm.zero.shards_optimizer ? params * temp / mm.shard : params * temp;
   if (experts > 0) {  // the routed experts' states, sharded over the EDP group
     const ModelStateBytes e = model_state_bytes(experts, mm.bytes.state, mm.zero, mm.expert_shard);

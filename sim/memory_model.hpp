@@ -115,6 +115,17 @@ struct MemoryModel {
   // reads the embedding's unit too. All 0 without ZeRO-3.
   Bytes gathered_layer = 0, gathered_embedding = 0, gathered_head = 0;
   bool head_reads_embedding = false;
+  // Parameters per rank of the stage ends (set_end_units): the embedding unit (first stage) and
+  // the head unit (final norm and LM head, last stage; a tied head on pp > 1 its own copy of the
+  // table), and the LM head's weight alone (vocabulary rows / tp x hidden, tied or not).
+  double embedding_params = 0, head_params = 0, lm_head_params = 0;
+  bool copies_layers_only = false;  // MemoryProfile::weight_copies_layers_only
+  // The loss (last stage): the tokens of one chunk where it computes the logits chunk by chunk
+  // (MemoryProfile::loss_chunk_bytes; 0: the whole micro-batch at once), and the bytes per LM-head
+  // weight it holds besides the logits.
+  double loss_chunk_tokens = 0;
+  double loss_head_bytes = 0;
+  double final_norm_tensors = 1;  // stream tensors the final norm saves (rms_norm_saved_stream_tensors)
   Bytes runtime = 0;          // the cluster's runtime reserve, outside the allocator
 };
 // The memory model of a plan, with the per-layer activation bytes already computed:
@@ -135,7 +146,8 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
 // Activation bytes pipeline stage `stage` holds at its peak, with `layers` transformer layers over
 // its vp chunks: in flight x layers per chunk x stored bytes per layer, the working layer of full
 // recomputation, on the first stage the embedding dropout mask of each chunk in flight (1 byte per
-// element), on the last the fp32 logits of one micro-batch in the loss and the head's input.
+// element), on the last the logits of one micro-batch (or loss chunk) in the loss, what the loss
+// holds per LM-head weight, and the head's input.
 Bytes stage_activation_bytes(const MemoryModel& mm, int stage, int layers);
 // The same for a stage holding `kinds` layers of each kind.
 Bytes stage_activation_bytes(const MemoryModel& mm, int stage, const LayerGraph::KindCounts& kinds);
@@ -167,6 +179,10 @@ struct StageLoad {
   LayerGraph::KindCounts kinds{};  // its transformer layers of each kind
   int layers = 0;                  // all of them
 };
+// 16-bit weight copies of `params` parameters per rank, `ends` of them the embedding's or the
+// head's (not copied where the profile copies the layers only), ZeRO-3 sharding applied.
+Bytes weight_copy_bytes(const MemoryModel& mm, double params, double ends);
+
 // The memory of pipeline stage `stage` holding `load`.
 StageMemory stage_memory(const MemoryModel& mm, int stage, const StageLoad& load);
 // The same for `params` parameters (no experts) and `layers` layers of layer 0's kind.

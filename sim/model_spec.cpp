@@ -41,10 +41,11 @@ static void check_shape(const ModelSpec& m, const JsonObject& o, const char* hea
   }
 }
 
-// The optional "head_dim" key of both formats: absent (or null in a Hugging Face config) means
-// hidden / heads.
-static int read_head_dim(const JsonObject& o) {
-  return o.has("head_dim") ? static_cast<int>(o.integer("head_dim", 1, 1 << 16)) : 0;
+// The optional "head_dim" key of both formats: absent means hidden / heads; so does null in a
+// Hugging Face config (`null_is_absent`), where a trainplan model file refuses it.
+static int read_head_dim(const JsonObject& o, bool null_is_absent = false) {
+  const bool given = null_is_absent ? o.has_value("head_dim") : o.has("head_dim");
+  return given ? static_cast<int>(o.integer("head_dim", 1, 1 << 16)) : 0;
 }
 
 ModelSpec parse_model(const json& j, const std::string& file) {
@@ -97,7 +98,9 @@ static model_detail::ExtensionKeys hf_extension_keys(const std::string& type) {
 }
 
 // Hugging Face configs carry many keys we do not need (dropout, init, token ids); only the
-// architecture keys are read, but each one read is type- and range-checked.
+// architecture keys are read, but each one read is type- and range-checked. transformers writes
+// an unset optional key as null ("head_dim": null, "num_key_value_heads": null), so here an
+// optional key given as null reads as absent (has_value); a required one must still be given.
 ModelSpec parse_hf_config(const json& j, const std::string& file) {
   JsonObject o(j, file);
   const std::string type = o.string("model_type");
@@ -114,20 +117,20 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     m.layers = int_of("num_hidden_layers", kLayers);
     m.hidden = int_of("hidden_size", kHidden);
     m.heads = int_of("num_attention_heads", kHeads);
-    m.kv_heads = o.has("num_key_value_heads") ? int_of("num_key_value_heads", kHeads) : m.heads;
+    m.kv_heads = o.has_value("num_key_value_heads") ? int_of("num_key_value_heads", kHeads) : m.heads;
     m.ffn_hidden = int_of("intermediate_size", kFfn);
     m.vocab = int_of("vocab_size", kVocab);
     position_limit = int_of("max_position_embeddings", kSeq);
     m.activation = Activation::swiglu;
     m.norm = Norm::rmsnorm;
     m.position = Position::rope;
-    m.tied_embeddings = o.has("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
+    m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
   } else if (type == "gpt2") {
     m.layers = int_of("n_layer", kLayers);
     m.hidden = int_of("n_embd", kHidden);
     m.heads = int_of("n_head", kHeads);
     m.kv_heads = m.heads;
-    m.ffn_hidden = o.has("n_inner") ? int_of("n_inner", kFfn) : 4 * m.hidden;
+    m.ffn_hidden = o.has_value("n_inner") ? int_of("n_inner", kFfn) : 4 * m.hidden;
     m.vocab = int_of("vocab_size", kVocab);
     position_limit = int_of("n_positions", kSeq);
     m.activation = Activation::gelu;
@@ -145,19 +148,20 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     m.activation = Activation::gelu;
     m.norm = Norm::layernorm;
     m.position = Position::rope;
-    m.tied_embeddings = o.has("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
+    m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
   } else {
     throw o.error("model_type", fmt::format("must be one of {}", hf_model_types()));
   }
   if (!extended) {
     model_detail::refuse_extended_keys(o, type);
     model_detail::read_dense_sliding_window(o, type, m);
-    // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
-    m.explicit_head_dim = read_head_dim(o);
+    // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden;
+    // transformers writes an unset one as null.
+    m.explicit_head_dim = read_head_dim(o, true);
   }
   // Dropout: the largest of the config's dropout probabilities (absent or null: none).
   for (const char* key : {"attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"}) {
-    if (!o.has(key)) continue;
+    if (!o.has_value(key)) continue;
     const double p = o.number(key, 0, 1);
     // Named by its own key: the config has no "dropout" key to point at.
     if (p >= 1) throw o.error(key, "must be below 1 (a probability of dropping an element)");
@@ -167,7 +171,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
   // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
   const std::filesystem::path p(file);
-  if (o.has("_name_or_path") && o.raw("_name_or_path") != "") {
+  if (o.has_value("_name_or_path") && o.raw("_name_or_path") != "") {
     m.name = o.string("_name_or_path");
   } else {
     m.name = p.filename() == "config.json" ? folder_name(p.parent_path()) : p.stem().string();

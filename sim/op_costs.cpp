@@ -214,7 +214,9 @@ void OpCostTables::prepare() {
       for (const auto& p : points) {
         const Flops f = causal_attention_fwd_flops(p.seq, p.head_dim, p.batch_heads);
         xs.push_back({log2v(p.seq), log2v(p.head_dim)});
-        ys.push_back(pass == 0 ? std::log(f / p.fwd) : std::log(2.5 * f / (p.fwd_bwd - p.fwd)));
+        ys.push_back(pass == 0 ? std::log(f / p.fwd)
+                                : std::log(causal_attention_bwd_flops(p.seq, p.head_dim, p.batch_heads) /
+                                           (p.fwd_bwd - p.fwd)));
       }
       attention_grid_[table][pass].build(xs, ys);
     }
@@ -256,7 +258,7 @@ Seconds OpCostTables::attention_fwd(double seq, double head_dim, double batch_he
 Seconds OpCostTables::attention_bwd(double seq, double head_dim, double batch_heads, int kernel) const {
   if (seq <= 0 || batch_heads <= 0) return 0;
   const auto& grid = attention_grid_[static_cast<std::size_t>(kernel + 1)][1];
-  return 2.5 * causal_attention_fwd_flops(seq, head_dim, batch_heads) / std::exp(grid.at({log2v(seq), log2v(head_dim)}));
+  return causal_attention_bwd_flops(seq, head_dim, batch_heads) / std::exp(grid.at({log2v(seq), log2v(head_dim)}));
 }
 
 Seconds OpCostTables::stream(Bytes bytes_moved) const {
@@ -388,32 +390,97 @@ void parse_memory_bound(const JsonObject& o, OpCostTables& t) {
 
 }  // namespace
 
-OpCostTables derive_op_costs(const OpCostTables& measured, const std::string& from, FlopsPerSecond peak,
-                             BytesPerSecond hbm_bandwidth, bool keep_attention_kernels) {
-  TRAINPLAN_CHECK(measured.derivation.from.empty(), "op tables are derived from measured ones only");
-  TRAINPLAN_CHECK(peak > 0 && hbm_bandwidth > 0 && measured.measured_on.peak > 0 && measured.measured_on.hbm_bandwidth > 0,
-                  "derive_op_costs needs positive peaks and bandwidths");
-  OpCostTables t = measured;
-  t.derivation = {from, peak / measured.measured_on.peak, hbm_bandwidth / measured.measured_on.hbm_bandwidth};
-  const double c = t.derivation.compute_ratio, mem = t.derivation.memory_ratio;
-  for (GemmMeasure& g : t.gemm) {
-    g.fwd /= c;
-    g.dgrad /= c;
-    g.wgrad /= c;
+namespace {
+
+// The measured table's rate for the reference of one achieved figure (derive_op_costs).
+FlopsPerSecond table_rate(const OpCostTables& t, const AchievedRate& a) {
+  switch (a.kernel) {
+    case ReferenceKernel::gemm:
+      return a.best ? t.best_gemm_rate() : 2 * a.m * a.n * a.k / t.gemm_time(a.m, a.n, a.k, GemmPass::fwd);
+    case ReferenceKernel::attention_fwd:
+      return causal_attention_fwd_flops(a.seq, a.head_dim, 1) / t.attention_fwd(a.seq, a.head_dim, 1);
+    case ReferenceKernel::attention_bwd:
+      return causal_attention_bwd_flops(a.seq, a.head_dim, 1) / t.attention_bwd(a.seq, a.head_dim, 1);
   }
-  auto scale_attention = [c](std::vector<AttentionMeasure>& points) {
+  return 0;
+}
+
+// Geometric mean of the figures' achieved rates over the measured table's rates for the same
+// reference, over the figures of `kernel` in the table dtype; `peak_ratio` (and achieved false)
+// where there are none.
+double achieved_ratio(const OpCostTables& t, const std::vector<AchievedRate>& rates, ReferenceKernel kernel,
+                      double peak_ratio, bool& achieved) {
+  double log_sum = 0;
+  int n = 0;
+  for (const AchievedRate& a : rates) {
+    if (a.kernel != kernel || a.dtype != t.dtype) continue;
+    log_sum += std::log(a.rate / table_rate(t, a));
+    ++n;
+  }
+  achieved = n > 0;
+  return achieved ? std::exp(log_sum / n) : peak_ratio;
+}
+
+// Geometric mean over a quantized format's GEMM figures of its rate over the table-dtype figure of
+// the same reference on the same GPU; 0 where the format has no figure. The loader has checked
+// that every format figure has such a partner.
+double format_speedup(const std::vector<AchievedRate>& rates, Dtype format, Dtype table_dtype) {
+  double log_sum = 0;
+  int n = 0;
+  for (const AchievedRate& a : rates) {
+    if (a.kernel != ReferenceKernel::gemm || a.dtype != format) continue;
+    for (const AchievedRate& b : rates) {
+      if (b.dtype == table_dtype && b.same_reference(a)) {
+        log_sum += std::log(a.rate / b.rate);
+        ++n;
+        break;
+      }
+    }
+  }
+  return n > 0 ? std::exp(log_sum / n) : 0;
+}
+
+}  // namespace
+
+OpCostTables derive_op_costs(const OpCostTables& measured, const DerivationInputs& in) {
+  TRAINPLAN_CHECK(measured.derivation.from.empty(), "op tables are derived from measured ones only");
+  TRAINPLAN_CHECK(in.peak > 0 && in.hbm_bandwidth > 0 && measured.measured_on.peak > 0 &&
+                      measured.measured_on.hbm_bandwidth > 0,
+                  "derive_op_costs needs positive peaks and bandwidths");
+  for (const AchievedRate& a : in.achieved) TRAINPLAN_CHECK(a.rate > 0, "achieved rates are positive");
+  OpCostTables t = measured;
+  OpDerivation& d = t.derivation;
+  d.from = in.from;
+  const double peak_ratio = in.peak / measured.measured_on.peak;
+  d.gemm_ratio = achieved_ratio(measured, in.achieved, ReferenceKernel::gemm, peak_ratio, d.gemm_achieved);
+  d.attention_fwd_ratio =
+      achieved_ratio(measured, in.achieved, ReferenceKernel::attention_fwd, peak_ratio, d.attention_fwd_achieved);
+  d.attention_bwd_ratio =
+      achieved_ratio(measured, in.achieved, ReferenceKernel::attention_bwd, peak_ratio, d.attention_bwd_achieved);
+  d.memory_ratio = in.hbm_bandwidth / measured.measured_on.hbm_bandwidth;
+  d.fp8_speedup = format_speedup(in.achieved, Dtype::fp8, measured.dtype);
+  d.mxfp8_speedup = format_speedup(in.achieved, Dtype::mxfp8, measured.dtype);
+  d.nvfp4_speedup = format_speedup(in.achieved, Dtype::nvfp4, measured.dtype);
+  for (GemmMeasure& g : t.gemm) {
+    g.fwd /= d.gemm_ratio;
+    g.dgrad /= d.gemm_ratio;
+    g.wgrad /= d.gemm_ratio;
+  }
+  // fwd_bwd holds both passes: each is scaled by its own ratio.
+  auto scale_attention = [&d](std::vector<AttentionMeasure>& points) {
     for (AttentionMeasure& a : points) {
-      a.fwd /= c;
-      a.fwd_bwd /= c;
+      const Seconds bwd = a.fwd_bwd - a.fwd;
+      a.fwd /= d.attention_fwd_ratio;
+      a.fwd_bwd = a.fwd + bwd / d.attention_bwd_ratio;
     }
   };
   scale_attention(t.attention);
-  if (!keep_attention_kernels) t.attention_kernels.clear();
+  if (!in.keep_attention_kernels) t.attention_kernels.clear();
   for (auto& k : t.attention_kernels) scale_attention(k.points);
   for (auto& family : t.memory) {
     for (MemMeasure& m : family) {
-      m.fwd /= mem;
-      m.fwd_bwd /= mem;
+      m.fwd /= d.memory_ratio;
+      m.fwd_bwd /= d.memory_ratio;
     }
   }
   t.prepare();

@@ -80,11 +80,52 @@ struct MeasuredOn {
   BytesPerSecond hbm_bandwidth = 0;
 };
 
+// A published measured rate of one reference kernel on a GPU whose tables are derived (a cluster
+// file's "ops.derive.achieved"): what lets the derivation rule scale by achieved rates instead of
+// datasheet peaks. Rates are counted as the tables count them: 2MNK per GEMM, the causal half of
+// attention (causal_attention_fwd_flops; the backward 2.5x the forward).
+enum class ReferenceKernel { gemm, attention_fwd, attention_bwd };
+struct AchievedRate {
+  ReferenceKernel kernel = ReferenceKernel::gemm;
+  Dtype dtype = Dtype::bf16;     // GEMM input format; attention runs in the table dtype
+  bool best = false;             // GEMM: the best rate over a search of shapes (as "maximum
+                                 // achievable matmul FLOPS" tables report), not the rate at one shape
+  double m = 0, n = 0, k = 0;    // GEMM at one shape: M tokens, N outputs, K inputs (a forward product)
+  double seq = 0, head_dim = 0;  // causal attention
+  FlopsPerSecond rate = 0;
+  // The same kernel at the same shape (or both best over shapes), whatever the format.
+  bool same_reference(const AchievedRate& o) const {
+    return kernel == o.kernel && best == o.best && m == o.m && n == o.n && k == o.k && seq == o.seq &&
+           head_dim == o.head_dim;
+  }
+};
+
+// What the derivation rule needs of the GPU whose tables are derived.
+struct DerivationInputs {
+  std::string from;                     // the cluster whose measured tables are scaled
+  FlopsPerSecond peak = 0;              // this GPU's dense datasheet peak in the table dtype
+  BytesPerSecond hbm_bandwidth = 0;     // this GPU's HBM bandwidth
+  bool keep_attention_kernels = false;  // see derive_op_costs
+  std::vector<AchievedRate> achieved;   // published rates on this GPU; may be empty
+};
+
 // How a derived table was made from a measured one (derive_op_costs); empty `from` when measured.
+// Each ratio multiplies the measured rates of one family of tables; `*_achieved` says whether it
+// came from published achieved rates (else it is the datasheet peak ratio).
 struct OpDerivation {
-  std::string from;               // the cluster whose measured tables were scaled
-  double compute_ratio = 1;       // GEMM and attention rates x this (target peak / measured peak)
-  double memory_ratio = 1;        // memory-bound rates x this (target HBM bandwidth / measured)
+  std::string from;                 // the cluster whose measured tables were scaled
+  double gemm_ratio = 1;            // GEMM rates x this
+  double attention_fwd_ratio = 1;   // attention forward rates x this
+  double attention_bwd_ratio = 1;   // attention backward rates x this
+  double memory_ratio = 1;          // memory-bound rates x this (target HBM bandwidth / measured)
+  bool gemm_achieved = false, attention_fwd_achieved = false, attention_bwd_achieved = false;
+  // Achieved speed-up of a quantized GEMM format over the table dtype on this GPU (its published
+  // rate over the table-dtype rate published at the same shape); 0 where none was published and
+  // the datasheet peak ratio stands (op_time.cpp).
+  double fp8_speedup = 0, mxfp8_speedup = 0, nvfp4_speedup = 0;
+  double format_speedup(Dtype d) const {
+    return d == Dtype::fp8 ? fp8_speedup : d == Dtype::mxfp8 ? mxfp8_speedup : d == Dtype::nvfp4 ? nvfp4_speedup : 0;
+  }
 };
 
 class OpCostTables {
@@ -143,16 +184,28 @@ class OpCostTables {
 // Causal attention FLOPs as the table counts them: QK^T and PV over half the score matrix,
 // 2 * 2 * seq^2 * head_dim / 2 per head; backward 2.5x the forward (FlashAttention-2 paper, Sec. 4).
 Flops causal_attention_fwd_flops(double seq, double head_dim, double batch_heads);
+inline Flops causal_attention_bwd_flops(double seq, double head_dim, double batch_heads) {
+  return 2.5 * causal_attention_fwd_flops(seq, head_dim, batch_heads);
+}
 
 // Reads the "ops" object of measured tables (exact keys; see op_costs.cpp for the format) and
 // prepares the grids. A derived "ops" object ({"derive": ...}) is read by the cluster loader.
 OpCostTables parse_op_costs(const JsonObject& o);
 
 // The derivation rule: the tables of a GPU that was not measured, from the tables measured on
-// another GPU (`measured`) and the datasheet figures of the new one, each kernel scaled by the
-// resource that bounds it:
-//   GEMM and attention (compute-bound): time x measured_on.peak / peak, where `peak` is the new
-//     GPU's dense peak in the table dtype (the same fraction of peak per shape);
+// another GPU (`measured`) and the figures of the new one, each kernel scaled by the resource that
+// bounds it:
+//   GEMM (compute-bound): rates x the ratio of ACHIEVED rates of a reference GEMM where this GPU's
+//     file states published ones (in.achieved, table dtype): this GPU's rate over the measured
+//     table's rate for the same reference, i.e. at the same shape (the forward product), or, for
+//     a best-over-shapes figure, the table's best rate (OpCostTables::best_gemm_rate); several
+//     figures give the geometric mean of their ratios. Without one, the datasheet peak ratio
+//     in.peak / measured_on.peak (the assumption: the same fraction of peak per shape);
+//   attention forward and backward: the same, each from its own reference figures (causal flash
+//     attention at a sequence length and head dimension), else the peak ratio;
+//   quantized GEMM formats (fp8, mxfp8, nvfp4): their achieved speed-up over the table dtype, the
+//     geometric mean over their figures of the format's rate over the table-dtype figure of the
+//     same reference on this GPU (OpDerivation::format_speedup); else op_time.cpp's peak ratio;
 //   memory-bound kernels (norms, activations, adds, cross-entropy, AdamW): time x
 //     measured_on.hbm_bandwidth / hbm_bandwidth (the same fraction of HBM bandwidth per size);
 //   the kernel floor (launch and host overhead per kernel) and the misaligned-GEMM slowdown are
@@ -161,10 +214,9 @@ OpCostTables parse_op_costs(const JsonObject& o);
 //     a table is a fact about one kernel on the measured GPU's architecture (FlashAttention-2 has
 //     no Hopper code path), and on another architecture the calibrated table stands for the
 //     stack's kernel; keep them only for a GPU with the same SM (H200 on H100's GH100).
-// Other dtypes follow from the table as on a measured GPU (op_time.cpp: the new GPU's peak ratios).
 // Every built-in cluster not measured itself (A100, L40S, H200, Blackwell, AMD) uses this rule.
-OpCostTables derive_op_costs(const OpCostTables& measured, const std::string& from, FlopsPerSecond peak,
-                             BytesPerSecond hbm_bandwidth, bool keep_attention_kernels);
+// The achieved figures are checked by the cluster loader (cluster.cpp); here they must be positive.
+OpCostTables derive_op_costs(const OpCostTables& measured, const DerivationInputs& in);
 
 // Largest relative difference between a table's measured_on GPU and the cluster's GPU (peak in the
 // table dtype, HBM bandwidth) under which a cluster may use measured tables as they are.

@@ -15,10 +15,13 @@ PassCost operator*(double n, const PassCost& p) { return {n * p.gpu, n * p.kerne
 
 namespace {
 
-// Tensor-core rate in `dtype` over the table dtype's, from the cluster's datasheet peaks
-// (gpu.peak_tflops): fp16 = bf16 (1), fp8 = 2 on Hopper and Ada, fp32 the fraction of its peak.
+// Tensor-core rate in `dtype` over the table dtype's: a quantized format's achieved speed-up where
+// the derived tables carry one from published rates (OpDerivation::format_speedup), else the ratio
+// of the cluster's datasheet peaks (gpu.peak_tflops): fp16 = bf16 (1), fp8 = 2 on Hopper and Ada,
+// fp32 the fraction of its peak.
 double dtype_speedup(const Cluster& c, Dtype dtype) {
   if (dtype == c.ops.dtype) return 1;
+  if (const double achieved = c.ops.derivation.format_speedup(dtype); achieved > 0) return achieved;
   const double table_peak = c.gpu.peak(c.ops.dtype), peak = c.gpu.peak(dtype);
   return table_peak > 0 && peak > 0 ? peak / table_peak : 1;
 }
@@ -31,7 +34,7 @@ FlopsPerSecond matmul_rate_bound(const Cluster& c, Dtype dtype) {
 
 // FP8 GEMMs (Transformer Engine runs the forward and both backward products in FP8) are not in the
 // measured 16-bit table. One FP8 tensor-core instruction does the work of a 16-bit one over r times
-// the reduction length (r = fp8 peak / table peak), and r 1-byte operand elements move the bytes
+// the reduction length (r = fp8 peak / table peak, or the achieved speed-up, dtype_speedup), and r 1-byte operand elements move the bytes
 // of one 16-bit element, so an FP8 GEMM is costed as the measured 16-bit GEMM whose reduction
 // dimension is r times shorter: large GEMMs come out close to r x faster, small and short-reduction
 // ones (bound by latency, tile quantisation and the 16-bit output) much less, as measured FP8
@@ -39,8 +42,9 @@ FlopsPerSecond matmul_rate_bound(const Cluster& c, Dtype dtype) {
 // ops.source of topologies/dgx-h100.json). The reduction dimension is K for the forward, N for the
 // input gradient (dY W) and M, the tokens, for the weight gradient (dY^T X).
 //
-// The block-scaled formats (mxfp8, nvfp4) follow the same rule at their own peak ratio (r = 2 for
-// MXFP8 and 4 for NVFP4 on B200): their scales are applied inside the tensor-core instruction.
+// The block-scaled formats (mxfp8, nvfp4) follow the same rule at their own ratio (by the peaks,
+// r = 2 for MXFP8 and 4 for NVFP4 on B200): their scales are applied inside the tensor-core
+// instruction.
 Seconds gemm_time(const Cluster& c, Dtype dtype, double m, double n, double k, GemmPass pass) {
   const OpCostTables& t = c.ops;
   const bool narrow = quantized_gemms(dtype) && !quantized_gemms(t.dtype);
@@ -110,7 +114,12 @@ PassCost mem_bwd(const Ctx& x, const MemOpImpl& impl, Bytes bytes) {
 // the output gradient), a memory-bound pass over it: fp8 the profile's fp8_quantize_passes; a
 // block-scaled format the bytes ElementBytes::quantize_moved says, in passes of the add kernel
 // (which moves 3 x its 16-bit input). Weights are quantized once a step, cached across micro-
-// batches, and not counted.
+// batches, and not counted. This is Transformer Engine's MXFP8 recipe: each Linear quantizes its
+// input rowwise and columnwise in one kernel (input_quantizer.set_usage(rowwise=True,
+// columnwise=backward_needs_input), module/linear.py and layernorm_linear.py), its output gradient
+// likewise, and its weight through get_weight_workspace, cached after the first micro-batch; the
+// norm before QKV and FC1 is not fused with the MXFP8 cast unless NVTE_NORM_FWD_USE_CUDNN is set
+// (csrc/extensions/normalization.cpp, force_unfused_kernel), so every input pays its own pass.
 struct LinearCost {
   PassCost fwd, bwd;
 };
@@ -338,6 +347,11 @@ void add_linears(const Ctx& x, bool moe, LayerOpCosts& L) {
     L.fwd += l->fwd;
     L.bwd += l->bwd;
   }
+  // The fused outputs are split into their parts by views (free forward); backward, each part's
+  // gradient is assembled into the fused one as the stack does it (software memory_bound.fused_split).
+  const double act = x.b.activation;
+  if (x.sw.qkv_fused) L.bwd += 3 * mem_bwd(x, x.sw.mem.fused_split, M * (q + 2 * kv) / tp * act);
+  if (swiglu && x.sw.gate_up_fused) L.bwd += 2 * mem_bwd(x, x.sw.mem.fused_split, M * 2 * f / tp * act);
 }
 
 // The attention core and what surrounds it: RoPE on q and k (MLA: the heads' RoPE query parts and

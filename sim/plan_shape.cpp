@@ -90,7 +90,11 @@ ElementBytes element_bytes(const Software& sw, const Strategy& s) {
   // 16-bit weights.
   b.gathered_param = state_bytes(s).weight;
   b.wire_grad = state_bytes(s).grad;
-  b.logit = sw.memory.loss_bytes_per_logit;
+  // The loss's fp32 figures, and a copy of each in the 16-bit compute dtype where the stack keeps one.
+  const double loss_copy = !fp32 && sw.memory.loss_compute_dtype_copies ? b.activation : 0.0;
+  b.logit = sw.memory.loss_bytes_per_logit + loss_copy;
+  b.loss_head = sw.memory.loss_bytes_per_head_param > 0 ? sw.memory.loss_bytes_per_head_param + loss_copy : 0.0;
+  b.loss_input = sw.memory.loss_input_bytes > 0 ? sw.memory.loss_input_bytes + loss_copy : b.activation;
   b.state = state_bytes(sw.memory, s);
   b.optimizer_temp = sw.memory.optimizer_temp_bytes;
   // Parameter servers hold the optimizer states and run the optimizer (param_server.hpp): the
@@ -113,11 +117,13 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s, const RankLa
   g.cp = group_of(c, s.cp, layout.stride(Dim::cp));
   const int dp_stride = s.cp > 1 ? std::min(layout.stride(Dim::dp), layout.stride(Dim::cp)) : layout.stride(Dim::dp);
   g.dp = group_of(c, s.dp * s.cp, dp_stride);
+  g.zero3 = g.dp;
   g.pp = pipeline_group(c, s.pp, layout.stride(Dim::pp));
   g.ep = group_of(c, s.ep, layout.stride(ExpertDim::ep));
   g.etp = group_of(c, s.etp, layout.stride(ExpertDim::etp));
   g.edp = group_of(c, layout.size(ExpertDim::edp), layout.stride(ExpertDim::edp));
   g.expert_mp = group_of(c, s.ep * s.etp, std::min(layout.stride(ExpertDim::etp), layout.stride(ExpertDim::ep)));
+  g.edp_zero3 = g.edp;
   return g;
 }
 
@@ -128,6 +134,18 @@ GroupLink pipeline_group(const Cluster& c, int pp, int stride) {
 }
 
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s) { return parallel_groups(c, s, RankLayout(s)); }
+
+namespace {
+
+// The groups with ZeRO-3's view of the DP and EDP groups: the stack's cap on its collectives' bandwidth.
+ParallelGroups with_zero3(ParallelGroups g, const Software& sw) {
+  g.zero3.link = capped(g.dp.link, sw.zero3.max_bus_bandwidth);
+  g.edp_zero3 = g.edp;
+  g.edp_zero3.link = capped(g.edp.link, sw.zero3.max_bus_bandwidth);
+  return g;
+}
+
+}  // namespace
 
 PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Software& sw, const Strategy& s)
     : strategy(checked(s)),
@@ -140,7 +158,7 @@ PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Softw
       tokens(token_shape(s)),
       moe(moe_shape(model, s, tokens)),
       bytes(element_bytes(sw, s)),
-      groups(parallel_groups(cluster, s, RankLayout(s))) {
+      groups(with_zero3(parallel_groups(cluster, s, RankLayout(s)), sw)) {
   // (Members initialised in place, not assigned: search builds one of these per layout.)
   if (s.uses_ps()) ps = ps_network(cluster, s, groups.dp);
 }

@@ -107,7 +107,11 @@ struct ElementBytes {
                                 // 2 under mixed precision whatever the master width, 4 in fp32
   double wire_grad = 2;         // a gradient as reduced over the DP group, before compression:
                                 // state_bytes(strategy).grad
-  double logit = 4;             // a logit of one micro-batch at the loss's peak (profile)
+  double logit = 4;             // a logit of one micro-batch (or loss chunk) at the loss's peak (profile;
+                                // with loss_compute_dtype_copies plus a 16-bit copy under mixed precision)
+  double loss_head = 0;         // bytes the loss holds per LM-head weight beyond it (likewise)
+  double loss_input = 2;        // bytes per element of the loss's input held at its peak: the profile's
+                                // loss_input_bytes (likewise), else the head GEMM's saved input (activation)
   StateBytes state;             // model states per parameter as a worker holds them (the optimizer's
                                 // are on the servers with parameter servers: 0)
   double optimizer_temp = 0;    // optimizer temporaries per updated parameter (0 with servers)
@@ -125,11 +129,14 @@ struct ParallelGroups {
                  // nearer of the DP and CP neighbours.
   GroupLink pp;  // the pipeline: pp stages; its link is the one between adjacent stages (the
                  // pipeline only sends to neighbours), i.e. group_link of 2 ranks pp-stride apart
+  GroupLink zero3;  // the DP group as the stack's ZeRO-3 gathers and reduce-scatters use it: dp's
+                    // link with its bandwidth capped at the profile's zero3.max_bus_gbps (PlanShape)
   // Experts (RankLayout's expert numbering): the all-to-all of token dispatch over `ep`; the
   // expert-TP all-gather / reduce-scatter of the routed tokens over `etp`; the reduction (and ZeRO
   // sharding) of the routed experts' gradients over `edp`; the allgather dispatcher's collectives
   // over the ep x etp ranks of `expert_mp`. Size 1 for a dense model.
   GroupLink ep, etp, edp, expert_mp;
+  GroupLink edp_zero3;  // the EDP group as ZeRO-3's gathers and reduce-scatters use it (as zero3)
 };
 // The groups of `s` on cluster `c`, placed by RankLayout.
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s);

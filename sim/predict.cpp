@@ -787,14 +787,16 @@ CompressionCost chunk_wire(const GradientWire& w, const ChunkCost& c) {
 // calls, added to the chunk's: ZeRO-3 gathers each layer's parameters and ZeRO-2/3 reduce-scatter
 // each layer's gradients with their own call (ring latency and the per-call overhead per layer);
 // ZeRO 0/1 reduce once per step (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter
-// all-gather follows the optimizer). PowerSGD makes two rounds of each call (P, then Q).
-void add_group_collectives(const PlanShape& shape, const GroupLink& group, double calls, double params, double wire,
-                           double rounds, ChunkCost& c) {
+// all-gather follows the optimizer). PowerSGD makes two rounds of each call (P, then Q). ZeRO-3's
+// gathers and reduce-scatters take `zero3`, the stack's view of the group (its cap, PlanShape).
+void add_group_collectives(const PlanShape& shape, const GroupLink& group, const GroupLink& zero3, double calls,
+                           double params, double wire, double rounds, ChunkCost& c) {
   if (group.size == 1) return;
   const ZeroPolicy& zero = shape.zero;
-  if (zero.shards_params) c.zero3_gather += calls * group.all_gather(params * shape.bytes.gathered_param / calls);
+  const GroupLink& per_mb = zero.shards_params ? zero3 : group;
+  if (zero.shards_params) c.zero3_gather += calls * per_mb.all_gather(params * shape.bytes.gathered_param / calls);
   if (zero.reduce_each_micro_batch) {
-    c.dp_reduce += calls * group.reduce_scatter(wire / calls);
+    c.dp_reduce += calls * per_mb.reduce_scatter(wire / calls);
   } else {
     c.dp_reduce +=
         rounds * (zero.reduce_scatters ? group.reduce_scatter(wire / rounds) : group.all_reduce(wire / rounds));
@@ -816,13 +818,14 @@ void set_chunk_collectives(const PlanShape& shape, double layers_params, int moe
   }
   const double n = c.layers;
   const double calls = std::max(1.0, n) + (c.params > layers_params ? 1 : 0);
+  const ParallelGroups& g = shape.groups;
   if (c.expert_params <= 0) {
-    add_group_collectives(shape, shape.groups.dp, calls, c.params, cc.wire, cc.rounds, c);
+    add_group_collectives(shape, g.dp, g.zero3, calls, c.params, cc.wire, cc.rounds, c);
     return;
   }
   const double expert_wire = c.expert_params * shape.bytes.wire_grad;
-  add_group_collectives(shape, shape.groups.dp, calls, c.params - c.expert_params, cc.wire - expert_wire, cc.rounds, c);
-  add_group_collectives(shape, shape.groups.edp, std::max(1, moe_layers), c.expert_params, expert_wire, 1, c);
+  add_group_collectives(shape, g.dp, g.zero3, calls, c.params - c.expert_params, cc.wire - expert_wire, cc.rounds, c);
+  add_group_collectives(shape, g.edp, g.edp_zero3, std::max(1, moe_layers), c.expert_params, expert_wire, 1, c);
 }
 
 // Every chunk's DP/ZeRO collectives and, compressed, its compression kernels (`compress`, one
@@ -907,6 +910,7 @@ void set_step_facts(const LayerGraph& graph, const Cluster& cluster, const Softw
                     const LayerCosts& lc, const Pieces& p, StepCosts& out) {
   const Strategy& s = shape.strategy;
   out.overlap = sw.overlap;
+  out.zero3_backward_gathers = sw.zero3.regathers_for_recompute && s.recompute == Recompute::full ? 2 : 1;
   out.pp_overlap = shape.pp_overlap;
   out.overlap_slowdown = cluster.collectives.overlap_slowdown;
   out.zero = shape.zero;
@@ -1060,6 +1064,19 @@ Bytes set_stage_memory(const MemoryModel& mm, int stage, const StageLoad& load, 
   return total;
 }
 
+// The backward a stage's once-a-step gradient reduction can hide under, for a stage whose backward
+// of one micro-batch takes `stage_backward`. A chunk's gradients are final after its last
+// micro-batch's backward. Under 1F1B and GPipe (one chunk per stage) that is the step's last
+// backward slot. The interleaved schedule runs the backwards of its last round of min(m, pp)
+// micro-batches chunk by chunk, the last chunk first (Narayanan et al. 2021, Sec. 2.2.2; Megatron's
+// get_model_chunk_id), so the chunks' gradients become final one after another over those
+// min(m, pp) backwards of the whole stage, and the reduction of every chunk but the first can
+// run under the backwards of the chunks after it. The simulator replays exactly this order.
+Seconds reduction_window(const Strategy& s, Seconds stage_backward) {
+  if (s.schedule != ScheduleKind::interleaved || s.vp == 1) return stage_backward;
+  return std::min(s.micro_batches(), s.pp) * stage_backward;
+}
+
 // One pass over the stages (predict runs millions of times in a search): each stage's sums, what
 // the step takes from them in stage order, and the stage's memory (memory_model.hpp; the runtime
 // reserve from the cluster file, the allocator's behaviour and the safety margin from the
@@ -1110,10 +1127,11 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
     };
     if (zero.shards_params) {
       sum_chunks([&](const ChunkCost& c) {
-        t.zero_mb += 2 * c.zero3_gather + c.dp_reduce;
+        const Seconds backward_gathers = costs.zero3_backward_gathers * c.zero3_gather;
+        t.zero_mb += c.zero3_gather + backward_gathers + c.dp_reduce;
         t.zero_mb_exposed +=
             exposed(costs, c.zero3_gather, c.forward + c.tp_forward + c.cp_forward + c.ep_forward, costs.overlap.zero3) +
-            exposed(costs, c.zero3_gather + c.dp_reduce,
+            exposed(costs, backward_gathers + c.dp_reduce,
                     c.backward + c.recompute + c.tp_backward + c.cp_backward + c.ep_backward, costs.overlap.zero3);
       });
     } else if (zero.reduce_each_micro_batch) {
@@ -1134,9 +1152,10 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
     t.work = t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_mb_exposed;
     work_sum += t.work;
     if (i == 0 || b.work < t.work) b = t;
-    // DP gradient reduction overlaps with the last micro-batch's backward (gradient buckets start
-    // as soon as their layer's gradients exist, one bucket per layer); the last bucket shows.
-    step_exposed = std::max(step_exposed, bucketed_exposed_comm(t.dp_step, t.bwd, t.load.layers,
+    // DP gradient reduction overlaps with the backward after a chunk's gradients are final
+    // (gradient buckets start as soon as their layer's gradients exist, one bucket per layer); the
+    // last bucket shows.
+    step_exposed = std::max(step_exposed, bucketed_exposed_comm(t.dp_step, reduction_window(s, t.bwd), t.load.layers,
                                                                 costs.overlap_cost_rate(costs.overlap.dp)));
     dp_total = std::max(dp_total, t.dp_step + m * t.zero_mb);
     e.stage_layers[i] = t.load.layers;

@@ -110,6 +110,9 @@ struct StepCosts {
   Seconds dp_param_gather = 0;     // ZeRO 1/2 all-gather of updated parameters after the step
   ZeroPolicy zero;                 // the plan's ZeRO policy: when the DP/ZeRO collectives run
                                    // (reduce_each_micro_batch: every backward reduce-scatters)
+  int zero3_backward_gathers = 1;  // ZeRO-3 gathers of a chunk before its backward: 2 where the
+                                   // stack gathers again for the recomputed forward and again for
+                                   // the backward (Software::zero3.regathers_for_recompute)
   Overlap overlap;                 // share of each DP/ZeRO collective the software hides behind compute
   double pp_overlap = 0;           // share of each p2p send hidden behind compute under this schedule
   double overlap_slowdown = 0;     // compute slowdown per second of hidden communication (cluster)

@@ -173,15 +173,19 @@ int send_output(Run& r, int stage, const Slot& slot, int vstage, Seconds produce
 
 // Gradient reduction of the chunk of the slot that produces weight gradients (the backward, or
 // the weight-gradient slot of a split backward): per micro-batch (ZeRO 2/3) or after the chunk's
-// last one (ZeRO 0/1), in per-layer buckets that become ready evenly over the slot.
+// last one (ZeRO 0/1), in per-layer buckets that become ready evenly over the slot. A once-a-step
+// reduction the stack does not overlap at all (rate 1: Megatron-LM 2021's all-reduce after the
+// last backward) starts when the slot has ended, so it holds up neither the slot's kernels nor the
+// gradient it sends down the pipeline; compose charges it in full either way.
 void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start, Seconds end) {
   StageState& st = r.stages[stage];
   const int done = ++st.backwards[slot.chunk];
   if (!r.costs.zero.reduce_each_micro_batch && done < r.schedule.micro_batches) return;
   if (c.dp_reduce <= 0) return;
   const int buckets = std::max(1, c.layers);
+  const bool after_slot = !r.costs.zero.reduce_each_micro_batch && r.reduce_rate >= 1;
   for (int j = 0; j < buckets; ++j) {
-    const Seconds ready = start + (end - start) * (j + 1) / buckets;
+    const Seconds ready = after_slot ? end : start + (end - start) * (j + 1) / buckets;
     dp_issue(st, stage, ready, c.dp_reduce / buckets, r.reduce_rate,
              r.costs.ps_servers > 0 ? EventKind::ps_push_pull : EventKind::grad_reduce, slot.micro_batch, slot.chunk);
   }
@@ -194,7 +198,10 @@ void reduce_gradients(Run& r, int stage, const Slot& slot, const ChunkCost& c, S
 void issue_gather(Run& r, int stage, const Slot& slot, const ChunkCost& c, Seconds start) {
   if (!r.zero3) return;
   // A weight gradient needs the layer inputs and output gradients, not the parameters.
-  const Seconds gather = slot.phase == Phase::backward_weight ? 0.0 : c.zero3_gather;
+  const double gathers = slot.phase == Phase::backward_weight ? 0.0
+                         : slot.phase == Phase::backward      ? r.costs.zero3_backward_gathers
+                                                              : 1.0;
+  const Seconds gather = gathers * c.zero3_gather;
   StageState& st = r.stages[stage];
   st.gather_done = dp_issue(st, stage, start, gather, r.zero3_rate, EventKind::zero3_gather, slot.micro_batch, slot.chunk);
 }

@@ -86,6 +86,7 @@ void parse_memory_bound_ops(JsonObject m, Software& s) {
   s.mem.grad_accumulation = parse_mem_op(m.object("grad_accumulation"));
   s.mem.weight_cast = parse_mem_op(m.object("weight_cast"));
   s.mem.optimizer = parse_mem_op(m.object("optimizer"));
+  if (m.has("fused_split")) s.mem.fused_split = parse_mem_op(m.object("fused_split"));
   m.finish();
 }
 
@@ -110,6 +111,13 @@ void parse_moe(JsonObject m, Software& s) {
   m.finish();
 }
 
+void parse_zero3(JsonObject z, Software& s) {
+  s.zero3.max_bus_bandwidth = z.number("max_bus_gbps", 0, 1e6) * kGB;
+  s.zero3.regathers_for_recompute = z.boolean("regathers_for_recompute");
+  (void)z.string("source");
+  z.finish();
+}
+
 void parse_memory_profile(JsonObject m, Software& s) {
   MemoryProfile& p = s.memory;
   p.fp32_parameters = m.boolean("fp32_parameters");
@@ -123,6 +131,11 @@ void parse_memory_profile(JsonObject m, Software& s) {
   p.rope_saved_copies = m.boolean("rope_saved_copies");
   p.activation_output_saved = m.boolean("activation_output_saved");
   p.loss_bytes_per_logit = m.number("loss_bytes_per_logit", 0, 64);
+  p.loss_chunk_bytes = m.optional_number("loss_chunk_bytes", 0, 1e15).value_or(0);
+  p.loss_input_bytes = m.optional_number("loss_input_bytes", 0, 64).value_or(0);
+  p.loss_bytes_per_head_param = m.optional_number("loss_bytes_per_head_param", 0, 64).value_or(0);
+  p.loss_compute_dtype_copies = m.has("loss_compute_dtype_copies") && m.boolean("loss_compute_dtype_copies");
+  p.weight_copies_layers_only = m.has("weight_copies_layers_only") && m.boolean("weight_copies_layers_only");
   (void)m.string("source");
   m.finish();
 }
@@ -146,6 +159,11 @@ Software parse_software(const json& j, const std::string& file) {
   s.name = o.string("name");
   s.source = o.string("source");
   s.assumptions = o.string("assumptions");
+  if (const auto e = o.optional_string("describes_executor")) {
+    if (e->empty() || e->size() > 64 || !std::all_of(e->begin(), e->end(), [](unsigned char ch) { return std::isgraph(ch); }))
+      throw o.error("describes_executor", "must be 1-64 printable characters without spaces");
+    s.describes_executor = *e;
+  }
   parse_host(o.object("host"), s);
   parse_precision(o.object("precision"), s);
   parse_gemm(o.object("gemm"), s);
@@ -153,6 +171,7 @@ Software parse_software(const json& j, const std::string& file) {
   parse_memory_bound_ops(o.object("memory_bound"), s);
   parse_overlap(o.object("overlap"), s);
   if (o.has("moe")) parse_moe(o.object("moe"), s);
+  if (o.has("zero3")) parse_zero3(o.object("zero3"), s);
   parse_memory_profile(o.object("memory"), s);
   parse_allocator(o.object("allocator"), s);
   o.finish();

@@ -46,6 +46,9 @@ struct MemOps {
   MemOpImpl grad_accumulation;  // per micro-batch: gradients into the accumulation buffer; fp32 params
   MemOpImpl weight_cast;        // low-precision copies of the weights; fp32 params (see Software)
   MemOpImpl optimizer;          // per step; tensor: fp32 parameters this rank updates
+  MemOpImpl fused_split;        // optional key: the backward of splitting a fused GEMM's output (QKV, gate/up)
+                                // into its parts where the stack's split does more than a concatenation;
+                                // charged once per part, tensor: the fused output (tokens x its width / tp)
 };
 
 // What the stack runs around an MoE layer's experts (the profile's optional "moe" object; the
@@ -79,6 +82,18 @@ struct Overlap {
                             // optional key, 0: the stack cannot)
 };
 
+// How the stack runs ZeRO-3's parameter gathers and gradient reduce-scatters, where that differs
+// from plain NCCL calls ("zero3" in the file, optional: without it, neither applies).
+struct Zero3Impl {
+  // The most bus bandwidth per GPU its ZeRO-3 collectives reach, whatever the link (0: no cap):
+  // a stack that gathers parameter by parameter through a list-based all_gather with a device
+  // synchronise before each call and a copy per peer after it is bound by that work, not the link.
+  BytesPerSecond max_bus_bandwidth = 0;
+  // Under full recomputation the parameters are gathered again for the backward after the
+  // recomputed forward released them: three gathers of each unit per micro-batch, not two.
+  bool regathers_for_recompute = false;
+};
+
 // What the stack keeps in memory, per parameter and per saved tensor (read by sim/memory_model,
 // the one place these bytes are turned into a per-stage figure). The defaults are Megatron-style
 // mixed precision as Korthikanti et al. 2022 count it: state_bytes() of the strategy, one saved
@@ -96,7 +111,25 @@ struct MemoryProfile {
   bool kv_expanded_saved = false;     // K and V are saved repeated to every query head (GQA)
   bool rope_saved_copies = false;     // RoPE'd q and k are saved as new tensors beside the projection
   bool activation_output_saved = false;  // SwiGLU: silu(gate) is saved besides gate and up
-  double loss_bytes_per_logit = 4;    // bytes per logit of one micro-batch live at the loss's peak
+  double loss_bytes_per_logit = 4;    // bytes per logit live at the loss's peak (of one micro-batch, or
+                                      // of one chunk of it with loss_chunk_bytes)
+  // Optional keys (their defaults describe a stack that keeps none of these):
+  double loss_chunk_bytes = 0;        // the loss computes logits chunk by chunk over the tokens, each
+                                      // chunk at most this many bytes of fp32 logits (4 B per logit of
+                                      // the rank's vocabulary rows); 0: the whole micro-batch at once
+  double loss_input_bytes = 0;        // bytes per element of the loss's input (tokens x hidden) held at
+                                      // its peak (e.g. the input itself and its gradient computed in the
+                                      // forward); 0: the head GEMM's saved 16-bit input (activation width)
+  double loss_bytes_per_head_param = 0;  // bytes per LM-head weight (this rank's rows) the loss holds
+                                         // at its peak beyond the weight itself (e.g. its gradient
+                                         // computed in the forward, a 16-bit cast made per use)
+  bool loss_compute_dtype_copies = false;  // under mixed precision the loss also holds one copy in the
+                                           // 16-bit compute dtype of each figure the two keys above
+                                           // count in fp32 (logits: the GEMM's output, then their
+                                           // gradient's cast; the LM head's cast per use); in fp32 runs
+                                           // such a cast is the tensor itself
+  bool weight_copies_layers_only = false;  // weight_copy_bytes covers the transformer layers only: the
+                                           // embedding and the head keep no 16-bit copy
 };
 
 // Caching allocator behaviour and fixed costs, fitted on measured peaks (see each profile's source).
@@ -111,6 +144,11 @@ struct Software {
   std::string name;
   std::string source;       // what the profile describes (versions, files, flags)
   std::string assumptions;  // what was assumed rather than read or measured
+  // The behaviour of trainplan's own executor this profile describes: the fingerprint `trainplan
+  // exec` writes into its measurement ("executor"; exec/exec.hpp kExecutorFingerprint), so that
+  // `trainplan compare` can say when a run came from another executor. Empty: a stack other than
+  // trainplan exec (optional key "describes_executor").
+  std::string describes_executor;
   Seconds host_per_kernel = 0;  // CPU time to issue one kernel through the framework
   bool qkv_fused = true;        // one QKV GEMM per layer (false: separate Q, K, V GEMMs)
   bool gate_up_fused = true;    // SwiGLU gate and up projections as one GEMM
@@ -132,6 +170,7 @@ struct Software {
   MemOps mem;
   MoeOps moe;
   Overlap overlap;
+  Zero3Impl zero3;
   MemoryProfile memory;
   Allocator allocator;
 };

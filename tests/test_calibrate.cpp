@@ -195,6 +195,34 @@ TEST_F(CalibrateCli, BaseKeepsTheFieldsNotMeasured) {
   EXPECT_DOUBLE_EQ(c.price_per_gpu_hour, 1.8);
 }
 
+// calibrate registers its files as every command does (cli/output.hpp CommandFiles): neither the
+// topology nor the software profile is written into the built-in data folders that every later
+// run reads, and no output is the same file as an input. Refused before anything is measured.
+TEST_F(CalibrateCli, OutputsStayOutOfTheDataFoldersAndApartFromInputs) {
+  const fs::path data = dir_ / "data";
+  fs::create_directories(data / "topologies");
+  fs::create_directories(data / "software");
+  fs::copy_file(fs::path(TRAINPLAN_SOURCE_DIR) / "software/trainplan-exec.json", data / "software/trainplan-exec.json");
+  const std::string calibrate = "TRAINPLAN_DATA_DIR='" + data.string() + "' '" + TRAINPLAN_BINARY +
+                                "' calibrate --cpu --model none --sizes 16 --attn-seqs 32 --head-dims 16 --mem-mb 0.0625"
+                                " --launches 10 --copy-mb 1 --warmup 0 --repeats 1 --link-ranks 0 ";
+  for (const fs::path& out : {data / "topologies/mine.json", data / "software/mine.json"}) {
+    const std::string flag = out.parent_path().filename() == "topologies" ? "--out " : "--software-out ";
+    const auto r = trainplan::testing::run_shell(calibrate + flag + out.string() + " 2>&1");
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find(flag + out.string() + ": is in the built-in data folder"), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_FALSE(fs::exists(out));
+  }
+  EXPECT_TRUE(fs::is_empty(data / "topologies"));
+  // An output that is an input (--base FILE --out FILE) would destroy it.
+  const fs::path base = dir_ / "base.json";
+  fs::copy_file(fs::path(TRAINPLAN_SOURCE_DIR) / "topologies/dgx-a100-80g.json", base);
+  const auto r = trainplan::testing::run_shell(calibrate + "--base " + base.string() + " --out " + base.string() + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("is also an input file (--base"), std::string::npos) << r.output;
+}
+
 TEST_F(CalibrateCli, BadFlagsExitTwo) {
   Result r = run("calibrate --device tpu");
   EXPECT_EQ(r.code, 2);

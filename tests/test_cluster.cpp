@@ -7,13 +7,16 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include <unistd.h>
 
 #include "reports/calibration_report.hpp"
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
+#include "sim/op_time.hpp"
 #include "test_helpers.hpp"
 
 namespace trainplan {
@@ -293,7 +296,8 @@ TEST(DerivedOps, FromABuiltinClusterByThePeakAndBandwidthRatios) {
   const Cluster b = parse_cluster(j, "my-b200.json", kSource);
   const Cluster h = load_cluster("dgx-h100", kSource);
   EXPECT_EQ(b.ops.derivation.from, "dgx-h100");
-  EXPECT_DOUBLE_EQ(b.ops.derivation.compute_ratio, 2250 / 989.5);
+  EXPECT_DOUBLE_EQ(b.ops.derivation.gemm_ratio, 2250 / 989.5);
+  EXPECT_DOUBLE_EQ(b.ops.derivation.attention_bwd_ratio, 2250 / 989.5);
   EXPECT_DOUBLE_EQ(b.ops.derivation.memory_ratio, 8000.0 / 3350);
   EXPECT_NEAR(b.ops.gemm_time(8192, 4096, 4096, GemmPass::fwd),
               h.ops.gemm_time(8192, 4096, 4096, GemmPass::fwd) * 989.5 / 2250, 1e-12);
@@ -312,12 +316,125 @@ TEST(DerivedOps, FromABuiltinClusterByThePeakAndBandwidthRatios) {
             "my-b200.json: ops.derive.misaligned_gemm_slowdown = 0.5, must be in [1, 100]");
 }
 
+// A B200-like copy (2250 TFLOP/s bf16, 4500 fp8) derived from dgx-h100 under both rules, by hand.
+// dgx-h100 measured the 8192^3 bf16 GEMM forward in 1433.0 us (767.3 TFLOP/s):
+//   peak rule (no figure): 1433.0 x 989.5 / 2250 = 630.2 us;
+//   a published 1420 TFLOP/s at 8192^3 on this GPU: that GEMM takes 2 x 8192^3 / 1420e12 = 774.3 us,
+//   every other GEMM the H100 time / (1420 / 767.3) = / 1.851, attention the peak rule still;
+//   an fp8 figure of 2556 TFLOP/s at 8192^3 beside it: fp8 GEMMs 2556 / 1420 = 1.8x the bf16 rate
+//   (the reduction dimension shortened by 1.8 instead of the peaks' 2).
+TEST(DerivedOps, AGemmOnB200FromItsH100FigureUnderBothRules) {
+  const Cluster h = load_cluster("dgx-h100", kSource);
+  json j = h100_copy();
+  j["gpu"]["peak_tflops"]["bf16"] = 2250;
+  j["gpu"]["peak_tflops"]["fp8"] = 4500;
+  j["gpu"]["hbm_bandwidth_gbps"] = 7680;
+  j["ops"] = {{"source", "derived for a test"}, {"derive", {{"from", "dgx-h100"}}}};
+  const Cluster peak = parse_cluster(j, "b.json", kSource);
+  EXPECT_NEAR(peak.ops.gemm_time(8192, 8192, 8192, GemmPass::fwd), 1433.0e-6 * 989.5 / 2250, 1e-10);
+  EXPECT_FALSE(peak.ops.derivation.gemm_achieved);
+
+  auto figure = [](const char* dtype, double tflops) {
+    return json{{"kernel", "gemm"}, {"dtype", dtype}, {"m", 8192}, {"n", 8192}, {"k", 8192}, {"tflops", tflops},
+                {"source", "a test"}};
+  };
+  j["ops"]["derive"]["achieved"] = json::array({figure("bf16", 1420), figure("fp8", 2556)});
+  const Cluster b = parse_cluster(j, "b.json", kSource);
+  EXPECT_TRUE(b.ops.derivation.gemm_achieved);
+  EXPECT_NEAR(b.ops.derivation.gemm_ratio, 1420 / 767.3, 1e-3);
+  EXPECT_NEAR(b.ops.gemm_time(8192, 8192, 8192, GemmPass::fwd), 774.3e-6, 0.05e-6);
+  EXPECT_NEAR(b.ops.gemm_time(4096, 4096, 4096, GemmPass::wgrad) * b.ops.derivation.gemm_ratio,
+              h.ops.gemm_time(4096, 4096, 4096, GemmPass::wgrad), 1e-12);
+  EXPECT_DOUBLE_EQ(b.ops.derivation.attention_fwd_ratio, 2250 / 989.5);
+  EXPECT_FALSE(b.ops.derivation.attention_fwd_achieved);
+  EXPECT_NEAR(b.ops.derivation.fp8_speedup, 1.8, 1e-12);
+  // The fp8 GEMM: the bf16 table at K / 1.8 (op_time.cpp), under the peaks K / 2.
+  EXPECT_NEAR(gemm_time(b, Dtype::fp8, 8192, 8192, 8192, GemmPass::fwd),
+              b.ops.gemm_time(8192, 8192, 8192 / 1.8, GemmPass::fwd), 1e-12);
+  EXPECT_NEAR(gemm_time(peak, Dtype::fp8, 8192, 8192, 8192, GemmPass::fwd),
+              peak.ops.gemm_time(8192, 8192, 4096, GemmPass::fwd), 1e-12);
+}
+
+// The shipped Blackwell and AMD files scale GEMMs by their published best matmul rates over
+// dgx-h100's best measured GEMM rate, and fp8 by its best rate over bf16's; attention keeps the peak
+// ratio; GB300 states no figure and keeps the peak ratio. dgx-h100 and dgx-h200 are unchanged.
+TEST(DerivedOps, ShippedFilesScaleGemmsByPublishedAchievedRates) {
+  const Cluster h = load_cluster("dgx-h100", kSource);
+  EXPECT_NEAR(h.ops.best_gemm_rate(), 788.9e12, 0.05e12);
+  const std::vector<std::tuple<const char*, double, double>> files = {
+      {"dgx-b200", 1745.0, 3432.5}, {"gb200-nvl72", 1822.0, 3615.6}, {"dgx-b300", 1769.0, 3353.3},
+      {"mi300x", 668.4, 0}, {"mi325x", 784.9, 0}, {"mi355x", 1565.0, 0}};
+  for (const auto& [name, bf16, fp8] : files) {
+    const Cluster c = load_cluster(name, kSource);
+    const OpDerivation& d = c.ops.derivation;
+    EXPECT_TRUE(d.gemm_achieved) << name;
+    EXPECT_NEAR(d.gemm_ratio, bf16 * 1e12 / h.ops.best_gemm_rate(), 1e-9) << name;
+    EXPECT_LT(d.gemm_ratio, c.gpu.peak_bf16 / h.gpu.peak_bf16) << name;  // every one below its peak ratio
+    EXPECT_DOUBLE_EQ(d.attention_fwd_ratio, c.gpu.peak_bf16 / h.gpu.peak_bf16) << name;
+    EXPECT_NEAR(d.fp8_speedup, fp8 / bf16, 1e-12) << name;
+    EXPECT_EQ(d.mxfp8_speedup, 0) << name;
+  }
+  const Cluster gb300 = load_cluster("gb300-nvl72", kSource);
+  EXPECT_FALSE(gb300.ops.derivation.gemm_achieved);
+  EXPECT_DOUBLE_EQ(gb300.ops.derivation.gemm_ratio, 2500 / 989.5);
+  EXPECT_TRUE(h.ops.derivation.from.empty());
+  EXPECT_FALSE(load_cluster("dgx-h200", kSource).ops.derivation.gemm_achieved);
+}
+
+// Each malformed figure is refused with one line naming the field and the rule.
+TEST(DerivedOps, BadAchievedFiguresAreRefusedByName) {
+  json j = h100_copy();
+  j["gpu"]["peak_tflops"]["bf16"] = 2250;
+  j["gpu"]["peak_tflops"]["fp8"] = 4500;
+  const json good = {{"kernel", "gemm"}, {"dtype", "bf16"}, {"best", true}, {"tflops", 1745}, {"source", "s"}};
+  auto refused = [&](const json& figure) {
+    j["ops"] = {{"source", "s"}, {"derive", {{"from", "dgx-h100"}, {"achieved", json::array({figure})}}}};
+    const std::string msg = input_error([&] { parse_cluster(j, "x.json", kSource); });
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    return msg;
+  };
+  json f = good;
+  f["kernel"] = "softmax";
+  EXPECT_TRUE(StartsWith(refused(f), "x.json: ops.derive.achieved[0].kernel = \"softmax\", must be one of"));
+  f = good;
+  f["tflops"] = 2300;
+  EXPECT_EQ(refused(f), "x.json: ops.derive.achieved[0].tflops = 2300, exceeds gpu.peak_tflops.bf16 (2250): an achieved "
+                        "rate is at most the datasheet peak");
+  f = good;
+  f["tflops"] = 0;
+  EXPECT_TRUE(StartsWith(refused(f), "x.json: ops.derive.achieved[0].tflops = 0, must be in"));
+  f = good;
+  f["m"] = 8192;
+  EXPECT_EQ(refused(f), "x.json: ops.derive.achieved[0].best = true, and a shape m, n, k: a figure is the best over "
+                        "shapes or at one shape");
+  f = good;
+  f.erase("best");
+  EXPECT_EQ(refused(f), "x.json: ops.derive.achieved[0].m is missing: give the shape m, n, k or \"best\": true");
+  f = good;
+  f["dtype"] = "fp8";  // an fp8 figure alone: no bf16 figure of the same reference to be a speed-up over
+  EXPECT_EQ(refused(f), "x.json: ops.derive.achieved[0].dtype = \"fp8\", needs a bf16 figure of the same reference "
+                        "(the same shape, or both best) to give the format's speed-up");
+  f["dtype"] = "mxfp8";  // this GPU has no mxfp8 peak
+  EXPECT_EQ(refused(f), "x.json: ops.derive.achieved[0].tflops = 1745, gpu.peak_tflops.mxfp8 is 0: a mxfp8 rate needs "
+                        "the GPU's mxfp8 peak");
+  f = good;
+  f["source"] = "";
+  EXPECT_EQ(refused(f), "x.json: ops.derive.achieved[0].source = \"\", must not be empty");
+  f = good;
+  f["clock"] = 1.9;
+  EXPECT_EQ(refused(f), "x.json: ops.derive.achieved[0].clock is not a known key");
+  f = {{"kernel", "attention_fwd"}, {"seq", 8192}, {"head_dim", 128}, {"dtype", "bf16"}, {"tflops", 1000}, {"source", "s"}};
+  EXPECT_EQ(refused(f), "x.json: ops.derive.achieved[0].dtype is not a known key");
+  j["ops"]["derive"]["achieved"] = json::array();
+  EXPECT_TRUE(StartsWith(input_error([&] { parse_cluster(j, "x.json", kSource); }), "x.json: ops.derive.achieved"));
+}
+
 // dgx-h200 is derived by the same rule: H100's compute (unchanged times), H200's bandwidth.
 TEST(DerivedOps, DgxH200IsDgxH100ByTheRule) {
   const Cluster h = load_cluster("dgx-h100", kSource);
   const Cluster h200 = load_cluster("dgx-h200", kSource);
   EXPECT_EQ(h200.ops.derivation.from, "dgx-h100");
-  EXPECT_DOUBLE_EQ(h200.ops.derivation.compute_ratio, 1);
+  EXPECT_DOUBLE_EQ(h200.ops.derivation.gemm_ratio, 1);
   EXPECT_DOUBLE_EQ(h200.ops.gemm_time(8192, 8192, 8192, GemmPass::wgrad), h.ops.gemm_time(8192, 8192, 8192, GemmPass::wgrad));
   EXPECT_NEAR(h200.ops.memory_bwd(MemKernel::add, 1e8), h.ops.memory_bwd(MemKernel::add, 1e8) * 3350 / 4800, 1e-12);
   EXPECT_EQ(h200.ops.attention_kernels.size(), h.ops.attention_kernels.size());  // same SM: kept
@@ -521,6 +638,21 @@ TEST(ParseCluster, TinyPositiveRatesSizesAndTimesAreRejected) {
   json j = small_cluster();
   j["gpu"]["peak_tflops"]["fp8"] = 0;  // 0: no fp8 arithmetic, still fine
   EXPECT_NO_THROW(parse_cluster(j, "toy.json"));
+}
+
+// A network tier may declare in-switch reduction (SHARP); the key is optional and must be a
+// boolean; the node link has no switches to reduce in and refuses it.
+TEST(ParseCluster, InNetworkReductionIsAnOptionalTierFlag) {
+  json j = small_cluster();
+  EXPECT_FALSE(parse_cluster(j, "toy.json").network[0].in_network_reduction);
+  j["network"][0]["in_network_reduction"] = true;
+  EXPECT_TRUE(parse_cluster(j, "toy.json").network[0].in_network_reduction);
+  j["network"][0]["in_network_reduction"] = 1;
+  EXPECT_EQ(input_error([&] { parse_cluster(j, "toy.json"); }),
+            "toy.json: network[0].in_network_reduction = 1, must be true or false");
+  j = small_cluster();
+  j["node"]["link"]["in_network_reduction"] = true;
+  EXPECT_TRUE(Contains(input_error([&] { parse_cluster(j, "toy.json"); }), "in_network_reduction")) ;
 }
 
 TEST(ParseCluster, FirstTierMustSpanAtLeastANode) {

@@ -30,24 +30,51 @@ const std::string kB200 =
     "--gpu-name B200-SXM-180GB --peak-bf16 2250 --peak-fp8 4500 --peak-mxfp8 4500 --peak-nvfp4 9000 --peak-fp32 80 "
     "--hbm-gb 191.5 --hbm-bandwidth-gbps 7680";
 
-// One GPU (no communication): a derived file with dgx-b200's GPU figures predicts dgx-b200's step
-// time, since both derive from dgx-h100 by the one rule.
+// One GPU (no communication): a derived file with dgx-b200's GPU figures and its published best
+// matmul rates predicts dgx-b200's step time, since both derive from dgx-h100 by the one rule.
 TEST_F(ClusterCli, DerivedFileLoadsAndMatchesTheBuiltinDerivation) {
-  const fs::path out = dir_ / "my-b200.json";
-  const Result r = run("cluster derive --from dgx-h100 --name my-b200 " + kB200 + " --price-usd 5 --out " + out.string());
+  const fs::path peaks_only = dir_ / "peaks.json";
+  Result r = run("cluster derive --from dgx-h100 --name peaks " + kB200 + " --out " + peaks_only.string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("x 2.274 (GEMM, attention) and x 2.293 (memory-bound)"), std::string::npos) << r.out;
+  EXPECT_EQ(read(peaks_only).at("ops").at("derive"), json::parse(R"({"from": "dgx-h100"})"));
+  const fs::path out = dir_ / "my-b200.json";
+  r = run("cluster derive --from dgx-h100 --name my-b200 " + kB200 +
+          " --achieved-bf16 1745 --achieved-fp8 3432.5 --price-usd 5 --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  // GEMMs 1745 / 788.9 (dgx-h100's best measured GEMM rate); attention by the peaks, 2250 / 989.5.
+  EXPECT_NE(r.out.find("x 2.212 (GEMM, by achieved rates), x 2.274 (attention) and x 2.293 (memory-bound)"),
+            std::string::npos)
+      << r.out;
   const json j = read(out);
-  EXPECT_EQ(j.at("ops"), json::parse(R"({"source": ")" + j.at("ops").at("source").get<std::string>() +
-                                     R"(", "derive": {"from": "dgx-h100"}})"));
+  const json& achieved = j.at("ops").at("derive").at("achieved");
+  ASSERT_EQ(achieved.size(), 2u);
+  EXPECT_EQ(achieved[1].at("dtype"), "fp8");
+  EXPECT_EQ(achieved[1].at("tflops"), 3432.5);
   EXPECT_EQ(j.at("price_per_gpu_hour_usd"), 5);
   EXPECT_EQ(j.at("node"), read(fs::path(TRAINPLAN_SOURCE_DIR) / "topologies" / "dgx-h100.json").at("node"));
   const std::string plan = " --model llama3-8b --gpus 1 --global-batch 4 --micro-batch 1 --seq 2048";
-  const Result mine = run("predict --cluster " + out.string() + plan);
-  const Result builtin = run("predict --cluster dgx-b200" + plan);
-  ASSERT_EQ(mine.code, 0) << mine.err;
-  ASSERT_EQ(builtin.code, 0) << builtin.err;
-  EXPECT_NEAR(step_time(mine.out), step_time(builtin.out), 1e-3 * step_time(builtin.out));
+  for (const char* dtype : {"bf16", "fp8"}) {
+    const Result mine = run("predict --cluster " + out.string() + plan + " --dtype " + dtype);
+    const Result builtin = run("predict --cluster dgx-b200" + plan + " --dtype " + dtype);
+    ASSERT_EQ(mine.code, 0) << mine.err;
+    ASSERT_EQ(builtin.code, 0) << builtin.err;
+    EXPECT_NEAR(step_time(mine.out), step_time(builtin.out), 1e-3 * step_time(builtin.out)) << dtype;
+  }
+  // A format's figure alone has nothing to be a speed-up over; a figure above the peak is a typo.
+  r = run("cluster derive --from dgx-h100 --name x " + kB200 + " --achieved-fp8 3000 --out " + (dir_ / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--achieved-fp8: needs --achieved-bf16 (the format's speed-up is its rate over bf16's)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+  EXPECT_FALSE(fs::exists(dir_ / "x.json"));
+  r = run("cluster derive --from dgx-h100 --name x " + kB200 + " --achieved-bf16 3000 --out " + (dir_ / "x.json").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("ops.derive.achieved[0].tflops = 3000.0, exceeds gpu.peak_tflops.bf16 (2250): an achieved rate is at most "
+                       "the datasheet peak"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+  EXPECT_FALSE(fs::exists(dir_ / "x.json"));
 }
 
 // A derived file names a measured cluster FILE relative to its own folder, so the pair can move.

@@ -27,6 +27,50 @@ TEST(Collectives, ReduceScatterAndAllGatherAreHalfARing) {
   EXPECT_EQ(collective_time(Collective::all_reduce, 1, 2e9, l), 0);
 }
 
+// A link across nodes: 8 us per step between them, 2 us inside, 8 ranks per node, 100 GB/s.
+Link spanning_link() {
+  Link l{8e-6, 100e9};
+  l.ranks_per_node = 8;
+  l.intra_latency = 2e-6;
+  return l;
+}
+
+// NCCL's ring splits its steps by where they go (src/graph/tuning.cc, nInterSteps): of the n - 1
+// steps of a reduce-scatter, N - 1 cross between the N nodes and n - N stay on a node link.
+TEST(Collectives, RingStepsInsideANodeTakeTheNodeLinkLatency) {
+  // 64 ranks, 8 per node (8 nodes), 8 us between nodes, 2 us inside: 56 x 2 + 7 x 8 us.
+  const Link l = spanning_link();
+  EXPECT_NEAR(collective_time(Collective::reduce_scatter, 64, 1e3, l), 56 * 2e-6 + 7 * 8e-6 + 63.0 / 64 * 1e3 / 100e9, 1e-15);
+  // All-reduce: ring 2 x (56 x 2 + 7 x 8) = 336 us, tree 2 x (7 x 2 + 3 x 8) = 76 us (a chain of 8
+  // on each node, a binary tree over 8 nodes): the tree for a small message.
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 64, 1e3, l), 2 * (7 * 2e-6 + 3 * 8e-6) + 2 * 1e3 / 100e9, 1e-15);
+  // A large one goes round the ring: 2 x 63/64 of it against the tree's 2.
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 64, 1e10, l), 2 * (56 * 2e-6 + 7 * 8e-6) + 2 * 63.0 / 64 * 0.1, 1e-12);
+}
+
+// A tier that reduces in its switches (SHARP) lets an all-reduce send each byte up once and get the
+// result once: M / B instead of the ring's 2(n-1)/n M / B, at one network trip and a node-local
+// reduce-scatter and all-gather of latency.
+TEST(Collectives, InNetworkReductionHalvesALargeAllReduce) {
+  Link l = spanning_link();
+  const double ring = collective_time(Collective::all_reduce, 64, 1e10, l);
+  l.in_network_reduction = true;
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 64, 1e10, l), 2 * 7 * 2e-6 + 8e-6 + 1e10 / 100e9, 1e-12);
+  EXPECT_LT(collective_time(Collective::all_reduce, 64, 1e10, l), 0.55 * ring);
+  // Reduce-scatter and all-gather move the same bytes either way: the ring.
+  EXPECT_NEAR(collective_time(Collective::reduce_scatter, 64, 1e10, l), 56 * 2e-6 + 7 * 8e-6 + 63.0 / 64 * 0.1, 1e-12);
+  // A group on one node never reaches the switches: its ring (all 7 steps over the node link).
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 8, 1e10, l), 14 * 2e-6 + 1.75 * 0.1, 1e-12);
+}
+
+TEST(Collectives, CappedLinkKeepsTheLowerBandwidth) {
+  const Link l = spanning_link();
+  EXPECT_DOUBLE_EQ(capped(l, 20e9).bandwidth, 20e9);
+  EXPECT_DOUBLE_EQ(capped(l, 200e9).bandwidth, 100e9);
+  EXPECT_DOUBLE_EQ(capped(l, 0).bandwidth, 100e9);  // 0: no cap
+  EXPECT_DOUBLE_EQ(capped(l, 20e9).latency, l.latency);
+}
+
 TEST(Collectives, GroupLinkPicksTheTier) {
   const Cluster c = testing::builtin_cluster("dgx-a100-80g");
   const double nvlink = c.node.bandwidth * c.node.efficiency;
@@ -40,6 +84,12 @@ TEST(Collectives, GroupLinkPicksTheTier) {
   EXPECT_DOUBLE_EQ(group_link(c, 4, 4).bandwidth, 2 * nic);
   // Beyond the leaf tier's span the spine tier applies.
   EXPECT_DOUBLE_EQ(group_link(c, 64, 8).latency, c.network[1].latency);
+  // Members that share a node step to each other over the node link.
+  EXPECT_EQ(group_link(c, 64, 1).ranks_per_node, 8);
+  EXPECT_DOUBLE_EQ(group_link(c, 64, 1).intra_latency, c.node.latency);
+  EXPECT_EQ(group_link(c, 4, 4).ranks_per_node, 2);
+  EXPECT_EQ(group_link(c, 4, 8).ranks_per_node, 1);
+  EXPECT_FALSE(group_link(c, 64, 1).in_network_reduction);  // no shipped tier declares it
   EXPECT_EQ(group_link(c, 1, 1).bandwidth, 0);
 }
 
@@ -105,7 +155,8 @@ TEST(Collectives, Nvl72TensorParallelAllReduceStaysOnNvlinkWithInSwitchReduction
   const Link ib = group_link(trays, 16, 1);
   EXPECT_DOUBLE_EQ(ib.bandwidth, 4 * 50e9 * 0.85);
   EXPECT_EQ(ib.in_switch_bandwidth, 0);
-  EXPECT_NEAR(collective_time(Collective::all_reduce, 16, 256e6, ib), 30 * 5e-6 + 1.875 * 256e6 / 170e9, 1e-12);
+  // Its ring takes 3 of its 15 steps between the four trays (5 us) and 12 inside them (3 us).
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 16, 256e6, ib), 2 * (12 * 3e-6 + 3 * 5e-6) + 1.875 * 256e6 / 170e9, 1e-12);
   // Past the rack: per-domain NICs. DP 8 one rack apart (stride 72) has one member per domain.
   EXPECT_DOUBLE_EQ(group_link(c, 8, 72).bandwidth, 50e9 * 0.85);
   EXPECT_DOUBLE_EQ(group_link(c, 8, 72).in_switch_bandwidth, 0);

@@ -87,6 +87,44 @@ TEST(Compare, MismatchedStrategyIsWarnedAndListed) {
   EXPECT_NE(c.warnings[1].find("clusters differ"), std::string::npos);
 }
 
+// One line where the measurement came from another executor than the prediction's profile
+// describes, or only one side names one; nothing for agreeing sides or other stacks.
+TEST(Compare, ExecutorMismatchIsOneLine) {
+  Measurement m;
+  m.software = "trainplan-exec";
+  m.executor = "mem-2";
+  EXPECT_EQ(executor_mismatch("trainplan-exec", "mem-2", m), "");
+  EXPECT_EQ(executor_mismatch("megatron-core", "", m), "");  // another stack: the software warning says it
+  EXPECT_EQ(executor_mismatch("", "", m), "");                // a prediction naming no software
+  const std::string other = executor_mismatch("trainplan-exec", "mem-1", m);
+  EXPECT_NE(other.find("came from executor 'mem-2', the profile 'trainplan-exec' describes executor 'mem-1'"),
+            std::string::npos)
+      << other;
+  EXPECT_EQ(other.find('\n'), std::string::npos);
+  EXPECT_NE(executor_mismatch("trainplan-exec", "", m).find("names no executor"), std::string::npos);
+  m.executor.clear();
+  EXPECT_NE(executor_mismatch("trainplan-exec", "mem-2", m).find("the measurement names no executor"),
+            std::string::npos);
+}
+
+// A GPU run's peak is the caching allocator's reserved bytes, without the runtime reserve (CUDA
+// context, communication buffers): it is compared with the predicted reserved bytes, a CPU run's
+// resident set with the predicted total.
+TEST(Compare, GpuPeaksAreComparedWithoutTheRuntimeReserve) {
+  PredictionDoc p = prediction("prediction_pp2.json");
+  for (StageMemory& s : p.estimate.per_stage) s.runtime = 1e9;
+  Measurement m = measurement("measurement_pp2.json");
+  const Comparison cpu = compare(p.estimate, p.model, p.cluster, m);
+  EXPECT_EQ(find(cpu.memory, "stage0_peak_bytes").predicted, p.estimate.per_stage.at(0).total());
+  m.device = "cuda";
+  const Comparison gpu = compare(p.estimate, p.model, p.cluster, m);
+  EXPECT_EQ(find(gpu.memory, "stage0_peak_bytes").predicted, p.estimate.per_stage.at(0).reserved());
+  EXPECT_EQ(find(gpu.memory, "stage0_peak_bytes").label, "stage 0 reserved");
+  EXPECT_EQ(find(gpu.memory, "peak_bytes").predicted,
+            std::max(p.estimate.per_stage.at(0).reserved(), p.estimate.per_stage.at(1).reserved()));
+  EXPECT_EQ(find(gpu.memory, "rank1_peak_bytes").predicted, p.estimate.per_stage.at(1).reserved());
+}
+
 TEST(Compare, MissingMeasuredModelFlopsLeavesTflopsOpen) {
   const PredictionDoc p = prediction("prediction_pp2.json");
   Measurement m = measurement("measurement_pp2.json");

@@ -71,6 +71,35 @@ TEST_F(CompareCli, BadInputExitsTwoWithOneLine) {
   EXPECT_NE(r.err.find("--colour"), std::string::npos) << r.err;
 }
 
+// A measurement of trainplan exec against a prediction with the trainplan-exec profile: compare
+// says in one line when the executor that ran is not the one the profile describes. The H200
+// measurement predates the executor's name in measurements.
+TEST_F(CompareCli, WarnsWhenTheExecutorIsNotTheProfiles) {
+  const std::string data = std::string(TRAINPLAN_TEST_DATA_DIR) + "/h200/trainplan_exec/xl-mb4.meas.json";
+  const fs::path p = dir_ / "p.json", m = dir_ / "m.json";
+  Result r = run("predict --model gpt2-xl --cluster dgx-h200 --gpus 1 --micro-batch 4 --global-batch 32 --seq 1024 "
+                 "--software trainplan-exec --json " + p.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(trainplan::read_json_file(p).at("software_executor"), "mem-2");
+  auto warnings = [&](const fs::path& meas) {
+    const Result c = run("compare " + p.string() + " " + meas.string());
+    EXPECT_EQ(c.code, 0) << c.err;
+    return c.err;
+  };
+  EXPECT_NE(warnings(data).find("warning: the measurement names no executor"), std::string::npos);
+  nlohmann::json j = trainplan::read_json_file(data);
+  j["executor"] = "mem-1";
+  std::ofstream(m) << j.dump();
+  const std::string other = warnings(m);
+  EXPECT_NE(other.find("warning: the measurement came from executor 'mem-1', the profile 'trainplan-exec' describes "
+                       "executor 'mem-2'"),
+            std::string::npos)
+      << other;
+  j["executor"] = "mem-2";
+  std::ofstream(m) << j.dump();
+  EXPECT_EQ(warnings(m).find("executor"), std::string::npos);
+}
+
 TEST_F(CompareCli, Help) {
   Result r = run("compare --help");
   EXPECT_EQ(r.code, 0);

@@ -11,7 +11,12 @@
 // below: the test holds both within 2% for every case (measured: -0.8% to +1.0%).
 //
 // The sweep: ZeRO 0-3 x the three schedules x DP > 1 (with and without pipeline stages, with
-// tensor parallelism) x the four shipped software profiles, on two models and two clusters.
+// tensor parallelism) x six shipped software profiles (the four of today's stacks and two that
+// overlap nothing, megatron-lm-2021 and aleph-alpha-scaling), on five plans over two clusters.
+// deepspeed-zero3-2021 is left out: its capped ZeRO-3 traffic outlasts the compute, and with
+// pipeline stages (which DeepSpeed's pipeline engine never ran with ZeRO-3) the simulator hides
+// part of it in the pipeline's idle time where the closed form cannot (up to -5%); without
+// pipelining the engines agree (test_predict, ZeroThreeStackCapAndRegather).
 // Then search's top-K under the analytic engine must keep its order under the simulator.
 #include <gtest/gtest.h>
 
@@ -66,7 +71,8 @@ TEST(EngineAgreement, ZeroStagesSchedulesAndProfilesWithinTwoPercent) {
       {"llama3-8b", "dgx-a100-80g", 32, 256, 1, 8, 4}, // 8 stages over 4 nodes, large transfers
       {"llama3-70b", "dgx-h100", 128, 256, 8, 4, 1},   // large model, TP over NVLink
   };
-  const std::vector<const char*> profiles{"megatron-core", "pytorch-eager", "trainplan-exec", "llm-foundry"};
+  const std::vector<const char*> profiles{"megatron-core", "pytorch-eager", "trainplan-exec", "llm-foundry",
+                                              "megatron-lm-2021", "aleph-alpha-scaling"};
   int compared = 0;
   double lo = 0, hi = 0;
   for (const Plan& p : plans) {
@@ -97,7 +103,7 @@ TEST(EngineAgreement, ZeroStagesSchedulesAndProfilesWithinTwoPercent) {
       }
     }
   }
-  EXPECT_EQ(compared, 4 * 4 * (1 + 4 * 3));
+  EXPECT_EQ(compared, 6 * 4 * (1 + 4 * 3));
   std::printf("%d cases; simulated vs analytic %+.1f%% to %+.1f%%\n", compared, 100 * lo, 100 * hi);
 }
 
@@ -136,7 +142,8 @@ TEST(EngineAgreement, SearchTopKKeepsItsOrderUnderTheSimulator) {
 }
 
 // Beyond the hand-picked plans: a deterministic sample of every layout search would consider for
-// eight models on two clusters under the four profiles (ZeRO 0-3, 1F1B and interleaved, TP, CP,
+// eight models on two clusters under the four profiles of today's stacks, and under the two that
+// overlap nothing (megatron-lm-2021, aleph-alpha-scaling) (ZeRO 0-3, 1F1B and interleaved, TP, CP,
 // recomputation, micro-batches from 1 to the global batch). The engines still differ where the
 // simulator follows what the closed form averages: the fill and drain of an interleaved pipeline
 // whose chunks are unequal (embedding, LM head, layer counts that do not divide), a pipeline with
@@ -148,7 +155,13 @@ TEST(EngineAgreement, EveryLayoutSearchConsidersAgreesWithinBounds) {
   const std::vector<const char*> models{"gpt2", "gpt2-xl", "llama2-7b", "llama3-8b", "gpt3-20b", "llama2-13b",
                                         "llama3-70b", "gpt3-175b"};
   const std::vector<const char*> clusters{"dgx-h100", "dgx-a100-80g"};
-  const std::vector<const char*> profiles{"megatron-core", "pytorch-eager", "trainplan-exec", "llm-foundry"};
+  // The stacks of today, then (a sample of their own, so that the first one's is unchanged) the two
+  // that overlap nothing, at the ZeRO stages they ran (Megatron-LM 2021 none, Aleph Alpha's ZeRO-1):
+  // a per-micro-batch reduction a stack does not overlap stalls its compute, except where the
+  // simulator finds the stage idle in the pipeline's fill and drain, which the closed form cannot.
+  for (const std::vector<const char*>& profiles : {std::vector<const char*>{"megatron-core", "pytorch-eager", "trainplan-exec",
+                                                                            "llm-foundry"},
+                                                  std::vector<const char*>{"megatron-lm-2021", "aleph-alpha-scaling"}}) {
   int compared = 0;
   double lo[2] = {0, 0}, hi[2] = {0, 0};  // [1F1B, interleaved]: simulated / analytic - 1
   for (const char* model : models) {
@@ -165,6 +178,7 @@ TEST(EngineAgreement, EveryLayoutSearchConsidersAgreesWithinBounds) {
         for (std::size_t k = compared % stride; k < space.size(); k += stride) {
           const Strategy& s = space[k];
           if (simulated_slots(s) > 20000) continue;
+          if (profiles.size() == 2 && s.zero > 1) continue;
           const StepCosts costs = step_costs(g, c, sw, s);
           const Seconds analytic = compose(costs, g, c, s).time.step;
           const Seconds simulated = simulate(costs, schedule_for(s), Record::usage).step;
@@ -182,9 +196,10 @@ TEST(EngineAgreement, EveryLayoutSearchConsidersAgreesWithinBounds) {
       }
     }
   }
-  std::printf("%d layouts; simulated vs analytic: 1F1B %+.1f%% to %+.1f%%, interleaved %+.1f%% to %+.1f%%\n",
-              compared, 100 * lo[0], 100 * hi[0], 100 * lo[1], 100 * hi[1]);
-  EXPECT_GT(compared, 1500);
+  std::printf("%s...: %d layouts; simulated vs analytic: 1F1B %+.1f%% to %+.1f%%, interleaved %+.1f%% to %+.1f%%\n",
+              profiles[0], compared, 100 * lo[0], 100 * hi[0], 100 * lo[1], 100 * hi[1]);
+  EXPECT_GT(compared, 250 * static_cast<int>(profiles.size()));
+  }
 }
 
 }  // namespace

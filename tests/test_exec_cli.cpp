@@ -159,6 +159,39 @@ TEST(ExecCli, OddVocabularyIsPaddedAndReported) {
   EXPECT_EQ(pad.at("padded_vocab"), 256);  // a multiple of 128 * tp
 }
 
+// exec registers its files as every command does (cli/output.hpp CommandFiles): no output -- the
+// --dump-* files included -- in the built-in data folders that every later run reads, and none the
+// same file as an input (the --data token file included). Refused before any rank starts.
+TEST(ExecCli, OutputsStayOutOfTheDataFoldersAndApartFromInputs) {
+  const ScratchDir scratch;
+  const fs::path data = scratch.path() / "data";
+  for (const char* f : {"models/tiny-gpt.json", "topologies/cpu-local.json", "software/trainplan-exec.json"}) {
+    fs::create_directories((data / f).parent_path());
+    fs::copy_file(fs::path(TRAINPLAN_SOURCE_DIR) / f, data / f);
+  }
+  const std::string exec = "TRAINPLAN_DATA_DIR='" + data.string() + "' '" + TRAINPLAN_BINARY +
+                           "' exec --model tiny-gpt --cluster cpu-local --nproc 1 --global-batch 1 --steps 1 --warmup 0 ";
+  for (const auto& [flag, out] : {std::pair{"--json", data / "topologies/run.json"}, std::pair{"--dump-params", data / "models/p"},
+                                  std::pair{"--dump-grads", data / "software/g"}}) {
+    const auto r = run_shell(exec + flag + " " + out.string() + " 2>&1");
+    EXPECT_EQ(r.code, 2) << r.output;
+    // (The line shortens the long scratch paths in its middle.)
+    const std::string tail = "data/" + out.parent_path().filename().string() + "/" + out.filename().string();
+    EXPECT_EQ(r.output.rfind(std::string("trainplan exec: ") + flag + " ", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find(tail + ": is in the built-in data folder"), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(data)) files += e.is_regular_file();
+  EXPECT_EQ(files, 3) << "an output was written into the data folder";
+  // The token file is an input too, of any size (it is read in pieces, outside the input budget).
+  const fs::path tokens = scratch.path() / "tokens.bin";
+  std::ofstream(tokens, std::ios::binary) << std::string(4096, '\0');
+  const auto r = run_shell(exec + "--data " + tokens.string() + " --json " + tokens.string() + " 2>&1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("tokens.bin: is also an input file (--data "), std::string::npos) << r.output;
+}
+
 TEST(ExecCli, HelpListsExecutionFlags) {
   auto r = run_merged("exec --help");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -2,6 +2,7 @@
 // errors (file, field path, value, rule) that the CLI prints as its one-line message.
 #include "sim/json_reader.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "sim/software.hpp"
 #include "test_helpers.hpp"
 
 namespace trainplan {
@@ -138,13 +140,31 @@ TEST(JsonObject, FinishNamesNestedUnknownKeys) {
   EXPECT_EQ(input_error([&] { n.finish(); }), "f.json: node.gpu_count is not a known key");
 }
 
-TEST(JsonObject, HasCountsAsSeenAndTreatsNullAsAbsent) {
-  json j = {{"n_inner", nullptr}, {"x", 3}};
+// null is a value: has() sees the key (and the accessor then refuses null); has_value(), for
+// formats whose null means "not set", does not. Both mark the key read.
+TEST(JsonObject, HasCountsNullAsGivenHasValueAsAbsent) {
+  json j = {{"n_inner", nullptr}, {"x", 3}, {"head_dim", nullptr}};
   JsonObject o(j, "f.json");
-  EXPECT_FALSE(o.has("n_inner"));
+  EXPECT_TRUE(o.has("n_inner"));
+  EXPECT_FALSE(o.has_value("head_dim"));
   EXPECT_TRUE(o.has("x"));
+  EXPECT_TRUE(o.has_value("x"));
   EXPECT_FALSE(o.has("y"));
+  EXPECT_FALSE(o.has_value("y"));
   EXPECT_NO_THROW(o.finish());
+}
+
+// Each typed accessor refuses null in the words of its type, "..., not null".
+TEST(JsonObject, EveryAccessorRefusesNullNamingIt) {
+  json j = {{"n", nullptr}};
+  JsonObject o(j, "f.json");
+  EXPECT_EQ(input_error([&] { o.integer("n", 1, 8); }), "f.json: n = null, must be an integer, not null");
+  EXPECT_EQ(input_error([&] { o.string("n"); }), "f.json: n = null, must be a string, not null");
+  EXPECT_EQ(input_error([&] { o.optional_string("n"); }), "f.json: n = null, must be a string, not null");
+  EXPECT_EQ(input_error([&] { o.choice("n", {"a", "b"}); }), "f.json: n = null, must be one of a|b, not null");
+  EXPECT_EQ(input_error([&] { o.boolean("n"); }), "f.json: n = null, must be true or false, not null");
+  EXPECT_EQ(input_error([&] { o.object("n"); }), "f.json: n = null, must be a JSON object, not null");
+  EXPECT_EQ(input_error([&] { o.objects("n"); }), "f.json: n = null, must be an array of objects, not null");
 }
 
 // ---- numbers ---------------------------------------------------------------------------------
@@ -192,14 +212,15 @@ TEST(JsonObject, NumberOfWrongTypeSaysSo) {
   JsonObject o(j, "f.json");
   EXPECT_EQ(input_error([&] { o.number("bw", 0, 1e6); }), "f.json: bw = \"25\", must be a number");
   EXPECT_EQ(input_error([&] { o.number("flag", 0, 1e6); }), "f.json: flag = true, must be a number");
-  EXPECT_EQ(input_error([&] { o.number("n", 0, 1e6); }), "f.json: n = null, must be a number");
+  EXPECT_EQ(input_error([&] { o.number("n", 0, 1e6); }), "f.json: n = null, must be a number, not null");
 }
 
 TEST(JsonObject, OptionalNumberIsAbsentOrChecked) {
   json j = {{"a", 2.5}, {"b", nullptr}, {"c", 7}};
   JsonObject o(j, "f.json");
   EXPECT_EQ(o.optional_number("a", 0, 5), 2.5);
-  EXPECT_EQ(o.optional_number("b", 0, 5), std::nullopt);
+  // Absent is absent; null is a value of the wrong type.
+  EXPECT_EQ(input_error([&] { o.optional_number("b", 0, 5); }), "f.json: b = null, must be a number, not null");
   EXPECT_EQ(o.optional_number("missing", 0, 5), std::nullopt);
   EXPECT_EQ(input_error([&] { o.optional_number("c", 0, 5); }), "f.json: c = 7, must be in [0, 5]");
 }
@@ -304,6 +325,80 @@ TEST(JsonObject, ErrorOnAKeyWithoutValueOmitsTheValue) {
   EXPECT_EQ(std::string(o.error("heads", "must divide hidden (1000)").what()),
             "m.json: heads = 12, must divide hidden (1000)");
   EXPECT_EQ(std::string(o.error("kv_heads", "is required for GQA").what()), "m.json: kv_heads is required for GQA");
+}
+
+// ---- null is not absent, loader by loader ----------------------------------------------------
+// Each loader that reads optional keys with has(): a key given as null is refused in one message
+// naming the file and the field, not read as if it were left out. Hugging Face configs are the
+// exception their format makes: transformers writes an unset optional key as null.
+
+const std::string kSource = TRAINPLAN_SOURCE_DIR;
+
+json source_file(const std::string& relative) { return read_json_file(kSource + "/" + relative); }
+
+TEST(NullIsNotAbsent, ModelFileOptionalKeys) {
+  for (const auto& [key, rule] : {std::pair{"dropout", "must be a number, not null"},
+                                  std::pair{"head_dim", "must be an integer, not null"},
+                                  std::pair{"source", "must be a string, not null"}}) {
+    json j = source_file("models/gpt2.json");
+    j[key] = nullptr;
+    EXPECT_EQ(input_error([&] { parse_model(j, "m.json"); }), fmt::format("m.json: {} = null, {}", key, rule));
+  }
+}
+
+TEST(NullIsNotAbsent, HuggingFaceConfigNullMeansUnset) {
+  json j = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/hf/mistral-nemo-12b/config.json");
+  for (const char* key : {"head_dim", "num_key_value_heads", "tie_word_embeddings", "_name_or_path", "attention_dropout"})
+    j[key] = nullptr;
+  const ModelSpec m = parse_hf_config(j, "nemo/config.json");
+  EXPECT_EQ(m.head_dim(), 5120 / 32);  // hidden / heads
+  EXPECT_EQ(m.kv_heads, m.heads);
+  EXPECT_FALSE(m.tied_embeddings);
+  EXPECT_EQ(m.name, "nemo");
+  EXPECT_EQ(m.dropout, 0.0);
+  // A key the architecture needs is not optional: null is refused.
+  j["num_hidden_layers"] = nullptr;
+  EXPECT_EQ(input_error([&] { parse_hf_config(j, "nemo/config.json"); }),
+            "nemo/config.json: num_hidden_layers = null, must be an integer, not null");
+}
+
+TEST(NullIsNotAbsent, PlanStrategyOptionalKeys) {
+  const json plan = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/compare/prediction_pp2.json");
+  for (const auto& [key, rule] : {std::pair{"micro_batches", "must be an integer, not null"},
+                                  std::pair{"dp_algorithm", "must be one of allreduce|ps|ps-async, not null"},
+                                  std::pair{"ps_servers", "must be an integer, not null"},
+                                  std::pair{"ps_placement", "must be one of dedicated|colocated, not null"},
+                                  std::pair{"grad_compression", "must be a string, not null"}}) {
+    json s = plan.at("strategy");
+    s[key] = nullptr;
+    EXPECT_EQ(input_error([&] { strategy_from_json(s, "p.json"); }), fmt::format("p.json: strategy.{} = null, {}", key, rule));
+  }
+}
+
+TEST(NullIsNotAbsent, ClusterOptionalKeys) {
+  const json h100 = source_file("topologies/dgx-h100.json");
+  auto refused = [&](const std::string& pointer) {
+    json j = h100;
+    j[json::json_pointer(pointer)] = nullptr;
+    return input_error([&] { parse_cluster(j, "c.json", kSource); });
+  };
+  EXPECT_EQ(refused("/node/scale_up_gpus"), "c.json: node.scale_up_gpus = null, must be an integer, not null");
+  EXPECT_EQ(refused("/node/peer_link_gbps"), "c.json: node.peer_link_gbps = null, must be a number, not null");
+  EXPECT_EQ(refused("/node/in_switch_reduction"), "c.json: node.in_switch_reduction = null, must be a JSON object, not null");
+  EXPECT_EQ(refused("/gpu/peak_tflops/mxfp8"), "c.json: gpu.peak_tflops.mxfp8 = null, must be a number, not null");
+  EXPECT_EQ(refused("/ops/misaligned_gemm_slowdown"), "c.json: ops.misaligned_gemm_slowdown = null, must be a number, not null");
+  EXPECT_EQ(refused("/ops/attention_kernels"), "c.json: ops.attention_kernels = null, must be a JSON object, not null");
+}
+
+TEST(NullIsNotAbsent, SoftwareAndDerivedClusterKeys) {
+  json sw = source_file("software/megatron-core.json");
+  sw["name"] = nullptr;
+  EXPECT_EQ(input_error([&] { parse_software(sw, "s.json"); }), "s.json: name = null, must be a string, not null");
+  json b200 = source_file("topologies/dgx-b200.json");
+  ASSERT_TRUE(b200.at("ops").contains("derive"));  // a derived cluster
+  b200["ops"]["derive"]["keep_attention_kernels"] = nullptr;
+  EXPECT_EQ(input_error([&] { parse_cluster(b200, "c.json", kSource); }),
+            "c.json: ops.derive.keep_attention_kernels = null, must be true or false, not null");
 }
 
 }  // namespace

@@ -218,6 +218,49 @@ TEST(MemoryModel, ProfileLayerActivationsCountWhatTheStackSaves) {
   EXPECT_DOUBLE_EQ(stored_layer_activation_bytes(gl, exec_like(), s), 4 * h * tokens);
 }
 
+// What trainplan exec's loss holds (software memory keys loss_chunk_bytes, loss_bytes_per_logit,
+// loss_bytes_per_head_param, loss_input_bytes, loss_compute_dtype_copies), the final RMSNorm's two
+// stream tensors, and 16-bit copies of the layers' weights only (weight_copies_layers_only),
+// hand-worked on one stage: 256 tokens (2 x 128), hidden 256, a tied vocabulary of 1024 rows.
+TEST(MemoryModel, ChunkedLossAndCopiesOfTheLayersOnly) {
+  ModelSpec m = gpt(2, 256, 4, 128, 1024);
+  m.norm = Norm::rmsnorm;
+  const LayerGraph g(m, 128);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Software sw = exec_like();
+  sw.memory.loss_bytes_per_logit = 4;
+  sw.memory.loss_chunk_bytes = 4.0 * 1024 * 100;  // the fp32 logits of 100 tokens
+  sw.memory.loss_bytes_per_head_param = 4;
+  sw.memory.loss_input_bytes = 8;
+  sw.memory.loss_compute_dtype_copies = true;
+  sw.memory.weight_copies_layers_only = true;
+  Strategy s;
+  s.micro_batch = 2, s.global_batch = 2, s.seq_len = 128, s.dtype = Dtype::bf16;
+  const MemoryModel mm = memory_model(g, c, sw, s);
+  EXPECT_DOUBLE_EQ(mm.loss_chunk_tokens, 100);
+  EXPECT_DOUBLE_EQ(mm.lm_head_params, 1024 * 256);
+  // Logits of one chunk 100 x 1024 x (4 + 2), the head's weights 1024 x 256 x (4 + 2), and per
+  // token x hidden the final norm's 2 x 4 B and the loss's input 8 + 2 B: 256 x 256 x 18.
+  const double head = 100 * 1024 * 6.0 + 1024 * 256 * 6.0 + 256 * 256 * 18.0;
+  EXPECT_DOUBLE_EQ(stage_activation_parts(mm, 0, 2).head, head);
+  // In fp32 the 16-bit copies are the tensors themselves; the activations are 4 B wide.
+  s.dtype = Dtype::fp32;
+  EXPECT_DOUBLE_EQ(stage_activation_parts(memory_model(g, c, sw, s), 0, 2).head,
+                   100 * 1024 * 4.0 + 1024 * 256 * 4.0 + 256 * 256 * 16.0);
+  // A chunk larger than the micro-batch holds all of it.
+  sw.memory.loss_chunk_bytes = 1e12;
+  s.dtype = Dtype::bf16;
+  EXPECT_DOUBLE_EQ(stage_activation_parts(memory_model(g, c, sw, s), 0, 2).head, head + 156 * 1024 * 6.0);
+  // Copies: the two layers' parameters at 2 B, not the embedding (token and position tables) nor
+  // the final norm; a stack copying every parameter copies those too.
+  const Estimate e = predict(g, c, sw, s);
+  const double layers = 2 * g.params_per_layer_per_rank(1);
+  EXPECT_DOUBLE_EQ(e.per_stage.at(0).weight_copies, 2 * layers);
+  sw.memory.weight_copies_layers_only = false;
+  const double all = predict(g, c, sw, s).per_stage.at(0).weight_copies;
+  EXPECT_DOUBLE_EQ(all, 2 * (layers + (1024 + 128) * 256.0 + 256));
+}
+
 // ZeRO-3's gathered units per stage (hand-worked): the largest pair of consecutive units of a chunk.
 TEST(MemoryModel, Zero3GatheredUnitsPerStage) {
   MemoryModel mm;

@@ -233,55 +233,48 @@ TEST(ParseModel, KvHeadsAboveHeadsIsRejected) {
 
 // ---- bad model files: each names the file, the field and the rule ------------------------------
 
-TEST(BadModelFile, Malformed) {
-  EXPECT_TRUE(StartsWith(input_error([] { load_model(kBad + "malformed.json", kSource); }),
-                         kBad + "malformed.json: malformed JSON: "));
+// One row per bad file in tests/data/bad: the loader's whole message after "<path>", or its start
+// where the rest quotes the JSON parser.
+struct BadFile {
+  const char* name;
+  const char* file;
+  const char* message;
+  bool prefix_only;
+};
+
+class BadModelFiles : public ::testing::TestWithParam<BadFile> {};
+
+TEST_P(BadModelFiles, NamesTheFileTheFieldAndTheRule) {
+  const BadFile& c = GetParam();
+  const std::string got = input_error([&] { load_model(kBad + c.file, kSource); });
+  const std::string want = kBad + c.file + c.message;
+  if (c.prefix_only) {
+    EXPECT_TRUE(got.starts_with(want)) << got;
+  } else {
+    EXPECT_EQ(got, want);
+  }
 }
 
-TEST(BadModelFile, Truncated) {
-  EXPECT_TRUE(StartsWith(input_error([] { load_model(kBad + "truncated.json", kSource); }),
-                         kBad + "truncated.json: malformed JSON: "));
-}
+const BadFile kBadFiles[] = {
+    {"Malformed", "malformed.json", ": malformed JSON: ", true},
+    {"Truncated", "truncated.json", ": malformed JSON: ", true},
+    {"NotAnObject", "not_object.json", ": top level must be a JSON object", false},
+    {"UnknownKey", "model_unknown_key.json", ": dropout_rate is not a known key", false},
+    {"MissingKey", "model_missing_key.json", ": vocab is missing (required key)", false},
+    {"WrongType", "model_wrong_type.json", ": layers = \"2\", must be an integer", false},
+    {"OutOfRange", "model_out_of_range.json", ": layers = 0, must be in [1, 100000]", false},
+    {"UnknownChoice", "model_bad_choice.json", ": activation = \"relu\", must be one of gelu|swiglu", false},
+    {"HeadsNotDividingHidden", "model_heads_not_dividing.json", ": heads = 4, must divide hidden (66)", false},
+    {"KvHeadsNotDividingHeads", "model_kv_heads_not_dividing.json", ": kv_heads = 3, must divide heads (4)", false},
+    {"HfUnknownModelType", "hf_unknown_model_type.json", ": model_type = \"bert\", must be one of llama|mistral|qwen2|gpt2|gpt_neox|mixtral|qwen2_moe|qwen3_moe|deepseek_v3|kimi_k2|gpt_oss|llama4", false},
+    {"HfMissingKey", "hf_missing_key.json", ": intermediate_size is missing (required key)", false},
+    {"HfWrongType", "hf_wrong_type.json", ": n_layer = \"12\", must be an integer", false},
+    {"HfHeadsNotDividingHidden", "hf_heads_not_dividing.json", ": num_attention_heads = 14, must divide hidden (900)", false},
+};
 
-TEST(BadModelFile, NotAnObject) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "not_object.json", kSource); }),
-            kBad + "not_object.json: top level must be a JSON object");
-}
-
-TEST(BadModelFile, UnknownKey) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "model_unknown_key.json", kSource); }),
-            kBad + "model_unknown_key.json: dropout_rate is not a known key");
-}
-
-TEST(BadModelFile, MissingKey) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "model_missing_key.json", kSource); }),
-            kBad + "model_missing_key.json: vocab is missing (required key)");
-}
-
-TEST(BadModelFile, WrongType) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "model_wrong_type.json", kSource); }),
-            kBad + "model_wrong_type.json: layers = \"2\", must be an integer");
-}
-
-TEST(BadModelFile, OutOfRange) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "model_out_of_range.json", kSource); }),
-            kBad + "model_out_of_range.json: layers = 0, must be in [1, 100000]");
-}
-
-TEST(BadModelFile, UnknownChoice) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "model_bad_choice.json", kSource); }),
-            kBad + "model_bad_choice.json: activation = \"relu\", must be one of gelu|swiglu");
-}
-
-TEST(BadModelFile, HeadsNotDividingHidden) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "model_heads_not_dividing.json", kSource); }),
-            kBad + "model_heads_not_dividing.json: heads = 4, must divide hidden (66)");
-}
-
-TEST(BadModelFile, KvHeadsNotDividingHeads) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "model_kv_heads_not_dividing.json", kSource); }),
-            kBad + "model_kv_heads_not_dividing.json: kv_heads = 3, must divide heads (4)");
-}
+INSTANTIATE_TEST_SUITE_P(
+    Files, BadModelFiles, ::testing::ValuesIn(kBadFiles),
+    [](const ::testing::TestParamInfo<BadFile>& info) { return std::string(info.param.name); });
 
 TEST(BadModelFile, MissingFile) {
   const std::string path = kBad + "no-such-model.json";
@@ -535,26 +528,6 @@ TEST(HfConfig, NameFallsBackToFolderThenFileStem) {
   EXPECT_EQ(parse_hf_config(j, "models/my-llama/config.json").name, "my-llama");
   j["_name_or_path"] = 7;
   EXPECT_EQ(input_error([&] { parse_hf_config(j, "c.json"); }), "c.json: _name_or_path = 7, must be a string");
-}
-
-TEST(BadHfConfig, UnknownModelType) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "hf_unknown_model_type.json", kSource); }),
-            kBad + "hf_unknown_model_type.json: model_type = \"bert\", must be one of llama|mistral|qwen2|gpt2|gpt_neox|mixtral|qwen2_moe|qwen3_moe|deepseek_v3|kimi_k2|gpt_oss|llama4");
-}
-
-TEST(BadHfConfig, MissingKey) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "hf_missing_key.json", kSource); }),
-            kBad + "hf_missing_key.json: intermediate_size is missing (required key)");
-}
-
-TEST(BadHfConfig, WrongType) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "hf_wrong_type.json", kSource); }),
-            kBad + "hf_wrong_type.json: n_layer = \"12\", must be an integer");
-}
-
-TEST(BadHfConfig, HeadsNotDividingHidden) {
-  EXPECT_EQ(input_error([] { load_model(kBad + "hf_heads_not_dividing.json", kSource); }),
-            kBad + "hf_heads_not_dividing.json: num_attention_heads = 14, must divide hidden (900)");
 }
 
 TEST(BadHfConfig, KvHeadsNotDividingHeads) {

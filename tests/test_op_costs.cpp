@@ -211,9 +211,13 @@ TEST(OpCosts, DerivedTablesScaleComputeByPeakAndMemoryByBandwidth) {
   j["misaligned_gemm_slowdown"] = 2.5;
   j["attention_kernels"] = {{"flash2", {{"source", "test"}, {"points", j["attention"]}}}};
   const OpCostTables m = tables(j);
-  const OpCostTables d = derive_op_costs(m, "measured-cluster", 3000e12, 3000e9, false);
+  const OpCostTables d = derive_op_costs(m, {"measured-cluster", 3000e12, 3000e9, false, {}});
   EXPECT_EQ(d.derivation.from, "measured-cluster");
-  EXPECT_DOUBLE_EQ(d.derivation.compute_ratio, 3);
+  EXPECT_DOUBLE_EQ(d.derivation.gemm_ratio, 3);
+  EXPECT_DOUBLE_EQ(d.derivation.attention_fwd_ratio, 3);
+  EXPECT_DOUBLE_EQ(d.derivation.attention_bwd_ratio, 3);
+  EXPECT_FALSE(d.derivation.gemm_achieved);
+  EXPECT_EQ(d.derivation.format_speedup(Dtype::fp8), 0);  // none published: op_time's peak ratio
   EXPECT_DOUBLE_EQ(d.derivation.memory_ratio, 1.5);
   EXPECT_EQ(d.measured_on.gpu, "G");  // still the GPU the times were measured on
   for (GemmPass pass : {GemmPass::fwd, GemmPass::dgrad, GemmPass::wgrad}) {
@@ -228,9 +232,63 @@ TEST(OpCosts, DerivedTablesScaleComputeByPeakAndMemoryByBandwidth) {
   EXPECT_DOUBLE_EQ(d.misaligned_gemm_slowdown, 2.5);
   // Named attention kernels describe one kernel on the measured architecture: dropped unless kept.
   EXPECT_TRUE(d.attention_kernels.empty());
-  const OpCostTables same_sm = derive_op_costs(m, "measured-cluster", 3000e12, 3000e9, true);
+  const OpCostTables same_sm = derive_op_costs(m, {"measured-cluster", 3000e12, 3000e9, true, {}});
   ASSERT_EQ(same_sm.attention_kernels.size(), 1u);
   EXPECT_NEAR(same_sm.attention_fwd(2048, 64, 10, 0), m.attention_fwd(2048, 64, 10, 0) / 3, 1e-15);
+}
+
+// The achieved-rate form of the rule, by hand on the two-point table (GEMM 100 TFLOP/s at
+// 1024x1024x1024 and 400 at 4096x1024x1024; attention forward at seq 4096, head dim 64:
+// 2 * 4096^2 * 64 * 10 FLOPs in 80 us = 268.4 TFLOP/s) for a GPU of 3x the peak:
+//   a GEMM figure of 900 TFLOP/s at 4096x1024x1024 gives 900 / 400 = 2.25 for every GEMM shape;
+//   two figures (900 there, 400 at 1024^3: 4x) give their geometric mean, sqrt(2.25 x 4) = 3;
+//   a best-over-shapes figure of 1000 compares with the table's best, 400: 2.5;
+//   an attention-forward figure of 536.8 at seq 4096 gives 2 for the forward only (the backward,
+//   without a figure, keeps the peak ratio 3);
+//   an fp8 figure of 1620 beside the bf16 900 at the same shape gives fp8 a speed-up of 1.8.
+TEST(OpCosts, DerivedTablesScaleByAchievedRatesWhereStated) {
+  const OpCostTables m = tables(two_point_ops());
+  auto gemm = [](Dtype dtype, double mm, double tflops) {
+    AchievedRate a;
+    a.dtype = dtype;
+    a.m = mm;
+    a.n = a.k = 1024;
+    a.rate = tflops * 1e12;
+    return a;
+  };
+  AchievedRate attention;
+  attention.kernel = ReferenceKernel::attention_fwd;
+  attention.seq = 4096;
+  attention.head_dim = 64;
+  attention.rate = 2 * 268.435456e12;
+  const OpCostTables d = derive_op_costs(
+      m, {"measured-cluster", 3000e12, 3000e9, false, {gemm(Dtype::bf16, 4096, 900), gemm(Dtype::fp8, 4096, 1620), attention}});
+  EXPECT_NEAR(d.derivation.gemm_ratio, 2.25, 1e-12);
+  EXPECT_TRUE(d.derivation.gemm_achieved);
+  EXPECT_NEAR(d.gemm_time(4096, 1024, 1024, GemmPass::fwd), 2.0 * 4096 * 1024 * 1024 / 900e12, 1e-15);
+  EXPECT_NEAR(d.gemm_time(1024, 1024, 1024, GemmPass::dgrad), m.gemm_time(1024, 1024, 1024, GemmPass::dgrad) / 2.25,
+              1e-15);
+  EXPECT_NEAR(d.derivation.fp8_speedup, 1.8, 1e-12);
+  EXPECT_EQ(d.derivation.format_speedup(Dtype::mxfp8), 0);
+  EXPECT_NEAR(d.derivation.attention_fwd_ratio, 2, 1e-9);
+  EXPECT_TRUE(d.derivation.attention_fwd_achieved);
+  EXPECT_NEAR(d.attention_fwd(4096, 64, 10), 40e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(d.derivation.attention_bwd_ratio, 3);
+  EXPECT_FALSE(d.derivation.attention_bwd_achieved);
+  EXPECT_NEAR(d.attention_bwd(4096, 64, 10), 200e-6 / 3, 1e-12);
+  EXPECT_DOUBLE_EQ(d.derivation.memory_ratio, 1.5);  // memory-bound kernels: the bandwidth ratio as before
+
+  const OpCostTables two = derive_op_costs(
+      m, {"measured-cluster", 3000e12, 3000e9, false, {gemm(Dtype::bf16, 4096, 900), gemm(Dtype::bf16, 1024, 400)}});
+  EXPECT_NEAR(two.derivation.gemm_ratio, 3, 1e-12);
+
+  AchievedRate best;
+  best.best = true;
+  best.rate = 1000e12;
+  EXPECT_NEAR(m.best_gemm_rate(), 400e12, 1e3);
+  const OpCostTables b = derive_op_costs(m, {"measured-cluster", 3000e12, 3000e9, false, {best}});
+  EXPECT_NEAR(b.derivation.gemm_ratio, 2.5, 1e-12);
+  EXPECT_NEAR(b.derivation.attention_fwd_ratio, 3, 1e-12);  // no attention figure: the peak ratio
 }
 
 }  // namespace

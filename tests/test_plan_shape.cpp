@@ -75,17 +75,25 @@ TEST(PlanShape, ElementWidthsPerTensorKind) {
   EXPECT_EQ(fp32.gathered_param, 4);
   EXPECT_EQ(fp32.wire_grad, 4);
   EXPECT_EQ(fp32.state.optimizer, 8);
-  // trainplan exec (autocast over fp32 parameters): an fp32 stream, 4 + 4 + 8 + 4 B of states as
-  // held, 16-bit weight copies; the ZeRO gathers stay in the compute dtype.
+  // trainplan exec (autocast over fp32 parameters): an fp32 stream, 4 + 4 + 8 B of states as
+  // held, 16-bit weight copies; the ZeRO gathers stay in the compute dtype. Its chunked loss holds
+  // fp32 logits and their 16-bit copy (4 + 2 B), and per LM-head weight its fp32 gradient and
+  // 16-bit cast (4 + 2 B); in fp32 the copies are the tensors themselves.
   s.dtype = Dtype::bf16;
   const ElementBytes autocast = PlanShape(m, c, exec, s).bytes;
   EXPECT_EQ(autocast.stream, 4);
   EXPECT_EQ(autocast.activation, 2);
   EXPECT_EQ(autocast.state.weight, 4);
-  EXPECT_EQ(autocast.state.optimizer, 12);
+  EXPECT_EQ(autocast.state.optimizer, 8);
   EXPECT_EQ(autocast.weight_copy, 2);
   EXPECT_EQ(autocast.gathered_param, 2);
-  EXPECT_EQ(autocast.logit, 12);
+  EXPECT_EQ(autocast.logit, 6);
+  EXPECT_EQ(autocast.loss_head, 6);
+  s.dtype = Dtype::fp32;
+  EXPECT_EQ(PlanShape(m, c, exec, s).bytes.logit, 4);
+  EXPECT_EQ(PlanShape(m, c, exec, s).bytes.loss_head, 4);
+  EXPECT_EQ(PlanShape(m, c, megatron, s).bytes.loss_head, 0);
+  s.dtype = Dtype::bf16;
   // 4-byte gradients on the wire with fp32 accumulation.
   s.fp32_grad_accum = true;
   EXPECT_EQ(PlanShape(m, c, megatron, s).bytes.wire_grad, 4);

@@ -531,6 +531,42 @@ TEST(Predict, ZeroThreeShardsWeightsAndAddsGatherTraffic) {
   EXPECT_GT(z3.time.dp_comm, z0.time.dp_comm);
 }
 
+// A stack whose ZeRO-3 collectives are bound by its own work (software zero3.max_bus_gbps) gathers
+// at the capped bus bandwidth whatever the link, and one that gathers again for the recomputed
+// forward (zero3.regathers_for_recompute) pays a third gather per micro-batch under full
+// recomputation, in both engines.
+TEST(Predict, ZeroThreeStackCapAndRegather) {
+  const ModelSpec m = gpt(24, 4096, 32);
+  const LayerGraph g(m, 2048);
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Strategy s = layout(64, 1, 1, 1, 64);
+  s.zero = 3;
+  s.recompute = Recompute::full;
+  Software sw = testing::default_software();
+  const StepCosts plain = step_costs(g, c, sw, s);
+  sw.zero3.max_bus_bandwidth = 20e9;
+  const StepCosts capped_costs = step_costs(g, c, sw, s);
+  // One layer's gather: one call over the 64-rank DP group at 20 GB/s of bus bandwidth.
+  const GroupLink dp = group_of(c, 64, 1);
+  const GroupLink slow{dp.size, dp.stride, capped(dp.link, 20e9), dp.call_overhead};
+  const double layer_bytes = capped_costs.layer.params * 2;
+  EXPECT_NEAR(capped_costs.chunks[0].zero3_gather,
+              24 * slow.all_gather(layer_bytes) + slow.all_gather(capped_costs.chunks[0].params * 2 - 24 * layer_bytes),
+              1e-9);
+  EXPECT_GT(capped_costs.chunks[0].zero3_gather, 3 * plain.chunks[0].zero3_gather);
+  EXPECT_EQ(capped_costs.zero3_backward_gathers, 1);
+  const Estimate once = predict(g, c, sw, s);
+  sw.zero3.regathers_for_recompute = true;
+  const StepCosts again = step_costs(g, c, sw, s);
+  EXPECT_EQ(again.zero3_backward_gathers, 2);
+  const Estimate twice = predict(g, c, sw, s);
+  EXPECT_NEAR(twice.time.dp_comm - once.time.dp_comm, again.chunks[0].zero3_gather, 1e-9);
+  EXPECT_GT(twice.time.step, once.time.step);
+  EXPECT_NEAR(predict_with_simulation(g, c, sw, s).time.step / twice.time.step, 1.0, 0.02);
+  s.recompute = Recompute::none;  // without recomputation nothing is gathered a third time
+  EXPECT_EQ(step_costs(g, c, sw, s).zero3_backward_gathers, 1);
+}
+
 TEST(Predict, ContextParallelSplitsActivations) {
   const ModelSpec m = gpt(8, 4096, 32, 32768);
   const LayerGraph g(m, 32768);

@@ -26,6 +26,7 @@
 #include "sim/compare.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/measurement.hpp"
+#include "sim/model_spec.hpp"
 
 namespace trainplan {
 namespace {
@@ -281,6 +282,84 @@ TEST_F(RoundTrip, PredictionEdges) {
   const std::string fps = write("ps.json", prediction(estimate_of(kHuge, ps)));
   expect_report(fps);
   expect_compare(fps, m);
+}
+
+// --- the model a plan carries: every model trainplan reads, and one at the edges of the format ---
+
+SearchResult search_edges(double x, double value);  // below, with the search tests
+
+// The space `layout()` was searched in.
+SearchSpace layout_space() {
+  SearchSpace space;
+  space.gpus = 8;
+  space.global_batch = 8;
+  space.seq_len = 1024;
+  return space;
+}
+
+// Every built-in model and every Hugging Face config of the test data, as a plan carries it.
+std::vector<ModelSpec> carried_models() {
+  std::vector<ModelSpec> out;
+  for (const auto& e : fs::directory_iterator(fs::path(TRAINPLAN_SOURCE_DIR) / "models")) {
+    if (e.path().extension() == ".json") out.push_back(load_model(e.path().string(), TRAINPLAN_SOURCE_DIR));
+  }
+  for (const auto& e : fs::directory_iterator(fs::path(TRAINPLAN_TEST_DATA_DIR) / "hf")) {
+    if (e.is_directory()) out.push_back(load_model(e.path().string(), TRAINPLAN_SOURCE_DIR));
+  }
+  return out;
+}
+
+TEST(CarriedModel, EveryModelReadsBackAsWritten) {
+  const std::vector<ModelSpec> models = carried_models();
+  ASSERT_GE(models.size(), 20u);
+  for (const ModelSpec& m : models) {
+    SCOPED_TRACE(m.name);
+    PredictionDoc d = prediction_doc(estimate_of(1));
+    d.model = m.name;
+    d.model_spec = m;
+    const PredictionDoc back = prediction_from_json(prediction_to_json(d), "p.json");
+    ASSERT_TRUE(back.model_spec.has_value());
+    EXPECT_EQ(to_json(*back.model_spec), to_json(m));
+    const SearchSpace space = layout_space();
+    SearchContext ctx{m.name, "dgx-h100", &space, Objective::time, 1};
+    ctx.model_spec = &m;
+    ctx.software = "pytorch-eager";
+    const SearchDoc s = search_from_json(search_to_json(search_edges(1, 1), ctx), "s.json");
+    EXPECT_EQ(s.software, "pytorch-eager");
+    ASSERT_TRUE(s.model_spec.has_value());
+    EXPECT_EQ(to_json(*s.model_spec), to_json(m));
+  }
+}
+
+// A model no name loads (so --plan must run the one it carries), with every optional key of the
+// model format at an edge: explicit head_dim, dropout just below 1, ALiBi, untied embeddings.
+ModelSpec edge_model() {
+  ModelSpec m = load_model("gpt2", TRAINPLAN_SOURCE_DIR);
+  m.name = "carried-only model";
+  m.layers = 2;
+  m.explicit_head_dim = 2;
+  m.dropout = 0.999;
+  m.position = Position::alibi;
+  m.tied_embeddings = false;
+  m.vocab = 1 << 24;
+  return m;
+}
+
+TEST_F(RoundTrip, CarriedModelAtTheEdgesRunsAsThePlan) {
+  const ModelSpec m = edge_model();
+  PredictionDoc d = prediction_doc(estimate_of(1));
+  d.model = m.name;
+  d.cluster = "dgx-h100";
+  d.model_spec = m;
+  const std::string f = write("p.json", prediction_to_json(d));
+  expect_report(f);
+  expect_plan(f);
+  const SearchSpace space = layout_space();
+  SearchContext ctx{m.name, "dgx-h100", &space, Objective::throughput, 1};
+  ctx.model_spec = &m;
+  const std::string s = write("s.json", search_to_json(search_edges(1, -1), ctx));
+  expect_report(s);
+  expect_plan(s);
 }
 
 // --- simulate: the timeline of every stream and event kind ---

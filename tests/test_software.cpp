@@ -22,7 +22,8 @@ const fs::path kSource = TRAINPLAN_SOURCE_DIR;
 
 TEST(Software, TheShippedProfilesLoad) {
   EXPECT_EQ(builtin_software(kSource),
-            (std::vector<std::string>{"llm-foundry", "megatron-core", "pytorch-eager", "trainplan-exec"}));
+            (std::vector<std::string>{"aleph-alpha-scaling", "aleph-alpha-scaling-rms", "deepspeed-zero3-2021", "llm-foundry",
+                                      "megatron-core", "megatron-lm-2021", "pytorch-eager", "trainplan-exec"}));
   for (const auto& name : builtin_software(kSource)) {
     SCOPED_TRACE(name);
     const Software s = load_software(name, kSource);
@@ -37,11 +38,23 @@ TEST(Software, TheShippedProfilesLoad) {
 
 TEST(Software, ExecProfileDescribesWhatExecLaunches) {
   const Software e = load_software("trainplan-exec", kSource);
-  EXPECT_FALSE(e.qkv_fused);                // exec/model.cpp: separate wq, wk, wv
+  EXPECT_EQ(e.describes_executor, "mem-2");  // exec/exec.hpp kExecutorFingerprint (test_exec_memory checks)
+  EXPECT_TRUE(e.qkv_fused);                 // exec/model.cpp: attn.wqkv, one GEMM
+  EXPECT_TRUE(e.gate_up_fused);             // mlp.wgu
   EXPECT_DOUBLE_EQ(e.stream_bytes, 4);      // fp32 residual stream under autocast
   EXPECT_NEAR(e.host_per_kernel, 23.3e-6, 1e-12);  // us converted to s
-  EXPECT_EQ(e.mem.optimizer.kernel, MemKernel::add);  // unfused AdamW
-  EXPECT_EQ(e.vocab_multiple, 1);           // measured at e64f6de, before exec padded the vocabulary
+  EXPECT_EQ(e.mem.optimizer.kernel, MemKernel::adamw_fused);  // at::_fused_adamw_
+  EXPECT_EQ(e.vocab_multiple, 128);         // padded_vocab(vocab, tp)
+  EXPECT_DOUBLE_EQ(e.memory.loss_chunk_bytes, 1 << 30);  // exec's ModelSettings::loss_chunk_bytes
+  EXPECT_TRUE(e.memory.weight_copies_layers_only);
+  EXPECT_GT(e.mem.fused_split.passes_bwd, 0);  // q/k/v and gate/up split by narrow
+  // The profile of the executor measured on the H100 (commit e64f6de), kept for those rows.
+  const Software old = load_software((fs::path(TRAINPLAN_TEST_DATA_DIR) / "h100" / "trainplan-exec-e64f6de.json").string(), kSource);
+  EXPECT_EQ(old.describes_executor, "mem-1");
+  EXPECT_FALSE(old.qkv_fused);              // separate wq, wk, wv then
+  EXPECT_EQ(old.mem.optimizer.kernel, MemKernel::add);  // unfused AdamW
+  EXPECT_EQ(old.vocab_multiple, 1);         // before exec padded the vocabulary
+  EXPECT_DOUBLE_EQ(old.memory.loss_chunk_bytes, 0);  // the whole micro-batch's logits
   const Software m = load_software("megatron-core", kSource);
   EXPECT_EQ(m.vocab_multiple, 128);         // --make-vocab-size-divisible-by 128
   EXPECT_EQ(vocab_rows(m, 50257, 1), 50304);
@@ -72,6 +85,22 @@ TEST(Software, LlmFoundryIsPytorchEagerWithFlashAttention2) {
   EXPECT_DOUBLE_EQ(predict(g, a100, foundry, s).time.step, predict(g, a100, eager, s).time.step);
 }
 
+// The optional zero3 section: absent, no cap and no regather; DeepSpeed of 2021 states both.
+TEST(Software, ZeroThreeImplementationIsOptional) {
+  const Software core = load_software("megatron-core", kSource);
+  EXPECT_EQ(core.zero3.max_bus_bandwidth, 0);
+  EXPECT_FALSE(core.zero3.regathers_for_recompute);
+  const Software ds = load_software("deepspeed-zero3-2021", kSource);
+  EXPECT_NEAR(ds.zero3.max_bus_bandwidth, 21.3e9, 1);  // GB/s converted to B/s
+  EXPECT_TRUE(ds.zero3.regathers_for_recompute);
+  json j = read_json_file(kSource / "software" / "deepspeed-zero3-2021.json");
+  j["zero3"]["max_bus_gbps"] = -1;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: zero3.max_bus_gbps = -1, must be in [0, 1e+06]");
+  j = read_json_file(kSource / "software" / "deepspeed-zero3-2021.json");
+  j["zero3"]["prefetch"] = 2;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: zero3.prefetch is not a known key");
+}
+
 TEST(Software, BadProfilesNameTheField) {
   const fs::path p = kSource / "software" / "megatron-core.json";
   json j = read_json_file(p);
@@ -97,13 +126,42 @@ TEST(Software, BadProfilesNameTheField) {
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
             "s.json: schema = \"trainplan/software/v0\", must be \"trainplan/software/v1\"");
   EXPECT_EQ(input_error([&] { load_software("tensorflow", kSource); }),
-            "--software tensorflow: not a built-in software profile (one of: llm-foundry, megatron-core, pytorch-eager, "
-            "trainplan-exec) and not a file");
+            "--software tensorflow: not a built-in software profile (one of: aleph-alpha-scaling, aleph-alpha-scaling-rms, "
+            "deepspeed-zero3-2021, llm-foundry, megatron-core, megatron-lm-2021, pytorch-eager, trainplan-exec) and not a "
+            "file");
   j = read_json_file(p);
   j["attention"]["kernel"] = "flash 2";
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
             "s.json: attention.kernel = \"flash 2\", must be a kernel name of 1-64 letters, digits, '-', '_' or '.' "
             "(\"calibrated\": the cluster's measured attention table)");
+}
+
+// The optional keys: absent, a stack keeps none of what they describe; present, they are read and
+// checked like any other.
+TEST(Software, OptionalMemoryKeys) {
+  const fs::path p = kSource / "software" / "megatron-core.json";
+  json j = read_json_file(p);
+  const Software m = parse_software(j, "s.json");
+  EXPECT_EQ(m.describes_executor, "");
+  EXPECT_DOUBLE_EQ(m.memory.loss_chunk_bytes, 0);
+  EXPECT_DOUBLE_EQ(m.memory.loss_bytes_per_head_param, 0);
+  EXPECT_FALSE(m.memory.loss_compute_dtype_copies);
+  EXPECT_FALSE(m.memory.weight_copies_layers_only);
+  EXPECT_EQ(m.mem.fused_split.kernels_bwd, 0);
+  j["describes_executor"] = "mem 2";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: describes_executor = \"mem 2\", must be 1-64 printable characters without spaces");
+  j = read_json_file(p);
+  j["memory"]["loss_chunk_bytes"] = -1;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: memory.loss_chunk_bytes = -1, must be in [0, 1e+15]");
+  j = read_json_file(p);
+  j["memory"]["weight_copies_layers_only"] = 1;
+  EXPECT_NE(input_error([&] { parse_software(j, "s.json"); }).find("memory.weight_copies_layers_only"), std::string::npos);
+  j = read_json_file(p);
+  j["memory_bound"]["fused_split"] = {{"kernel", "add"}, {"passes_fwd", 0}, {"passes_bwd", 1.2}, {"kernels_fwd", 0}};
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: memory_bound.fused_split.kernels_bwd is missing (required key)");
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 // (tests/data/published/megatron_bridge_blackwell.json: Llama 3 8B, 70B and 3.1 405B in FP8 and
 // MXFP8, NeMo containers 25.09 to 26.04.01), predicted with the megatron-core profile on the
 // shipped dgx-b200 and gb200-nvl72 clusters, whose op tables are dgx-h100's measured ones derived
-// by the peak and bandwidth ratios (sim/op_costs.hpp). Nothing was fitted on these rows.
-// Target tolerances: every row within 20% of the published step time, mean absolute error at
-// most 12%. The rows and the mean the model misses today are listed below with a wider bound, so
-// that they cannot get worse unnoticed; the target is NOT met for them.
+// by the achieved-rate rule (sim/op_costs.hpp): GEMMs by each GPU's published best matmul rate over
+// H100's, fp8 by its published fp8/bf16 rate ratio, attention and the block-scaled formats by the
+// peak ratios (no published rate), memory-bound kernels by the bandwidth ratio. Nothing was fitted
+// on these rows. Target tolerances: every row within 20% of the published step time, mean absolute
+// error at most 12%. The rows and the mean the model misses today are listed below with a wider
+// bound, so that they cannot get worse unnoticed; the target is NOT met for them.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -23,15 +25,19 @@ namespace {
 
 constexpr double kRowTarget = 0.20, kMeanTarget = 0.12;
 
-// Every miss is the same sign (predicted too fast) and not explained by one constant: the derived
-// tables assume Blackwell reaches the same fraction of its datasheet peak as H100 per GEMM shape,
-// and the published rows say it reaches less (GB200's 11% higher peak gives 2% on the same 8B
-// layout as DGX B200; MXFP8 rows run 1-8% slower than FP8 ones where the model, which gives
-// block-scaled GEMMs no split-accumulator pass, makes them faster). Keyed by row index.
+// Every row is still predicted too fast (0.8% to 23.7%), the MXFP8 rows most (15.6% to 23.7%
+// against 0.8% to 13.3% for FP8). With the peak-ratio rule they were 7.8% to 27.9% fast (mean
+// 17.4%); scaling GEMMs by published achieved rates moved every row the right way. What is left
+// is not explained by one constant and nothing here was tuned on these rows: attention and the
+// MXFP8 GEMMs still assume Blackwell reaches H100's fraction of peak (no published rate of the
+// stack's kernels on a named B200 or GB200 was found), published per-shape B200 bf16 GEMM rates
+// at 8192^3 and 16384x4096x4096 run 5-17% below the best-shape figure the clusters use (their
+// ops.source), and NVIDIA's B300 GEMM benchmark has MXFP8 kernels 5% slower than per-tensor FP8
+// where the model, at the peak ratio, makes them faster. Keyed by row index.
 const char* kBlackwellBias =
-    "predicted too fast: the derived tables' same-fraction-of-peak assumption overstates Blackwell (see above)";
-const std::map<int, double> kKnownMisses = {{2, 0.30}, {6, 0.30}, {10, 0.30}, {14, 0.30}};
-constexpr double kMeanKnown = 0.20;  // the mean today, 17.4%, is past the 12% target
+    "predicted too fast: attention and MXFP8 GEMMs at the peak ratio overstate Blackwell (see above)";
+const std::map<int, double> kKnownMisses = {{10, 0.25}};  // 23.7% today
+constexpr double kMeanKnown = 0.13;  // the mean today, 12.6%, is past the 12% target
 
 // A row's layout, from its flags in trainplan's spelling.
 Strategy row_strategy(const nlohmann::json& f) {

@@ -4,6 +4,9 @@
 // constant was fitted on these steps: ops.misaligned_gemm_slowdown, on the six gpt2-family
 // PyTorch-eager rows (fitted_row); nothing else here was fitted on them.
 //   trainplan-exec profile  vs  `trainplan exec` (trainplan_exec/*.meas.json)   step within 10%
+//     (the profile that describes the executor those rows ran, commit e64f6de:
+//     trainplan-exec-e64f6de.json here; software/trainplan-exec.json describes today's executor and
+//     is checked against the H200 rows in test_validation_h200.cpp)
 //   pytorch-eager profile   vs  PyTorch eager rows (pytorch_steps.jsonl)        step within 10%
 //   megatron-core profile   vs  torch.compile rows (fused kernels)              step within 15%
 // Peak reserved memory against the same rows is checked in test_memory_validation.cpp.
@@ -46,7 +49,10 @@ struct Row {
   double error() const { return (estimate.time.step - measured_step) / measured_step; }
 };
 
-Estimate predict_plan(const ModelSpec& m, const Strategy& s, const char* software) {
+// The profile of the executor the trainplan_exec rows measured (see the top of this file).
+const std::string kExecE64f6de = (kData / "trainplan-exec-e64f6de.json").string();
+
+Estimate predict_plan(const ModelSpec& m, const Strategy& s, const std::string& software) {
   const Cluster c = testing::builtin_cluster("dgx-h100");
   const Software sw = load_software(software, kSource);
   return predict(LayerGraph(m, s.seq_len), c, sw, s);
@@ -60,7 +66,7 @@ std::vector<Row> exec_rows() {
   for (const auto& f : files) {
     const json j = read_json_file(f);
     const Strategy s = strategy_from_json(j.at("strategy"), f.string());
-    Row r{f.stem().string(), predict_plan(model_named(j.at("model")), s, "trainplan-exec"),
+    Row r{f.stem().string(), predict_plan(model_named(j.at("model")), s, kExecE64f6de),
           j.at("step_time").at("median_s").get<double>(), j.at("memory").at("peak_bytes").get<double>()};
     rows.push_back(std::move(r));
   }
@@ -109,7 +115,7 @@ const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
 // - topologies/dgx-h100.json ops.misaligned_gemm_slowdown: a least-squares fit over the six
 //   gpt2-family PyTorch-eager steps, whose unpadded 50257-token LM head runs misaligned GEMMs. The
 //   trainplan-exec gpt2-xl rows check that constant.
-// - software/trainplan-exec.json host.per_kernel_us: a least-squares fit over the phases of the one
+// - trainplan-exec-e64f6de.json host.per_kernel_us: a least-squares fit over the phases of the one
 //   host-bound executor run, tiny-gpt.
 bool fitted_row(const std::string& what) { return what.rfind("gpt2", 0) == 0 || what == "tiny.meas"; }
 

@@ -202,5 +202,36 @@ TEST(ValidationLlmFoundry, A100StepTimeWithinTolerance) {
   EXPECT_LE(sum_abs / asserted, 0.08);
 }
 
+// The H100 runs at sequences up to 4096 (56 runs, 8-512 GPUs) under the profile of the stack that
+// ran them (software/llm-foundry.json: Composer + FSDP, eager PyTorch modules, flash-attn 2 at the
+// FlashAttention-2 H100 rates of dgx-h100.json), the small models (760M-3B, hidden 1536-2560)
+// among them. Under megatron-core these runs come out 20.7% fast on average (its fused kernels and
+// a Hopper-tuned attention table are not this stack). Tolerance: mean absolute step error at most
+// 12% over all of them and over the sub-3B models alone, every run within 25% (the worst today:
+// MPT-760M at 4096 tokens, 19.5% fast, with the error growing with the sequence from 1-6% at 512
+// tokens: attention, whose 2023 flash-attn the FA3 paper's FlashAttention-2 bars may overstate).
+TEST(ValidationLlmFoundry, H100StepTimeUnderItsOwnStackWithinTolerance) {
+  double sum_all = 0, sum_small = 0;
+  int all = 0, small = 0;
+  for (const Predicted& p : predicted("llm-foundry")) {
+    if (p.run.row.at("gpu") != "H100-80GB" || p.run.strategy.seq_len > 4096) continue;
+    const double err = step_error(p);
+    EXPECT_LT(std::abs(err), 0.25) << describe(p.run);
+    sum_all += std::abs(err);
+    ++all;
+    const std::string model = p.run.row.at("model");
+    if (model == "mpt-760m" || model == "mpt-1b" || model == "mpt-3b") {
+      sum_small += std::abs(err);
+      ++small;
+    }
+  }
+  ASSERT_EQ(all, 56);
+  ASSERT_EQ(small, 28);
+  std::printf("llm-foundry profile, H100 at <= 4K tokens: %d runs, mean absolute step error %.1f%%; 760M-3B: %d runs, %.1f%%\n",
+              all, 100 * sum_all / all, small, 100 * sum_small / small);
+  EXPECT_LE(sum_all / all, 0.12);
+  EXPECT_LE(sum_small / small, 0.12);
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -316,12 +316,14 @@ def make_reports(tp, data, out):
     run([tp, "compare", os.path.join(cmp_dir, "prediction_pp2.json"), os.path.join(cmp_dir, "measurement_pp2.json"),
          "--html", j("compare.html")])
     run([tp, "report", os.path.join(cmp_dir, "measurement_pp2.json"), "--html", j("measurement.html")])
-    # The README's predicted-vs-measured picture: a measured H100 run and trainplan's prediction of it.
-    h100 = os.path.join(data, "h100", "trainplan_exec", "xl-mb4-none.meas.json")
-    if os.path.exists(h100):
-        run([tp, "predict", "--model", "gpt2-xl", "--cluster", "dgx-h100", "--gpus", "1", "--micro-batch", "4",
-             "--global-batch", "32", "--software", "trainplan-exec", "--json", j("xl-pred.json")], ok=(0, 3))
-        run([tp, "compare", j("xl-pred.json"), h100, "--html", j("h100-compare.html")])
+    # The README's predicted-vs-measured picture: a measured H200 run of `trainplan exec` and
+    # trainplan's prediction of it under the profile that describes that executor.
+    h200 = os.path.join(data, "h200", "trainplan_exec", "xl-mb4.meas.json")
+    if os.path.exists(h200):
+        run([tp, "predict", "--model", "gpt2-xl", "--cluster", "dgx-h200", "--gpus", "1", "--micro-batch", "4",
+             "--global-batch", "32", "--seq", "1024", "--software", "trainplan-exec", "--json", j("xl-pred.json")],
+            ok=(0, 3))
+        run([tp, "compare", j("xl-pred.json"), h200, "--html", j("h200-compare.html")])
     return {os.path.splitext(f)[0]: j(f) for f in sorted(os.listdir(out)) if f.endswith(".html")}
 
 
@@ -363,7 +365,7 @@ def main():
                         problems.append(reason)
                     print(f"{name:<14} {width:>5} px: {'ok' if not problems else '; '.join(problems)}")
                     failures += [f"{name} at {width} px: {p}" for p in problems]
-                if a.screenshots and name in ("search", "h100-compare"):
+                if a.screenshots and name in ("search", "h200-compare"):
                     os.makedirs(a.screenshots, exist_ok=True)
                     _, png = open_page(browser, path, 1280, full_page=True)
                     with open(os.path.join(a.screenshots, f"report-{name}.png"), "wb") as f:

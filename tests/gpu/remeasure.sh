@@ -14,6 +14,12 @@
 #              -> OUT/calibrate/{dgx-h100-calibrated.json,trainplan-exec.json,calibrate.txt}
 #   exec       the six trainplan exec plans of tests/data/h100/trainplan_exec at this commit
 #              -> OUT/exec/<name>.meas.json and <name>.log
+#   execmem    the executor against its software profile: the four plans of tests/data/h200/trainplan_exec
+#              and a Llama-3.2-3B-shaped one (micro-batch 4), each predicted with --software
+#              trainplan-exec, run with --memory-accounting on (bytes by category from the CUDA caching
+#              allocator: weight copies, saved activations, the step's peak, optimizer temporaries) and
+#              compared; cluster dgx-h200 on an H200, else dgx-h100, about 4 minutes
+#              -> OUT/execmem/<name>.{pred,meas}.json, <name>.cmp.txt
 #   bench      issue 12's side by side, trainplan exec against plain PyTorch (tests/gpu/bench_gpu.py)
 #              -> OUT/bench-gpu.json
 #   pytorch    the eager and torch.compile rows of tests/data/h100/pytorch_steps.jsonl again
@@ -28,8 +34,8 @@
 # OUT/clocks.csv, to check whether sustained work runs at lower clocks than the short op timings
 # (the hypothesis the issue-14 note gives for single-GPU and published runs disagreeing).
 set -uo pipefail
-trainplan=${1:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch|sustained|profile ...]}
-out=${2:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|bench|pytorch|sustained|profile ...]}
+trainplan=${1:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|execmem|bench|pytorch|sustained|profile ...]}
+out=${2:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|execmem|bench|pytorch|sustained|profile ...]}
 shift 2
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(calibrate exec bench)
@@ -85,6 +91,33 @@ l1b-mb4-none llama-1b 4 32 none
 l1b-mb8-full llama-1b 8 64 full
 PLANS
       ;;
+    execmem)
+      mkdir -p "$out/execmem"
+      cluster=dgx-h100
+      nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && cluster=dgx-h200
+      # Llama 3.2 3B shape (Hugging Face meta-llama/Llama-3.2-3B config.json), as llama-1b.json is 1B's.
+      python3 -c "import json,sys; m=json.load(open(sys.argv[1])); m.update(name='llama-3b', layers=28, hidden=3072,
+heads=24, kv_heads=8, source='Llama 3.2 3B shape (28 layers, hidden 3072, 24 heads, 8 kv heads, ffn 8192)');
+json.dump(m, open(sys.argv[2], 'w'))" "$root/tests/data/h200/llama-1b.json" "$out/execmem/llama-3b.json"
+      # name model micro-batch global-batch sequence recompute
+      while read -r name model mb gb seq recompute; do
+        case "$model" in llama-1b) model="$root/tests/data/h200/llama-1b.json" ;; llama-3b) model="$out/execmem/llama-3b.json" ;; esac
+        plan=(--cluster "$cluster" --gpus 1 --model "$model" --micro-batch "$mb" --global-batch "$gb" --seq "$seq"
+              --recompute "$recompute" --dtype bf16)
+        step "predict-$name" 60 "$trainplan" predict "${plan[@]}" --software trainplan-exec \
+          --json "$out/execmem/$name.pred.json" > "$out/execmem/$name.pred.txt" 2>&1
+        step "exec-$name" 150 "$trainplan" exec "${plan[@]}" --steps 4 --warmup 2 --memory-accounting on \
+          --json "$out/execmem/$name.meas.json" > "$out/execmem/$name.log" 2>&1
+        step "compare-$name" 60 "$trainplan" compare "$out/execmem/$name.pred.json" "$out/execmem/$name.meas.json" \
+          > "$out/execmem/$name.cmp.txt" 2>&1
+      done <<'PLANS'
+xl-mb4 gpt2-xl 4 32 1024 none
+l1b-mb4 llama-1b 4 32 2048 none
+l1b-mb2-full llama-1b 2 32 2048 full
+large-mb8 gpt2-large 8 32 1024 none
+l3b-mb4 llama-3b 4 32 2048 none
+PLANS
+      ;;
     bench)
       step bench 400 python3 "$root/tests/gpu/bench_gpu.py" --trainplan "$trainplan" --out "$out/bench-gpu.json" \
         > "$out/bench-gpu.log" 2>&1
@@ -116,7 +149,7 @@ ROWS
         > "$out/step_profile.log" 2>&1
       ;;
     *)
-      echo "remeasure.sh: unknown phase '$phase' (calibrate, exec, bench, pytorch, sustained, profile)" >&2
+      echo "remeasure.sh: unknown phase '$phase' (calibrate, exec, execmem, bench, pytorch, sustained, profile)" >&2
       exit 2
       ;;
   esac

@@ -1,0 +1,210 @@
+// Validation of the order of layouts: a planner sells the ranking of the layouts it compares, so
+// per set of measured layouts of one model on one cluster, the Spearman rank correlation of
+// predicted against measured step time (tests/data/published/multi_layout_sets.json: Hagemann et
+// al. 2023, arXiv:2311.05610, the layout sweep of LLaMA 13B/30B/65B with a 128k vocabulary at
+// sequence 2k and 8k on 32-256 A100 80GB; the README there says how the sets were read).
+//
+// How the sets are used:
+//   - one set = one model, sequence length and GPU count, as the file groups them;
+//   - the attention kernel varies inside a set. The main sets are ranked on their
+//     'flash_attention2' rows (the most complete kernel column), predicted under
+//     software/aleph-alpha-scaling.json (that codebase's eager RMSNorm); the sequence-parallel
+//     sets ran only 'flash_attention2 + RMS kernel', predicted under aleph-alpha-scaling-rms
+//     (the fused RMSNorm). The other columns (PyTorch and Megatron-fused attention over
+//     materialised scores, FlashAttention 1.0.8) run kernels no shipped profile describes on A100;
+//   - the sheets mark sequence parallelism on at tp 1, where it does nothing: it is on only with
+//     tp > 1 here;
+//   - rows that ran (outcome "ok") are ranked; rows that ran out of memory ("oom") and those rows
+//     are a memory test: the predicted verdict (fits / out of memory) against the measured one;
+//     "kernel_not_available" and "other_error" rows are not measurements and are left out;
+//   - a layout run twice (two trials) counts twice; Spearman ranks ties by their mean rank.
+//
+// Tolerance: per set, Spearman >= 0.9. Sets the model misses today are listed in kKnownMisses
+// with what is not modelled and a floor they must stay above (the target is NOT met for them).
+// Memory: the verdicts agree on at least 85% of the ok and oom rows, and at most 6% of the runs
+// that ran are predicted out of memory (a planner that drops a layout that runs loses it; today 12
+// of 207: layouts with few model-parallel ranks per parameter, tp x pp of 1-4, and four large
+// micro-batch 65B layouts, all near the 80 GB).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "sim/json_reader.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/predict.hpp"
+#include "sim/software.hpp"
+#include "test_helpers.hpp"
+
+namespace trainplan {
+namespace {
+
+// LLaMA 13B / 30B / 65B (Touvron et al. 2023, Table 2) with the sweep's untied 128,000-token
+// vocabulary (the file's derived_not_stated.vocab), at the set's sequence length.
+ModelSpec llama_of(const std::string& set, int seq) {
+  struct Shape {
+    const char* tag;
+    int layers, hidden, heads, ffn;
+  };
+  constexpr Shape kShapes[] = {{"-13b-", 40, 5120, 40, 13824}, {"-30b-", 60, 6656, 52, 17920}, {"-65b-", 80, 8192, 64, 22016}};
+  for (const Shape& s : kShapes) {
+    if (set.find(s.tag) == std::string::npos) continue;
+    ModelSpec m;
+    m.name = std::string("llama") + s.tag;
+    m.layers = s.layers;
+    m.hidden = s.hidden;
+    m.heads = s.heads;
+    m.kv_heads = s.heads;
+    m.ffn_hidden = s.ffn;
+    m.vocab = 128000;
+    m.seq_len = seq;
+    m.activation = Activation::swiglu;
+    m.norm = Norm::rmsnorm;
+    m.position = Position::rope;
+    m.tied_embeddings = false;
+    return m;
+  }
+  ADD_FAILURE() << "no model for set " << set;
+  return {};
+}
+
+// Ranks (1-based, ties by their mean rank) and Spearman's rho as the Pearson correlation of ranks.
+std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<std::size_t> order(v.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return v[a] < v[b]; });
+  std::vector<double> r(v.size());
+  for (std::size_t i = 0; i < order.size();) {
+    std::size_t j = i;
+    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
+    for (std::size_t k = i; k <= j; ++k) r[order[k]] = (i + j) / 2.0 + 1;
+    i = j + 1;
+  }
+  return r;
+}
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  const std::vector<double> ra = ranks(a), rb = ranks(b);
+  const double n = static_cast<double>(a.size());
+  const double ma = std::accumulate(ra.begin(), ra.end(), 0.0) / n, mb = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (std::size_t i = 0; i < ra.size(); ++i) {
+    sab += (ra[i] - ma) * (rb[i] - mb);
+    saa += (ra[i] - ma) * (ra[i] - ma);
+    sbb += (rb[i] - mb) * (rb[i] - mb);
+  }
+  return sab / std::sqrt(saa * sbb);
+}
+
+TEST(Spearman, HandWorkedValues) {
+  EXPECT_DOUBLE_EQ(spearman({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
+  EXPECT_DOUBLE_EQ(spearman({1, 2, 3, 4}, {4, 3, 2, 1}), -1.0);
+  // Ranks 1 2 3 4 against 2 1 4 3: d^2 sums to 4, rho = 1 - 6*4/(4*15) = 0.6.
+  EXPECT_NEAR(spearman({1, 2, 3, 4}, {2, 1, 4, 3}), 0.6, 1e-12);
+  EXPECT_EQ(ranks({5, 1, 5}), (std::vector<double>{2.5, 1, 2.5}));  // ties share their mean rank
+}
+
+// Sets below the 0.9 target today: the floor they are held to and what the model does not capture.
+const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
+    {"hagemann2023-13b-seq2048-32gpu-seqpar",
+     {0.1, "micro-batch 1 is predicted 15-30% slower than 2 at tp 2 where the runs were within 8%: the A100 GEMM table is "
+           "H100's measured per-shape efficiency scaled by the peak ratio (dgx-a100-80g.json ops.source), so "
+           "2048-token GEMMs come out 15-20% less efficient than 4096-token ones, more than on an A100"}},
+    {"hagemann2023-13b-seq2048-64gpu",
+     {0.5, "the flash_attention2 runs with pipelining slow down with the micro-batch (pp 2: 44 s at mb 1, 73 s at mb 8) "
+           "where the same layouts with FlashAttention 1.0.8 stay flat (42-45 s): not an effect of the layout; and "
+           "the 2048-token GEMM efficiency above"}},
+    {"hagemann2023-30b-seq2048-256gpu",
+     {0.5, "the layouts with one or two pipeline stages (data parallelism 64-128) ran 15-30% slower than those with "
+            "four stages at the same tp, which the model does not reproduce (it predicts them 6-29% fast)"}},
+    {"hagemann2023-30b-seq2048-64gpu-seqpar", {0.6, "the 2048-token GEMM efficiency on A100 (see the 13B 32-GPU set)"}},
+    {"hagemann2023-13b-seq8192-128gpu",
+     {0.8, "tensor parallelism costs more than modelled: tp 4 rows are predicted 11-16% fast, tp 1 within 6%"}},
+    {"hagemann2023-30b-seq8192-128gpu", {0.8, "as the 13B 8k set: tp 4 rows predicted 9-17% fast, tp 2 within 11%"}},
+};
+
+struct SetResult {
+  std::vector<double> predicted, measured;
+  int verdicts = 0, agree = 0, ran = 0, ran_predicted_oom = 0;
+};
+
+// The software profile of a row's kernel column, or nullptr for a column not ranked here.
+const Software* profile_for(const std::string& set, const std::string& kernel, const Software& eager_norm,
+                            const Software& fused_norm) {
+  const bool seqpar_set = set.find("-seqpar") != std::string::npos;
+  if (!seqpar_set && kernel == "flash_attention2") return &eager_norm;
+  if (seqpar_set && kernel == "flash_attention2 + RMS kernel") return &fused_norm;
+  return nullptr;
+}
+
+std::map<std::string, SetResult> predict_sets() {
+  const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/multi_layout_sets.json");
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  const Software eager_norm = load_software("aleph-alpha-scaling", TRAINPLAN_SOURCE_DIR);
+  const Software fused_norm = load_software("aleph-alpha-scaling-rms", TRAINPLAN_SOURCE_DIR);
+  std::map<std::string, SetResult> sets;
+  for (const auto& r : data.at("rows")) {
+    const std::string set = r.at("set"), outcome = r.at("outcome");
+    const Software* sw = profile_for(set, r.at("attention_kernel"), eager_norm, fused_norm);
+    if (!sw || (outcome != "ok" && outcome != "oom")) continue;
+    const int seq = set.find("-seq8192-") != std::string::npos ? 8192 : 2048;
+    const ModelSpec m = llama_of(set, seq);
+    Strategy s;
+    s.tp = r.at("tp");
+    s.pp = r.at("pp");
+    s.dp = r.at("dp");
+    s.zero = 1;  // optimizer states sharded over data parallelism (the file's "assumed")
+    s.micro_batch = r.at("micro_batch");
+    s.global_batch = r.at("global_batch");
+    s.seq_len = seq;
+    s.recompute = r.at("recompute") == "full" ? Recompute::full : Recompute::none;
+    s.sequence_parallel = r.at("sequence_parallel").get<bool>() && s.tp > 1;
+    s.dtype = Dtype::bf16;
+    EXPECT_EQ(s.gpus(), r.at("gpus").get<int>()) << set << " trial " << r.at("trial");
+    const Estimate e = predict(LayerGraph(m, seq), c, *sw, s);
+    SetResult& out = sets[set];
+    out.verdicts += 1;
+    out.agree += e.feasible == (outcome == "ok");
+    if (outcome != "ok") continue;
+    out.ran += 1;
+    out.ran_predicted_oom += !e.feasible;
+    out.predicted.push_back(e.time.step);
+    out.measured.push_back(r.at("step_time_s"));
+  }
+  return sets;
+}
+
+TEST(ValidationRanking, Hagemann2023LayoutOrderPerSet) {
+  const std::map<std::string, SetResult> sets = predict_sets();
+  ASSERT_EQ(sets.size(), 10u);
+  int verdicts = 0, agree = 0, ran = 0, ran_predicted_oom = 0, met = 0;
+  for (const auto& [set, r] : sets) {
+    ASSERT_GE(r.predicted.size(), 7u) << set;
+    const double rho = spearman(r.predicted, r.measured);
+    double mae = 0;
+    for (std::size_t i = 0; i < r.predicted.size(); ++i) mae += std::abs(r.predicted[i] / r.measured[i] - 1);
+    mae /= static_cast<double>(r.predicted.size());
+    const auto known = kKnownMisses.find(set);
+    std::printf("%-40s %3zu runs  Spearman %.3f  mean abs. step error %5.1f%%  memory verdicts %3d/%3d agree%s%s\n",
+                set.c_str(), r.predicted.size(), rho, 100 * mae, r.agree, r.verdicts,
+                known != kKnownMisses.end() ? "  KNOWN MISS: " : "", known != kKnownMisses.end() ? known->second.second : "");
+    EXPECT_GE(rho, known != kKnownMisses.end() ? known->second.first : 0.9) << set;
+    met += rho >= 0.9;
+    verdicts += r.verdicts;
+    agree += r.agree;
+    ran += r.ran;
+    ran_predicted_oom += r.ran_predicted_oom;
+  }
+  std::printf("%d of %zu sets at Spearman >= 0.9; memory verdicts agree on %d of %d rows; %d of %d runs that ran "
+              "predicted out of memory\n", met, sets.size(), agree, verdicts, ran_predicted_oom, ran);
+  EXPECT_GE(agree, 0.85 * verdicts);
+  EXPECT_LE(ran_predicted_oom, 0.06 * ran);
+}
+
+}  // namespace
+}  // namespace trainplan
