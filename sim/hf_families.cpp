@@ -38,7 +38,7 @@ int int_of(const JsonObject& o, const char* key, long long hi, long long lo = 1)
   return static_cast<int>(o.integer(key, lo, hi));
 }
 int optional_int(const JsonObject& o, const char* key, long long hi, int fallback, long long lo = 1) {
-  return o.has(key) ? int_of(o, key, hi, lo) : fallback;
+  return o.has_value(key) ? int_of(o, key, hi, lo) : fallback;
 }
 
 // The llama-style body every family here shares: RMSNorm, SwiGLU, RoPE, an optional head_dim.
@@ -47,12 +47,12 @@ int read_llama_body(const JsonObject& o, ModelSpec& m) {
   m.layers = int_of(o, "num_hidden_layers", kLayers);
   m.hidden = int_of(o, "hidden_size", kHidden);
   m.heads = int_of(o, "num_attention_heads", kHeads);
-  m.kv_heads = o.has("num_key_value_heads") ? int_of(o, "num_key_value_heads", kHeads) : m.heads;
+  m.kv_heads = o.has_value("num_key_value_heads") ? int_of(o, "num_key_value_heads", kHeads) : m.heads;
   m.vocab = int_of(o, "vocab_size", kVocab);
   m.activation = Activation::swiglu;
   m.norm = Norm::rmsnorm;
   m.position = Position::rope;
-  m.tied_embeddings = o.has("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
+  m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
   return int_of(o, "max_position_embeddings", kSeq);
 }
 
@@ -94,7 +94,7 @@ int parse_mixtral(const JsonObject& o, ModelSpec& m) {
   m.ffn_hidden = int_of(o, "intermediate_size", kFfn);
   read_router(o, m.moe, "num_local_experts", "num_experts_per_tok");
   m.moe.expert_ffn = m.ffn_hidden;
-  if (o.has("sliding_window")) {
+  if (o.has_value("sliding_window")) {
     m.sliding_window = int_of(o, "sliding_window", kSeq);
     m.layer_attention = {AttentionWindow::sliding};
   }
@@ -103,9 +103,9 @@ int parse_mixtral(const JsonObject& o, ModelSpec& m) {
 
 // Qwen2's sliding window: layers from max_window_layers on, where use_sliding_window.
 void read_qwen_window(const JsonObject& o, ModelSpec& m) {
-  if (!o.has("use_sliding_window") || !o.boolean("use_sliding_window")) return;
+  if (!o.has_value("use_sliding_window") || !o.boolean("use_sliding_window")) return;
   m.sliding_window = int_of(o, "sliding_window", kSeq);
-  const int first = o.has("max_window_layers") ? int_of(o, "max_window_layers", m.layers, 0) : 0;
+  const int first = o.has_value("max_window_layers") ? int_of(o, "max_window_layers", m.layers, 0) : 0;
   if (first >= m.layers) return;
   m.layer_attention.assign(static_cast<std::size_t>(m.layers), AttentionWindow::sliding);
   std::fill(m.layer_attention.begin(), m.layer_attention.begin() + first, AttentionWindow::full);
@@ -118,8 +118,8 @@ int parse_qwen_moe(const JsonObject& o, const std::string& type, ModelSpec& m) {
   read_router(o, e, "num_experts", "num_experts_per_tok");
   e.expert_ffn = int_of(o, "moe_intermediate_size", kFfn);
   e.every = optional_int(o, "decoder_sparse_step", m.layers, 1);
-  if (o.has("mlp_only_layers")) e.dense_layers = layer_indices(o, "mlp_only_layers", m.layers);
-  if (type == "qwen2_moe" && o.has("shared_expert_intermediate_size")) {
+  if (o.has_value("mlp_only_layers")) e.dense_layers = layer_indices(o, "mlp_only_layers", m.layers);
+  if (type == "qwen2_moe" && o.has_value("shared_expert_intermediate_size")) {
     e.shared_ffn = int_of(o, "shared_expert_intermediate_size", kFfn, 0);
     e.shared_experts = e.shared_ffn > 0 ? 1 : 0;
     e.shared_gate = e.shared_experts > 0;  // Qwen2MoeSparseMoeBlock.shared_expert_gate
@@ -138,7 +138,7 @@ int parse_deepseek(const JsonObject& o, ModelSpec& m) {
   a.qk_rope_head_dim = int_of(o, "qk_rope_head_dim", kHeads);
   a.v_head_dim = int_of(o, "v_head_dim", kHeads);
   // transformers' DeepseekV3Config stores qk_rope_head_dim as head_dim; any other value is not ours.
-  if (o.has("head_dim") && o.integer("head_dim", 1, kHeads) != a.qk_rope_head_dim)
+  if (o.has_value("head_dim") && o.integer("head_dim", 1, kHeads) != a.qk_rope_head_dim)
     throw o.error("head_dim", fmt::format("must be absent or qk_rope_head_dim ({}) in a DeepSeek config", a.qk_rope_head_dim));
   m.explicit_head_dim = a.qk_head_dim();
   MoeSpec& e = m.moe;
@@ -151,7 +151,7 @@ int parse_deepseek(const JsonObject& o, ModelSpec& m) {
   const int freq = optional_int(o, "moe_layer_freq", m.layers, 1);
   for (int l = e.first_dense; l < m.layers && freq > 1; ++l)
     if (l % freq != 0) e.dense_layers.push_back(l);
-  if (o.has("scoring_func")) {
+  if (o.has_value("scoring_func")) {
     e.scoring = o.choice("scoring_func", {"softmax", "sigmoid"}) == "softmax" ? RouterScoring::softmax : RouterScoring::sigmoid;
   }
   e.groups = optional_int(o, "n_group", e.experts, 1);
@@ -164,13 +164,13 @@ int parse_gpt_oss(const JsonObject& o, ModelSpec& m) {
   const int limit = read_llama_body(o, m);
   m.ffn_hidden = int_of(o, "intermediate_size", kFfn);
   read_router(o, m.moe, "num_local_experts", "num_experts_per_tok");
-  if (o.has("experts_per_token") && o.integer("experts_per_token", 1, kExperts) != m.moe.top_k)
+  if (o.has_value("experts_per_token") && o.integer("experts_per_token", 1, kExperts) != m.moe.top_k)
     throw o.error("experts_per_token", fmt::format("must equal num_experts_per_tok ({})", m.moe.top_k));
   m.moe.expert_ffn = m.ffn_hidden;
   m.moe.expert_bias = m.moe.router_bias = true;  // GptOssExperts' biases, GptOssTopKRouter's bias
   m.attention_sinks = true;                      // GptOssAttention.sinks
   m.sliding_window = int_of(o, "sliding_window", kSeq);
-  if (o.has("layer_types")) {
+  if (o.has_value("layer_types")) {
     const json& v = o.raw("layer_types");
     if (!v.is_array() || static_cast<int>(v.size()) != m.layers)
       throw o.error("layer_types", fmt::format("must list one type per layer ({})", m.layers));
@@ -190,7 +190,7 @@ int parse_gpt_oss(const JsonObject& o, ModelSpec& m) {
 void read_llama4_windows(const JsonObject& o, ModelSpec& m) {
   m.attention_chunk = optional_int(o, "attention_chunk_size", kSeq, 8192);
   m.layer_attention.assign(static_cast<std::size_t>(m.layers), AttentionWindow::chunked);
-  if (o.has("layer_types")) {
+  if (o.has_value("layer_types")) {
     const json& v = o.raw("layer_types");
     if (!v.is_array() || static_cast<int>(v.size()) != m.layers)
       throw o.error("layer_types", fmt::format("must list one type per layer ({})", m.layers));
@@ -200,7 +200,7 @@ void read_llama4_windows(const JsonObject& o, ModelSpec& m) {
     }
     return;
   }
-  if (o.has("no_rope_layers") && !o.raw("no_rope_layers").empty()) {  // [] means the default (transformers)
+  if (o.has_value("no_rope_layers") && !o.raw("no_rope_layers").empty()) {  // [] means the default (transformers)
     const std::vector<int> rope = int_list(o, "no_rope_layers", 0, 1);
     if (static_cast<int>(rope.size()) != m.layers)
       throw o.error("no_rope_layers", fmt::format("must list one flag per layer ({})", m.layers));
@@ -222,7 +222,7 @@ int parse_llama4_text(const JsonObject& o, ModelSpec& m) {
   e.shared_experts = 1;  // Llama4TextMoe.shared_expert, of the experts' width
   e.shared_ffn = e.expert_ffn;
   e.scoring = RouterScoring::sigmoid;  // Llama4Router: sigmoid of the top-k logits
-  if (o.has("moe_layers")) {
+  if (o.has_value("moe_layers")) {
     e.dense_layers = complement(layer_indices(o, "moe_layers", m.layers), m.layers);
   } else {
     e.every = optional_int(o, "interleave_moe_layer_step", m.layers, 1);
@@ -266,12 +266,12 @@ int parse_extended_hf(const JsonObject& o, const std::string& type, ModelSpec& m
   } else {
     throw o.error("model_type", "is not a family with experts or latent attention");
   }
-  if (type != "deepseek_v3" && type != "kimi_k2" && type != "llama4" && o.has("head_dim")) {
+  if (type != "deepseek_v3" && type != "kimi_k2" && type != "llama4" && o.has_value("head_dim")) {
     m.explicit_head_dim = int_of(o, "head_dim", kHeads);
   }
   if (type == "llama4") {
     const JsonObject t = o.object("text_config");
-    if (t.has("head_dim")) m.explicit_head_dim = int_of(t, "head_dim", kHeads);
+    if (t.has_value("head_dim")) m.explicit_head_dim = int_of(t, "head_dim", kHeads);
   }
   compact_attention_pattern(m.layer_attention);
   if (m.layer_attention.empty()) m.sliding_window = m.attention_chunk = 0;  // every layer full
@@ -290,7 +290,7 @@ void refuse_extended_keys(const JsonObject& o, const std::string& type) {
 
 void read_dense_sliding_window(const JsonObject& o, const std::string& type, ModelSpec& m) {
   if (type == "mistral") {
-    if (!o.has("sliding_window")) return;
+    if (!o.has_value("sliding_window")) return;
     m.sliding_window = int_of(o, "sliding_window", kSeq);
     m.layer_attention = {AttentionWindow::sliding};
   } else if (type == "qwen2") {

@@ -549,7 +549,7 @@ TEST(Predict, ZeroThreeStackCapAndRegather) {
   // One layer's gather: one call over the 64-rank DP group at 20 GB/s of bus bandwidth.
   const GroupLink dp = group_of(c, 64, 1);
   const GroupLink slow{dp.size, dp.stride, capped(dp.link, 20e9), dp.call_overhead};
-  const double layer_bytes = capped_costs.layer.params * 2;
+  const double layer_bytes = capped_costs.kinds[0].params * 2;
   EXPECT_NEAR(capped_costs.chunks[0].zero3_gather,
               24 * slow.all_gather(layer_bytes) + slow.all_gather(capped_costs.chunks[0].params * 2 - 24 * layer_bytes),
               1e-9);
