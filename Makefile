@@ -66,13 +66,13 @@ bench-cold: build
 	./$(BUILD)/tests/trainplan_bench --benchmark_filter=ColdStart
 
 # How far the closed form and the step simulator are apart over every layout search considers, for
-# every shipped model, cluster, profile, dtype and attention kind (tests/engine_sweep.cpp).
+# every shipped model, cluster, profile, dtype and attention kind (tests/bench/engine_sweep.cpp).
 sweep-engines: build
 	./$(BUILD)/tests/trainplan_engine_sweep
 
-# Side-by-side GPU benchmark (issue 12), on a GPU machine: trainplan exec and a plain-PyTorch step
+# Side-by-side GPU benchmark, on a GPU machine: trainplan exec and a plain-PyTorch step
 # (tests/gpu/pytorch_step.py) on the same plans; one JSON with both step times, peak reserved memory
-# and the ratios. Needs a CUDA build in $(GPU_BUILD) (bash ../shared/tools/gpu-build.sh build).
+# and the ratios. Needs a CUDA build in $(GPU_BUILD) (cmake -DTRAINPLAN_EXEC_CUDA_MODE=ON on a machine with nvcc).
 GPU_BUILD ?= build-gpu
 BENCH_GPU_ARGS ?=
 bench-gpu:

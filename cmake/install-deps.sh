@@ -37,7 +37,7 @@ if ! python3 -c 'import nanobind, scikit_build_core, pytest' >/dev/null 2>&1; th
     || echo "install-deps: warning: could not install ${py_tools[*]}; the Python tests will be skipped" >&2
 fi
 
-# Headless Chromium for the browser test of the HTML reports (issue 10, tests/browser/), and PIL for
+# Headless Chromium for the browser test of the HTML reports (tests/browser/), and PIL for
 # its screenshot check (the test has its own PNG decoder when PIL is missing). Optional: when they
 # cannot be installed (no network, no apt), the browser test says "skipped" and the rest is tested.
 # TRAINPLAN_SKIP_BROWSER=1 skips this.
@@ -51,7 +51,7 @@ if [ "${TRAINPLAN_SKIP_BROWSER:-0}" != 1 ] && ! command -v chromium >/dev/null 2
   fi
 fi
 
-# LibTorch for exec/ (issue 5): the torch 2.11.0 wheel from PyPI, without its several GB of
+# LibTorch for exec/: the torch 2.11.0 wheel from PyPI, without its several GB of
 # nvidia-* CUDA wheels. A CPU machine needs only libtorch_cpu.so and libc10.so from the wheel
 # (cmake/FindTorchFromPython.cmake links just those), plus libcudart/libcupti, which
 # libtorch_cpu.so names as NEEDED (its profiler): taken from the system CUDA toolkit when present,

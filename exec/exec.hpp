@@ -19,7 +19,7 @@ namespace trainplan::exec {
 // (Measurement::executor) and `trainplan compare` says when a measurement came from an executor
 // other than the one the prediction's profile describes. Change it whenever what exec keeps in
 // memory changes (which tensors, their widths, their lifetimes, the allocator setting), and refit
-// the profile with it: tests/test_exec_memory.cpp holds the two equal and fails when exec's bytes
+// the profile with it: tests/exec/test_exec_memory.cpp holds the two equal and fails when exec's bytes
 // by category move away from what the profile predicts or from those recorded for this name.
 //   mem-1  the executor measured on the H100 (commit e64f6de; its measurements predate the name)
 //   mem-2  fused q/k/v and gate/up GEMMs, chunked loss, fused AdamW, expandable segments

@@ -1,5 +1,5 @@
 // `trainplan exec --memory-accounting on`: what one rank's step allocates, by what it holds, for
-// the tests that hold the executor to the trainplan-exec software profile (tests/test_exec_memory.cpp).
+// the tests that hold the executor to the trainplan-exec software profile (tests/exec/test_exec_memory.cpp).
 //
 // MemoryProbe counts the bytes LibTorch's allocator hands out on the rank's device: it is the
 // allocator's memory reporter (c10::MemoryReportingInfoBase, the hook PyTorch's profiler uses),

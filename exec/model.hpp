@@ -131,7 +131,7 @@ struct ModelSettings {
   // --fused-kernels on: RMSNorm/LayerNorm, RoPE, SwiGLU and GELU run as the fused ops of
   // exec/kernels/fused_ops.hpp (one kernel forward, one backward; CUDA kernels on GPUs, the same
   // math in CPU loops on the CPU) instead of composites of LibTorch ops. Same math; results agree
-  // to rounding (tests/test_exec_fused.cpp).
+  // to rounding (tests/exec/test_exec_fused.cpp).
   bool fused_kernels = false;
   // MoE layers: this rank's place in the expert-parallel group (it holds experts
   // [ep_rank E/ep, (ep_rank + 1) E/ep) of each MoE layer) and the capacity factor (0: dropless).

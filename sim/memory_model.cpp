@@ -218,6 +218,7 @@ void memory_model(const LayerGraph& graph, const Cluster& cluster, const Softwar
   mm.hidden = graph.model().hidden;
   mm.vocab = shape.vocab_rows;
   mm.tp = s.tp;
+  mm.loss_on_gathered_logits = sw.parallel.loss_on_gathered_logits;
   mm.seq_share = shape.tokens.seq_share;
   mm.bytes = shape.bytes;
   mm.dropout_masks = runs_dropout(sw, graph.model().dropout);
@@ -252,11 +253,13 @@ StageActivations stage_activation_parts(const MemoryModel& mm, int stage, const 
   if (stage == mm.pp - 1) {
     // The loss's logits of one micro-batch (or loss chunk) at their peak (logit_bytes per element:
     // 4 for fp32 logits, Korthikanti et al. 2022 Sec. 4.3 4sbv/t; more where the loss keeps fp32
-    // copies and their gradients), what it holds per LM-head weight, plus what the final norm saves
-    // (stream tensors, as every norm of the model) and the loss's input (the head GEMM's saved input,
-    // or what the profile's loss_input_bytes says).
+    // copies and their gradients), vocab / tp rows of them or all where the stack gathers them,
+    // what it holds per LM-head weight, plus what the final norm saves (stream tensors, as every
+    // norm of the model) and the loss's input (the head GEMM's saved input, or what the profile's
+    // loss_input_bytes says).
     const double logit_tokens = mm.loss_chunk_tokens > 0 ? std::min(mm.tokens, mm.loss_chunk_tokens) : mm.tokens;
-    a.head = logit_tokens * mm.vocab / mm.tp * mm.bytes.logit + mm.lm_head_params * mm.loss_head_bytes +
+    const double logit_rows = mm.loss_on_gathered_logits ? mm.vocab : mm.vocab / mm.tp;
+    a.head = logit_tokens * logit_rows * mm.bytes.logit + mm.lm_head_params * mm.loss_head_bytes +
              mm.tokens * mm.hidden * mm.seq_share * (mm.bytes.stream * mm.final_norm_tensors + mm.bytes.loss_input);
     // MTP modules: each module's layer for every micro-batch the last chunk holds, its projection's
     // input (2h) and its own logits and head input at the loss's peak.

@@ -100,6 +100,8 @@ struct MemoryModel {
   Bytes mtp_layer = 0;
   double tokens = 0;          // tokens per rank per micro-batch: b x seq / cp
   double hidden = 0, vocab = 0, tp = 1;
+  bool loss_on_gathered_logits = false;  // the loss holds all vocab rows on every TP rank, not vocab / tp
+                                        // (Software::parallel.loss_on_gathered_logits)
   double seq_share = 1;       // share of a sequence-split tensor a rank holds: 1/tp with SP
   // Bytes per element of each tensor kind, as the plan's shape has them: the model states per
   // parameter (bytes.state), activations, the residual stream, logits, 16-bit weight copies,

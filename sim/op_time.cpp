@@ -539,7 +539,13 @@ EndOpCosts head_costs(const Ctx& x, double vocab_rows) {
   const LinearCost head = linear_in(x, head_dtype, x.t.per_rank, V / tp, x.m.hidden);
   out.fwd += head.fwd;
   out.bwd += head.bwd;
-  const Bytes logits = x.t.per_rank * V / tp * x.b.activation;
+  // A stack that gathers the logits over TP (Software::parallel.loss_on_gathered_logits) runs the
+  // loss over the whole vocabulary on every TP rank, after copying the gathered logits twice: out
+  // of the list all-gather's flat buffer and again into one tensor (torch.cat), each a read and a
+  // write of the 16-bit logits (2/3 of an add pass, which reads two inputs and writes one).
+  const bool gathered = sw.parallel.loss_on_gathered_logits && x.s.tp > 1;
+  const Bytes logits = x.t.per_rank * (gathered ? V : V / tp) * x.b.activation;
+  if (gathered) out.fwd += {2 * (2.0 / 3) * x.c.ops.memory_fwd(MemKernel::add, logits), 2};
   out.fwd += mem_fwd(x, sw.mem.cross_entropy, logits);
   out.bwd += mem_bwd(x, sw.mem.cross_entropy, logits);
   if (!sw.wgrad_accumulate_fused && !x.m.tied_embeddings) {

@@ -70,6 +70,16 @@ double gemm_input_bytes(Dtype d) {
   return 2;
 }
 
+bool stack_all_reduces_gradients(const Software& sw, const Strategy& s) {
+  return sw.parallel.dp_all_reduce_bytes > 0 && !ZeroPolicy::of(s.zero).reduce_each_micro_batch;
+}
+
+ZeroPolicy zero_policy(const Software& sw, const Strategy& s) {
+  ZeroPolicy z = ZeroPolicy::of(s.zero);
+  if (stack_all_reduces_gradients(sw, s)) z.reduce_scatters = false;
+  return z;
+}
+
 ElementBytes element_bytes(const Software& sw, const Strategy& s) {
   const bool fp32 = s.dtype == Dtype::fp32;
   ElementBytes b;
@@ -89,7 +99,7 @@ ElementBytes element_bytes(const Software& sw, const Strategy& s) {
   // distributed optimizer; exec/reducer.cpp likewise); FP8 too: its GEMMs quantize from the
   // 16-bit weights.
   b.gathered_param = state_bytes(s).weight;
-  b.wire_grad = state_bytes(s).grad;
+  b.wire_grad = stack_all_reduces_gradients(sw, s) ? sw.parallel.dp_all_reduce_bytes : state_bytes(s).grad;
   // The loss's fp32 figures, and a copy of each in the 16-bit compute dtype where the stack keeps one.
   const double loss_copy = !fp32 && sw.memory.loss_compute_dtype_copies ? b.activation : 0.0;
   b.logit = sw.memory.loss_bytes_per_logit + loss_copy;
@@ -149,7 +159,7 @@ ParallelGroups with_zero3(ParallelGroups g, const Software& sw) {
 
 PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Software& sw, const Strategy& s)
     : strategy(checked(s)),
-      zero(ZeroPolicy::of(s.zero)),
+      zero(zero_policy(sw, s)),
       micro_batches(s.micro_batches()),
       chunks(s.pp * s.vp),
       vocab_rows(static_cast<double>(trainplan::vocab_rows(sw, model.vocab, s.tp))),

@@ -15,7 +15,8 @@
 //           for experts EP, ETP, EDP), whose methods cost one collective call with the cluster's
 //           per-call overhead;
 //   moe     the tokens an MoE layer routes on this rank and the rows its experts take (MoeShape);
-//   zero    the ZeroPolicy (zero_policy.hpp) of the strategy's stage;
+//   zero    the ZeroPolicy (zero_policy.hpp) of the strategy's stage, as the stack runs it
+//           (zero_policy());
 //   ps      the parameter servers' network (Strategy::uses_ps()).
 // Building one allocates nothing: search builds one for every layout it predicts.
 #pragma once
@@ -106,7 +107,8 @@ struct ElementBytes {
                                 // (ZeRO-3 units, ZeRO-1/2's gather after the step, a server pull),
                                 // 2 under mixed precision whatever the master width, 4 in fp32
   double wire_grad = 2;         // a gradient as reduced over the DP group, before compression:
-                                // state_bytes(strategy).grad
+                                // state_bytes(strategy).grad, or the width a stack all-reduces it in
+                                // (stack_all_reduces_gradients)
   double logit = 4;             // a logit of one micro-batch (or loss chunk) at the loss's peak (profile;
                                 // with loss_compute_dtype_copies plus a 16-bit copy under mixed precision)
   double loss_head = 0;         // bytes the loss holds per LM-head weight beyond it (likewise)
@@ -119,6 +121,14 @@ struct ElementBytes {
                                 // gradients leave the GPU (compression.hpp), else 0
 };
 ElementBytes element_bytes(const Software& sw, const Strategy& s);
+
+// Whether the stack reduces gradients with an all-reduce of whole gradients once a step in its own
+// width (Software::parallel.dp_all_reduce_bytes) where the ZeRO stage reduces once a step (0, 1).
+bool stack_all_reduces_gradients(const Software& sw, const Strategy& s);
+// The strategy's ZeroPolicy as the stack runs it: ZeroPolicy::of(stage), with an all-reduce in
+// place of ZeRO-1's reduce-scatter where the stack all-reduces whole gradients (it still shards
+// the optimizer states and gathers the updated parameters after the step).
+ZeroPolicy zero_policy(const Software& sw, const Strategy& s);
 
 // The parallel groups of one rank, each with its link and collective costs.
 struct ParallelGroups {
@@ -145,7 +155,7 @@ GroupLink pipeline_group(const Cluster& c, int pp, int stride);
 
 struct PlanShape {
   Strategy strategy;
-  ZeroPolicy zero;             // ZeroPolicy::of(strategy.zero)
+  ZeroPolicy zero;             // zero_policy(software, strategy)
   int micro_batches = 1;       // per replica per step (Strategy::micro_batches)
   int chunks = 1;              // model chunks of a replica, pp x vp (its virtual stages)
   double vocab_rows = 0;       // rows of the embedding table, LM head and logits before the TP

@@ -161,6 +161,25 @@ TpTime layer_tp_time(const LayerInputs& x, const LayerBoundaries& b) {
   return {enter.forward + exit.forward, enter.backward + exit.backward};
 }
 
+// The head's extra forward collective where the stack gathers the logits over TP
+// (Software::parallel.loss_on_gathered_logits; op_time.cpp costs the loss over the whole
+// vocabulary): one all-gather of the micro-batch's 16-bit logits.
+Seconds gathered_logits_time(const LayerInputs& x) {
+  if (!x.sw.parallel.loss_on_gathered_logits || x.shape.strategy.tp == 1) return 0;
+  return x.shape.groups.tp.all_gather(x.shape.tokens.per_rank * x.shape.vocab_rows * x.shape.bytes.activation);
+}
+
+// Input-gradient all-reduces of a layer's backward beyond one per TP region entry, for a stack
+// whose column-parallel linears each reduce their own (Software::parallel.tp_reduce_per_linear;
+// without SP, where a region is entered by an all-reduce backward): K and V beside Q where they
+// are separate linears, the up projection beside the SwiGLU gate where they are.
+double extra_input_gradient_reduces(const LayerInputs& x) {
+  const Strategy& s = x.shape.strategy;
+  if (!x.sw.parallel.tp_reduce_per_linear || s.tp == 1 || s.sequence_parallel) return 0;
+  const bool swiglu = x.graph.model().activation == Activation::swiglu;
+  return (x.sw.qkv_fused ? 0.0 : 2.0) + (swiglu && !x.sw.gate_up_fused ? 1.0 : 0.0);
+}
+
 // The layer's parameters and FLOPs per rank (Korthikanti et al. 2022), and the attention core
 // selective recomputation repeats before the backward (Megatron's core-attention checkpointing,
 // with flash attention as with materialised scores).
@@ -246,7 +265,8 @@ LayerCost layer_cost(const LayerInputs& x, int kind) {
   // the same direction; the hidden part still slows that compute by the cluster's contention
   // share. Share 0: all of it on the critical path.
   const LayerBoundaries& bounds = x.graph.boundaries(kind);
-  const TpTime tp = layer_tp_time(x, bounds);
+  TpTime tp = layer_tp_time(x, bounds);
+  tp.backward += extra_input_gradient_reduces(x) * x.tp.all_reduce;
   const double tp_rate = overlap_cost_rate(x.sw.overlap.tp, x.cluster.collectives.overlap_slowdown);
   c.tp_forward = exposed_comm(tp.forward, c.forward, tp_rate);
   c.tp_backward = exposed_comm(tp.backward, c.backward, tp_rate);
@@ -398,6 +418,20 @@ bool fill_within(std::span<const double> prefix, int chunks, double first_extra,
   return true;
 }
 
+// uniform_module_split() into `out` (one entry per chunk); false where a chunk gets no layer.
+bool uniform_module_split_into(int layers, std::span<int> out) {
+  const int chunks = static_cast<int>(out.size());
+  const int modules = layers + 3, base = modules / chunks, rest = modules % chunks;
+  int start = 0;  // first module of the chunk; modules 1..layers are the transformer layers
+  for (int i = 0; i < chunks; ++i) {
+    const int end = start + base + (i < rest ? 1 : 0);
+    out[i] = std::max(0, std::min(end, layers + 1) - std::max(start, 1));
+    if (out[i] == 0) return false;
+    start = end;
+  }
+  return true;
+}
+
 // partition_layers of per-layer costs into `out`: bisection on the busiest chunk's load between
 // the largest single-layer chunk and the whole model on one chunk, to a relative 1e-12.
 void partition_costs_into(std::span<const double> costs, std::span<int> out, double first_extra, double last_extra) {
@@ -425,6 +459,12 @@ void partition_costs_into(std::span<const double> costs, std::span<int> out, dou
 
 }  // namespace
 
+std::vector<int> uniform_module_split(int layers, int chunks) {
+  TRAINPLAN_CHECK(chunks >= 1 && layers >= chunks, "need at least one layer per chunk");
+  std::vector<int> out(chunks);
+  if (!uniform_module_split_into(layers, out)) out.clear();
+  return out;
+}
 std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
                                   double last_extra) {
   TRAINPLAN_CHECK(chunks >= 1, "need at least one layer per chunk");
@@ -524,6 +564,7 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
   out.pre = end_cost(x, graph.pre_ops(), ops.pre);
   out.post = end_cost(x, graph.post_ops(), ops.post);
   add_mtp(x, out, out.post);
+  out.post.tp_forward += gathered_logits_time(x);
   // With TP the receiver of a pipeline send all-gathers the activations over the TP group
   // (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already keeps them sharded: one
   // all-gather call of its own (Megatron's gather_split_1d_tensor), with its per-call overhead.
@@ -561,17 +602,18 @@ Seconds step_time_floor(const LayerCosts& lc, Seconds p2p, int pp, int m, int vp
 
 namespace {
 
-// partition_layers of the graph's layers over `chunks` from `memo` when it holds these exact
-// inputs (each kind's layer cost, the end chunks' extras), else computed into its next entry (no
+// partition_layers of the graph's layers over `chunks` (or, for a stack that cuts its modules into
+// equal counts, uniform_module_split) from `memo` when it holds these exact inputs (each kind's
+// layer cost, the end chunks' extras, the split rule), else computed into its next entry (no
 // allocation once that entry held as many chunks, for a model of one layer kind).
-std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chunks, const LayerCosts& lc,
-                                double first_extra, double last_extra) {
+std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chunks, bool uniform_modules,
+                                const LayerCosts& lc, double first_extra, double last_extra) {
   std::array<double, LayerGraph::kMaxKinds> cost{};
   for (int k = 0; k < lc.kind_count; ++k) cost[static_cast<std::size_t>(k)] = lc.kinds[static_cast<std::size_t>(k)].total();
   const int layers = graph.model().layers;
   for (const StepMemo::Split& m : memo.splits) {
-    if (m.layers == layers && m.chunks == chunks && m.kind_cost == cost && m.first_extra == first_extra &&
-        m.last_extra == last_extra) {
+    if (m.layers == layers && m.chunks == chunks && m.uniform_modules == uniform_modules && m.kind_cost == cost &&
+        m.first_extra == first_extra && m.last_extra == last_extra) {
       return m.split;
     }
   }
@@ -579,15 +621,17 @@ std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chu
   memo.next_split = (memo.next_split + 1) % static_cast<int>(memo.splits.size());
   m.layers = -1;  // invalid until the split is written
   m.split.resize(static_cast<std::size_t>(chunks));
-  if (lc.kind_count == 1) {
+  const bool by_modules = uniform_modules && chunks > 1 && uniform_module_split_into(layers, m.split);
+  if (!by_modules && lc.kind_count == 1) {
     partition_layers_into(layers, m.split, cost[0], first_extra, last_extra);
-  } else {
+  } else if (!by_modules) {
     std::vector<double> per_layer(static_cast<std::size_t>(layers));
     for (int l = 0; l < layers; ++l) per_layer[static_cast<std::size_t>(l)] = cost[static_cast<std::size_t>(graph.layer_kind(l))];
     partition_costs_into(per_layer, m.split, first_extra, last_extra);
   }
   m.layers = layers;
   m.chunks = chunks;
+  m.uniform_modules = uniform_modules;
   m.kind_cost = cost;
   m.first_extra = first_extra;
   m.last_extra = last_extra;
@@ -640,9 +684,9 @@ GradientWire gradient_wire(const LayerGraph& graph, const Cluster& cluster, cons
 
 // The inputs, bit for bit, of the chunks' fields that depend on neither ZeRO nor the DP group
 // (position, compute, TP/CP/EP, parameters, gradient bytes) of a model of one layer kind: every
-// field of the pieces they are summed from, the gradient width, the layer count, the chunks and the
-// stages.
-StepMemo::ChunkKey chunk_key(const LayerGraph& graph, const PlanShape& shape, const Pieces& p) {
+// field of the pieces they are summed from, the gradient width, the layer count, the chunks, the
+// stages and the split rule.
+StepMemo::ChunkKey chunk_key(const LayerGraph& graph, const PlanShape& shape, const Pieces& p, bool uniform_modules) {
   StepMemo::ChunkKey key{};
   std::size_t k = 0;
   const LayerCost& l = p.lc.kinds[0];
@@ -653,7 +697,7 @@ StepMemo::ChunkKey chunk_key(const LayerGraph& graph, const PlanShape& shape, co
                          p.post.tp_forward, p.post.tp_backward, p.post.params, p.post.expert_params,
                          shape.bytes.wire_grad})
     key[k++] = std::bit_cast<std::uint64_t>(x);
-  for (const int x : {graph.model().layers, shape.chunks, shape.strategy.pp, p.lc.kind_count})
+  for (const int x : {graph.model().layers, shape.chunks, shape.strategy.pp, p.lc.kind_count, uniform_modules ? 1 : 0})
     key[k++] = static_cast<std::uint64_t>(x);
   TRAINPLAN_CHECK(k == key.size(), "chunk memo inputs");
   return key;
@@ -750,13 +794,15 @@ StageParams place_chunks(const LayerGraph& graph, const Cluster& cluster, const 
 StageParams set_chunks(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
                        const Pieces& p, bool plain, StepMemo& memo, StepCosts& out) {
   const bool memoizable = plain && !sw.weight_cast_per_micro_batch && p.lc.kind_count == 1;
-  const StepMemo::ChunkKey key = memoizable ? chunk_key(graph, shape, p) : StepMemo::ChunkKey{};
+  const bool uniform = sw.parallel.pipeline_uniform_modules;
+  const StepMemo::ChunkKey key = memoizable ? chunk_key(graph, shape, p, uniform) : StepMemo::ChunkKey{};
   if (memoizable && memo.chunks_of == &out && memo.chunk_key == key &&
       out.chunks.size() == static_cast<std::size_t>(shape.chunks)) {
     return {memo.busiest_params, memo.busiest_expert_params};
   }
   out.chunks.resize(shape.chunks);
-  const std::span<const int> split = memo_split(memo, graph, shape.chunks, p.lc, p.pre.total(), p.post.total());
+  const std::span<const int> split =
+      memo_split(memo, graph, shape.chunks, uniform, p.lc, p.pre.total(), p.post.total());
   const StageParams busiest = place_chunks(graph, cluster, sw, shape, p, split, out.chunks);
   memo.chunks_of = memoizable ? &out : nullptr;
   memo.chunk_key = key;

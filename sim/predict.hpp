@@ -143,12 +143,13 @@ struct StepMemo {
   struct Split {
     int layers = -1, chunks = -1;
     std::array<double, LayerGraph::kMaxKinds> kind_cost{};  // one layer's cost of each kind
+    bool uniform_modules = false;  // Software::parallel.pipeline_uniform_modules
     double first_extra = 0, last_extra = 0;
     std::vector<int> split;
   };
   std::array<Split, 8> splits;  // the splits computed last, with their inputs
   int next_split = 0;           // entry to replace next (round robin)
-  using ChunkKey = std::array<std::uint64_t, 29>;
+  using ChunkKey = std::array<std::uint64_t, 30>;
   // The StepCosts whose chunks the fields below describe (nullptr: none). Its chunks must not be
   // written by anything else between two step_costs calls (compose and simulate only read them).
   const StepCosts* chunks_of = nullptr;
@@ -293,6 +294,13 @@ std::vector<int> partition_layers(int layers, int chunks, double layer_cost, dou
 // T and leave one for each chunk after it). With equal costs it balances as well as the form above.
 std::vector<int> partition_layers(std::span<const double> layer_costs, int chunks, double first_extra,
                                   double last_extra);
+// Transformer layers per chunk as a stack that cuts its list of modules into equal counts splits
+// them (Software::parallel.pipeline_uniform_modules): the list is the embedding, the `layers`
+// transformer layers, the final norm and the LM head (layers + 3 modules); each chunk takes
+// (layers + 3) / chunks of them in order, the first (layers + 3) % chunks one more (Aleph Alpha's
+// scaling, pipe_partition_uniform; DeepSpeed's PipelineModule partition_method="uniform"). Empty
+// where a chunk would get no transformer layer (the caller then splits by time).
+std::vector<int> uniform_module_split(int layers, int chunks);
 
 // Why `strategy` cannot be costed at all: cannot_shape()'s reason (it fails validate() against
 // graph.model() or validate_on() the cluster: invalid_strategy; the GPU has no peak for its dtype:

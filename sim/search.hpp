@@ -21,7 +21,7 @@
 //    with refinement the window of max(top_k, kRefineWindow) candidates the simulator re-ranks.)
 // Layer costs are computed once per LayerKey by each worker thread (predict.hpp), so predicting a
 // layout costs only its composition; results are the same as predict()'s.
-// tests/test_search.cpp checks pruned == brute force and bound <= predict on small spaces.
+// tests/sim/test_search.cpp checks pruned == brute force and bound <= predict on small spaces.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,6 +1,6 @@
 // search_bounds: the floors search() prunes with (internal to search; search.hpp states the rules
 // and candidate_bounds() exposes them to tests). Each is a lower bound of predict()'s figure for
-// every candidate it is applied to; tests/test_search.cpp checks them against predict.
+// every candidate it is applied to; tests/sim/test_search.cpp checks them against predict.
 #pragma once
 #include "sim/predict.hpp"
 #include "sim/search_space.hpp"

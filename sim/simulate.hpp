@@ -44,7 +44,7 @@
 //
 // With uniform stages, zero p2p cost and no DP traffic the simulated step is the closed form
 // m*W + (p-1)*W/v of Narayanan et al. 2021 Sec. 2.2 (W = per-stage forward+backward of one
-// micro-batch); with uneven stages or p2p latency it is longer (tests/test_simulate.cpp).
+// micro-batch); with uneven stages or p2p latency it is longer (tests/sim/test_simulate.cpp).
 #pragma once
 #include <algorithm>
 #include <optional>

@@ -118,6 +118,16 @@ void parse_zero3(JsonObject z, Software& s) {
   z.finish();
 }
 
+void parse_parallelism(JsonObject p, Software& s) {
+  ParallelImpl& x = s.parallel;
+  x.tp_reduce_per_linear = p.choice("tp_input_gradient_reduce", {"per_region", "per_linear"}) == "per_linear";
+  x.loss_on_gathered_logits = p.choice("loss", {"vocab_parallel", "gathered_logits"}) == "gathered_logits";
+  x.dp_all_reduce_bytes = p.optional_number("dp_all_reduce_bytes", 1, 8).value_or(0);
+  x.pipeline_uniform_modules = p.choice("pipeline_split", {"balanced", "uniform_modules"}) == "uniform_modules";
+  (void)p.string("source");
+  p.finish();
+}
+
 void parse_memory_profile(JsonObject m, Software& s) {
   MemoryProfile& p = s.memory;
   p.fp32_parameters = m.boolean("fp32_parameters");
@@ -172,6 +182,7 @@ Software parse_software(const json& j, const std::string& file) {
   parse_overlap(o.object("overlap"), s);
   if (o.has("moe")) parse_moe(o.object("moe"), s);
   if (o.has("zero3")) parse_zero3(o.object("zero3"), s);
+  if (o.has("parallelism")) parse_parallelism(o.object("parallelism"), s);
   parse_memory_profile(o.object("memory"), s);
   parse_allocator(o.object("allocator"), s);
   o.finish();

@@ -94,6 +94,28 @@ struct Zero3Impl {
   bool regathers_for_recompute = false;
 };
 
+// How the stack runs its parallel dimensions where stacks differ from Megatron-core ("parallelism"
+// in the file, optional: without it, every field keeps Megatron-core's way, the default here).
+struct ParallelImpl {
+  // Without sequence parallelism, every column-parallel linear that reads the residual stream
+  // all-reduces its own input gradient over TP (true: a stack whose linears each wrap their input
+  // in their own copy-to-TP-region), or the stack sums them and reduces once where a TP region is
+  // entered (false: Megatron, one QKV and one FC1 linear).
+  bool tp_reduce_per_linear = false;
+  // The LM head's logits are all-gathered over TP and every TP rank computes the loss over the
+  // whole vocabulary (true: a column-parallel head with gathered output), or the loss is
+  // vocabulary-parallel (false: Megatron's vocab_parallel_cross_entropy).
+  bool loss_on_gathered_logits = false;
+  // ZeRO 0/1 gradient reduction: the stack all-reduces whole gradients once a step in elements of
+  // this many bytes (e.g. 4: bf16 gradients cast to fp32 for the reduction), whatever the ZeRO
+  // stage; 0: as the ZeRO stage does it (ZeroPolicy), in the gradient's own width.
+  double dp_all_reduce_bytes = 0;
+  // Pipeline stages: the transformer layers are split by predicted time (false), or the stack's
+  // list of modules (embedding, each transformer layer, final norm, LM head) is cut into equal
+  // counts, the first stages taking one more where they do not divide (true: a uniform split).
+  bool pipeline_uniform_modules = false;
+};
+
 // What the stack keeps in memory, per parameter and per saved tensor (read by sim/memory_model,
 // the one place these bytes are turned into a per-stage figure). The defaults are Megatron-style
 // mixed precision as Korthikanti et al. 2022 count it: state_bytes() of the strategy, one saved
@@ -171,6 +193,7 @@ struct Software {
   MoeOps moe;
   Overlap overlap;
   Zero3Impl zero3;
+  ParallelImpl parallel;
   MemoryProfile memory;
   Allocator allocator;
 };

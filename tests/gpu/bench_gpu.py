@@ -1,4 +1,4 @@
-"""Side-by-side GPU benchmark (issue 12): on the same plans, `trainplan exec` and an equivalent
+"""Side-by-side GPU benchmark: on the same plans, `trainplan exec` and an equivalent
 plain-PyTorch step (tests/gpu/pytorch_step.py: bf16 autocast, fp32 master weights, fused AdamW,
 gradient accumulation), one process each, one after the other on the same GPU. Writes one JSON:
 per plan both step times (median), both peak reserved (and allocated) figures and the ratios
@@ -24,7 +24,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# The plans of issue 12: the two measured in ../shared/reference/h100/README.md, and gpt2-xl at
+# The plans: the two measured in ../shared/reference/h100/README.md, and gpt2-xl at
 # micro-batch 12, which ran out of memory (fragmentation) in the first executor while eager fit.
 PLANS = {
     'gpt2-xl-mb4': dict(model='gpt2-xl', micro_batch=4, global_batch=32, seq=1024),

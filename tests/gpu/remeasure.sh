@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-measure on one GPU what the H100 validation of issue 14 rests on, in as few device calls as the
+# Re-measure on one GPU what the H100 validation rests on, in as few device calls as the
 # device budget allows (one call: at most 10 minutes). Run from the project root on the GPU machine,
 # after a CUDA build:
 #
@@ -9,7 +9,7 @@
 # command and exit code in OUT/commands.txt whether it succeeds or not:
 #   calibrate  trainplan calibrate --device cuda --base dgx-h100: the ops tables timed back to back
 #              (exec/calibrate.cpp), with the GEMM shapes of the validation models at M = 2048 to
-#              16384 tokens (M = 4096 is the row tests/test_validation_h100.cpp misses), and a
+#              16384 tokens (M = 4096 is the row tests/validation/test_validation_h100.cpp misses), and a
 #              trainplan-exec software profile with the measured host time per kernel
 #              -> OUT/calibrate/{dgx-h100-calibrated.json,trainplan-exec.json,calibrate.txt}
 #   exec       the six trainplan exec plans of tests/data/h100/trainplan_exec at this commit
@@ -20,7 +20,7 @@
 #              allocator: weight copies, saved activations, the step's peak, optimizer temporaries) and
 #              compared; cluster dgx-h200 on an H200, else dgx-h100, about 4 minutes
 #              -> OUT/execmem/<name>.{pred,meas}.json, <name>.cmp.txt
-#   bench      issue 12's side by side, trainplan exec against plain PyTorch (tests/gpu/bench_gpu.py)
+#   bench      the side by side, trainplan exec against plain PyTorch (tests/gpu/bench_gpu.py)
 #              -> OUT/bench-gpu.json
 #   pytorch    the eager and torch.compile rows of tests/data/h100/pytorch_steps.jsonl again
 #              -> OUT/pytorch_steps.jsonl

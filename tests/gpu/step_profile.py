@@ -2,7 +2,7 @@
 
 The dgx-h100 op tables are single calls timed on an idle GPU (ops_bench.py: each figure includes
 the ~11 us a call takes to reach an idle GPU) and short back-to-back runs (trainplan calibrate).
-tests/test_validation_h100.cpp locates the remaining eager miss (llama-1b, micro-batch 2) in the
+tests/validation/test_validation_h100.cpp locates the remaining eager miss (llama-1b, micro-batch 2) in the
 fixed cost per micro-batch and cannot tell from those tables whether the GEMM and memory-bound
 rates at M = 4096 tokens, or the idle gaps between kernels, are what the model gets wrong. This
 script answers it on the GPU: it runs one training step exactly as

@@ -1,4 +1,4 @@
-"""Burst against sustained GEMM rate on one GPU: the question issue 14's note leaves open.
+"""Burst against sustained GEMM rate on one GPU: whether the measured tables' burst rates hold for a whole step.
 
 The dgx-h100 op tables come from single calls timed right after a synchronise on an idle GPU
 (ops_bench.py) and from short back-to-back runs (trainplan calibrate). A training step keeps the

@@ -6,6 +6,7 @@
 #include "sim/collectives.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/op_time.hpp"
+#include "sim/plan_shape.hpp"
 #include "sim/predict.hpp"
 #include "sim/schedule.hpp"
 #include "test_helpers.hpp"
@@ -504,6 +505,108 @@ TEST(Predict, TpCollectivesPerLayerComeFromTheGraph) {
     EXPECT_NEAR(fwd, 2 * point, 1e-9 * point) << "sp " << sp;
     EXPECT_NEAR(bwd, 2 * point, 1e-9 * point) << "sp " << sp;
   }
+}
+
+// A stack whose column-parallel linears each all-reduce their own input gradient
+// (parallelism.tp_reduce_per_linear, without SP) pays one more all-reduce per layer backward for
+// each linear beside the first one reading the same input: the up projection beside a separate
+// SwiGLU gate, and K and V beside Q where those are separate GEMMs. Forward and SP unchanged.
+TEST(Predict, PerLinearTpReductionsAddOneAllReducePerSeparateLinear) {
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Software region = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  region.overlap.tp = 0;
+  region.qkv_fused = true;
+  region.gate_up_fused = false;
+  auto per_layer = [&](const Software& sw, Activation act, bool sp) {
+    Strategy s = layout(1, 4, 1, 1, 8);
+    s.sequence_parallel = sp;
+    ModelSpec m8 = gpt(8, 2048, 16), m4 = gpt(4, 2048, 16);
+    m8.activation = m4.activation = act;
+    const ChunkCost a = step_costs(LayerGraph(m8, 2048), c, sw, s).chunks[0];
+    const ChunkCost b = step_costs(LayerGraph(m4, 2048), c, sw, s).chunks[0];
+    return std::pair{(a.tp_forward - b.tp_forward) / 4, (a.tp_backward - b.tp_backward) / 4};
+  };
+  Software per = region;
+  per.parallel.tp_reduce_per_linear = true;
+  const Seconds one = collective_time(Collective::all_reduce, 4, 2048.0 * 2048 * 2, group_link(c, 4, 1)) +
+                      c.collectives.call_overhead;
+  const auto [f0, b0] = per_layer(region, Activation::swiglu, false);
+  const auto [f1, b1] = per_layer(per, Activation::swiglu, false);
+  EXPECT_NEAR(f1, f0, 1e-12);
+  EXPECT_NEAR(b0, 2 * one, 1e-9);
+  EXPECT_NEAR(b1, 3 * one, 1e-9);  // QKV, gate, up
+  per.qkv_fused = false;
+  EXPECT_NEAR(per_layer(per, Activation::swiglu, false).second, 5 * one, 1e-9);  // Q, K, V, gate, up
+  EXPECT_NEAR(per_layer(per, Activation::gelu, false).second, 4 * one, 1e-9);    // Q, K, V, FC1
+  EXPECT_NEAR(per_layer(per, Activation::swiglu, true).second, per_layer(region, Activation::swiglu, true).second, 1e-12);
+}
+
+// A stack that gathers the LM head's logits over TP and computes the loss over the whole
+// vocabulary on every rank (parallelism.loss_on_gathered_logits) pays one all-gather of the 16-bit
+// logits in the last chunk's forward, a longer loss, and holds tp times the logits; at tp 1 nothing
+// changes.
+TEST(Predict, GatheredLogitsLossAllGathersAndHoldsTheWholeVocabulary) {
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Software parallel = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  parallel.overlap.tp = 0;
+  Software gathered = parallel;
+  gathered.parallel.loss_on_gathered_logits = true;
+  const ModelSpec m = gpt(4, 2048, 16);
+  const LayerGraph g(m, 2048);
+  Strategy s = layout(1, 4, 2, 1, 8);
+  s.dtype = Dtype::bf16;
+  const ChunkCost a = step_costs(g, c, parallel, s).chunks.back(), b = step_costs(g, c, gathered, s).chunks.back();
+  const double rows = PlanShape(m, c, gathered, s).vocab_rows;
+  const Seconds gather = collective_time(Collective::all_gather, 4, 2048.0 * rows * 2, group_link(c, 4, 1)) +
+                         c.collectives.call_overhead;
+  EXPECT_NEAR(b.tp_forward - a.tp_forward, gather, 1e-9);
+  EXPECT_DOUBLE_EQ(b.tp_backward, a.tp_backward);
+  EXPECT_GT(b.forward, a.forward);  // the loss runs over tp times the logits, after copying them
+  const Estimate ea = predict(g, c, parallel, s), eb = predict(g, c, gathered, s);
+  EXPECT_GT(eb.per_stage.back().activations, ea.per_stage.back().activations);
+  EXPECT_EQ(eb.per_stage.front().activations, ea.per_stage.front().activations);
+  s = layout(1, 1, 2, 1, 8);
+  EXPECT_EQ(predict(g, c, gathered, s).time.step, predict(g, c, parallel, s).time.step);
+}
+
+// A stack that all-reduces whole gradients in fp32 (parallelism.dp_all_reduce_bytes 4) under
+// ZeRO-1 pays an all-reduce of 4 B per parameter where Megatron's distributed optimizer
+// reduce-scatters 2 B ones.
+TEST(Predict, Fp32GradientAllReduceInPlaceOfZeroOnesReduceScatter) {
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  const Software core = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  Software fp32 = core;
+  fp32.parallel.dp_all_reduce_bytes = 4;
+  const ModelSpec m = gpt(4, 2048, 16);
+  const LayerGraph g(m, 2048);
+  Strategy s = layout(16, 1, 1, 1, 64);
+  s.dtype = Dtype::bf16;
+  s.zero = 1;
+  const ChunkCost a = step_costs(g, c, core, s).chunks[0], b = step_costs(g, c, fp32, s).chunks[0];
+  const PlanShape shape(m, c, fp32, s);
+  EXPECT_DOUBLE_EQ(b.grad_bytes, b.params * 4);
+  EXPECT_DOUBLE_EQ(a.grad_bytes, a.params * state_bytes(s).grad);
+  EXPECT_NEAR(b.dp_reduce, shape.groups.dp.all_reduce(b.grad_bytes), 1e-12);
+  EXPECT_NEAR(a.dp_reduce, shape.groups.dp.reduce_scatter(a.grad_bytes), 1e-12);
+  EXPECT_GT(predict(g, c, fp32, s).time.dp_comm, predict(g, c, core, s).time.dp_comm);
+}
+
+// The uniform split of the module list [embedding, layers..., final norm, LM head] (Aleph Alpha's
+// pipe_partition_uniform, DeepSpeed's partition_method "uniform"): layers + 3 modules, the first
+// (layers + 3) % chunks chunks one more.
+TEST(Predict, UniformModuleSplitCutsTheModuleListIntoEqualCounts) {
+  EXPECT_EQ(uniform_module_split(40, 2), (std::vector<int>{21, 19}));          // 22 | 21 modules
+  EXPECT_EQ(uniform_module_split(30, 4), (std::vector<int>{8, 8, 8, 6}));      // 9 | 8 | 8 | 8
+  EXPECT_EQ(uniform_module_split(60, 4), (std::vector<int>{15, 16, 16, 13}));  // 16 | 16 | 16 | 15
+  EXPECT_EQ(uniform_module_split(5, 1), (std::vector<int>{5}));
+  EXPECT_TRUE(uniform_module_split(2, 2).empty());  // 3 | 2 modules: the second holds no layer
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  sw.parallel.pipeline_uniform_modules = true;
+  Strategy s = layout(1, 1, 2, 1, 8);
+  EXPECT_EQ(predict(LayerGraph(gpt(40, 1024, 16), 2048), c, sw, s).stage_layers, (std::vector<int>{21, 19}));
+  // Where the uniform split leaves a stage without a layer, the stages are split by time.
+  EXPECT_EQ(predict(LayerGraph(gpt(2, 1024, 16), 2048), c, sw, s).stage_layers, (std::vector<int>{1, 1}));
 }
 
 TEST(Predict, PredictIsComposeOfStepCosts) {

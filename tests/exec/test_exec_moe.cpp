@@ -3,7 +3,7 @@
 // ZeRO-1 over it, EP over the tensor-parallel ranks (sequence parallel) and EP with a pipeline
 // train the same model as one rank: losses step by step, the first step's reduced gradients and
 // the final parameters equal the single-rank run's to the equivalence suite's tolerances
-// (tests/exec_runs.hpp; dropless routing, fp32). The bytes the executor hands to the all-to-alls
+// (tests/exec/exec_runs.hpp; dropless routing, fp32). The bytes the executor hands to the all-to-alls
 // equal the planner's figure for the same plan, and the CLI refuses what exec does not run.
 #include <gtest/gtest.h>
 

@@ -101,6 +101,34 @@ TEST(Software, ZeroThreeImplementationIsOptional) {
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: zero3.prefetch is not a known key");
 }
 
+// The optional parallelism section: absent, every field keeps Megatron-core's way; Aleph Alpha's
+// scaling states all four, and each field is read strictly.
+TEST(Software, ParallelismSectionIsOptionalAndStrict) {
+  const Software core = load_software("megatron-core", kSource);
+  EXPECT_FALSE(core.parallel.tp_reduce_per_linear);
+  EXPECT_FALSE(core.parallel.loss_on_gathered_logits);
+  EXPECT_EQ(core.parallel.dp_all_reduce_bytes, 0);
+  EXPECT_FALSE(core.parallel.pipeline_uniform_modules);
+  const Software aa = load_software("aleph-alpha-scaling", kSource);
+  EXPECT_TRUE(aa.parallel.tp_reduce_per_linear);
+  EXPECT_TRUE(aa.parallel.loss_on_gathered_logits);
+  EXPECT_EQ(aa.parallel.dp_all_reduce_bytes, 4);
+  EXPECT_FALSE(aa.parallel.pipeline_uniform_modules);  // kept balanced: the profile says why
+  const json base = read_json_file(kSource / "software" / "aleph-alpha-scaling.json");
+  json j = base;
+  j["parallelism"]["dp_all_reduce_bytes"] = 0;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: parallelism.dp_all_reduce_bytes = 0, must be in [1, 8]");
+  j = base;
+  j["parallelism"]["loss"] = "fused";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }).rfind("s.json: parallelism.loss = \"fused\"", 0), 0u);
+  j = base;
+  j["parallelism"]["bucket_elements"] = 5e8;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: parallelism.bucket_elements is not a known key");
+  j = base;
+  j["parallelism"].erase("source");
+  EXPECT_NE(input_error([&] { parse_software(j, "s.json"); }).find("parallelism.source"), std::string::npos);
+}
+
 TEST(Software, BadProfilesNameTheField) {
   const fs::path p = kSource / "software" / "megatron-core.json";
   json j = read_json_file(p);

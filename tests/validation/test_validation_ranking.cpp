@@ -112,7 +112,7 @@ TEST(Spearman, HandWorkedValues) {
 // Sets below the 0.9 target today: the floor they are held to and what the model does not capture.
 const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
     {"hagemann2023-13b-seq2048-32gpu-seqpar",
-     {0.1, "micro-batch 1 is predicted 15-30% slower than 2 at tp 2 where the runs were within 8%: the A100 GEMM table is "
+     {0.2, "micro-batch 1 is predicted 15-30% slower than 2 at tp 2 where the runs were within 8%: the A100 GEMM table is "
            "H100's measured per-shape efficiency scaled by the peak ratio (dgx-a100-80g.json ops.source), so "
            "2048-token GEMMs come out 15-20% less efficient than 4096-token ones, more than on an A100"}},
     {"hagemann2023-13b-seq2048-64gpu",
@@ -120,12 +120,12 @@ const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
            "where the same layouts with FlashAttention 1.0.8 stay flat (42-45 s): not an effect of the layout; and "
            "the 2048-token GEMM efficiency above"}},
     {"hagemann2023-30b-seq2048-256gpu",
-     {0.5, "the layouts with one or two pipeline stages (data parallelism 64-128) ran 15-30% slower than those with "
-            "four stages at the same tp, which the model does not reproduce (it predicts them 6-29% fast)"}},
-    {"hagemann2023-30b-seq2048-64gpu-seqpar", {0.6, "the 2048-token GEMM efficiency on A100 (see the 13B 32-GPU set)"}},
+     {0.6, "the layouts with one or two pipeline stages (data parallelism 64-128) ran 15-30% slower than those with "
+            "four stages at the same tp, which the model does not reproduce (it predicts them 5-29% fast, with the fp32 gradient all-reduce)"}},
+    {"hagemann2023-30b-seq2048-64gpu-seqpar", {0.65, "the 2048-token GEMM efficiency on A100 (see the 13B 32-GPU set)"}},
     {"hagemann2023-13b-seq8192-128gpu",
      {0.8, "tensor parallelism costs more than modelled: tp 4 rows are predicted 11-16% fast, tp 1 within 6%"}},
-    {"hagemann2023-30b-seq8192-128gpu", {0.8, "as the 13B 8k set: tp 4 rows predicted 9-17% fast, tp 2 within 11%"}},
+    {"hagemann2023-30b-seq8192-128gpu", {0.85, "as the 13B 8k set: tp 4 rows predicted 9-17% fast, tp 2 within 11%"}},
 };
 
 struct SetResult {

@@ -359,7 +359,7 @@ TEST(Search, EveryCountAndFigureIsTheSameForAnyThreadCount) {
   }
 }
 
-// Issue 13 item 9: on 2 threads, repeated identical searches reported different numbers of
+// On 2 threads, repeated identical searches reported different numbers of
 // predicted candidates (pruning depended on which thread finished first). Every count, the ranking
 // and every figure must be the same on every run and for any thread count.
 TEST(Search, CountsAndFiguresAreTheSameOnEveryRunAndThreadCount) {

@@ -65,7 +65,7 @@ Strategy layout(const Plan& p, const ModelSpec& m, int zero, ScheduleKind schedu
 
 TEST(EngineAgreement, ZeroStagesSchedulesAndProfilesWithinTwoPercent) {
   const std::vector<Plan> plans{
-      {"llama2-7b", "dgx-h100", 64, 512, 2, 1, 1},     // the case issue 14 found inverted (pp 1)
+      {"llama2-7b", "dgx-h100", 64, 512, 2, 1, 1},     // a case the engines once ranked inverted (pp 1)
       {"llama2-7b", "dgx-h100", 64, 512, 2, 4, 1},     // pipeline within and across nodes
       {"gpt2-xl", "dgx-a100-80g", 32, 256, 1, 4, 1},   // pipeline without TP, DP across nodes
       {"llama3-8b", "dgx-a100-80g", 32, 256, 1, 8, 4}, // 8 stages over 4 nodes, large transfers

@@ -21,7 +21,7 @@
 //    - MegaScale (Jiang et al. 2024): micro-batch and recomputation not stated, the MegaScale rows
 //      change the model and optimizer;
 //    - GB200/GB300 rows (gb200-nvl72, gb300-nvl72): their op tables are H100's derived by datasheet
-//      ratios, which tests/test_validation_blackwell.cpp finds 8-28% fast on published Blackwell
+//      ratios, which tests/validation/test_validation_blackwell.cpp finds 8-28% fast on published Blackwell
 //      runs; the v5.1 rows do not say whether FP8 or NVFP4 ran (taken as FP8 here).
 #include <fmt/format.h>
 #include <gtest/gtest.h>

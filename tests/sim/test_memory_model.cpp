@@ -137,6 +137,24 @@ TEST(MemoryModel, StageActivationsAddTheEndStageExtras) {
   EXPECT_DOUBLE_EQ(stage_activation_bytes(mm, 1, 3), 6547);
 }
 
+// A stack that gathers the logits over TP for its loss (Software::parallel.loss_on_gathered_logits)
+// holds all vocab rows on the last stage, not vocab / tp.
+TEST(MemoryModel, GatheredLogitsHoldTheWholeVocabulary) {
+  MemoryModel mm;
+  mm.pp = 1;
+  mm.vp = 1;
+  mm.micro_batches = 1;
+  mm.tokens = 10;
+  mm.hidden = 4;
+  mm.vocab = 50;
+  mm.tp = 2;
+  mm.dropout_masks = false;
+  // 10 tokens x 25 rows x 4 B of fp32 logits + 10 x 4 x (2 + 2) of norm and head inputs.
+  EXPECT_DOUBLE_EQ(stage_activation_parts(mm, 0, 0).head, 1000 + 160);
+  mm.loss_on_gathered_logits = true;
+  EXPECT_DOUBLE_EQ(stage_activation_parts(mm, 0, 0).head, 2000 + 160);
+}
+
 TEST(MemoryModel, PredictStagesAreTheMemoryModels) {
   const ModelSpec m = gpt(8, 2048, 16);
   const LayerGraph g(m, 2048);

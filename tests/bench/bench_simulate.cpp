@@ -1,4 +1,4 @@
-// Speed of the step simulator (issue 4: 1F1B with pp = 64 and m = 512 well under a second).
+// Speed of the step simulator (1F1B with pp = 64 and m = 512 well under a second).
 // Costs are built by hand: uniform stages with p2p latency and gradient reductions, so the
 // benchmark measures the simulator, not predict().
 #include <benchmark/benchmark.h>

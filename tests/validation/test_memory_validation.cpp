@@ -1,4 +1,4 @@
-// Validation of the allocator-aware memory model (issue 14 item 5) against peak reserved memory
+// Validation of the allocator-aware memory model against peak reserved memory
 // measured on one H100 (tests/data/h100, copied from ../shared/reference/h100 with their origin):
 //   trainplan-exec profile  vs  `trainplan exec` peak_reserved_bytes (trainplan_exec/*.meas.json): the
 //     profile of the executor those rows ran (commit e64f6de), trainplan-exec-e64f6de.json here

@@ -1,4 +1,4 @@
-// sim/atomic_file: an output file is complete or absent (issue 12, "failures are reports too").
+// sim/atomic_file: an output file is complete or absent.
 // The failure path is exercised for real: a file-size limit (RLIMIT_FSIZE) makes write(2) fail
 // part-way, after the temporary file exists, which is the moment a plain ofstream would leave a
 // truncated target behind.

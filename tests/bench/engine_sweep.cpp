@@ -6,7 +6,7 @@
 // form (compose) and the step simulator (simulate), and prints how many differ by more than 2%, 5%
 // and 10%, the range of simulated / analytic - 1, and the layouts past 10%. A combination a
 // cluster cannot run (a dtype without a peak there) is skipped. Not a test: the bounds the
-// project holds the engines to are in tests/test_engine_agreement.cpp.
+// project holds the engines to are in tests/sim/test_engine_agreement.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -71,7 +71,7 @@ TEST(ModelZoo, EveryShippedFileLoadsAndIsNamedLikeItsFile) {
     EXPECT_EQ(by_path.heads % by_path.kv_heads, 0);
     found.insert(by_path.name);
   }
-  // The models issue 2 requires, by name.
+  // The built-in models every release must ship, by name.
   for (const char* required : {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b", "llama2-7b",
                                "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-405b",
                                "mistral-7b", "tiny-gpt"}) {

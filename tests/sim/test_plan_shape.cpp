@@ -171,6 +171,36 @@ TEST(PlanShape, ZeroPolicyAndScheduleOverlap) {
   EXPECT_EQ(interleaved.chunks, 4);
 }
 
+// A stack that all-reduces whole gradients once a step (parallelism.dp_all_reduce_bytes) runs
+// ZeRO 0 and 1 with an all-reduce in that width: ZeRO-1 keeps its sharded optimizer states and its
+// gather after the step, but reduces like ZeRO 0; ZeRO 2 and 3, which reduce every micro-batch,
+// stay as the stage has them.
+TEST(PlanShape, AStackThatAllReducesGradientsInItsOwnWidth) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = gpt(8, 1024, 16, 4096, 32000);
+  Software sw = profile("megatron-core");
+  sw.parallel.dp_all_reduce_bytes = 4;
+  Strategy s = plan(4, 1, 1, 1, 1, 8);
+  s.dtype = Dtype::bf16;
+  for (int stage : {0, 1}) {
+    s.zero = stage;
+    ZeroPolicy expected = ZeroPolicy::of(stage);
+    expected.reduce_scatters = false;
+    const PlanShape shape(m, c, sw, s);
+    EXPECT_EQ(shape.zero, expected) << stage;
+    EXPECT_EQ(shape.bytes.wire_grad, 4) << stage;  // fp32 on the wire, the bf16 gradient cast
+    EXPECT_EQ(shape.bytes.state.grad, PlanShape(m, c, profile("megatron-core"), s).bytes.state.grad);
+  }
+  EXPECT_TRUE(zero_policy(sw, s).shards_optimizer);
+  EXPECT_TRUE(zero_policy(sw, s).gather_params_after_step);
+  for (int stage : {2, 3}) {
+    s.zero = stage;
+    EXPECT_FALSE(stack_all_reduces_gradients(sw, s));
+    EXPECT_EQ(PlanShape(m, c, sw, s).zero, ZeroPolicy::of(stage)) << stage;
+    EXPECT_EQ(PlanShape(m, c, sw, s).bytes.wire_grad, state_bytes(s).grad) << stage;
+  }
+}
+
 TEST(PlanShape, ShapePlanRefusesWhatCannotBeCosted) {
   const ModelSpec m = gpt(8, 1024, 16, 4096, 32000);
   const Software sw = profile("megatron-core");

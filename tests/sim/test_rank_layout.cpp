@@ -57,7 +57,7 @@ TEST(RankLayout, EveryRankInExactlyOneGroupPerDim) {
   }
 }
 
-// Parameter-server roles (issue 11). Dedicated: 4 workers (dp 4) + 3 servers on ranks 4, 5, 6.
+// Parameter-server roles. Dedicated: 4 workers (dp 4) + 3 servers on ranks 4, 5, 6.
 // Colocated: 3 servers on workers floor(k * 4 / 3) = 0, 1, 2 of 4.
 TEST(RankLayout, ParameterServerRoles) {
   Strategy s = sizes(1, 1, 4, 1);

@@ -1,4 +1,4 @@
-// Table-driven bad-input test of the whole CLI (issue 13): every row of
+// Table-driven bad-input test of the whole CLI: every row of
 // tests/data/bad_input/cases.tsv is one `trainplan` command line that must be refused as bad input:
 //   - exit status 2, exactly one line on stderr naming the flag, file or field (the row's expected
 //     substring), nothing that looks like a crash (internal error, terminate, sanitizer report);
