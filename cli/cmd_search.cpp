@@ -67,6 +67,7 @@ search:
   --threads N               worker threads (default: all hardware threads)
 
 %DP%
+%EXPERTS%
 output:
   --json FILE               also write trainplan/search/v1 JSON (top entries are
                             trainplan/prediction/v1 objects; usable as trainplan predict --plan),
@@ -108,6 +109,7 @@ SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Clust
   space.recompute = list_flag<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
   space.schedules = list_flag<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);
   read_dp_space_flags(f, space);
+  read_expert_space_flags(f, space.experts);
   space.max_tp = static_cast<int>(f.get_int("max-tp", space.max_tp, 1, 1 << 16));
   space.max_pp = static_cast<int>(f.get_int("max-pp", model.layers, 1, 1 << 16));
   space.max_cp = static_cast<int>(f.get_int("max-cp", space.max_cp, 1, 1 << 16));
@@ -135,6 +137,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   if (f.help()) {
     std::string help = kHelp;
     help.replace(help.find("%DP%\n"), 5, dp_space_flags_help() + "\n");
+    help.replace(help.find("%EXPERTS%\n"), 10, expert_space_flags_help() + "\n");
     for (std::size_t at; (at = help.find("%WINDOW%")) != std::string::npos;) help.replace(at, 8, std::to_string(kRefineWindow));
     ctx.out << help;
     return 0;

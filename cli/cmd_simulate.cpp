@@ -228,7 +228,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   if (tracing) {
     const long long shown = shown_ranks(trace_ranks ? traced : ranks);
     ctx.out << fmt::format("\ntrace: {} ({} rank{} x {} streams)\n", printable(files.path("trace")), shown,
-                           shown == 1 ? "" : "s", kStreams);
+                           shown == 1 ? "" : "s", timeline.rank_streams());
   }
   files.commit();
   return e.feasible ? 0 : 3;

@@ -254,6 +254,42 @@ void read_dp_space_flags(const Flags& f, SearchSpace& space) {
   space.fp32_grad_accum = on_off(f, "fp32-grad-accum", space.fp32_grad_accum);
 }
 
+void read_expert_space_flags(const Flags& f, ExpertSpace& x) {
+  if (auto e = f.get_optional_int("max-ep", 1, 1 << 16)) x.max_ep = static_cast<int>(*e);
+  const std::vector<std::string> etps = list_flag<std::string>(
+      f, "etp", "1,tp", [](const std::string& v) { return v == "1" || v == "tp" ? std::optional(v) : std::nullopt; },
+      {"1", "tp"});
+  x.etp_one = std::find(etps.begin(), etps.end(), "1") != etps.end();
+  x.etp_tp = std::find(etps.begin(), etps.end(), "tp") != etps.end();
+  x.moe_imbalance = f.get_double("moe-imbalance", x.moe_imbalance, 1, 1 << 16);
+  x.dispatcher =
+      *parse_dispatcher(f.get_choice("moe-dispatcher", to_string(x.dispatcher), {"alltoall", "allgather", "flex"}));
+  x.moe_a2a_overlap = on_off(f, "moe-a2a-overlap", x.moe_a2a_overlap);
+  x.capacity_factor = f.get_double("capacity-factor", x.capacity_factor, 0, 1 << 16);
+  if (auto r = f.get("recompute-modules")) {
+    auto parsed = parse_recompute_modules(*r);
+    if (!parsed) {
+      throw InputError(fmt::format("--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj",
+                                   *r));
+    }
+    x.recompute_modules = *parsed;
+  }
+}
+
+std::string expert_space_flags_help() {
+  return R"(experts (models with experts; every candidate shares all but ep and etp):
+  --max-ep E                largest expert-parallel size (default: the experts); ep takes every
+                            divisor of the experts with etp x ep dividing a stage's tp x cp x dp
+  --etp LIST                expert-tensor-parallel sizes, from 1,tp (default 1,tp)
+  --moe-imbalance X         max / mean tokens per expert-parallel rank for ep > 1 (default 1;
+                            ep below X is not searched)
+  --moe-dispatcher alltoall|allgather|flex  token dispatcher (default alltoall)
+  --moe-a2a-overlap on|off  hide the all-to-all behind another micro-batch's compute (ep > 1)
+  --capacity-factor C       cap (and pad) each expert's tokens (default 0: dropless)
+  --recompute-modules LIST  moe_act, mla_up_proj or none (with recompute none or selective)
+)";
+}
+
 std::string dp_space_flags_help() {
   return R"(data-parallel algorithm (opt in; the default space is the all-reduce without compression):
   --dp-algorithms LIST      from allreduce,ps,ps-async (parameter servers need ZeRO 0)

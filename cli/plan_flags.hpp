@@ -77,6 +77,13 @@ std::string plan_flags_help();
 void read_dp_space_flags(const Flags& flags, SearchSpace& space);
 std::string dp_space_flags_help();
 
+// The expert part of a search space (search and capacity; sim/search.hpp ExpertSpace): --max-ep E,
+// --etp LIST (from 1,tp), --moe-imbalance X, --moe-dispatcher, --moe-a2a-overlap on|off,
+// --capacity-factor C, --recompute-modules LIST. Throws InputError naming the flag; the search
+// checks the values against the model.
+void read_expert_space_flags(const Flags& flags, ExpertSpace& experts);
+std::string expert_space_flags_help();
+
 // A comma-separated list flag (--zero 0,1, --schedules 1f1b,...): each item through `parse`
 // (std::nullopt: not one of `allowed`), duplicates dropped, `fallback` when the flag is absent.
 // Throws InputError naming the flag for an unknown or empty item (split_list).

@@ -74,6 +74,7 @@ void put_metadata(EventLines& put, const Timeline& t, const std::vector<std::vec
       put(metadata("process_sort_index", rank, 0, {{"sort_index", rank}}).dump());
       for (int s = 0; s < kStreams; ++s) {
         const auto stream = static_cast<Stream>(s);
+        if (stream == Stream::ep && t.rank_streams() < kStreams) continue;  // a dense plan: no ep track
         put(metadata("thread_name", rank, thread_id(stream), {{"name", to_string(stream)}}).dump());
         put(metadata("thread_sort_index", rank, thread_id(stream), {{"sort_index", s}}).dump());
       }

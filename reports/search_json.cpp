@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "reports/infeasible.hpp"
 #include "reports/schema_fields.hpp"
 #include "reports/svg.hpp"
@@ -83,7 +86,7 @@ json space_json(const SearchSpace& sp) {
     lists["ps_servers"] = sp.ps_servers;
     lists["ps_placement"] = to_string(sp.ps_placement);
   }
-  return {{"gpus", sp.gpus},
+  json out = {{"gpus", sp.gpus},
           {"exact_gpus", sp.exact_gpus},
           {"global_batch", sp.global_batch},
           {"seq_len", sp.seq_len},
@@ -96,7 +99,23 @@ json space_json(const SearchSpace& sp) {
           {"max_vp", sp.max_vp},
           {"max_micro_batch", sp.max_micro_batch},
           {"lists", lists}};
+  // The expert part only where it differs from the defaults (dense searches keep their keys).
+  const ExpertSpace& x = sp.experts;
+  if (!(x == ExpertSpace{})) {
+    json etp = json::array();
+    if (x.etp_one) etp.push_back("1");
+    if (x.etp_tp) etp.push_back("tp");
+    out["experts"] = {{"max_ep", x.max_ep},
+                      {"etp", etp},
+                      {"moe_imbalance", x.moe_imbalance},
+                      {"capacity_factor", x.capacity_factor},
+                      {"moe_dispatcher", to_string(x.dispatcher)},
+                      {"moe_a2a_overlap", x.moe_a2a_overlap},
+                      {"recompute_modules", x.recompute_modules ? recompute_modules_string(x.recompute_modules) : "none"}};
+  }
+  return out;
 }
+
 
 // A list of names, each through `parse` (nullopt: not one of `allowed`).
 template <class T, class Parse>
@@ -109,6 +128,24 @@ std::vector<T> parsed_list(const JsonObject& o, const char* key, Parse parse, co
     out.push_back(*v);
   }
   return out;
+}
+
+ExpertSpace read_expert_space(const JsonObject& o) {
+  ExpertSpace x;
+  x.max_ep = static_cast<int>(o.integer("max_ep", 0, 1 << 16));  // 0: no limit
+  const std::vector<std::string> etp = parsed_list<std::string>(
+      o, "etp", [](const std::string& v) { return v == "1" || v == "tp" ? std::optional(v) : std::nullopt; }, "1|tp");
+  x.etp_one = std::find(etp.begin(), etp.end(), "1") != etp.end();
+  x.etp_tp = std::find(etp.begin(), etp.end(), "tp") != etp.end();
+  x.moe_imbalance = o.number("moe_imbalance", 1, 1 << 16);
+  x.capacity_factor = o.number("capacity_factor", 0, 1 << 16);
+  x.dispatcher = *parse_dispatcher(o.choice("moe_dispatcher", {"alltoall", "allgather", "flex"}));
+  x.moe_a2a_overlap = o.boolean("moe_a2a_overlap");
+  const auto modules = parse_recompute_modules(o.string("recompute_modules"));
+  if (!modules) throw o.error("recompute_modules", "must be none or a comma-separated list of moe_act, mla_up_proj");
+  x.recompute_modules = *modules;
+  o.finish();
+  return x;
 }
 
 void read_lists(const JsonObject& l, SearchSpace& sp) {
@@ -143,6 +180,7 @@ SearchSpace read_space(const JsonObject& o) {
   sp.max_vp = limit("max_vp");
   sp.max_micro_batch = limit("max_micro_batch");
   read_lists(o.object("lists"), sp);
+  if (o.has("experts")) sp.experts = read_expert_space(o.object("experts"));
   o.finish();
   return sp;
 }

@@ -41,6 +41,7 @@ struct CapacityRequest {
   int ps_servers = 1;
   PsPlacement ps_placement = PsPlacement::dedicated;
   bool fp32_grad_accum = false;
+  ExpertSpace experts;  // the expert part of each search space (models with experts)
 };
 
 // The option after losing one node (CapacityRequest::elastic).

@@ -120,8 +120,12 @@ Link group_link(const Cluster& c, int size, int stride) {
 AllToAllLink all_to_all_link(const Cluster& c, int size, int stride) {
   AllToAllLink a;
   if (size <= 1) return a;
-  a.per_node = std::clamp(c.gpus_per_node / std::max(stride, 1), 1, size);
+  // The members sharing a scale-up domain (a node, or a 72-GPU NVLink rack) exchange over its link.
+  a.per_node = std::clamp(c.scale_up_gpus / std::max(stride, 1), 1, size);
   a.node = {c.node.latency, c.node.bandwidth * c.node.efficiency};
+  // A full-mesh node gives each member its links to the other members in the node only.
+  if (c.peer_link_bandwidth > 0 && a.per_node > 1)
+    a.node.bandwidth = std::min(a.node.bandwidth, (a.per_node - 1) * c.peer_link_bandwidth * c.node.efficiency);
   if (const LinkTier* tier = spanning_tier(c, static_cast<long long>(stride) * size)) {
     a.network = {tier->latency, tier->bandwidth * tier->efficiency};
   } else {

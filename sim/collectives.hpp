@@ -18,10 +18,10 @@
 //                            (NVLink SHARP, NCCL's NVLS, inside a scale-up domain whose cluster has it)
 //   reduce-scatter, all-gather  ring: (n-N) a_i + (N-1) a + (n-1)/n M/B
 //   send/recv   one step: a + M/B
-//   all-to-all  pairwise exchange (Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective
-//               Communication Operations in MPICH", Sec. 3.5; NCCL's alltoall, whose bus bandwidth
-//               nccl-tests PERFORMANCE.md counts as (n-1)/n of the algorithm's):
-//               (n-1) a + (n-1)/n M/B, M the bytes one rank sends in all (its own share included)
+//   all-to-all      pairwise exchange (Thakur, Rabenseifner & Gropp 2005, "Optimization of
+//                   Collective Communication Operations in MPICH", Sec. 3.5; NCCL's alltoall, whose
+//                   bus bandwidth nccl-tests PERFORMANCE.md counts as (n-1)/n of the algorithm's):
+//                   (n-1) a + (n-1)/n M/B, M the bytes one rank sends in all (its own share included)
 // M is the full (unsharded) buffer: the all-reduced tensor, or the gathered/scattered whole.
 // Inside one domain (N = 1) every step is a node-link step and a = the node link's latency.
 // Checked against nccl-tests on 8 GPUs (github NVIDIA/nccl issue #2140, large messages): H100 ring
@@ -69,7 +69,7 @@ Seconds collective_time(Collective kind, int n, Bytes message, const Link& link)
 // How an all-to-all over a group crosses the cluster: the members sharing a node exchange over the
 // node link, the others over each GPU's own link on the tier spanning the group, both at once.
 struct AllToAllLink {
-  int per_node = 1;  // members of the group on one node (its size where it fits in one)
+  int per_node = 1;  // members of the group in one scale-up domain (its size where it fits in one)
   Link node;         // the node link (bandwidth x efficiency)
   Link network;      // one GPU's link on the spanning tier (its NIC: bandwidth x efficiency); zero
                      // where the group fits in one node

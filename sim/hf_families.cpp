@@ -280,7 +280,7 @@ int parse_extended_hf(const JsonObject& o, const std::string& type, ModelSpec& m
 
 void refuse_extended_keys(const JsonObject& o, const std::string& type) {
   for (const char* key : kExtendedKeys) {
-    if (!o.has(key) || absent_value(o.raw(key))) continue;
+    if (!o.has_value(key) || absent_value(o.raw(key))) continue;
     throw o.error(key, fmt::format("is a mixture-of-experts or latent-attention key, which a {} config does not have; "
                                    "trainplan reads such models as model_type mixtral|qwen2_moe|qwen3_moe|deepseek_v3|"
                                    "kimi_k2|gpt_oss|llama4 and will not load this one as a dense model",

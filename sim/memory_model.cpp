@@ -172,6 +172,12 @@ Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s) 
   return stored_layer_activation_bytes(graph, Software{}, s);
 }
 
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s, int kind) {
+  const Software sw;
+  const TokenShape t = token_shape(s);
+  return stored_layer_activation_bytes(graph, sw, s, t, element_bytes(sw, s), moe_shape(graph.model(), s, t), kind);
+}
+
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s) {
   const TokenShape t = token_shape(s);
   return stored_layer_activation_bytes(graph, sw, s, t, element_bytes(sw, s), moe_shape(graph.model(), s, t), 0);
@@ -201,7 +207,7 @@ MemoryModel memory_model(const LayerGraph& graph, const Cluster& cluster, const 
 
 void memory_model(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
                   const std::array<Bytes, LayerGraph::kMaxKinds>& stored_layer, Bytes working_layer, MemoryModel& mm) {
-  // Every field is written here (or by set_end_units).
+  // Every field is written here (or by set_zero3_units).
   const Strategy& s = shape.strategy;
   mm.zero = shape.zero;
   mm.shard = static_cast<double>(shape.groups.dp.size);
@@ -311,20 +317,20 @@ StageMemory stage_memory(const MemoryModel& mm, int stage, const StageLoad& load
   const int layers = load.layers;
   ModelStateBytes states = model_state_bytes(params, mm.bytes.state, mm.zero, mm.shard);
   const double copy = mm.bytes.weight_copy, temp = mm.bytes.optimizer_temp;
-  const double ends = (stage == 0 ? mm.embedding_params : 0.0) + (stage == mm.pp - 1 ? mm.head_params : 0.0);
-  mem.weight_copies = weight_copy_bytes(mm, params, std::min(ends, params));
   Bytes temporaries = mm.zero.shards_optimizer ? params * temp / mm.shard : params * temp;
   if (experts > 0) {  // the routed experts' states, sharded over the EDP group
     const ModelStateBytes e = model_state_bytes(experts, mm.bytes.state, mm.zero, mm.expert_shard);
     states.weights += e.weights;
     states.gradients += e.gradients;
     states.optimizer += e.optimizer;
-    mem.weight_copies += mm.zero.shards_params ? experts * copy / mm.expert_shard : experts * copy;
     temporaries += mm.zero.shards_optimizer ? experts * temp / mm.expert_shard : experts * temp;
   }
   mem.weights = states.weights;
   mem.gradients = states.gradients;
   mem.optimizer = states.optimizer;
+  const double ends = (stage == 0 ? mm.embedding_params : 0.0) + (stage == mm.pp - 1 ? mm.head_params : 0.0);
+  mem.weight_copies = weight_copy_bytes(mm, params, std::min(ends, params));  // (routed experts': sharded over EDP)
+  if (experts > 0) mem.weight_copies += mm.zero.shards_params ? experts * copy / mm.expert_shard : experts * copy;
   const Bytes error_feedback = load.params * mm.bytes.error_feedback;
   mem.other = zero3_gathered_bytes(mm, stage, layers) + mm.workspace + error_feedback;
   mem.runtime = mm.runtime;

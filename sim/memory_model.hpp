@@ -81,6 +81,7 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const PlanShape& shape, int kind);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s);
+Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Strategy& s, int kind);
 Bytes stored_layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s);
 
 // Everything the per-stage memory figures need that does not depend on the stage, built once per
@@ -175,16 +176,16 @@ StageActivations stage_activation_parts(const MemoryModel& mm, int stage, const 
 // in bytes (units' parameters per rank x compute-dtype bytes, MemoryModel::gathered_*).
 Bytes zero3_gathered_bytes(const MemoryModel& mm, int stage, int layers);
 
+// 16-bit weight copies of `params` parameters per rank, `ends` of them the embedding's or the
+// head's (not copied where the profile copies the layers only), ZeRO-3 sharding applied.
+Bytes weight_copy_bytes(const MemoryModel& mm, double params, double ends);
+
 // What a pipeline stage holds: its parameters per rank (of which routed experts'), and its layers.
 struct StageLoad {
   double params = 0, expert_params = 0;
   LayerGraph::KindCounts kinds{};  // its transformer layers of each kind
   int layers = 0;                  // all of them
 };
-// 16-bit weight copies of `params` parameters per rank, `ends` of them the embedding's or the
-// head's (not copied where the profile copies the layers only), ZeRO-3 sharding applied.
-Bytes weight_copy_bytes(const MemoryModel& mm, double params, double ends);
-
 // The memory of pipeline stage `stage` holding `load`.
 StageMemory stage_memory(const MemoryModel& mm, int stage, const StageLoad& load);
 // The same for `params` parameters (no experts) and `layers` layers of layer 0's kind.

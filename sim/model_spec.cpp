@@ -155,8 +155,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   if (!extended) {
     model_detail::refuse_extended_keys(o, type);
     model_detail::read_dense_sliding_window(o, type, m);
-    // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden;
-    // transformers writes an unset one as null.
+    // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
     m.explicit_head_dim = read_head_dim(o, true);
   }
   // Dropout: the largest of the config's dropout probabilities (absent or null: none).

@@ -132,8 +132,8 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s, const RankLa
   g.ep = group_of(c, s.ep, layout.stride(ExpertDim::ep));
   g.etp = group_of(c, s.etp, layout.stride(ExpertDim::etp));
   g.edp = group_of(c, layout.size(ExpertDim::edp), layout.stride(ExpertDim::edp));
-  g.expert_mp = group_of(c, s.ep * s.etp, std::min(layout.stride(ExpertDim::etp), layout.stride(ExpertDim::ep)));
   g.edp_zero3 = g.edp;
+  g.expert_mp = group_of(c, s.ep * s.etp, std::min(layout.stride(ExpertDim::etp), layout.stride(ExpertDim::ep)));
   return g;
 }
 
@@ -147,10 +147,10 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s) { return par
 
 namespace {
 
-// The groups with ZeRO-3's view of the DP and EDP groups: the stack's cap on its collectives' bandwidth.
+// The groups with ZeRO-3's view of the DP (and EDP) group: the stack's cap on its collectives'
+// bandwidth.
 ParallelGroups with_zero3(ParallelGroups g, const Software& sw) {
   g.zero3.link = capped(g.dp.link, sw.zero3.max_bus_bandwidth);
-  g.edp_zero3 = g.edp;
   g.edp_zero3.link = capped(g.edp.link, sw.zero3.max_bus_bandwidth);
   return g;
 }

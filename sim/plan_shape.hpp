@@ -146,7 +146,7 @@ struct ParallelGroups {
   // sharding) of the routed experts' gradients over `edp`; the allgather dispatcher's collectives
   // over the ep x etp ranks of `expert_mp`. Size 1 for a dense model.
   GroupLink ep, etp, edp, expert_mp;
-  GroupLink edp_zero3;  // the EDP group as ZeRO-3's gathers and reduce-scatters use it (as zero3)
+  GroupLink edp_zero3;  // the EDP group as ZeRO-3's collectives use it (as zero3 for dp)
 };
 // The groups of `s` on cluster `c`, placed by RankLayout.
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s);

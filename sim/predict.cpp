@@ -391,6 +391,20 @@ void partition_layers_into(int layers, std::span<int> out, double layer_cost, do
 
 namespace {
 
+// uniform_module_split() into `out` (one entry per chunk); false where a chunk gets no layer.
+bool uniform_module_split_into(int layers, std::span<int> out) {
+  const int chunks = static_cast<int>(out.size());
+  const int modules = layers + 3, base = modules / chunks, rest = modules % chunks;
+  int start = 0;  // first module of the chunk; modules 1..layers are the transformer layers
+  for (int i = 0; i < chunks; ++i) {
+    const int end = start + base + (i < rest ? 1 : 0);
+    out[i] = std::max(0, std::min(end, layers + 1) - std::max(start, 1));
+    if (out[i] == 0) return false;
+    start = end;
+  }
+  return true;
+}
+
 // The greedy fill of partition_layers (per-layer costs, `prefix` their prefix sums): chunk i takes
 // the most layers that keep its load (extra + its layers) within T and leave one layer for each
 // later chunk; the last takes the rest. Writes the counts into `out` when given. Whether every
@@ -418,32 +432,20 @@ bool fill_within(std::span<const double> prefix, int chunks, double first_extra,
   return true;
 }
 
-// uniform_module_split() into `out` (one entry per chunk); false where a chunk gets no layer.
-bool uniform_module_split_into(int layers, std::span<int> out) {
-  const int chunks = static_cast<int>(out.size());
-  const int modules = layers + 3, base = modules / chunks, rest = modules % chunks;
-  int start = 0;  // first module of the chunk; modules 1..layers are the transformer layers
-  for (int i = 0; i < chunks; ++i) {
-    const int end = start + base + (i < rest ? 1 : 0);
-    out[i] = std::max(0, std::min(end, layers + 1) - std::max(start, 1));
-    if (out[i] == 0) return false;
-    start = end;
-  }
-  return true;
-}
-
 // partition_layers of per-layer costs into `out`: bisection on the busiest chunk's load between
 // the largest single-layer chunk and the whole model on one chunk, to a relative 1e-12.
 void partition_costs_into(std::span<const double> costs, std::span<int> out, double first_extra, double last_extra) {
   const int chunks = static_cast<int>(out.size()), layers = static_cast<int>(costs.size());
   TRAINPLAN_CHECK(chunks >= 1 && layers >= chunks, "need at least one layer per chunk");
-  if (chunks == 1) {  // no choice; the bound below may round one ulp under the whole load
+  if (chunks == 1) {
     out[0] = layers;
     return;
   }
   std::vector<double> prefix(costs.size() + 1, 0.0);
   for (std::size_t l = 0; l < costs.size(); ++l) prefix[l + 1] = prefix[l] + costs[l];
-  double lo = 0, hi = prefix.back() + first_extra + last_extra;
+  // (Each chunk's load is summed as fill_within sums it, so that the whole model fits its bound
+  // to the last bit.)
+  double lo = 0, hi = prefix.back() + (first_extra + last_extra);
   if (!(std::isfinite(hi) && hi > 0)) {  // no usable costs: split evenly, later chunks take the rest
     std::fill(out.begin(), out.end(), layers / chunks);
     for (int i = chunks - layers % chunks; i < chunks; ++i) ++out[static_cast<std::size_t>(i)];
@@ -465,6 +467,7 @@ std::vector<int> uniform_module_split(int layers, int chunks) {
   if (!uniform_module_split_into(layers, out)) out.clear();
   return out;
 }
+
 std::vector<int> partition_layers(int layers, int chunks, double layer_cost, double first_extra,
                                   double last_extra) {
   TRAINPLAN_CHECK(chunks >= 1, "need at least one layer per chunk");
@@ -563,8 +566,8 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
   }
   out.pre = end_cost(x, graph.pre_ops(), ops.pre);
   out.post = end_cost(x, graph.post_ops(), ops.post);
-  add_mtp(x, out, out.post);
   out.post.tp_forward += gathered_logits_time(x);
+  add_mtp(x, out, out.post);
   // With TP the receiver of a pipeline send all-gathers the activations over the TP group
   // (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already keeps them sharded: one
   // all-gather call of its own (Megatron's gather_split_1d_tensor), with its per-call overhead.
@@ -602,10 +605,9 @@ Seconds step_time_floor(const LayerCosts& lc, Seconds p2p, int pp, int m, int vp
 
 namespace {
 
-// partition_layers of the graph's layers over `chunks` (or, for a stack that cuts its modules into
-// equal counts, uniform_module_split) from `memo` when it holds these exact inputs (each kind's
-// layer cost, the end chunks' extras, the split rule), else computed into its next entry (no
-// allocation once that entry held as many chunks, for a model of one layer kind).
+// partition_layers of the graph's layers over `chunks` from `memo` when it holds these exact
+// inputs (the split rule, each kind's layer cost, the end chunks' extras), else computed into its
+// next entry (no allocation once that entry held as many chunks, for a model of one layer kind).
 std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chunks, bool uniform_modules,
                                 const LayerCosts& lc, double first_extra, double last_extra) {
   std::array<double, LayerGraph::kMaxKinds> cost{};
@@ -621,10 +623,12 @@ std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chu
   memo.next_split = (memo.next_split + 1) % static_cast<int>(memo.splits.size());
   m.layers = -1;  // invalid until the split is written
   m.split.resize(static_cast<std::size_t>(chunks));
-  const bool by_modules = uniform_modules && chunks > 1 && uniform_module_split_into(layers, m.split);
-  if (!by_modules && lc.kind_count == 1) {
+  // A stack that cuts its list of modules into equal counts splits by count, where that gives
+  // every chunk a layer; otherwise by cost.
+  const bool by_count = uniform_modules && chunks > 1 && uniform_module_split_into(layers, m.split);
+  if (!by_count && lc.kind_count == 1) {
     partition_layers_into(layers, m.split, cost[0], first_extra, last_extra);
-  } else if (!by_modules) {
+  } else if (!by_count) {
     std::vector<double> per_layer(static_cast<std::size_t>(layers));
     for (int l = 0; l < layers; ++l) per_layer[static_cast<std::size_t>(l)] = cost[static_cast<std::size_t>(graph.layer_kind(l))];
     partition_costs_into(per_layer, m.split, first_extra, last_extra);
@@ -684,7 +688,7 @@ GradientWire gradient_wire(const LayerGraph& graph, const Cluster& cluster, cons
 
 // The inputs, bit for bit, of the chunks' fields that depend on neither ZeRO nor the DP group
 // (position, compute, TP/CP/EP, parameters, gradient bytes) of a model of one layer kind: every
-// field of the pieces they are summed from, the gradient width, the layer count, the chunks, the
+// field of the pieces they are summed from, the gradient width, the layer count, the chunks and the
 // stages and the split rule.
 StepMemo::ChunkKey chunk_key(const LayerGraph& graph, const PlanShape& shape, const Pieces& p, bool uniform_modules) {
   StepMemo::ChunkKey key{};
@@ -794,15 +798,15 @@ StageParams place_chunks(const LayerGraph& graph, const Cluster& cluster, const 
 StageParams set_chunks(const LayerGraph& graph, const Cluster& cluster, const Software& sw, const PlanShape& shape,
                        const Pieces& p, bool plain, StepMemo& memo, StepCosts& out) {
   const bool memoizable = plain && !sw.weight_cast_per_micro_batch && p.lc.kind_count == 1;
-  const bool uniform = sw.parallel.pipeline_uniform_modules;
-  const StepMemo::ChunkKey key = memoizable ? chunk_key(graph, shape, p, uniform) : StepMemo::ChunkKey{};
+  const StepMemo::ChunkKey key = memoizable ? chunk_key(graph, shape, p, sw.parallel.pipeline_uniform_modules)
+                                              : StepMemo::ChunkKey{};
   if (memoizable && memo.chunks_of == &out && memo.chunk_key == key &&
       out.chunks.size() == static_cast<std::size_t>(shape.chunks)) {
     return {memo.busiest_params, memo.busiest_expert_params};
   }
   out.chunks.resize(shape.chunks);
-  const std::span<const int> split =
-      memo_split(memo, graph, shape.chunks, uniform, p.lc, p.pre.total(), p.post.total());
+  const std::span<const int> split = memo_split(memo, graph, shape.chunks, sw.parallel.pipeline_uniform_modules, p.lc,
+                                                p.pre.total(), p.post.total());
   const StageParams busiest = place_chunks(graph, cluster, sw, shape, p, split, out.chunks);
   memo.chunks_of = memoizable ? &out : nullptr;
   memo.chunk_key = key;
@@ -831,15 +835,14 @@ CompressionCost chunk_wire(const GradientWire& w, const ChunkCost& c) {
 
 // The ZeRO/DP collectives over `group` of `params` parameters sending `wire` bytes in `calls`
 // calls, added to the chunk's: ZeRO-3 gathers each layer's parameters and ZeRO-2/3 reduce-scatter
-// each layer's gradients with their own call (ring latency and the per-call overhead per layer);
-// ZeRO 0/1 reduce once per step (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter
-// all-gather follows the optimizer). PowerSGD makes two rounds of each call (P, then Q). ZeRO-3's
-// gathers and reduce-scatters take `zero3`, the stack's view of the group (its cap, PlanShape).
-void add_group_collectives(const PlanShape& shape, const GroupLink& group, const GroupLink& zero3, double calls,
+// each layer's gradients with their own call (ring latency and the per-call overhead per layer),
+// over `per_mb` (ZeRO-3: the stack's view of the group, its cap); ZeRO 0/1 reduce once per step
+// (ZeRO 0 all-reduce; ZeRO 1 reduce-scatter, its parameter all-gather follows the optimizer).
+// PowerSGD makes two rounds of each call (P, then Q).
+void add_group_collectives(const PlanShape& shape, const GroupLink& group, const GroupLink& per_mb, double calls,
                            double params, double wire, double rounds, ChunkCost& c) {
   if (group.size == 1) return;
   const ZeroPolicy& zero = shape.zero;
-  const GroupLink& per_mb = zero.shards_params ? zero3 : group;
   if (zero.shards_params) c.zero3_gather += calls * per_mb.all_gather(params * shape.bytes.gathered_param / calls);
   if (zero.reduce_each_micro_batch) {
     c.dp_reduce += calls * per_mb.reduce_scatter(wire / calls);
@@ -864,14 +867,17 @@ void set_chunk_collectives(const PlanShape& shape, double layers_params, int moe
   }
   const double n = c.layers;
   const double calls = std::max(1.0, n) + (c.params > layers_params ? 1 : 0);
-  const ParallelGroups& g = shape.groups;
+  const bool zero3 = shape.zero.shards_params;
   if (c.expert_params <= 0) {
-    add_group_collectives(shape, g.dp, g.zero3, calls, c.params, cc.wire, cc.rounds, c);
+    add_group_collectives(shape, shape.groups.dp, zero3 ? shape.groups.zero3 : shape.groups.dp, calls, c.params,
+                          cc.wire, cc.rounds, c);
     return;
   }
   const double expert_wire = c.expert_params * shape.bytes.wire_grad;
-  add_group_collectives(shape, g.dp, g.zero3, calls, c.params - c.expert_params, cc.wire - expert_wire, cc.rounds, c);
-  add_group_collectives(shape, g.edp, g.edp_zero3, std::max(1, moe_layers), c.expert_params, expert_wire, 1, c);
+  add_group_collectives(shape, shape.groups.dp, zero3 ? shape.groups.zero3 : shape.groups.dp, calls,
+                        c.params - c.expert_params, cc.wire - expert_wire, cc.rounds, c);
+  add_group_collectives(shape, shape.groups.edp, zero3 ? shape.groups.edp_zero3 : shape.groups.edp,
+                        std::max(1, moe_layers), c.expert_params, expert_wire, 1, c);
 }
 
 // Every chunk's DP/ZeRO collectives and, compressed, its compression kernels (`compress`, one

@@ -142,8 +142,8 @@ struct StepCosts {
 struct StepMemo {
   struct Split {
     int layers = -1, chunks = -1;
-    std::array<double, LayerGraph::kMaxKinds> kind_cost{};  // one layer's cost of each kind
     bool uniform_modules = false;  // Software::parallel.pipeline_uniform_modules
+    std::array<double, LayerGraph::kMaxKinds> kind_cost{};  // one layer's cost of each kind
     double first_extra = 0, last_extra = 0;
     std::vector<int> split;
   };

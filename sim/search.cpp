@@ -79,7 +79,7 @@ using Clock = std::chrono::steady_clock;
 // into, so that predicting a layout allocates nothing.
 class Worker {
  public:
-  explicit Worker(const Problem& p) : slot_(p.tps.size(), p.cps.size(), p.micro_batches.size(), -1) {}
+  explicit Worker(const Problem& p) : slot_(p.tps.size(), p.cps.size(), p.micro_batches.size(), p.expert_layouts.size(), -1) {}
 
   // Layer costs of layout `l`'s layers with micro-batch micro_batches[mi] and variant `v`. The
   // reference stays valid for the worker's life (a deque does not move its elements as it grows).
@@ -105,14 +105,15 @@ class Worker {
 };
 
 // Total order of ranked candidates: objective, then fewer GPUs, less memory, then the simpler
-// layout (fewest model-parallel ranks, then no CP, shallower pipeline, smaller TP, ...), so that
+// layout (fewest model-parallel ranks, then no CP, shallower pipeline, smaller TP, smaller EP and
+// ETP, ...), so that
 // among equal predictions the one that is easiest to run comes first.
 struct Ranked {
   double value;
   Estimate e;
 };
 auto layout_key(const Strategy& s) {
-  return std::make_tuple(s.tp * s.pp * s.cp, s.cp, s.pp, s.tp, s.vp, s.zero, s.micro_batch,
+  return std::make_tuple(s.tp * s.pp * s.cp, s.cp, s.pp, s.tp, s.ep, s.etp, s.vp, s.zero, s.micro_batch,
                          static_cast<int>(s.recompute), s.sequence_parallel, static_cast<int>(s.schedule), s.dp);
 }
 auto rank_key(double value, const Estimate& e) {

@@ -43,6 +43,22 @@ enum class Objective { throughput, cost, time };
 const char* to_string(Objective o);
 std::optional<Objective> parse_objective(const std::string& s);
 
+// The expert part of a search space (models with experts only; a dense model's space must keep
+// these defaults): expert-parallel sizes ep dividing the experts up to max_ep (0: no limit) that
+// fold over a layout (etp x ep divides tp x cp x dp), each with etp 1 (etp_one) and etp = tp
+// (etp_tp); and what every candidate shares (strategy.hpp): the routing imbalance (candidates with
+// ep below it are not enumerated; ep 1 is balanced), capacity factor, dispatcher, all-to-all
+// overlap (ep > 1 only) and module recomputation.
+struct ExpertSpace {
+  int max_ep = 0;
+  bool etp_one = true, etp_tp = true;
+  double moe_imbalance = 1, capacity_factor = 0;
+  Dispatcher dispatcher = Dispatcher::alltoall;
+  bool moe_a2a_overlap = false;
+  unsigned recompute_modules = 0;
+  bool operator==(const ExpertSpace&) const = default;
+};
+
 // What to enumerate. Limits of 0 mean "no limit beyond what validate() allows".
 struct SearchSpace {
   int gpus = 1;                 // GPUs available
@@ -68,6 +84,7 @@ struct SearchSpace {
   std::vector<GradCompression> grad_compressions{GradCompression{}};
   int ps_servers = 1;
   PsPlacement ps_placement = PsPlacement::dedicated;
+  ExpertSpace experts;  // models with experts
 };
 
 // Default limits for a cluster: tp and cp within one scale-up domain (a node, or a 72-GPU NVLink

@@ -1,6 +1,7 @@
 #include "sim/search_bounds.hpp"
 
 #include <algorithm>
+#include <span>
 #include <limits>
 
 #include "sim/memory_model.hpp"
@@ -13,23 +14,47 @@ namespace search_detail {
 
 namespace {
 
-// The stored activation bytes per layer of every (tp, cp, micro-batch, recompute, sp); sp only
-// where tp > 1 (the tp == 1 entries with sp on hold the figure without it).
+// The least stored activation bytes of a layer of any kind (a floor of each layer's), for a strategy.
+Bytes least_layer_activation(const LayerGraph& g, const Strategy& s) {
+  Bytes least = stored_layer_activation_bytes(g, s, 0);
+  for (int k = 1; k < g.kind_count(); ++k) least = std::min(least, stored_layer_activation_bytes(g, s, k));
+  return least;
+}
+
+// The stored activation bytes per layer (the least of the layer kinds') of every (tp, cp,
+// micro-batch, expert layout, recompute, sp); sp only where tp > 1 (the tp == 1 entries with sp on
+// hold the figure without it).
 LayerTable<Bytes> activation_table(const Problem& p) {
-  LayerTable<Bytes> t(p.tps.size(), p.cps.size(), p.micro_batches.size(), 0.0);
+  LayerTable<Bytes> t(p.tps.size(), p.cps.size(), p.micro_batches.size(), p.expert_layouts.size(), 0.0);
   for (std::size_t ti = 0; ti < p.tps.size(); ++ti)
     for (std::size_t ci = 0; ci < p.cps.size(); ++ci)
       for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi)
-        for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-          for (bool sp : {false, true}) {
-            Strategy s;
-            s.tp = p.tps[ti], s.cp = p.cps[ci], s.micro_batch = p.micro_batches[mi];
-            s.global_batch = p.space.global_batch, s.seq_len = p.space.seq_len;
-            s.recompute = r, s.sequence_parallel = sp && s.tp > 1;
-            s.dtype = p.space.dtype, s.attention = p.space.attention;
-            t[{ti, ci, mi}][LayerVariant{r, sp}] = stored_layer_activation_bytes(p.graph, s);
-          }
+        for (std::size_t xi = 0; xi < p.expert_layouts.size(); ++xi)
+          for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+            for (bool sp : {false, true}) {
+              Strategy s;
+              s.tp = p.tps[ti], s.cp = p.cps[ci], s.micro_batch = p.micro_batches[mi];
+              s.global_batch = p.space.global_batch, s.seq_len = p.space.seq_len;
+              s.recompute = r, s.sequence_parallel = sp && s.tp > 1;
+              s.dtype = p.space.dtype, s.attention = p.space.attention;
+              s.ep = p.expert_layouts[xi].ep, s.etp = p.expert_layouts[xi].etp;
+              if (p.graph.model().moe.on()) {
+                s.moe_imbalance = s.ep > 1 ? p.space.experts.moe_imbalance : 1.0;
+                s.capacity_factor = p.space.experts.capacity_factor;
+                s.recompute_modules = r == Recompute::full ? 0u : p.space.experts.recompute_modules;
+              }
+              t[{ti, ci, mi, xi}][LayerVariant{r, sp}] = least_layer_activation(p.graph, s);
+            }
   return t;
+}
+
+// Forward matmul FLOPs per token of `ops`, routed experts' at the least share of their balanced
+// rows a rank computes: all of them, or with a capacity factor C < 1 (tokens dropped) C of them.
+Flops matmul_flops(std::span<const OpSpec> ops, double expert_share) {
+  Flops f = 0;
+  for (const auto& op : ops)
+    if (op.matmul) f += op.flops_per_token * (op.split == Split::expert ? expert_share : 1.0);
+  return f;
 }
 
 }  // namespace
@@ -37,14 +62,19 @@ LayerTable<Bytes> activation_table(const Problem& p) {
 BoundConstants bound_constants(const Problem& p, bool with_activation_table) {
   BoundConstants b;
   // Every matmul op is split at least tp ways; predict times a matmul no faster than its graph
-  // FLOPs / matmul_rate_bound() (op_time.hpp).
+  // FLOPs / matmul_rate_bound() (op_time.hpp). Layers of every kind, and the MTP modules'.
   const LayerGraph& g = p.graph;
-  for (const auto& op : g.layer_ops())
-    if (op.matmul) b.layer_matmul_flops_per_token += op.flops_per_token;
-  b.matmul_flops_per_token = g.model().layers * b.layer_matmul_flops_per_token;
-  for (auto ops : {g.pre_ops(), g.post_ops()})
-    for (const auto& op : ops)
-      if (op.matmul) b.matmul_flops_per_token += op.flops_per_token;
+  const double cf = p.space.experts.capacity_factor;
+  const double expert_share = cf > 0 && cf < 1 ? cf : 1.0;
+  const LayerGraph::KindCounts counts = g.kind_counts(0, g.model().layers);
+  for (int k = 0; k < g.kind_count(); ++k) b.layers_matmul_flops_per_token += counts[k] * matmul_flops(g.kind_ops(k), expert_share);
+  b.matmul_flops_per_token = b.layers_matmul_flops_per_token;
+  for (auto ops : {g.pre_ops(), g.post_ops()}) b.matmul_flops_per_token += matmul_flops(ops, 1.0);
+  if (g.mtp_kind() >= 0) {
+    const Flops module = matmul_flops(g.kind_ops(g.mtp_kind()), expert_share) + matmul_flops(g.mtp_ops(), 1.0) +
+                         matmul_flops(g.mtp_head_ops(), 1.0);
+    b.matmul_flops_per_token += g.model().mtp_layers * module;
+  }
   b.best_matmul_rate = matmul_rate_bound(p.cluster, p.space.dtype);
   b.send_rate = min_send_rate(p.software, p.cluster);
   b.state = state_bytes(p.space.dtype, p.space.fp32_grad_accum);
@@ -56,14 +86,20 @@ Seconds work_floor(const Problem& p, int tp, int cp, int mb, bool full_recompute
   const BoundConstants& b = p.bounds;
   const double tokens = static_cast<double>(mb) * p.space.seq_len / cp;
   Flops flops = 3 * b.matmul_flops_per_token;
-  if (full_recompute) flops += p.graph.model().layers * b.layer_matmul_flops_per_token;
+  if (full_recompute) flops += b.layers_matmul_flops_per_token;
   return flops * tokens / tp / b.best_matmul_rate;
 }
 
 Bytes states_floor(const Problem& p, const Layout& l, const StateKind& k) {
   StateBytes per_param = p.bounds.state;
   if (k.servers) per_param.optimizer = 0;
-  return model_state_bytes(p.graph.total_params() / l.tp, per_param, k.zero, static_cast<double>(l.dp * l.cp)).total();
+  const ParamCounts c = p.graph.counts();
+  const double dense = c.total - c.expert;  // (MTP modules left out: a floor)
+  Bytes floor = model_state_bytes(dense / l.tp, per_param, k.zero, static_cast<double>(l.dp * l.cp)).total();
+  // Routed experts: split over ep x etp and sharded over edp, at least 1 / (tp cp dp) of each
+  // state per rank, for any expert layout of the stage (ep x etp x edp = tp x cp x dp).
+  if (c.expert > 0) floor += c.expert / (static_cast<double>(l.tp) * l.cp * l.dp) * (per_param.weight + per_param.grad + per_param.optimizer);
+  return floor;
 }
 
 // sum_i in_flight_i * layers_i / vp, with at least one layer per chunk (vp per stage) and the
@@ -106,10 +142,11 @@ CandidateBounds candidate_bounds(const LayerGraph& graph, const Cluster& cluster
   space.dtype = s.dtype;
   space.attention = s.attention;
   space.fp32_grad_accum = s.fp32_grad_accum;
+  if (graph.model().moe.on()) space.experts.capacity_factor = s.capacity_factor;  // (bound_constants' expert share)
   const SearchOptions options;
   Problem p = make_problem(graph, cluster, software, space, options);
   p.bounds = bound_constants(p, false);
-  const Bounds b = bounds(p, s, stored_layer_activation_bytes(graph, s), layer_costs(graph, cluster, software, s));
+  const Bounds b = bounds(p, s, least_layer_activation(graph, s), layer_costs(graph, cluster, software, s));
   return {b.step, b.memory};
 }
 

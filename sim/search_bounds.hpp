@@ -17,13 +17,15 @@ BoundConstants bound_constants(const Problem& p, bool activation_table);
 
 // Floor of the work of all stages for one micro-batch (summed over stages): forward + backward
 // (2x) of every matmul at the best matmul rate, plus the repeated forward of the layers under
-// full recomputation.
+// full recomputation. Routed experts: a rank computes at least its balanced share of the routed
+// rows (all of them dropless, C of them under a capacity factor C < 1).
 Seconds work_floor(const Problem& p, int tp, int cp, int mb, bool full_recompute);
 
 // Model-state bytes summed over stages for a setting of kind `k`: every parameter is held by some
 // stage, split at least tp ways, sharded as k.zero says over dp x cp (memory_model's
 // model_state_bytes, as predict uses it); with parameter servers the workers hold no optimizer
-// states.
+// states. Routed experts' states: at least 1 / (tp x cp x dp) of each per rank, for any expert
+// layout (ep x etp x edp = tp x cp x dp).
 Bytes states_floor(const Problem& p, const Layout& l, const StateKind& k);
 
 // Activation floor, summed over the stages, in units of one layer's stored activations.

@@ -29,6 +29,36 @@ int limit(int value, int fallback) { return value > 0 ? value : fallback; }
 
 bool has(const std::vector<ScheduleKind>& v, ScheduleKind k) { return std::find(v.begin(), v.end(), k) != v.end(); }
 
+// The expert fields of the space, checked against the model as validate() checks a strategy's:
+// a dense model keeps every default, and the shared settings are in their ranges.
+void check_expert_space(const ModelSpec& m, const ExpertSpace& x) {
+  const MoeSpec& e = m.moe;
+  if (!e.on()) {
+    const char* rule = "needs a model with experts (the model is dense)";
+    if (x.max_ep != 0) throw InputError(fmt::format("--max-ep {}: {}", x.max_ep, rule));
+    if (!x.etp_one || !x.etp_tp) throw InputError(fmt::format("--etp {}: {}", x.etp_one ? "1" : "tp", rule));
+    if (x.moe_imbalance != 1) throw InputError(fmt::format("--moe-imbalance {}: {}", x.moe_imbalance, rule));
+    if (x.capacity_factor != 0) throw InputError(fmt::format("--capacity-factor {}: {}", x.capacity_factor, rule));
+    if (x.dispatcher != Dispatcher::alltoall)
+      throw InputError(fmt::format("--moe-dispatcher {}: {}", to_string(x.dispatcher), rule));
+    if (x.moe_a2a_overlap) throw InputError(fmt::format("--moe-a2a-overlap on: {}", rule));
+    if (x.recompute_modules & kRecomputeMoeAct) throw InputError(fmt::format("--recompute-modules moe_act: {}", rule));
+  }
+  if ((x.recompute_modules & kRecomputeMlaUpProj) && !m.mla.on())
+    throw InputError("--recompute-modules mla_up_proj: needs a model with multi-head latent attention");
+  if (!x.etp_one && !x.etp_tp) throw InputError("--etp: must list 1, tp or both");
+  if (x.max_ep < 0) throw InputError(fmt::format("--max-ep {}: must be >= 1", x.max_ep));
+  if (!(x.moe_imbalance >= 1)) {
+    throw InputError(
+        fmt::format("--moe-imbalance {}: must be >= 1 (max / mean tokens per expert-parallel rank)", x.moe_imbalance));
+  }
+  const double max_capacity = e.on() ? static_cast<double>(e.experts) / e.top_k : 0;
+  if (x.capacity_factor != 0 && !(x.capacity_factor > 0 && x.capacity_factor <= max_capacity)) {
+    throw InputError(fmt::format("--capacity-factor {}: must be in (0, experts / top_k] = (0, {}] (0: dropless)",
+                                 x.capacity_factor, max_capacity));
+  }
+}
+
 // The space's own checks (the settings' combinations are checked by add_settings).
 void check_space(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, const SearchOptions& o) {
   if (sp.gpus < 1) throw InputError(fmt::format("--gpus {}: must be >= 1", sp.gpus));
@@ -59,7 +89,15 @@ void check_space(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, c
       throw InputError(fmt::format("search space: ZeRO stage {} must be 0..{}", z, ZeroPolicy::kMaxStage));
     }
   }
+  check_expert_space(g.model(), sp.experts);
+  const bool only_full = std::all_of(sp.recompute.begin(), sp.recompute.end(), [](Recompute r) { return r == Recompute::full; });
+  if (sp.experts.recompute_modules != 0 && only_full) {
+    throw InputError(fmt::format("--recompute-modules {}: needs --recompute none or selective in the space (full "
+                                 "recomputation already recomputes every module)",
+                                 recompute_modules_string(sp.experts.recompute_modules)));
+  }
 }
+
 
 // Whether validate() accepts the (ZeRO, DP algorithm, compression) combination: parameter servers
 // hold the optimizer states, so ZeRO may not shard them; PowerSGD compresses an all-reduce, not
@@ -78,16 +116,21 @@ void add_settings(Problem& p) {
   for (int stage : sp.zero_stages) {
     const ZeroPolicy z = ZeroPolicy::of(stage);
     for (Recompute r : sp.recompute)
-      for (bool on : sp.sequence_parallel)
+      for (bool on : sp.sequence_parallel) {
+        // Module recomputation is refused with full recomputation (validate()).
+        if (sp.experts.recompute_modules != 0 && r == Recompute::full) continue;
         for (DpAlgorithm a : sp.dp_algorithms)
           for (const GradCompression& gc : sp.grad_compressions) {
             if (!valid_combination(sp, z, a, gc)) continue;
             const Setting st{z, LayerVariant{r, on}, a, gc};
             if (!on) p.settings_tp1.push_back(st);
+            // An MoE model with TP needs sequence parallelism (validate()).
+            if (!on && p.graph.model().moe.on()) continue;
             p.settings_tp.push_back(st);
           }
+      }
   }
-  if (!p.settings_tp.empty()) return;
+  if (!p.settings_tp.empty() || !p.settings_tp1.empty()) return;
   auto list = [](const auto& items) {
     std::string out;
     for (const auto& x : items) out += (out.empty() ? "" : ",") + std::string(to_string(x));
@@ -98,6 +141,27 @@ void add_settings(Problem& p) {
                                "compression needs fp32 gradients",
                                list(sp.dp_algorithms), list(sp.grad_compressions), fmt::join(sp.zero_stages, ","),
                                to_string(sp.dtype), sp.fp32_grad_accum ? "on" : "off"));
+}
+
+// The expert layouts (Problem::expert_layouts): {1, 1} for a dense model; for a model with experts every
+// ep dividing them within max_ep and at least the routing imbalance (ep 1 is balanced; validate()
+// keeps imbalance <= ep), none above 1 in fp16 (validate()), each with etp 1 and etp = each tp
+// above 1 that divides the experts' width; make_layouts takes those the space's etp_one / etp_tp allow.
+void add_experts(Problem& p) {
+  const SearchSpace& sp = p.space;
+  const MoeSpec& e = p.graph.model().moe;
+  if (!e.on()) {
+    p.expert_layouts.push_back({1, 1});
+    return;
+  }
+  for (int ep : divisors(e.experts)) {
+    if (ep > limit(sp.experts.max_ep, 1 << 30)) break;
+    if (ep > 1 && (ep < sp.experts.moe_imbalance || sp.dtype == Dtype::fp16)) continue;
+    p.expert_layouts.push_back({ep, 1});  // (make_layouts takes it for tp 1 or with etp_one)
+    if (!sp.experts.etp_tp) continue;
+    for (int tp : p.tps)
+      if (tp > 1 && e.expert_ffn % tp == 0) p.expert_layouts.push_back({ep, tp});
+  }
 }
 
 // Micro-batches (divisors of the global batch within the limit), and for each divisor dp of the
@@ -113,12 +177,16 @@ void add_lists(Problem& p) {
     for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi)
       if (sp.global_batch % (static_cast<long long>(dp) * p.micro_batches[mi]) == 0) mis.push_back(mi);
   }
-  for (int tp : divisors(std::gcd(std::gcd(m.heads, m.kv_heads), m.ffn_hidden))) {
+  // tp divides the heads, the MLP's width and (models with shared experts) their summed width.
+  int tp_widths = std::gcd(std::gcd(m.heads, m.kv_heads), m.ffn_hidden);
+  if (m.moe.shared_experts > 0) tp_widths = std::gcd(tp_widths, m.moe.shared_experts * m.moe.shared_ffn);
+  for (int tp : divisors(tp_widths)) {
     if (tp <= limit(sp.max_tp, 1 << 30)) p.tps.push_back(tp);
   }
   for (int cp : divisors(sp.seq_len)) {
     if (cp <= limit(sp.max_cp, 1 << 30) && (cp == 1 || sp.seq_len % (2 * cp) == 0)) p.cps.push_back(cp);
   }
+  add_experts(p);
   p.gpipe = has(sp.schedules, ScheduleKind::gpipe);
   p.one_f_one_b = has(sp.schedules, ScheduleKind::one_f_one_b);
   p.interleaved = has(sp.schedules, ScheduleKind::interleaved);
@@ -129,7 +197,7 @@ void add_lists(Problem& p) {
 Problem make_problem(const LayerGraph& g, const Cluster& c, const Software& sw, const SearchSpace& space,
                      const SearchOptions& o) {
   check_space(g, c, space, o);
-  Problem p{g, c, sw, space, o, {}, {}, {}, {}, false, false, false, {}, {}, 1, {}};
+  Problem p{g, c, sw, space, o, {}, {}, {}, {}, {}, false, false, false, {}, {}, 1, {}};
   p.keep_top = static_cast<std::size_t>(o.refine ? std::max(o.top_k, kRefineWindow) : o.top_k);
   add_lists(p);
   add_settings(p);
@@ -154,7 +222,13 @@ std::vector<Layout> make_layouts(const Problem& p) {
           const long long g = mp * dp;
           if (g > max_gpus || dp > limit(sp.max_dp, 1 << 30)) break;
           if (sp.exact_gpus ? g != sp.gpus : (g % gpn != 0 && gpn % g != 0)) continue;
-          out.push_back({dp, p.tps[ti], pp, p.cps[ci], di, ti, ci});
+          const long long stage = static_cast<long long>(p.tps[ti]) * p.cps[ci] * dp;
+          for (std::size_t xi = 0; xi < p.expert_layouts.size(); ++xi) {
+            const ExpertLayout& x = p.expert_layouts[xi];
+            const bool etp_fits = (x.etp == 1 && sp.experts.etp_one) || (x.etp == p.tps[ti] && sp.experts.etp_tp);
+            if (!etp_fits || stage % (static_cast<long long>(x.ep) * x.etp) != 0) continue;
+            out.push_back({dp, p.tps[ti], pp, p.cps[ci], di, ti, ci, x.ep, x.etp, xi});
+          }
         }
       }
   std::stable_sort(out.begin(), out.end(), [](const Layout& a, const Layout& b) { return a.gpus() > b.gpus(); });
@@ -180,6 +254,15 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
   s.fp32_grad_accum = p.space.fp32_grad_accum;
   s.dp_algorithm = st.dpa;
   s.grad_compression = st.gc;
+  s.ep = l.ep;
+  s.etp = l.etp;
+  if (p.graph.model().moe.on()) {
+    s.moe_imbalance = l.ep > 1 ? p.space.experts.moe_imbalance : 1.0;
+    s.capacity_factor = p.space.experts.capacity_factor;
+    s.dispatcher = p.space.experts.dispatcher;
+    s.moe_a2a_overlap = l.ep > 1 && p.space.experts.moe_a2a_overlap;
+    s.recompute_modules = p.space.experts.recompute_modules;
+  }
   if (s.uses_ps()) {
     s.ps_servers = p.space.ps_servers;
     s.ps_placement = p.space.ps_placement;

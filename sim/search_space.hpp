@@ -43,10 +43,10 @@ class ByVariant {
   std::array<T, LayerVariant::kCount> cells_{};
 };
 
-// One per-rank layer shape of the space: tp, cp and micro-batch, as indices into Problem::tps,
-// Problem::cps and Problem::micro_batches.
+// One per-rank layer shape of the space: tp, cp, micro-batch and expert layout (ep, etp), as
+// indices into Problem::tps, Problem::cps, Problem::micro_batches and Problem::expert_layouts.
 struct LayerShape {
-  std::size_t tp = 0, cp = 0, mb = 0;
+  std::size_t tp = 0, cp = 0, mb = 0, ex = 0;
 };
 
 // A ByVariant<T> for every LayerShape of a problem.
@@ -54,15 +54,20 @@ template <class T>
 class LayerTable {
  public:
   LayerTable() = default;
-  LayerTable(std::size_t tps, std::size_t cps, std::size_t mbs, const T& fill)
-      : cps_(cps), mbs_(mbs), rows_(tps * cps * mbs, ByVariant<T>(fill)) {}
+  LayerTable(std::size_t tps, std::size_t cps, std::size_t mbs, std::size_t exs, const T& fill)
+      : cps_(cps), mbs_(mbs), exs_(exs), rows_(tps * cps * mbs * exs, ByVariant<T>(fill)) {}
   ByVariant<T>& operator[](const LayerShape& s) { return rows_[index(s)]; }
   const ByVariant<T>& operator[](const LayerShape& s) const { return rows_[index(s)]; }
 
  private:
-  std::size_t index(const LayerShape& s) const { return (s.tp * cps_ + s.cp) * mbs_ + s.mb; }
-  std::size_t cps_ = 0, mbs_ = 0;
+  std::size_t index(const LayerShape& s) const { return ((s.tp * cps_ + s.cp) * mbs_ + s.mb) * exs_ + s.ex; }
+  std::size_t cps_ = 0, mbs_ = 0, exs_ = 1;
   std::vector<ByVariant<T>> rows_;
+};
+
+// An expert layout of the space (models with experts; {1, 1} for a dense model).
+struct ExpertLayout {
+  int ep = 1, etp = 1;
 };
 
 // What the model-state floor of a setting depends on besides the layout: how ZeRO shards the
@@ -97,20 +102,23 @@ struct Setting {
   StateKind states() const { return {zero, dpa != DpAlgorithm::allreduce}; }
 };
 
-// One (dp, tp, pp, cp) factorization, with the indices of its dimensions in the problem's lists.
+// One (dp, tp, pp, cp) factorization with an expert layout (ep, etp) that folds over it, with the
+// indices of its dimensions in the problem's lists.
 struct Layout {
   int dp = 1, tp = 1, pp = 1, cp = 1;
   std::size_t dp_index = 0;  // of dp among the divisors of the global batch (Problem::mb_for_dp)
   std::size_t tp_index = 0, cp_index = 0;  // into Problem::tps, Problem::cps
+  int ep = 1, etp = 1;
+  std::size_t ex_index = 0;  // into Problem::expert_layouts
   int gpus() const { return dp * tp * pp * cp; }
-  LayerShape shape(std::size_t mb_index) const { return {tp_index, cp_index, mb_index}; }
+  LayerShape shape(std::size_t mb_index) const { return {tp_index, cp_index, mb_index, ex_index}; }
 };
 
 // Constants of the pruning bounds (search_bounds.hpp fills them; empty when nothing is pruned).
 struct BoundConstants {
-  // Per-rank forward matmul FLOPs per token of the whole model (times 1/tp) and of the
+  // Forward matmul FLOPs per token of the whole model (a rank does 1/tp of them) and of all its
   // transformer layers alone; the fastest a matmul can run.
-  Flops matmul_flops_per_token = 0, layer_matmul_flops_per_token = 0;
+  Flops matmul_flops_per_token = 0, layers_matmul_flops_per_token = 0;
   FlopsPerSecond best_matmul_rate = 0;
   double send_rate = 1;  // min_send_rate (predict.hpp): the least compose() charges per send second
   StateBytes state;      // bytes per parameter of the model states (memory_model.hpp)
@@ -129,6 +137,11 @@ struct Problem {
   // micro_batches of the micro-batches with dp x mb dividing global_batch, ascending.
   std::vector<std::vector<std::size_t>> mb_for_dp;
   std::vector<int> tps, cps;  // tensor- and context-parallel sizes the space allows, ascending
+  // Expert layouts: every ep dividing the experts (up to max_ep; at least the space's imbalance)
+  // with etp 1, and with etp = t for every t > 1 of tps dividing the experts' width; {1, 1} alone
+  // for a dense model. A layout takes those that fold over its tp x cp x dp with an etp the space
+  // allows (ExpertSpace: etp 1, etp = tp).
+  std::vector<ExpertLayout> expert_layouts;
   bool gpipe = false, one_f_one_b = false, interleaved = false;  // in space.schedules
   std::vector<Setting> settings_tp1, settings_tp;                // for tp == 1 / tp > 1
   // How many best candidates the analytic search keeps (and prunes against the last of): top_k,

@@ -129,6 +129,13 @@ struct Timeline {
   Seconds idle(int stage) const { return std::max(0.0, step - stages.at(stage).busy()); }
   double busy_share(int stage) const { return step > 0 ? std::min(1.0, stages.at(stage).busy() / step) : 0.0; }
   double idle_share(int stage) const { return 1.0 - busy_share(stage); }
+  // Streams a worker rank shows: compute, the two pipeline streams, dp, and the ep stream where
+  // the step has expert all-to-alls (a dense plan's trace keeps its four tracks per rank).
+  int rank_streams() const {
+    for (const StageUsage& u : stages)
+      if (u.ep > 0) return kStreams;
+    return kStreams - 1;
+  }
 };
 
 // What simulate() keeps of a step: every event (the trace, for `simulate` and its reports), or

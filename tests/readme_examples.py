@@ -158,6 +158,9 @@ def main():
     parser.add_argument("--update", action="store_true", help="rewrite the stored outputs")
     parser.add_argument("files", nargs="*", help="markdown files (default: README.md, docs/*.md)")
     args = parser.parse_args()
+    args.trainplan = os.path.abspath(args.trainplan)
+    if not (os.path.isfile(args.trainplan) and os.access(args.trainplan, os.X_OK)):
+        parser.error(f"--trainplan {args.trainplan}: not an executable file")
     root = os.path.abspath(args.root)
     files = args.files or [os.path.join(root, "README.md")] + sorted(
         os.path.join(root, "docs", f) for f in os.listdir(os.path.join(root, "docs")) if f.endswith(".md"))

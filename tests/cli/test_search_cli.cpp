@@ -174,18 +174,79 @@ TEST_F(SearchCli, BadInputIsOneLineWithExitTwo) {
   EXPECT_NE(objective.err.find("--objective"), std::string::npos) << objective.err;
 }
 
+// An MoE model: the search lays experts over ep (and etp) ranks within the flags' limits, the space
+// and its expert part round-trip through the search document, and the best entry is a plan.
+TEST_F(SearchCli, SearchesExpertLayoutsOfAnMoeModel) {
+  const fs::path out = dir_ / "search.json";
+  const Result r = run("search --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --global-batch 64 --top 5 --max-ep 4 "
+                       "--moe-imbalance 1.25 --etp 1 --json " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = read(out);
+  const json& x = j.at("space").at("experts");
+  EXPECT_EQ(x.at("max_ep"), 4);
+  EXPECT_EQ(x.at("etp"), json::array({"1"}));
+  EXPECT_EQ(x.at("moe_imbalance"), 1.25);
+  bool any_ep = false;
+  for (const json& p : j.at("top")) {
+    const json& s = p.at("strategy");
+    const int ep = s.value("ep", 1);
+    EXPECT_LE(ep, 4) << s;
+    EXPECT_GE(ep, 2 * (ep > 1)) << "ep 2..4 only from the imbalance 1.25 up";
+    EXPECT_EQ(s.value("etp", 1), 1) << s;
+    EXPECT_EQ(s.value("moe_imbalance", 1.0), ep > 1 ? 1.25 : 1.0) << s;
+    if (s.at("tp").get<int>() > 1) EXPECT_TRUE(s.at("sequence_parallel").get<bool>()) << s;
+    any_ep |= ep > 1;
+  }
+  EXPECT_TRUE(any_ep) << "expert parallelism should pay off for 128 experts on 16 GPUs: " << r.out;
+  EXPECT_EQ(run("predict --engine des --plan " + out.string()).code, 0);
+  EXPECT_EQ(run("report " + out.string() + " --html " + (dir_ / "s.html").string()).code, 0);
+  // A dense search writes no expert part (its documents keep their keys).
+  const fs::path dense = dir_ / "dense.json";
+  ASSERT_EQ(run("search --model llama2-7b --cluster dgx-h100 --gpus 8 --global-batch 64 --top 1 --json " + dense.string()).code, 0);
+  EXPECT_FALSE(read(dense).at("space").contains("experts"));
+}
+
+// Capacity for an MoE model: every size finds a layout, and MFU counts the FLOPs of the active
+// parameters (Qwen3-30B-A3B: 3.3B activated of 30.5B, model card), not of every expert.
+TEST_F(SearchCli, CapacityOfAnMoeModelCountsActiveParameters) {
+  const fs::path out = dir_ / "capacity.json";
+  const Result r = run("capacity --model qwen3-30b-a3b --tokens 1T --clusters dgx-h100 --gpus-range 16..64 --json " +
+                       out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = read(out);
+  ASSERT_EQ(j.at("options").size(), 3u);
+  const double tokens_per_step = j.at("global_batch").get<double>() * j.at("seq_len").get<double>();
+  for (const json& o : j.at("options")) {
+    ASSERT_TRUE(o.at("feasible").get<bool>()) << o.at("gpus");
+    const json& t = o.at("best").at("throughput");
+    const double per_token = t.at("model_flops_per_step").get<double>() / tokens_per_step;
+    // 6 x 3.3e9 for the active parameters' GEMMs, plus causal attention over 4096 tokens (scores
+    // and values, 2 x 2 x 4096 x 4096 query width / 2 FLOPs a token and layer forward, x 3 with the
+    // backward, x 48 layers: 4.8e9): between 1 and 1.6 x the first. Counting every expert would
+    // give about 9 x.
+    EXPECT_GT(per_token, 6 * 3.3e9) << o.at("gpus");
+    EXPECT_LT(per_token, 1.6 * 6 * 3.3e9) << o.at("gpus");
+    EXPECT_GT(o.at("mfu").get<double>(), 0.1);
+    EXPECT_LT(o.at("mfu").get<double>(), 0.7);
+  }
+  // More GPUs finish sooner.
+  EXPECT_GT(j.at("options")[0].at("days").get<double>(), j.at("options")[2].at("days").get<double>());
+}
+
 TEST_F(SearchCli, HelpNamesEveryFlag) {
   const Result s = run("search --help");
   ASSERT_EQ(s.code, 0);
   for (const char* f : {"--model", "--cluster", "--gpus", "--global-batch", "--seq", "--top", "--objective", "--dtype",
                         "--max-tp", "--max-pp", "--max-cp", "--max-dp", "--max-vp", "--max-micro-batch", "--zero",
-                        "--recompute", "--schedules", "--exact-gpus", "--threads", "--pareto-window", "--json"}) {
+                        "--recompute", "--schedules", "--exact-gpus", "--threads", "--pareto-window", "--json",
+                        "--max-ep", "--etp", "--moe-imbalance", "--moe-dispatcher", "--moe-a2a-overlap",
+                        "--capacity-factor", "--recompute-modules"}) {
     EXPECT_NE(s.out.find(f), std::string::npos) << f;
   }
   const Result c = run("capacity --help");
   ASSERT_EQ(c.code, 0);
   for (const char* f : {"--model", "--tokens", "--clusters", "--gpus-range", "--deadline-days", "--budget-usd",
-                        "--global-batch", "--json"}) {
+                        "--global-batch", "--json", "--max-ep", "--etp", "--moe-imbalance", "--capacity-factor"}) {
     EXPECT_NE(c.out.find(f), std::string::npos) << f;
   }
 }

@@ -175,5 +175,25 @@ TEST(Collectives, FullMeshNodeGivesAGroupItsPeerLinks) {
   EXPECT_DOUBLE_EQ(group_link(h, 2, 1).bandwidth, group_link(h, 8, 1).bandwidth);
 }
 
+// An all-to-all's members that share a scale-up domain exchange over its link: on an NVL72 rack that
+// is the 72-GPU NVLink domain, not the 4-GPU compute tray.
+TEST(Collectives, AllToAllSharesTheScaleUpDomainNotTheTray) {
+  const Cluster c = testing::builtin_cluster("gb200-nvl72");
+  // EP 64 two ranks apart (tp 2) covers 128 ranks: two racks, 36 members in each.
+  const AllToAllLink a = all_to_all_link(c, 64, 2);
+  EXPECT_EQ(a.per_node, 36);
+  EXPECT_DOUBLE_EQ(a.node.bandwidth, 900e9 * 0.77);
+  EXPECT_DOUBLE_EQ(a.network.bandwidth, 50e9 * 0.85);
+  // (64 - 1) steps at the network latency; 35/64 of M over NVLink and 28/64 over the NIC at once.
+  EXPECT_NEAR(all_to_all_time(64, 1e9, a), 63 * 5e-6 + 28.0 / 64 * 1e9 / 42.5e9, 1e-12);
+  // Inside one rack the whole group stays on NVLink.
+  EXPECT_EQ(all_to_all_link(c, 64, 1).per_node, 64);
+  EXPECT_EQ(all_to_all_link(c, 64, 1).network.bandwidth, 0);
+  // One member per rack: everything crosses the network.
+  EXPECT_EQ(all_to_all_link(c, 4, 72).per_node, 1);
+  // A full-mesh node: 4 members of an MI300X node reach each other over 3 links.
+  EXPECT_DOUBLE_EQ(all_to_all_link(testing::builtin_cluster("mi300x"), 4, 1).node.bandwidth, 3 * 64e9 * 0.75);
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -202,4 +202,67 @@ TEST(EngineAgreement, EveryLayoutSearchConsidersAgreesWithinBounds) {
   }
 }
 
+// Models with experts: a deterministic sample of the layouts search considers (every expert layout
+// it enumerates: ep over the divisors of the experts folding over tp x cp x dp, etp 1 or tp), with
+// the default expert settings and with an imbalanced, overlapped all-to-all. The simulator puts
+// each chunk's dispatch and combine on the ep stream between the compute before the experts, the
+// experts and the compute after them (backward: the combine's gradient first). Measured
+// (2026-11-26, 960 layouts): 1F1B -4.1% to +1.2%, all but two within 3%; those two are gpt-oss-120b
+// at pp 12 with 16 micro-batches, whose stages are far from equal (its sliding and full attention
+// layers cost differently, the partition puts 4 layers on the early stages and 1 beside the LM
+// head): the closed form charges every other stage's work as fill and drain, the simulator finds
+// the light stages quicker. Interleaved: -7.2% to +36.2% (DeepSeek-V3's dense, MoE and MTP chunks
+// differ much more than one kind's). Bounds: 99% of 1F1B within 3%, all within 5%; interleaved 40%.
+TEST(EngineAgreement, MoeLayoutsSearchConsidersAgreeWithinBounds) {
+  const std::vector<const char*> models{"mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3"};
+  const std::vector<const char*> profiles{"megatron-core", "pytorch-eager"};
+  ExpertSpace overlapped;
+  overlapped.moe_imbalance = 1.5;
+  overlapped.moe_a2a_overlap = true;
+  int compared = 0, with_ep = 0, one_f_one_b = 0, outside = 0;
+  double lo[2] = {0, 0}, hi[2] = {0, 0};  // [1F1B, interleaved]: simulated / analytic - 1
+  for (const char* model : models) {
+    const ModelSpec m = load_model(model, TRAINPLAN_SOURCE_DIR);
+    const int seq = std::min(m.seq_len, 4096);
+    const LayerGraph g(m, seq);
+    const Cluster c = trainplan::testing::builtin_cluster("dgx-h100");
+    for (const ExpertSpace& x : {ExpertSpace{}, overlapped}) {
+      SearchSpace sp = default_space(c, 64, 256, seq);
+      sp.experts = x;
+      const std::vector<Strategy> space = enumerate_space(g, c, sp);
+      ASSERT_FALSE(space.empty()) << model;
+      const std::size_t stride = std::max<std::size_t>(1, space.size() / 60);
+      for (const char* profile : profiles) {
+        const Software sw = load_software(profile, TRAINPLAN_SOURCE_DIR);
+        for (std::size_t k = compared % stride; k < space.size(); k += stride) {
+          const Strategy& s = space[k];
+          if (simulated_slots(s) > 20000) continue;
+          const StepCosts costs = step_costs(g, c, sw, s);
+          const Seconds analytic = compose(costs, g, c, s).time.step;
+          const Seconds simulated = simulate(costs, schedule_for(s), Record::usage).step;
+          ASSERT_GT(analytic, 0);
+          const double d = simulated / analytic - 1;
+          const bool interleaved = s.schedule == ScheduleKind::interleaved;
+          lo[interleaved] = std::min(lo[interleaved], d);
+          hi[interleaved] = std::max(hi[interleaved], d);
+          EXPECT_LE(std::abs(d), interleaved ? 0.40 : 0.05)
+              << model << ", " << profile << ": " << describe(s) << ": analytic " << analytic << " s, simulated "
+              << simulated << " s";
+          ++compared;
+          with_ep += s.ep > 1;
+          one_f_one_b += !interleaved;
+          outside += !interleaved && std::abs(d) > 0.03;
+        }
+      }
+    }
+  }
+  std::printf("%d MoE layouts (%d with ep > 1); simulated vs analytic: 1F1B %+.1f%% to %+.1f%%, interleaved %+.1f%% "
+              "to %+.1f%%\n",
+              compared, with_ep, 100 * lo[0], 100 * hi[0], 100 * lo[1], 100 * hi[1]);
+  EXPECT_GT(compared, 600);
+  EXPECT_GT(with_ep, compared / 2);
+  EXPECT_GT(one_f_one_b, 300);
+  EXPECT_LE(outside, one_f_one_b / 100) << "1F1B layouts outside 3%";
+}
+
 }  // namespace

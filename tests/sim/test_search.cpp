@@ -284,6 +284,104 @@ INSTANTIATE_TEST_SUITE_P(
                       SmallSpace{"llama2-13b", "dgx-a100-40g", 16, 16, 4096, Objective::throughput},
                       SmallSpace{"llama3-70b", "dgx-h100", 32, 32, 8192, Objective::cost}));
 
+// A DeepSeek-V3-shaped model small enough to search by brute force: 6 layers (the first dense),
+// MLA, 1 shared and 16 routed experts (8 groups, 4 chosen), top-8, one MTP module.
+ModelSpec small_deepseek() {
+  ModelSpec m = model("deepseek-v3");
+  m.name = "small-deepseek";
+  m.layers = 6;
+  m.moe.experts = 16;
+  m.moe.first_dense = 1;
+  return m;
+}
+
+struct MoeSpace {
+  const char* name;
+  ModelSpec (*model)();
+  const char* cluster;
+  int gpus, global_batch, seq;
+  ExpertSpace experts;
+  Objective objective;
+};
+
+class MoePrunedVsBruteForce : public ::testing::TestWithParam<MoeSpace> {};
+
+// The expert layouts multiply the space (ep over the divisors of the experts, etp 1 or tp); the
+// pruned search must still find exactly the brute-force top K and front, and every bound must stay
+// below predict's figure for every expert layout.
+TEST_P(MoePrunedVsBruteForce, SameTopKSameParetoAndBoundsHold) {
+  const MoeSpace& c = GetParam();
+  const Cluster cl = load_cluster(c.cluster, TRAINPLAN_SOURCE_DIR);
+  const ModelSpec m = c.model();
+  const LayerGraph g(m, c.seq);
+  SearchSpace sp = default_space(cl, c.gpus, c.global_batch, c.seq);
+  sp.experts = c.experts;
+  SearchOptions o;
+  o.objective = c.objective;
+  o.top_k = 5;
+  o.threads = 2;
+  SearchOptions brute = o;
+  brute.prune = false;
+  const SearchResult fast = search(g, cl, sp, o);
+  const SearchResult all = search(g, cl, sp, brute);
+  expect_counts_add_up(fast.stats);
+  EXPECT_EQ(fast.stats.candidates, all.stats.candidates);
+  EXPECT_LT(fast.stats.evaluated, all.stats.evaluated) << "pruning did nothing on this space";
+  ASSERT_FALSE(all.top.empty());
+  ASSERT_EQ(fast.top.size(), all.top.size());
+  for (std::size_t i = 0; i < all.top.size(); ++i) {
+    EXPECT_EQ(key(fast.top[i].strategy), key(all.top[i].strategy)) << "rank " << i;
+    EXPECT_EQ(fast.top_value[i], all.top_value[i]);
+  }
+  ASSERT_EQ(fast.pareto.size(), all.pareto.size());
+  for (std::size_t i = 0; i < all.pareto.size(); ++i) EXPECT_EQ(key(fast.pareto[i].strategy), key(all.pareto[i].strategy));
+
+  const std::vector<Strategy> every = enumerate_space(g, cl, sp);
+  EXPECT_EQ(static_cast<std::size_t>(all.stats.candidates), every.size());
+  std::set<std::pair<int, int>> expert_layouts;
+  for (const Strategy& s : every) {
+    ASSERT_FALSE(validate(s, m).has_value()) << describe(s) << ": " << validate(s, m).value_or("");
+    EXPECT_EQ(m.moe.experts % s.ep, 0) << describe(s);
+    EXPECT_EQ(static_cast<long long>(s.tp) * s.cp * s.dp % (static_cast<long long>(s.ep) * s.etp), 0) << describe(s);
+    EXPECT_TRUE(s.etp == 1 || s.etp == s.tp) << describe(s);
+    expert_layouts.insert({s.ep, s.etp});
+    const Estimate e = predict(g, cl, s);
+    const CandidateBounds b = candidate_bounds(g, cl, s);
+    ASSERT_LE(b.step, e.time.step) << describe(s);
+    ASSERT_LE(b.peak_memory, e.peak_memory) << describe(s);
+  }
+  EXPECT_GT(expert_layouts.size(), 3u) << "the space should hold several expert layouts";
+}
+
+ExpertSpace imbalanced_capped() {
+  ExpertSpace x;
+  x.moe_imbalance = 1.5;
+  x.capacity_factor = 1.25;
+  x.moe_a2a_overlap = true;
+  x.recompute_modules = kRecomputeMoeAct;
+  return x;
+}
+
+ExpertSpace dropping_flex() {
+  ExpertSpace x;
+  x.capacity_factor = 0.75;
+  x.dispatcher = Dispatcher::flex;
+  x.etp_one = false;
+  return x;
+}
+
+ModelSpec mixtral() { return model("mixtral-8x7b"); }
+
+INSTANTIATE_TEST_SUITE_P(
+    MoeSpaces, MoePrunedVsBruteForce,
+    ::testing::Values(MoeSpace{"MixtralDefaults", mixtral, "dgx-h100", 32, 32, 4096, {}, Objective::throughput},
+                      MoeSpace{"SmallDeepSeekDefaults", small_deepseek, "dgx-h100", 16, 32, 4096, {}, Objective::cost},
+                      MoeSpace{"SmallDeepSeekImbalanced", small_deepseek, "dgx-a100-80g", 16, 16, 4096,
+                               imbalanced_capped(), Objective::time},
+                      MoeSpace{"SmallDeepSeekDropping", small_deepseek, "dgx-h100", 16, 16, 4096, dropping_flex(),
+                               Objective::throughput}),
+    [](const ::testing::TestParamInfo<MoeSpace>& i) { return std::string(i.param.name); });
+
 TEST(Search, PrunedEqualsBruteForceOffTheDefaults) {
   // Standard attention (selective recomputation differs from none), every schedule including
   // gpipe, fp16 with fp32 gradient accumulation, and fp32: each branch of the bounds is used.

@@ -61,7 +61,7 @@ TEST(ChromeTrace, OneProcessPerRankOneThreadPerStream) {
     if (e["ph"] == "X") complete.push_back(e);
   }
   EXPECT_EQ(processes, 4);
-  EXPECT_EQ(threads, 4 * kStreams);
+  EXPECT_EQ(threads, 4 * (kStreams - 1));  // a dense timeline: no ep track
   // Every event once per rank of its stage: 2 events x 2 ranks + 2 x 2.
   ASSERT_EQ(complete.size(), 8u);
   const json& f = complete[0];

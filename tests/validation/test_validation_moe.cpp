@@ -1,0 +1,268 @@
+// Validation of MoE step times: NVIDIA's published Megatron-Bridge MoE pre-training runs
+// (tests/data/published/megatron_bridge_moe.json: DeepSeek-V3 on GB200 NVL72, Qwen3-30B-A3B and
+// Qwen3-235B-A22B on DGX H100 and DGX B200, NeMo containers 25.09 to 26.06.01), predicted with the
+// megatron-core profile on the shipped clusters, each row with its expert layout (ep, etp), its
+// dispatcher, capacity factor, A2A overlap and recomputed modules. Layer counts that do not split
+// evenly over pp x vp (61 over 16 chunks, 94 over 8, 16 or 32) are split by cost (partition_layers),
+// the first and last chunks taking fewer layers beside the embedding and the head, as Megatron's
+// uneven pipeline layouts do; no row is refused. The megatron-core profile's overlap.ep is fitted
+// on the rows that run with the all-to-all overlap (AllToAllOverlapShareFit below); nothing else was
+// fitted on these rows.
+// Target tolerances: every row within 20% of the published step time, mean absolute error at most
+// 12%. Rows the model misses are listed below with a wider bound and the reason, so that they
+// cannot get worse unnoticed; the target is NOT met for them.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "sim/json_reader.hpp"
+#include "sim/model_spec.hpp"
+#include "sim/predict.hpp"
+#include "test_helpers.hpp"
+
+namespace trainplan {
+namespace {
+
+constexpr double kRowTarget = 0.20, kMeanTarget = 0.12;
+
+struct KnownMiss {
+  double bound;
+  const char* reason;
+};
+// Every known miss is predicted too fast. The Qwen3 rows on Blackwell share the sign with the dense
+// Blackwell rows (tests/validation/test_validation_blackwell.cpp: derived tables that assume Blackwell reaches
+// H100's fraction of peak per GEMM shape), larger here, where fine-grained experts make many small
+// grouped GEMMs; no single cause has been isolated for any of them.
+const char* kSlowRow12 =
+    "published 2.05x slower per token than row 17 (same model, same 16 H100, ep8 in a node, mb2): no modelled cost differs so much";
+const char* kSlowRow15 =
+    "published 2.9x slower than rows 5 and 9 (same model, batch and 8 B200; mb1 against mb4, 25.11 container): not modelled";
+const char* kBlackwellMoe = "Qwen3 on B200 predicted too fast: the dense Blackwell bias, larger for many small grouped GEMMs";
+const char* kCrossNodeFlex =
+    "ep16 flex across two H100 nodes: 12 points more than the same model inside one node (row 17), not isolated";
+const std::map<int, KnownMiss> kKnownMisses = {
+    {3, {0.35, kCrossNodeFlex}},  {6, {0.35, kCrossNodeFlex}},  {12, {0.60, kSlowRow12}},
+    {13, {0.45, kBlackwellMoe}},  {15, {0.70, kSlowRow15}}, {16, {0.40, kBlackwellMoe}},
+};
+constexpr double kMeanKnown = 0.25;  // the mean today, 21.2%, is past the 12% target
+
+nlohmann::json read_rows() {
+  return read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/megatron_bridge_moe.json").at("rows");
+}
+
+// The dispatcher a row ran: the table's, else the head recipe's, else the model provider's
+// default (alltoall for Qwen3 MoE; the file's `assumed`). "flex/hybridep" is trainplan's flex.
+Dispatcher row_dispatcher(const nlohmann::json& r) {
+  std::string name;
+  if (!r.at("moe").at("dispatcher").is_null()) {
+    name = r.at("moe").at("dispatcher");
+  } else if (!r.at("recipe_at_head").is_null() && r.at("recipe_at_head").contains("dispatcher")) {
+    name = r.at("recipe_at_head").at("dispatcher");
+  } else {
+    name = "alltoall";
+  }
+  if (name.starts_with("flex")) name = "flex";
+  return *parse_dispatcher(name);
+}
+
+// A row's layout, from its flags in trainplan's spelling and its MoE settings.
+Strategy row_strategy(const nlohmann::json& r) {
+  const nlohmann::json& f = r.at("flags");
+  Strategy s;
+  s.tp = f.at("tp");
+  s.pp = f.at("pp");
+  s.dp = f.at("dp");
+  s.cp = f.at("cp");
+  s.vp = f.at("vp");
+  s.ep = f.at("ep");
+  s.etp = f.at("etp");
+  s.zero = f.at("zero");
+  s.micro_batch = f.at("micro-batch");
+  s.global_batch = f.at("global-batch");
+  s.seq_len = f.at("seq");
+  s.recompute = *parse_recompute(f.at("recompute").get<std::string>());
+  s.sequence_parallel = f.at("sequence-parallel") == "on";
+  s.schedule = *parse_schedule(f.at("schedule").get<std::string>());
+  s.dtype = *parse_dtype(f.at("dtype").get<std::string>());
+  const nlohmann::json& moe = r.at("moe");
+  EXPECT_EQ(moe.at("routing"), "force-balanced");  // moe_imbalance 1, the default
+  if (moe.at("token_drop") == "tokendrop") s.capacity_factor = moe.at("capacity_factor");
+  s.dispatcher = row_dispatcher(r);
+  const nlohmann::json& head = r.at("recipe_at_head");
+  if (!head.is_null()) {
+    s.moe_a2a_overlap = head.value("moe_a2a_overlap", false);
+    std::string modules;
+    for (const auto& name : head.value("recompute_modules", nlohmann::json::array()))
+      modules += (modules.empty() ? "" : ",") + name.get<std::string>();
+    s.recompute_modules = *parse_recompute_modules(modules);
+  }
+  return s;
+}
+
+bool only_out_of_memory(const Estimate& e) {
+  for (const Infeasible& i : e.infeasible)
+    if (i.reason != InfeasibleReason::out_of_memory) return false;
+  return !e.infeasible.empty();
+}
+
+struct RowResult {
+  bool predicted = false;
+  double step = 0, published = 0;
+};
+
+RowResult predict_row(const nlohmann::json& r, int index, const Software& sw, bool print) {
+  const ModelSpec m = parse_hf_config(r.at("model"), fmt::format("rows[{}]", index));
+  const Cluster c = testing::builtin_cluster(r.at("cluster").get<std::string>().c_str());
+  const Strategy s = row_strategy(r);
+  EXPECT_EQ(s.gpus(), r.at("flags").at("gpus").get<int>()) << index;
+  const std::string label = fmt::format("{} {}L", r.at("model").at("model_type").get<std::string>(), m.layers);
+  const std::string row = fmt::format("{:>2} {:<15} {:<8} {:<11} {:>3} GPUs {:<6} {}", index, label,
+                                      r.at("container").get<std::string>(), r.at("cluster").get<std::string>(),
+                                      s.gpus(), r.at("precision").get<std::string>(), describe(s));
+  if (auto why = validate(s, m)) {
+    if (print) std::printf("%s  NOT PREDICTED: %s\n", row.c_str(), why->c_str());
+    return {};
+  }
+  const Estimate e = predict(LayerGraph(m, s.seq_len), c, sw, s);
+  // Two 25.09 rows do not fit trainplan's memory model (the recipe must recompute or offload what
+  // the table does not state); their step time is compared all the same.
+  EXPECT_TRUE(e.feasible || only_out_of_memory(e)) << index;
+  const double published = r.at("expected_step_s");
+  if (print) {
+    const auto known = kKnownMisses.find(index);
+    std::printf("%s  predicted %6.2f s  published %6.2f s  error %+5.1f%%%s%s\n", row.c_str(), e.time.step, published,
+                100 * (e.time.step - published) / published, e.feasible ? "" : "  (does not fit in memory)",
+                known != kKnownMisses.end() ? "  KNOWN MISS" : "");
+    const TimeBreakdown& t = e.time;
+    std::printf("     compute %.2f recompute %.2f tp %.2f ep %.2f pp %.2f dp %.2f bubble %.2f optimizer %.2f  mfu %.1f%%\n",
+                t.compute, t.recompute, t.tp_comm, t.ep_comm, t.pp_comm, t.dp_comm_exposed, t.bubble, t.optimizer,
+                100 * e.throughput.mfu);
+  }
+  return {true, e.time.step, published};
+}
+
+TEST(ValidationMoe, MegatronBridgeStepTimes) {
+  const auto rows = read_rows();
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  double sum_abs = 0;
+  int compared = 0, index = -1;
+  for (const auto& r : rows) {
+    ++index;
+    const RowResult p = predict_row(r, index, sw, true);
+    if (!p.predicted) continue;
+    const double err = (p.step - p.published) / p.published;
+    const auto known = kKnownMisses.find(index);
+    EXPECT_LT(std::abs(err), known != kKnownMisses.end() ? known->second.bound : kRowTarget)
+        << fmt::format("row {}: predicted {:.2f} s, published {:.2f} s{}", index, p.step, p.published,
+                       known != kKnownMisses.end() ? std::string(": ") + known->second.reason : "");
+    sum_abs += std::abs(err);
+    ++compared;
+  }
+  const double mae = compared ? sum_abs / compared : 0;
+  std::printf("mean absolute error %.2f%% over %d rows (target %.0f%%%s)\n", 100 * mae, compared, 100 * kMeanTarget,
+              mae > kMeanTarget ? ": NOT MET" : "");
+  EXPECT_EQ(compared, 19);
+  EXPECT_LE(mae, kMeanKnown);
+}
+
+// overlap.ep of the megatron-core profile, the share of the expert all-to-all that
+// --overlap-moe-expert-parallel-comm hides behind another micro-batch's compute, is FITTED here:
+// the candidate with the smallest mean absolute error over the rows that run with the overlap,
+// each published layout (model, cluster, layout) weighted once. Those rows therefore no longer
+// check that constant independently.
+TEST(ValidationMoe, AllToAllOverlapShareFit) {
+  const auto rows = read_rows();
+  const Software profile = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  double best_share = -1, best_err = 1e9;
+  for (double share : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    Software sw = profile;
+    sw.overlap.ep = share;
+    std::map<std::string, std::pair<double, int>> by_layout;  // layout -> (sum of |error|, rows)
+    int index = -1;
+    for (const auto& r : rows) {
+      ++index;
+      if (!row_strategy(r).moe_a2a_overlap) continue;
+      const RowResult p = predict_row(r, index, sw, false);
+      ASSERT_TRUE(p.predicted) << index;
+      auto& [sum, n] = by_layout[r.at("model").at("model_type").get<std::string>() + " " + r.at("cluster").get<std::string>() +
+                                 " " + describe(row_strategy(r))];
+      sum += std::abs(p.step - p.published) / p.published;
+      ++n;
+    }
+    double mean = 0;
+    std::string parts;
+    for (const auto& [layout, e] : by_layout) {
+      mean += e.first / e.second / by_layout.size();
+      parts += fmt::format("  {:.1f}%", 100 * e.first / e.second);
+    }
+    std::printf("overlap.ep %.2f: mean of the layouts' mean |error| %.1f%% (%s )\n", share, 100 * mean, parts.c_str());
+    if (mean < best_err) best_share = share, best_err = mean;
+  }
+  EXPECT_EQ(profile.overlap.ep, best_share);
+}
+
+// Ordering: within each model, cluster and GPU count with more than one published layout, the
+// layouts ranked by predicted tokens/s must rank as the published ones do (a layout published in
+// several containers counts with the mean of its rows' throughput). A swap the model makes is
+// listed in kKnownSwaps as "better layout > worse layout" (published order) with the reason.
+const std::map<std::string, const char*> kKnownSwaps = {};
+
+TEST(ValidationMoe, LayoutOrderWithinEachSet) {
+  const auto rows = read_rows();
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  struct Layout {
+    double published = 0, predicted = 0;  // tokens/s, summed over its rows
+    int rows = 0;
+  };
+  std::map<std::string, std::map<std::string, Layout>> sets;  // set -> layout -> throughput
+  int index = -1;
+  for (const auto& r : rows) {
+    ++index;
+    const RowResult p = predict_row(r, index, sw, false);
+    if (!p.predicted) continue;
+    const Strategy s = row_strategy(r);
+    const double tokens = static_cast<double>(s.global_batch) * s.seq_len;
+    const std::string set = fmt::format("{} {}L on {} x {}", r.at("model").at("model_type").get<std::string>(),
+                                        r.at("model").at("num_hidden_layers").get<int>(), s.gpus(),
+                                        r.at("cluster").get<std::string>());
+    Layout& l = sets[set][describe(s)];
+    l.published += tokens / p.published;
+    l.predicted += tokens / p.step;
+    ++l.rows;
+  }
+  int checked = 0;
+  for (const auto& [set, layouts] : sets) {
+    if (layouts.size() < 2) continue;
+    std::vector<std::pair<std::string, Layout>> v(layouts.begin(), layouts.end());
+    auto order = [&](auto key) {
+      std::vector<std::pair<std::string, Layout>> o = v;
+      std::sort(o.begin(), o.end(), [&](const auto& a, const auto& b) { return key(a.second) / a.second.rows > key(b.second) / b.second.rows; });
+      std::string text;
+      for (const auto& [name, l] : o) text += fmt::format("\n      {:>9.0f} tokens/s  {}", key(l) / l.rows, name);
+      return std::make_pair(o, text);
+    };
+    const auto [published, published_text] = order([](const Layout& l) { return l.published; });
+    const auto [predicted, predicted_text] = order([](const Layout& l) { return l.predicted; });
+    std::printf("%s\n  published:%s\n  predicted:%s\n", set.c_str(), published_text.c_str(), predicted_text.c_str());
+    for (std::size_t i = 0; i < published.size(); ++i) {
+      for (std::size_t j = i + 1; j < published.size(); ++j) {
+        const Layout& a = published[i].second;
+        const Layout& b = published[j].second;
+        const bool swapped = a.predicted / a.rows < b.predicted / b.rows;
+        const std::string pair = published[i].first + " > " + published[j].first;
+        const bool known = kKnownSwaps.contains(pair);
+        if (swapped) std::printf("  SWAP: %s%s\n", pair.c_str(), known ? "  KNOWN" : "");
+        EXPECT_EQ(swapped, known) << set << ": " << pair;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 5);
+}
+
+}  // namespace
+}  // namespace trainplan
