@@ -130,10 +130,12 @@ void print_prediction(std::ostream& os, const Estimate& e, const std::string& ti
   os << fmt::format("\nthroughput: {:.0f} tokens/s ({:.1f} tokens/s/GPU)\n", p.tokens_per_s, p.tokens_per_s_per_gpu);
   os << fmt::format("per GPU: {:.1f} model TFLOP/s, {:.1f} hardware TFLOP/s; MFU {:.1f}%, HFU {:.1f}%\n",
                     p.model_tflops_per_gpu, p.hardware_tflops_per_gpu, 100 * p.mfu, 100 * p.hfu);
+  os << fmt::format("  (causal attention as computed, half the score matrix; counting full attention as Megatron-LM "
+                    "and NeMo publish MFU: MFU {:.1f}%)\n",
+                    100 * p.mfu_full_attention);
   if (p.mfu > 1 || p.hfu > 1) {
-    os << "  (above 100%: model and hardware FLOPs count attention in full, as Narayanan et al. 2021 do, while "
-          "causal flash attention computes half of it; against a peak that is a measured matmul rate, as "
-          "`trainplan calibrate` writes for a CPU unless given --peak-tflops, that alone can pass 100%)\n";
+    os << "  (above 100%: against a peak that is a measured matmul rate, as `trainplan calibrate` writes for a "
+          "CPU unless given --peak-tflops, a step can run faster than that rate)\n";
   }
   if (s.uses_ps()) {
     os << fmt::format("parameter servers: {} {} ({}), {} workers; {:.2f} updates/s, expected staleness {:g} updates\n",

@@ -99,10 +99,12 @@ json throughput_json(const Throughput& p) {
   return {{"tokens_per_s", p.tokens_per_s},
           {"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu},
           {"model_flops_per_step", p.model_flops_per_step},
+          {"model_flops_per_step_full_attention", p.model_flops_per_step_full_attention},
           {"hardware_flops_per_step", p.hardware_flops_per_step},
           {"model_tflops_per_gpu", p.model_tflops_per_gpu},
           {"hardware_tflops_per_gpu", p.hardware_tflops_per_gpu},
           {"mfu", p.mfu},
+          {"mfu_full_attention", p.mfu_full_attention},
           {"hfu", p.hfu}};
 }
 
@@ -117,6 +119,9 @@ Throughput read_predicted_throughput(const JsonObject& o) {
   p.hardware_tflops_per_gpu = num("hardware_tflops_per_gpu");
   p.mfu = num("mfu");
   p.hfu = num("hfu");
+  // Absent from predictions written before both conventions were reported (read as 0).
+  p.model_flops_per_step_full_attention = o.optional_number("model_flops_per_step_full_attention", 0, kInf).value_or(0);
+  p.mfu_full_attention = o.optional_number("mfu_full_attention", 0, kInf).value_or(0);
   o.finish();
   return p;
 }

@@ -9,7 +9,11 @@
 //  "time": {"step_s", "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
 //           "dp_comm_exposed_s", "bubble_s", "optimizer_s"},
 //  "throughput": {"tokens_per_s", "tokens_per_s_per_gpu", "model_flops_per_step",
-//                 "hardware_flops_per_step", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu"},
+//                 "model_flops_per_step_full_attention", "hardware_flops_per_step",
+//                 "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "mfu_full_attention", "hfu"}
+//                 (model FLOPs and MFU count causal attention as computed, half the score matrix;
+//                 the _full_attention pair counts all of it, as Megatron-LM and NeMo publish MFU;
+//                 predictions written before the pair existed lack it: read as 0),
 //  "parameter_server": {"workers", "staleness_updates", "updates_per_s"}  exactly when the strategy
 //                                                                          uses parameter servers,
 //  "time" has "ep_comm_s" (exposed expert all-to-all) for plans whose step has any;

@@ -39,11 +39,17 @@ struct TimeBreakdown {
 struct Throughput {
   double tokens_per_s = 0;
   double tokens_per_s_per_gpu = 0;
-  Flops model_flops_per_step = 0;     // 3x forward FLOPs of the model, no recomputation
-  Flops hardware_flops_per_step = 0;  // FLOPs actually executed, recomputation included
+  // Model FLOPs are 3x the forward FLOPs of the model without recomputation, attention counted
+  // as a causal model computes it (half the score matrix: the headline convention), and again
+  // counting the whole matrix (the convention of Megatron-LM's and NeMo's published MFU;
+  // LayerGraph::forward_flops_per_token_full_attention).
+  Flops model_flops_per_step = 0;
+  Flops model_flops_per_step_full_attention = 0;
+  Flops hardware_flops_per_step = 0;  // FLOPs executed (causal attention), recomputation included
   double model_tflops_per_gpu = 0;
   double hardware_tflops_per_gpu = 0;
-  double mfu = 0;                     // model FLOP/s / peak
+  double mfu = 0;                     // model FLOP/s / peak (causal attention)
+  double mfu_full_attention = 0;      // model FLOP/s counting full attention / peak
   double hfu = 0;                     // hardware FLOP/s / peak
 };
 

@@ -494,23 +494,29 @@ ParamCounts LayerGraph::counts() const {
   return c;
 }
 
-Flops LayerGraph::forward_flops_per_token() const {
+Flops LayerGraph::forward_flops(Flops (*flops)(const OpSpec&)) const {
   Flops f = 0;
   for (std::size_t k = 0; k < kinds_.size(); ++k) {
     Flops layer = 0;
-    for (const auto& op : kinds_[k].ops) layer += op.flops_per_token;
+    for (const auto& op : kinds_[k].ops) layer += flops(op);
     f += kind_prefix_.back()[k] * layer;
   }
-  for (const auto& op : pre_ops_) f += op.flops_per_token;
-  for (const auto& op : post_ops_) f += op.flops_per_token;
+  for (const auto& op : pre_ops_) f += flops(op);
+  for (const auto& op : post_ops_) f += flops(op);
   if (mtp_kind_ >= 0) {
     Flops module = 0;
-    for (const auto& op : kinds_[mtp_kind_].ops) module += op.flops_per_token;
-    for (const auto& op : mtp_ops_) module += op.flops_per_token;
-    for (const auto& op : mtp_head_ops_) module += op.flops_per_token;
+    for (const auto& op : kinds_[mtp_kind_].ops) module += flops(op);
+    for (const auto& op : mtp_ops_) module += flops(op);
+    for (const auto& op : mtp_head_ops_) module += flops(op);
     f += model_.mtp_layers * module;
   }
   return f;
+}
+
+Flops LayerGraph::forward_flops_per_token() const { return forward_flops(causal_flops_per_token); }
+
+Flops LayerGraph::forward_flops_per_token_full_attention() const {
+  return forward_flops([](const OpSpec& op) { return op.flops_per_token; });
 }
 
 }  // namespace trainplan

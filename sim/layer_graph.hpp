@@ -74,7 +74,8 @@ struct OpSpec {
   int layer = -1;        // transformer layer index; -1 before the first layer, `layers` after the last
   Split split = Split::tensor;
   bool matmul = false;   // compute-bound kernel (a GEMM or attention), timed from the ops tables
-  Flops flops_per_token = 0;        // forward FLOPs per token (backward: 2x)
+  Flops flops_per_token = 0;        // forward FLOPs per token (backward: 2x); attention cores
+                                    // over the unmasked sequence (full_attention_flops)
   double traffic_elems_per_token = 0;  // forward memory traffic, in activation elements per token
   double params = 0;                // parameters owned by the op
   // Of `params`, those every TP rank holds whole although the op is split (rank_params): the
@@ -93,6 +94,14 @@ struct OpSpec {
   // collective on an edge out of it moves).
   double out_width = 0;
 };
+
+// An op's forward FLOPs per token under the causal convention: an attention core's
+// flops_per_token count the whole score matrix (times its window's share), of which a causal mask
+// leaves half (FlashAttention skips the masked blocks); every other op's count is its own.
+inline constexpr double kCausalAttentionShare = 0.5;
+inline Flops causal_flops_per_token(const OpSpec& op) {
+  return op.kind == OpKind::attention ? kCausalAttentionShare * op.flops_per_token : op.flops_per_token;
+}
 
 // The TP/CP communication points of one transformer layer, read off the graph's edges.
 // Megatron-LM's operators (Shoeybi et al. 2019, Sec. 3, Fig. 3 "f" and "g"; Korthikanti et al.
@@ -186,10 +195,17 @@ class LayerGraph {
   double total_params() const;       // tied embeddings counted once, MTP modules excluded
   ParamCounts counts() const;
   // Forward FLOPs of one token through the whole model (no recomputation): routed experts top_k
-  // of them, MTP modules included (they are trained work).
+  // of them, MTP modules included (they are trained work). Two conventions for the attention
+  // cores (causal_flops): forward_flops_per_token() counts the causal half of the score matrix a
+  // causal model computes, the headline MFU's convention; the _full_attention form counts the whole
+  // unmasked matrix, as Megatron-LM and NeMo count the FLOPs of their published MFU (Narayanan et
+  // al. 2021, Eq. 3: 24Bsh^2(1 + s/6h + ...), whose s/6h term is the full QK^T and softmax*V).
   Flops forward_flops_per_token() const;
+  Flops forward_flops_per_token_full_attention() const;
 
  private:
+  // forward_flops_per_token under one convention: `flops` gives an op's count.
+  Flops forward_flops(Flops (*flops)(const OpSpec&)) const;
   struct KindInfo {
     LayerKind kind;
     std::vector<OpSpec> ops;

@@ -194,13 +194,13 @@ void add_params_and_flops(const LayerInputs& x, int kind, Seconds attention_fwd,
     const double p = rank_params(op, s.tp, x.shape.moe.expert_shards);
     c.params += p;
     if (op.split == Split::expert) c.expert_params += p;
-    c.flops += op.flops_per_token * tokens * share_of(x.shape, op);
+    const Flops flops = causal_flops_per_token(op) * tokens * share_of(x.shape, op);
+    c.flops += flops;
     if (op.kind == OpKind::attention && s.recompute == Recompute::selective) {
       c.recompute = attention_fwd;
-      c.recompute_flops = op.flops_per_token * tokens * share_of(x.shape, op);
+      c.recompute_flops = flops;
     }
-    if (mla_up && (op.kind == OpKind::q_up || op.kind == OpKind::kv_up))
-      c.recompute_flops += op.flops_per_token * tokens * share_of(x.shape, op);
+    if (mla_up && (op.kind == OpKind::q_up || op.kind == OpKind::kv_up)) c.recompute_flops += flops;
   }
 }
 
@@ -291,7 +291,7 @@ EndCost end_cost(const LayerInputs& x, std::span<const OpSpec> ops, const EndOpC
     // The vocabulary-parallel embedding and LM head split the vocabulary over TP ranks; norms and
     // learned position embeddings are replicated (rank_params).
     c.params += rank_params(op, x.shape.strategy.tp, x.shape.moe.expert_shards);
-    c.flops += op.flops_per_token * x.shape.tokens.per_rank * share_of(x.shape, op);
+    c.flops += causal_flops_per_token(op) * x.shape.tokens.per_rank * share_of(x.shape, op);
   }
   // Vocabulary-parallel embedding / cross-entropy: one all-reduce point each way. Not read off the
   // graph: its end ops carry no vocabulary split, and Megatron's operators would charge one
@@ -573,6 +573,7 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
   // all-gather call of its own (Megatron's gather_split_1d_tensor), with its per-call overhead.
   if (s.tp > 1 && !s.sequence_parallel) out.p2p_tp_gather = shape.groups.tp.all_gather(out.hidden_message);
   out.model_forward_flops_per_token = graph.forward_flops_per_token();
+  out.model_forward_flops_per_token_full_attention = graph.forward_flops_per_token_full_attention();
   return out;
 }
 
@@ -968,6 +969,8 @@ void set_step_facts(const LayerGraph& graph, const Cluster& cluster, const Softw
   out.zero = shape.zero;
   const Flops model_fwd = lc.model_forward_flops_per_token * shape.tokens.per_replica;
   out.model_flops_per_micro_batch_per_replica = 3 * model_fwd;
+  out.model_flops_full_attention_per_micro_batch_per_replica =
+      3 * lc.model_forward_flops_per_token_full_attention * shape.tokens.per_replica;
   // Recomputed forward FLOPs, whole replica: per-rank layer figures x layers x (tp * cp) ranks.
   Flops recomputed = 0;
   for (int k = 0; k < lc.kind_count; ++k) recomputed += lc.kinds[k].recompute_flops * lc.kind_layers[k];
@@ -1274,11 +1277,13 @@ void set_throughput(const StepCosts& costs, const Cluster& cluster, const Strate
   tp.tokens_per_s_per_gpu = tp.tokens_per_s / s.gpus();
   const double replicas_mb = static_cast<double>(s.global_batch) / s.micro_batch;
   tp.model_flops_per_step = costs.model_flops_per_micro_batch_per_replica * replicas_mb;
+  tp.model_flops_per_step_full_attention = costs.model_flops_full_attention_per_micro_batch_per_replica * replicas_mb;
   tp.hardware_flops_per_step = costs.hardware_flops_per_micro_batch_per_replica * replicas_mb;
   tp.model_tflops_per_gpu = tp.model_flops_per_step / step / s.gpus() / kTera;
   tp.hardware_tflops_per_gpu = tp.hardware_flops_per_step / step / s.gpus() / kTera;
   const FlopsPerSecond peak = cluster.gpu.peak(s.dtype);
   tp.mfu = tp.model_tflops_per_gpu * kTera / peak;
+  tp.mfu_full_attention = tp.model_flops_per_step_full_attention / step / s.gpus() / peak;
   tp.hfu = tp.hardware_tflops_per_gpu * kTera / peak;
 }
 

@@ -121,7 +121,8 @@ struct StepCosts {
   // compose() (analytic) and simulate() (per event) both charge overlapped communication at this rate.
   double overlap_cost_rate(double share) const { return trainplan::overlap_cost_rate(share, overlap_slowdown); }
   Flops hardware_flops_per_micro_batch_per_replica = 0;  // recomputation included
-  Flops model_flops_per_micro_batch_per_replica = 0;
+  Flops model_flops_per_micro_batch_per_replica = 0;  // causal attention (the headline MFU's)
+  Flops model_flops_full_attention_per_micro_batch_per_replica = 0;  // full attention (Megatron's)
   // The pieces the chunks are summed from, per micro-batch on one rank: one transformer layer of
   // each kind (LayerGraph::kind), the ops before the first layer (embedding) and after the last
   // (final norm, LM head, loss, and MTP modules). Only the time and params fields are set. For
@@ -232,7 +233,8 @@ struct LayerCosts {
   // kind's; else 0).
   std::array<Bytes, LayerGraph::kMaxKinds> stored_layer{};
   Bytes working_layer = 0;
-  Flops model_forward_flops_per_token = 0;  // LayerGraph::forward_flops_per_token()
+  Flops model_forward_flops_per_token = 0;  // LayerGraph::forward_flops_per_token() (causal)
+  Flops model_forward_flops_per_token_full_attention = 0;  // ..._full_attention()
   // Work of one micro-batch summed over every chunk of a replica: the layers of each kind x its
   // total() + pre.total() + post.total() (the sum over stages of compose()'s per-stage work is at
   // least this).

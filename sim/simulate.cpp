@@ -547,6 +547,7 @@ Estimate refine_with_simulation(const Estimate& analytic, const Timeline& timeli
     tp.model_tflops_per_gpu *= f;
     tp.hardware_tflops_per_gpu *= f;
     tp.mfu *= f;
+    tp.mfu_full_attention *= f;
     tp.hfu *= f;
     e.ps.updates_per_s *= f;
   }

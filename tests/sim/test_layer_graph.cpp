@@ -34,11 +34,13 @@ TEST(LayerGraph, Llama2_7bParameterCount) {
 }
 
 TEST(LayerGraph, ForwardFlopsPerLayer) {
-  // Forward, per token: 24h^2 + 4sh per layer plus 2hV for the LM head (Narayanan Eq. 3 / 3).
+  // Forward, per token, counting full attention: 24h^2 + 4sh per layer plus 2hV for the LM head
+  // (Narayanan Eq. 3 / 3); the causal count keeps half of QK^T and softmax*V: 24h^2 + 2sh.
   const ModelSpec m = gpt(4, 1024, 16, 512, 1000);
   LayerGraph g(m, 512);
   const double h = 1024, s = 512, V = 1000;
-  EXPECT_DOUBLE_EQ(g.forward_flops_per_token(), 4 * (24 * h * h + 4 * s * h) + 2 * h * V);
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_token_full_attention(), 4 * (24 * h * h + 4 * s * h) + 2 * h * V);
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_token(), 4 * (24 * h * h + 2 * s * h) + 2 * h * V);
 }
 
 StepCosts costs_for(const ModelSpec& m, Recompute r, int tp, int B, int b) {
@@ -54,30 +56,35 @@ StepCosts costs_for(const ModelSpec& m, Recompute r, int tp, int B, int b) {
 }
 
 TEST(LayerGraph, ModelFlopsMatchKorthikanti) {
-  // Model FLOPs per step: 72 B l s h^2 (1 + s/(6h) + V/(12hl)).
+  // Model FLOPs per step counting full attention: 72 B l s h^2 (1 + s/(6h) + V/(12hl)); causal
+  // attention halves the s/(6h) term.
   const ModelSpec m = gpt(36, 4096, 32);
   const double B = 64, l = 36, s = 2048, h = 4096, V = 51200;
   const StepCosts c = costs_for(m, Recompute::none, 1, 64, 4);
-  const double per_step = c.model_flops_per_micro_batch_per_replica * (B / 4);
-  EXPECT_NEAR(per_step / (72 * B * l * s * h * h * (1 + s / (6 * h) + V / (12 * h * l))), 1.0, 1e-12);
+  const double full = c.model_flops_full_attention_per_micro_batch_per_replica * (B / 4);
+  EXPECT_NEAR(full / (72 * B * l * s * h * h * (1 + s / (6 * h) + V / (12 * h * l))), 1.0, 1e-12);
+  const double causal = c.model_flops_per_micro_batch_per_replica * (B / 4);
+  EXPECT_NEAR(causal / (72 * B * l * s * h * h * (1 + s / (12 * h) + V / (12 * h * l))), 1.0, 1e-12);
   EXPECT_DOUBLE_EQ(c.hardware_flops_per_micro_batch_per_replica, c.model_flops_per_micro_batch_per_replica);
 }
 
 TEST(LayerGraph, HardwareFlopsWithFullRecomputeMatchEq3) {
-  // Narayanan et al. 2021 Eq. 3: 96 B s l h^2 (1 + s/(6h) + V/(16lh)), for any TP size.
+  // Narayanan et al. 2021 Eq. 3, 96 B s l h^2 (1 + s/(6h) + V/(16lh)), counts full attention;
+  // executed FLOPs count the causal half: s/(12h), for any TP size.
   const ModelSpec m = gpt(40, 6144, 48);
   const double B = 32, l = 40, s = 2048, h = 6144, V = 51200;
   for (int tp : {1, 2, 8}) {
     const StepCosts c = costs_for(m, Recompute::full, tp, 32, 8);
     const double per_step = c.hardware_flops_per_micro_batch_per_replica * (B / 8);
-    EXPECT_NEAR(per_step / (96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))), 1.0, 1e-12) << tp;
+    EXPECT_NEAR(per_step / (96 * B * s * l * h * h * (1 + s / (12 * h) + V / (16 * l * h))), 1.0, 1e-12) << tp;
   }
 }
 
 TEST(LayerGraph, SelectiveRecomputeAddsTheAttentionForward) {
-  // Our count: selective recomputation repeats QK^T and softmax*V, 4 B s^2 l h FLOPs. (FORMULAS.md
-  // quotes 72 B l s h^2 (1 + s/(3h) + V/(12hl)) from Korthikanti et al., which adds 12 B s^2 l h;
-  // our figure follows from counting the recomputed forward once.)
+  // Our count: selective recomputation repeats QK^T and softmax*V, 4 B s^2 l h FLOPs counting full
+  // attention, of which the causal kernels execute half. (Korthikanti et al. give
+  // 72 B l s h^2 (1 + s/(3h) + V/(12hl)), which adds 12 B s^2 l h; our figure follows from counting
+  // the recomputed forward once.)
   ModelSpec m = gpt(24, 2048, 16);
   const StepCosts none = costs_for(m, Recompute::none, 1, 8, 1);
   Strategy s;
@@ -89,7 +96,7 @@ TEST(LayerGraph, SelectiveRecomputeAddsTheAttentionForward) {
   s.attention = Attention::standard;
   const StepCosts sel = step_costs(LayerGraph(m, 2048), testing::builtin_cluster("dgx-a100-80g"), s);
   EXPECT_DOUBLE_EQ(sel.hardware_flops_per_micro_batch_per_replica - none.hardware_flops_per_micro_batch_per_replica,
-                   4.0 * 2048 * 2048 * 24 * 2048);
+                   2.0 * 2048 * 2048 * 24 * 2048);
 }
 
 TEST(LayerGraph, RuleOfThumbSixPsiPerToken) {
@@ -201,9 +208,12 @@ TEST(LayerGraph, HeadDimSetsTheAttentionWidth) {
   EXPECT_DOUBLE_EQ(op(OpKind::out_proj).flops_per_token, 2 * q * h);
   EXPECT_DOUBLE_EQ(op(OpKind::out_proj).params, q * h);
   EXPECT_DOUBLE_EQ(op(OpKind::out_proj).saved_tensor_elems_per_token, q);
-  // Forward FLOPs per token: 40 (2h(q + 2kv) + 4sq + 2qh + 6hf) + 2hV.
-  EXPECT_DOUBLE_EQ(g.forward_flops_per_token(),
+  // Forward FLOPs per token: 40 (2h(q + 2kv) + 4sq + 2qh + 6hf) + 2hV counting full attention,
+  // 2sq for the causal half.
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_token_full_attention(),
                    40 * (2 * h * (q + 2 * kv) + 4 * s * q + 2 * q * h + 6 * h * f) + 2 * h * V);
+  EXPECT_DOUBLE_EQ(g.forward_flops_per_token(),
+                   40 * (2 * h * (q + 2 * kv) + 2 * s * q + 2 * q * h + 6 * h * f) + 2 * h * V);
   // Stored activations (flash attention, selective, no SP, tp 1, b 1): norm, QKV and MLP inputs
   // 4h, Q K V and the attention output q + 2kv + q, SwiGLU's gate, up and activation output 3f,
   // 16-bit (Mistral-NeMo trains without dropout: no 1-byte masks).
