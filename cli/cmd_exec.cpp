@@ -36,7 +36,10 @@ const char* kHelp = R"(usage: trainplan exec [plan flags | --plan FILE] [--nproc
 
 Runs the plan for real with LibTorch (NCCL on GPUs, Gloo on CPU): a sharded GPT-2- or Llama-style
 model with the plan's TP/SP, PP schedule, DP/ZeRO, micro-batching and recomputation, trained on a
-seeded synthetic token stream with AdamW. Measures per-step loss and wall time (warm-up steps
+seeded synthetic token stream with AdamW. Mixture-of-experts models run their routed experts over
+--ep ranks (all-to-all dispatch, dropless or with --capacity-factor; etp 1; ZeRO 0-2), the experts'
+gradients reduced over the expert-data-parallel ranks; environment.expert_parallel in the JSON gives
+each rank's all-to-all bytes and time per step. Measures per-step loss and wall time (warm-up steps
 discarded), the phase breakdown and peak memory per rank.
 Launch: --nproc N spawns N local ranks; under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT) or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, MASTER_ADDR, MASTER_PORT) this
@@ -239,6 +242,51 @@ void check_exec_supports(const Strategy& s) {
                                  to_string(s.grad_compression), s.zero));
 }
 
+// The architecture features exec's model implements: MHA/GQA attention over the whole causal
+// sequence, and MoE layers routed by softmax or sigmoid top-k over all experts (exec/moe.hpp).
+void check_exec_model(const ModelSpec& m, int seq) {
+  auto refuse = [&m](const std::string& what) {
+    return InputError(fmt::format("--model {}: exec does not implement {}", m.name, what));
+  };
+  if (m.mla.on()) throw refuse("multi-head latent attention (mla)");
+  for (int l = 0; l < m.layers; ++l)
+    if (m.layer_attention_at(l, seq) != AttentionWindow::full)
+      throw refuse(fmt::format("{} attention (layer {} at --seq {})", to_string(m.layer_attention_at(l, seq)), l, seq));
+  if (m.attention_sinks) throw refuse("attention sinks");
+  if (m.mtp_layers > 0) throw refuse("multi-token prediction (mtp_layers)");
+  if (m.moe.on() && m.moe.groups > 1) throw refuse("group-limited routing (moe.groups > 1)");
+}
+
+// The expert layouts exec runs: whole experts (etp 1) reached by all-to-all, routed by the model's
+// router, gradients reduced by a replicated all-reduce or ZeRO 1/2 over the expert-data-parallel
+// group; the planner models the others.
+void check_exec_experts(const ModelSpec& m, const Strategy& s) {
+  if (!m.moe.on()) return;  // validate() has refused expert flags for a dense model
+  if (s.etp > 1)
+    throw InputError(fmt::format("--etp {}: exec runs whole experts (expert tensor parallelism 1); predict and "
+                                 "simulate model etp > 1", s.etp));
+  if (s.dispatcher != Dispatcher::alltoall)
+    throw InputError(fmt::format("--moe-dispatcher {}: exec dispatches tokens by all-to-all; use alltoall",
+                                 to_string(s.dispatcher)));
+  if (s.moe_a2a_overlap)
+    throw InputError("--moe-a2a-overlap on: exec runs each micro-batch's all-to-alls in turn, hiding none behind "
+                     "another's compute; use off");
+  if (s.moe_imbalance != 1)
+    throw InputError(fmt::format("--moe-imbalance {}: exec routes with the model's router, whose balance it measures; "
+                                 "the imbalance is an assumption of predict and simulate (leave it 1)",
+                                 s.moe_imbalance));
+  if (s.recompute_modules != 0)
+    throw InputError(fmt::format("--recompute-modules {}: exec recomputes whole layers or the attention core only "
+                                 "(--recompute full|selective)", recompute_modules_string(s.recompute_modules)));
+  if (ZeroPolicy::of(s.zero).shards_params)
+    throw InputError(fmt::format("--zero {}: exec does not gather routed experts unit by unit; use --zero 0, 1 or 2 "
+                                 "with an MoE model", s.zero));
+  if (s.uses_ps() || s.grad_compression.kind != CompressionKind::none)
+    throw InputError(fmt::format("--model {}: exec reduces routed experts by all-reduce or ZeRO over the "
+                                 "expert-data-parallel group, not with parameter servers or gradient compression",
+                                 m.name));
+}
+
 // The execution flags (the plan flags are read before them).
 exec::ExecOptions read_exec_options(const Flags& f, bool cuda) {
   exec::ExecOptions o;
@@ -287,6 +335,8 @@ void check_exec_request(const PlanInputs& in, const exec::ExecOptions& o, bool c
   if (in.model.position == Position::alibi)
     throw InputError(fmt::format("--model {}: exec does not implement ALiBi positions", in.model.name));
   check_exec_supports(s);
+  check_exec_model(in.model, s.seq_len);
+  check_exec_experts(in.model, s);
   // The test faults fire on one rank at one step: one outside the job never fires, so the run would
   // pass a test that meant it to fail.
   const int ranks = job_ranks(s);

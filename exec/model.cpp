@@ -14,6 +14,14 @@ struct ModelChunk::Layer {
   int ln1_w = -1, ln1_b = -1, ln2_w = -1, ln2_b = -1;
   int wqkv = -1, bq = -1, bv = -1, wo = -1, bo = -1;  // wqkv: wq, wk, wv fused (ParamInfo::parts)
   int w1 = -1, b1 = -1, w2 = -1, b2 = -1, wgu = -1;   // gelu: w1,b1,w2,b2; swiglu: wgu (gate and up fused), w2 (down)
+  // An MoE layer: the MLP fields above hold its shared experts (none: -1), these the rest.
+  bool moe = false;
+  int local = 0;  // its index among the chunk's layers (the expert chunk's layer of the same index)
+  int router = -1, router_b = -1, shared_gate = -1;
+  struct Expert {  // an expert chunk's layer: one routed expert
+    int w_in = -1, bg = -1, b1 = -1, w2 = -1, b2 = -1;  // w_in: wgu (SwiGLU) or w1; bg, b1: its biases
+  };
+  std::vector<Expert> experts;
   CheckpointFn whole;      // full recomputation: the layer
   CheckpointFn attention;  // selective recomputation: the attention core
 };
@@ -77,6 +85,19 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
   const int64_t h = m.hidden;
   const int64_t vocab_rows = padded_vocab(m.vocab, s_.tp);
   positions_ = zigzag_positions(s_.seq_len, s_.cp, s_.cp_rank).to(s_.device);
+  if (m.moe.on()) {
+    moe_ = {m.moe.experts, m.moe.top_k, m.moe.scoring, m.activation, s_.ep, s_.ep_rank, s_.capacity_factor,
+            s_.fused_kernels};
+  }
+  if (place_.experts) {  // the routed experts of the chunk's layers, one unit per layer
+    TORCH_CHECK(!place_.has_embedding && !place_.has_head, "an expert chunk holds only routed experts");
+    for (int i = 0; i < place_.layers; ++i) {
+      begin_unit(true);
+      layers_.push_back(declare_experts(place_.first_layer + i));
+    }
+    materialize();
+    return;
+  }
 
   if (place_.has_embedding) {
     // The embedding's backward reads only the token indices, never the weights' values.
@@ -89,6 +110,7 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
     begin_unit(true);
     if (i == 0) first_layer_unit_ = static_cast<int>(units_.size()) - 1;
     layers_.push_back(declare_layer(place_.first_layer + i));
+    layers_.back()->local = i;
   }
   if (place_.has_head) {
     begin_unit(true);
@@ -109,9 +131,8 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
 // One transformer layer's parameters (pass 1), in the unit begun for it.
 std::unique_ptr<ModelChunk::Layer> ModelChunk::declare_layer(int layer) {
   const ModelSpec& m = s_.spec;
-  const bool gpt = m.activation == Activation::gelu;
   const bool layernorm = m.norm == Norm::layernorm;
-  const bool biases = gpt;  // GPT-2 linears have biases, Llama's do not
+  const bool biases = m.activation == Activation::gelu;  // GPT-2 linears have biases, Llama's do not
   const int64_t h = m.hidden, f = m.ffn_hidden, q_out = m.q_width(), kv_out = m.kv_width();
   // Output projections scaled down by sqrt(2 * layers), GPT-2's residual-path initialisation.
   const double std_in = kInitStd, std_out = kInitStd / std::sqrt(2.0 * m.layers);
@@ -131,16 +152,58 @@ std::unique_ptr<ModelChunk::Layer> ModelChunk::declare_layer(int layer) {
   if (biases) l->bo = declare(p + "attn.bo", {h}, -1, 0, 0);
   l->ln2_w = declare(p + "norm2.w", {h}, -1, 0, 1);
   if (layernorm) l->ln2_b = declare(p + "norm2.b", {h}, -1, 0, 0);
-  if (gpt)
-    l->w1 = declare(p + "mlp.w1", {f, h}, 0, std_in);
-  else  // SwiGLU's gate and up projections: one GEMM
-    l->wgu = declare_fused(p + "mlp.wgu", {{p + "mlp.wg", f}, {p + "mlp.w1", f}}, h, std_in);
-  if (biases) l->b1 = declare(p + "mlp.b1", {f}, 0, 0, 0);
-  l->w2 = declare(p + "mlp.w2", {h, f}, 1, std_out);
-  if (biases) l->b2 = declare(p + "mlp.b2", {h}, -1, 0, 0);
+  if (!m.is_moe_layer(layer)) {
+    declare_mlp(*l, p + "mlp.", f);
+  } else {
+    l->moe = true;
+    l->router = declare(p + "moe.router", {m.moe.experts, h}, -1, kInitStd);
+    if (m.moe.router_bias) l->router_b = declare(p + "moe.router_b", {m.moe.experts}, -1, 0, 0);
+    if (m.moe.shared_gate) l->shared_gate = declare(p + "moe.shared_gate", {1, h}, -1, kInitStd);
+    const int64_t shared = static_cast<int64_t>(m.moe.shared_experts) * m.moe.shared_ffn;
+    if (shared > 0) declare_mlp(*l, p + "moe.shared.", shared);
+  }
   const Layer* lp = l.get();
   l->whole = [this, lp](const std::vector<at::Tensor>& in) { return layer_forward(*lp, in[0]); };
   l->attention = [this, lp](const std::vector<at::Tensor>& in) { return attention_core(*lp, in[0], in[1], in[2]); };
+  return l;
+}
+
+void ModelChunk::declare_mlp(Layer& l, const std::string& p, int64_t f) {
+  const ModelSpec& m = s_.spec;
+  const bool gpt = m.activation == Activation::gelu;  // GELU and biases (GPT-2), else SwiGLU without
+  const int64_t h = m.hidden;
+  const double std_in = kInitStd, std_out = kInitStd / std::sqrt(2.0 * m.layers);
+  if (gpt)
+    l.w1 = declare(p + "w1", {f, h}, 0, std_in);
+  else  // SwiGLU's gate and up projections: one GEMM
+    l.wgu = declare_fused(p + "wgu", {{p + "wg", f}, {p + "w1", f}}, h, std_in);
+  if (gpt) l.b1 = declare(p + "b1", {f}, 0, 0, 0);
+  l.w2 = declare(p + "w2", {h, f}, 1, std_out);
+  if (gpt) l.b2 = declare(p + "b2", {h}, -1, 0, 0);
+}
+
+// The routed experts this EP rank holds of layer `layer` (none for a dense layer), initialised as
+// the dense MLP is; biases (zero) where the model's experts have them.
+std::unique_ptr<ModelChunk::Layer> ModelChunk::declare_experts(int layer) {
+  const ModelSpec& m = s_.spec;
+  auto l = std::make_unique<Layer>();
+  if (!m.is_moe_layer(layer)) return l;
+  l->moe = true;
+  const bool swiglu = m.activation == Activation::swiglu, bias = m.moe.expert_bias;
+  const int64_t h = m.hidden, f = m.moe.expert_ffn;
+  const double std_in = kInitStd, std_out = kInitStd / std::sqrt(2.0 * m.layers);
+  const int local = m.moe.experts / s_.ep;
+  for (int k = 0; k < local; ++k) {
+    const std::string p = fmt::format("layers.{}.moe.experts.{}.", layer, s_.ep_rank * local + k);
+    Layer::Expert e;
+    e.w_in = swiglu ? declare_fused(p + "wgu", {{p + "wg", f}, {p + "w1", f}}, h, std_in)
+                    : declare(p + "w1", {f, h}, 0, std_in);
+    if (bias && swiglu) e.bg = declare(p + "bg", {f}, 0, 0, 0);
+    if (bias) e.b1 = declare(p + "b1", {f}, 0, 0, 0);
+    e.w2 = declare(p + "w2", {h, f}, 1, std_out);
+    if (bias) e.b2 = declare(p + "b2", {h}, -1, 0, 0);
+    l->experts.push_back(e);
+  }
   return l;
 }
 
@@ -336,7 +399,6 @@ at::Tensor ModelChunk::attention_core(const Layer&, const at::Tensor& q, const a
 
 at::Tensor ModelChunk::layer_forward(const Layer& l, const at::Tensor& x) const {
   auto P = [this](int i) { return i >= 0 ? params_[i].param : at::Tensor(); };
-  const bool gpt = s_.spec.activation == Activation::gelu;
   // Attention block.
   auto hn = to_tp(norm(x, P(l.ln1_w), P(l.ln1_b)));  // [s, b, h]
   const int64_t s = hn.size(0), b = hn.size(1);
@@ -362,10 +424,15 @@ at::Tensor ModelChunk::layer_forward(const Layer& l, const at::Tensor& x) const 
   auto o = s_.tp > 1 ? from_tp(at::linear(ctx, P(l.wo))) : at::linear(ctx, P(l.wo), P(l.bo));
   if (s_.tp > 1 && l.bo >= 0) o = o + P(l.bo);
   auto x1 = x + o;
-  // MLP block.
-  auto h2 = to_tp(norm(x1, P(l.ln2_w), P(l.ln2_b)));
+  // MLP block, or the MoE block over this rank's own tokens.
+  const at::Tensor h2 = norm(x1, P(l.ln2_w), P(l.ln2_b));
+  return x1 + (l.moe ? moe_block(l, h2) : mlp(l, to_tp(h2)));
+}
+
+at::Tensor ModelChunk::mlp(const Layer& l, const at::Tensor& h2) const {
+  auto P = [this](int i) { return i >= 0 ? params_[i].param : at::Tensor(); };
   at::Tensor a;
-  if (gpt) {
+  if (l.w1 >= 0) {  // GELU
     auto h1 = at::linear(h2, P(l.w1), P(l.b1));
     a = s_.fused_kernels ? fused_gelu(h1) : at::gelu(h1, "tanh");
   } else if (s_.fused_kernels) {  // SwiGLU: gate and up from one GEMM
@@ -375,9 +442,40 @@ at::Tensor ModelChunk::layer_forward(const Layer& l, const at::Tensor& x) const 
     const int64_t f = gu.size(-1) / 2;
     a = at::silu(gu.narrow(-1, 0, f)) * gu.narrow(-1, f, f);
   }
+  // Row-parallel output: with TP the bias is added once, after the sum over ranks.
   auto o2 = s_.tp > 1 ? from_tp(at::linear(a, P(l.w2))) : at::linear(a, P(l.w2), P(l.b2));
   if (s_.tp > 1 && l.b2 >= 0) o2 = o2 + P(l.b2);
-  return x1 + o2;
+  return o2;
+}
+
+// hn [s, b, h]: this rank's tokens after the norm (with SP its slice of the sequence), which the
+// router sends to their experts as they are; the shared experts see the whole sequence as the
+// dense MLP does.
+at::Tensor ModelChunk::moe_block(const Layer& l, const at::Tensor& hn) const {
+  TORCH_CHECK(experts_ && ep_ && traffic_, "an MoE layer needs its chunk's routed experts (set_experts)");
+  auto P = [this](int i) { return i >= 0 ? params_[i].param : at::Tensor(); };
+  auto E = [this](int i) { return i >= 0 ? experts_->params_[i].param : at::Tensor(); };
+  std::vector<ExpertWeights> local;
+  for (const Layer::Expert& e : experts_->layers_.at(l.local)->experts) {
+    const at::Tensor b_in = e.bg >= 0 ? at::cat({E(e.bg), E(e.b1)}) : E(e.b1);
+    local.push_back({E(e.w_in), b_in, E(e.w2), E(e.b2)});
+  }
+  const at::Tensor tokens = hn.reshape({-1, hn.size(-1)});
+  at::Tensor out = routed_experts(tokens, {P(l.router), P(l.router_b)}, local, moe_, *ep_, *traffic_).view(hn.sizes());
+  if (l.w2 >= 0) {  // shared experts
+    at::Tensor shared = mlp(l, to_tp(hn));
+    if (l.shared_gate >= 0) shared = shared * at::sigmoid(at::linear(hn, P(l.shared_gate)));
+    out = out + shared;
+  }
+  return out;
+}
+
+void ModelChunk::set_experts(ModelChunk& experts, Comm& ep, ExpertTraffic& traffic) {
+  TORCH_CHECK(experts.place_.experts && experts.layers_.size() == layers_.size(),
+              "set_experts: an expert chunk of the same layers");
+  experts_ = &experts;
+  ep_ = &ep;
+  traffic_ = &traffic;
 }
 
 at::Tensor ModelChunk::embed(const at::Tensor& tokens) {

@@ -21,12 +21,21 @@
 // any gradient. With context parallelism the chunk sees the sequence positions
 // zigzag_positions(seq, cp, cp_rank) (exec/kernels/ring_attention.hpp) and attends over the CP
 // group by ring attention; its loss is the mean over the whole sequence.
+//
+// Mixture of experts (ModelSpec::moe, on the layers is_moe_layer names): the layer's MLP is
+// replaced by a router, the routed experts (exec/moe.hpp: dispatched to the expert-parallel ranks
+// by all-to-all) and, where the model has them, shared experts (a tensor-parallel MLP like the
+// dense one, optionally gated). The router and the shared experts are parameters of the chunk; the
+// routed experts this rank holds (experts / ep of each MoE layer, whole: etp 1) are a ModelChunk
+// of their own (ChunkPlacement::experts, set_experts), a second flat buffer that the
+// expert-data-parallel group reduces and ZeRO shards, declared and initialised by the same code.
 #pragma once
 #include <torch/torch.h>
 
 #include <string>
 #include <vector>
 
+#include "exec/moe.hpp"
 #include "exec/parallel.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/strategy.hpp"
@@ -40,6 +49,9 @@ struct ChunkPlacement {
   int layers = 0;
   bool has_embedding = false;  // first virtual stage
   bool has_head = false;       // last virtual stage
+  // The routed experts of the chunk's MoE layers alone (this EP rank's experts of each): the
+  // parameters of the chunk whose layers run them (set_experts); its forward is never called.
+  bool experts = false;
 };
 
 struct ParamInfo {
@@ -121,6 +133,10 @@ struct ModelSettings {
   // math in CPU loops on the CPU) instead of composites of LibTorch ops. Same math; results agree
   // to rounding (tests/exec/test_exec_fused.cpp).
   bool fused_kernels = false;
+  // MoE layers: this rank's place in the expert-parallel group (it holds experts
+  // [ep_rank E/ep, (ep_rank + 1) E/ep) of each MoE layer) and the capacity factor (0: dropless).
+  int ep = 1, ep_rank = 0;
+  double capacity_factor = 0;
 };
 
 // Tokens of one sequence a rank holds between layers: seq / cp, and of those 1/tp with sequence
@@ -158,6 +174,10 @@ class ModelChunk {
   std::vector<at::Tensor> tp_partial_grads();
   // The tied word-embedding copy on this chunk (first or last chunk of a tied model), if any.
   at::Tensor tied_embedding_grad();
+  // The chunk's routed experts (a chunk of the same placement with `experts` set), the
+  // expert-parallel group its MoE layers dispatch over, and where they count their all-to-all
+  // bytes. Needed before the first forward of a chunk with MoE layers; all must outlive it.
+  void set_experts(ModelChunk& experts, Comm& ep, ExpertTraffic& traffic);
 
  private:
   struct Layer;
@@ -172,6 +192,10 @@ class ModelChunk {
                     int64_t cols, double init_std);
   void begin_unit(bool backward_values);  // the parameters declared next belong to a new unit
   std::unique_ptr<Layer> declare_layer(int layer);  // layer `layer` of the model (its global index)
+  // An MLP of width f into l's MLP fields, its parameters named prefix + "w1" etc. (the dense MLP,
+  // or an MoE layer's shared experts side by side).
+  void declare_mlp(Layer& l, const std::string& prefix, int64_t f);
+  std::unique_ptr<Layer> declare_experts(int layer);  // an expert chunk's layer: its routed experts
   void make_rope_tables();
   void need(int unit, int prefetch = -1);
   void release(int unit);
@@ -181,6 +205,8 @@ class ModelChunk {
   void materialize();  // pass 2: allocate the flat buffers, create and initialise the views
   at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const;
   at::Tensor layer_forward(const Layer& l, const at::Tensor& x) const;
+  at::Tensor mlp(const Layer& l, const at::Tensor& h2) const;  // full-sequence input -> summed (SP: sliced) output
+  at::Tensor moe_block(const Layer& l, const at::Tensor& hn) const;  // this rank's normed tokens -> MoE output
   at::Tensor attention_core(const Layer& l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
   at::Tensor embed(const at::Tensor& tokens);
   at::Tensor head_loss(const at::Tensor& x, const at::Tensor& targets);
@@ -210,6 +236,10 @@ class ModelChunk {
   at::Tensor positions_;  // global positions of this CP rank's tokens [seq / cp]
   at::Tensor rope_cos_, rope_sin_;
   int heads_local_ = 0, kv_local_ = 0, head_dim_ = 0;
+  MoeSettings moe_;                  // from the spec and settings (MoE models)
+  ModelChunk* experts_ = nullptr;    // set_experts
+  Comm* ep_ = nullptr;
+  ExpertTraffic* traffic_ = nullptr;
 };
 
 }  // namespace trainplan::exec

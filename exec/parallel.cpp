@@ -173,6 +173,22 @@ at::Tensor Comm::reduce_scatter_dim0(const at::Tensor& t) {
   return staged(t) ? out.to(t.device()) : out;
 }
 
+at::Tensor Comm::all_to_all_dim0(const at::Tensor& t, const std::vector<int64_t>& out_splits,
+                                 const std::vector<int64_t>& in_splits) {
+  TORCH_CHECK(static_cast<int>(out_splits.size()) == size() && static_cast<int>(in_splits.size()) == size(),
+              "all_to_all: one split per member");
+  if (size() == 1) return t;
+  PhaseScope s(*clock_, phase_);
+  at::Tensor in = staged(t) ? t.cpu().contiguous() : t.contiguous();
+  count(in);
+  auto shape = in.sizes().vec();
+  shape[0] = std::accumulate(out_splits.begin(), out_splits.end(), int64_t(0));
+  at::Tensor out = at::empty(shape, in.options());
+  std::vector<int64_t> o = out_splits, i = in_splits;  // c10d takes them by non-const reference
+  pg_->alltoall_base(out, in, o, i)->wait();
+  return staged(t) ? out.to(t.device()) : out;
+}
+
 c10::intrusive_ptr<c10d::Work> Comm::all_gather_flat_async(at::Tensor& full, at::Tensor& shard) {
   if (size() == 1) {
     if (full.data_ptr() != shard.data_ptr()) full.copy_(shard);
@@ -283,13 +299,14 @@ std::unique_ptr<Comm> join(const std::vector<std::vector<int>>& groups, int rank
 }  // namespace
 
 Groups make_groups(const RankLayout& layout, int rank, const c10::intrusive_ptr<c10d::Store>& store,
-                   const GroupSettings& settings, PhaseClock& clock) {
+                   const GroupSettings& settings, PhaseClock& clock, bool experts) {
   Groups g;
   std::vector<int> job(layout.job_ranks());
   std::iota(job.begin(), job.end(), 0);
   g.world = join({job}, rank, "world", store, settings, clock, Ph::other);
   if (!layout.is_worker(rank)) {  // a dedicated parameter server
-    for (auto [comm, name] : {std::pair{&g.tp, "tp"}, {&g.cp, "cp"}, {&g.dp, "dp"}, {&g.pp, "pp"}, {&g.embed, "embed"}})
+    for (auto [comm, name] : {std::pair{&g.tp, "tp"}, {&g.cp, "cp"}, {&g.dp, "dp"}, {&g.pp, "pp"}, {&g.embed, "embed"},
+                              {&g.ep, "ep"}, {&g.etp, "etp"}, {&g.edp, "edp"}})
       *comm = join({{rank}}, rank, name, store, settings, clock, Ph::other);
     g.ps = join({job}, rank, "ps", store, settings, clock, Ph::dp_comm);
     return g;
@@ -307,6 +324,14 @@ Groups make_groups(const RankLayout& layout, int rank, const c10::intrusive_ptr<
   }
   std::sort(embed.begin(), embed.end());
   g.embed = join(embed, rank, "embed", store, settings, clock, Ph::pp_comm);
+  // Expert groups only for a model with experts: a dense model's would be a needless backend.
+  auto expert_group = [&](ExpertDim d, const char* name, Ph phase) {
+    return experts ? join(layout.all_groups({d}), rank, name, store, settings, clock, phase)
+                   : join({{rank}}, rank, name, store, settings, clock, phase);
+  };
+  g.ep = expert_group(ExpertDim::ep, "ep", Ph::ep_comm);
+  g.etp = expert_group(ExpertDim::etp, "etp", Ph::tp_comm);
+  g.edp = expert_group(ExpertDim::edp, "edp", Ph::dp_comm);
   if (layout.servers() > 0) g.ps = join({job}, rank, "ps", store, settings, clock, Ph::dp_comm);
   return g;
 }

@@ -18,8 +18,9 @@
 namespace trainplan::exec {
 
 // Exclusive phases of a rank's step: at any moment the rank is in exactly one, so they add up to
-// the step's wall time. Communication inside forward/backward is taken out of them.
-enum class Ph { forward, backward, recompute, tp_comm, cp_comm, pp_comm, dp_comm, bubble, optimizer, other, count };
+// the step's wall time. Communication inside forward/backward is taken out of them (ep_comm: the
+// experts' token all-to-alls).
+enum class Ph { forward, backward, recompute, tp_comm, cp_comm, pp_comm, dp_comm, bubble, optimizer, other, ep_comm, count };
 inline constexpr int kPhases = static_cast<int>(Ph::count);
 
 // Phase accounting. On the CPU a steady clock. With `device_timing` (CUDA) a CUDA event is
@@ -79,6 +80,11 @@ class Comm {
   c10::intrusive_ptr<c10d::Work> all_reduce_async(at::Tensor& t);
   at::Tensor all_gather_dim0(const at::Tensor& t);     // concatenation along dim 0, waits
   at::Tensor reduce_scatter_dim0(const at::Tensor& t);  // sum over ranks, then this rank's dim-0 slice
+  // All-to-all along dim 0 with variable splits: rows [sum of in_splits[<j], + in_splits[j]) of
+  // `in` go to member j, and `out` (returned) holds out_splits[i] rows from each member i in
+  // member order; waits. Counts `in` whole (the rows kept on this rank included).
+  at::Tensor all_to_all_dim0(const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                             const std::vector<int64_t>& in_splits);
   // Flat 1-D buffers: `full` has size() * shard.numel() elements.
   c10::intrusive_ptr<c10d::Work> all_gather_flat_async(at::Tensor& full, at::Tensor& shard);
   c10::intrusive_ptr<c10d::Work> reduce_scatter_flat_async(at::Tensor& shard, at::Tensor& full);
@@ -123,6 +129,11 @@ class Comm {
 struct Groups {
   std::unique_ptr<Comm> world, tp, cp, dp, pp;
   std::unique_ptr<Comm> embed;  // first and last pipeline stage (tied embeddings), else size 1
+  // Experts (RankLayout's expert numbering; a rank alone in each for a dense model): the
+  // expert-parallel group the tokens' all-to-all runs over (timed as ep_comm), the expert-tensor
+  // group, and the expert-data-parallel group that reduces (and ZeRO shards) the routed experts'
+  // gradients (timed as dp_comm).
+  std::unique_ptr<Comm> ep, etp, edp;
   // Parameter servers (RankLayout::servers() > 0): every rank of the job, workers and servers,
   // for the push/pull sends (timed as dp_comm); null without them. `world` then also holds the
   // dedicated servers, which are alone in each of tp, cp, dp, pp and embed.
@@ -137,9 +148,10 @@ struct GroupSettings {
 };
 
 // Creates this rank's groups. Every rank walks RankLayout::all_groups in the same order and joins
-// the groups that hold it (a group's members rendezvous under their own store prefix).
+// the groups that hold it (a group's members rendezvous under their own store prefix). `experts`:
+// the model has routed experts, so the expert groups are real ones (else each rank is alone in them).
 Groups make_groups(const RankLayout& layout, int rank, const c10::intrusive_ptr<c10d::Store>& store,
-                   const GroupSettings& settings, PhaseClock& clock);
+                   const GroupSettings& settings, PhaseClock& clock, bool experts = false);
 
 // Autograd-aware tensor-parallel transfers (Megatron-style f/g operators), all along dim 0 for
 // the sequence-parallel pair.

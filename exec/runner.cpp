@@ -72,7 +72,9 @@ PhaseTimes phase_times(const std::array<double, kPhases>& x, double dp_in_flight
   p.dp_comm = std::max(dp_in_flight, p.dp_comm_exposed);
   p.bubble = x[int(Ph::bubble)];
   p.optimizer = x[int(Ph::optimizer)];
-  p.other = x[int(Ph::other)];
+  // The experts' token all-to-alls have no field of their own in PhaseTimes: they count as other
+  // here, and the measurement's environment.expert_parallel gives their time apart.
+  p.other = x[int(Ph::other)] + x[int(Ph::ep_comm)];
   return p;
 }
 
@@ -132,6 +134,9 @@ class ScheduleRunner {
   void rendezvous();
   ModelSettings model_settings() const;
   std::unique_ptr<GradSync> grad_sync(const AdamWSettings& adam);
+  bool moe() const { return plan_.model.moe.on(); }
+  ModelSettings expert_settings(const ModelSettings& dense) const;
+  std::unique_ptr<GradSync> expert_grad_sync();
   void build_worker(const ModelSettings& ms, const AdamWSettings& adam);
   void step(int index, bool measured);
   void forward_slot(StepState& st, const Slot& slot);
@@ -153,6 +158,7 @@ class ScheduleRunner {
   Measurement collect();
   nlohmann::json environment() const;
   nlohmann::json model_states();
+  nlohmann::json expert_parallel();  // MoE models: each rank's all-to-all bytes and time per measured step
   nlohmann::json memory_accounting();
 
   const ExecPlan& plan_;
@@ -172,7 +178,12 @@ class ScheduleRunner {
   // What ZeRO does over this rank's DP group: the plan's stage, or with one replica (or parameter
   // servers) stage 0, as there is nothing to shard over.
   ZeroPolicy zero_;
+  ZeroPolicy expert_zero_;  // the same over the expert-data-parallel group (MoE models)
   std::vector<std::unique_ptr<ModelChunk>> chunks_;  // this rank's model chunks, in chunk order
+  std::vector<std::unique_ptr<ModelChunk>> expert_chunks_;  // MoE models: each chunk's routed experts
+  ExpertTraffic traffic_;              // the experts' all-to-all bytes so far
+  ExpertTraffic traffic_measured_;     // ...in the measured steps
+  double ep_seconds_measured_ = 0;     // the measured steps' ep_comm phase
   std::vector<int> vstage_;                           // virtual stage of each chunk
   std::vector<int> backward_left_;                    // per chunk: backward slots left this step
   std::unique_ptr<DpReducer> reducer_;   // null on a dedicated parameter server
@@ -213,7 +224,7 @@ void ScheduleRunner::rendezvous() {
   const std::string& a = env_.master_addr;
   if (a == "127.0.0.1" || a == "localhost" || a == "::1") gs.gloo_host = "127.0.0.1";
   gs.stage_cuda = on_gpu_;
-  g_ = make_groups(layout_, env_.rank, store_, gs, clock_);
+  g_ = make_groups(layout_, env_.rank, store_, gs, clock_, moe());
 }
 
 ModelSettings ScheduleRunner::model_settings() const {
@@ -233,7 +244,32 @@ ModelSettings ScheduleRunner::model_settings() const {
   ms.unit_dtype = compute_dtype();        // ...in the compute dtype (16-bit under mixed precision)
   ms.device = device_;
   ms.fused_kernels = opt_.fused_kernels;
+  if (layout_.is_worker(env_.rank)) ms.ep_rank = layout_.expert_coord(env_.rank).ep;
+  ms.ep = s_.ep;
+  ms.capacity_factor = s_.capacity_factor;
   return ms;
+}
+
+// The routed experts' chunks: whole experts (etp 1: no tensor split), their buffers padded and
+// ZeRO-sharded over the expert-data-parallel replicas, which reduce their gradients.
+ModelSettings ScheduleRunner::expert_settings(const ModelSettings& dense) const {
+  ModelSettings ms = dense;
+  ms.tp = 1;
+  ms.tp_rank = 0;
+  ms.sequence_parallel = false;
+  ms.pad_to = g_.edp->size();
+  ms.grad_buffer = !expert_zero_.shards_grads;
+  ms.unit_buffers = false;  // exec refuses ZeRO-3 for MoE models (cli/cmd_exec.cpp)
+  return ms;
+}
+
+// The routed experts' scheme over the EDP group: as the dense one but never sequence-parallel
+// (whole experts see only the tokens sent to them) and never compressed (refused for MoE).
+std::unique_ptr<GradSync> ScheduleRunner::expert_grad_sync() {
+  const int64_t bucket_elems = std::max<int64_t>(1, static_cast<int64_t>(opt_.bucket_bytes / 4));  // fp32
+  if (expert_zero_.shards_optimizer)
+    return sharded_optimizer(*g_.edp, *g_.etp, clock_, expert_zero_, false, bucket_elems);
+  return replicated_all_reduce(*g_.edp, *g_.etp, clock_, false, bucket_elems);
 }
 
 // The data-parallel scheme of this rank (grad_sync.hpp), one function per scheme: parameter
@@ -251,6 +287,7 @@ std::unique_ptr<GradSync> ScheduleRunner::grad_sync(const AdamWSettings& adam) {
 void ScheduleRunner::setup() {
   rendezvous();
   zero_ = ZeroPolicy::of(g_.dp->size() > 1 && !s_.uses_ps() ? s_.zero : 0);
+  expert_zero_ = ZeroPolicy::of(g_.edp->size() > 1 ? s_.zero : 0);
   ModelSettings ms = model_settings();
   AdamWSettings adam;
   adam.lr = opt_.lr;
@@ -271,23 +308,32 @@ void ScheduleRunner::build_worker(const ModelSettings& ms, const AdamWSettings& 
   scaling.enabled = s_.dtype == Dtype::fp16;
   scaling.scale = opt_.loss_scale;
   scaling.growth_interval = opt_.loss_scale_window;
-  reducer_ = std::make_unique<DpReducer>(grad_sync(adam), g_, clock_, adam, scaling);
+  reducer_ = std::make_unique<DpReducer>(grad_sync(adam), g_, clock_, adam, scaling,
+                                         moe() ? expert_grad_sync() : nullptr);
   const int V = schedule_.virtual_stages();
   for (int c = 0; c < s_.vp; ++c) {
     const int vs = schedule_.virtual_stage(coord_.pp, c);
     ChunkPlacement place{plan_.first_layer[vs], plan_.layers[vs], vs == 0, vs == V - 1};
     chunks_.push_back(std::make_unique<ModelChunk>(ms, place, *g_.tp, *g_.cp, clock_));
     vstage_.push_back(vs);
+    if (!moe()) continue;
+    ChunkPlacement experts{plan_.first_layer[vs], plan_.layers[vs], false, false, true};
+    expert_chunks_.push_back(std::make_unique<ModelChunk>(expert_settings(ms), experts, *g_.etp, *g_.cp, clock_));
+    chunks_.back()->set_experts(*expert_chunks_.back(), *g_.ep, traffic_);
   }
   backward_left_.assign(chunks_.size(), 0);
   for (auto& chunk : chunks_) {
     const ChunkPlacement& place = chunk->placement();
     const bool tied_copy = plan_.model.tied_embeddings && V > 1 && (place.has_embedding || place.has_head);
-    reducer_->add_chunk(*chunk, tied_copy);
+    reducer_->add_chunk(*chunk, tied_copy, moe() ? expert_chunks_[&chunk - &chunks_[0]].get() : nullptr);
   }
 }
 
-double ScheduleRunner::dp_bytes_sent() const { return g_.dp->bytes_sent() + (g_.ps ? g_.ps->bytes_sent() : 0.0); }
+// The data-parallel traffic: the DP group's, the routed experts' over the EDP group (a dense
+// model's rank is alone in it), the parameter servers'.
+double ScheduleRunner::dp_bytes_sent() const {
+  return g_.dp->bytes_sent() + g_.edp->bytes_sent() + (g_.ps ? g_.ps->bytes_sent() : 0.0);
+}
 
 void ScheduleRunner::serve(int index, bool measured) {
   current_step_ = index;
@@ -314,7 +360,10 @@ void ScheduleRunner::finish_step(at::Tensor loss, Clock::time_point t0, double b
   const auto phases = clock_.stop();
   const double wall = seconds_since(t0);
   const double value = loss.cpu().item<double>();
-  if (measured) recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), value, dp_bytes_sent() - bytes0);
+  if (measured) {
+    recorder_.record(wall, phase_times(phases, clock_.dp_in_flight), value, dp_bytes_sent() - bytes0);
+    ep_seconds_measured_ += phases[int(Ph::ep_comm)];
+  }
   if (!std::isfinite(value)) {
     throw std::runtime_error(fmt::format("the loss is {} (training diverged: a non-finite value reached the "
                                          "parameters; --dtype fp16 with dynamic loss scaling skips such steps)",
@@ -333,6 +382,7 @@ void ScheduleRunner::step(int index, bool measured) {
   enter("start of step");
   const auto t0 = Clock::now();
   const double bytes0 = dp_bytes_sent();
+  const ExpertTraffic traffic0 = traffic_;
   clock_.start();
   const int m = s_.micro_batches();
   reducer_->begin_step();
@@ -352,6 +402,10 @@ void ScheduleRunner::step(int index, bool measured) {
       backward_slot(st, slot);
   }
   reduce_and_update(st);
+  if (measured) {
+    traffic_measured_.token_bytes += traffic_.token_bytes - traffic0.token_bytes;
+    traffic_measured_.count_bytes += traffic_.count_bytes - traffic0.count_bytes;
+  }
   if (account_) account_->end_step(measured);
   enter("end of step (loss all-reduce)");
   // The step's loss: mean over the global batch, from the last stage's TP rank 0 of each replica.
@@ -450,14 +504,21 @@ void ScheduleRunner::reduce_and_update(StepState& st) {
 }
 
 void ScheduleRunner::dump(const std::string& prefix, bool grads) {
-  std::vector<at::Tensor> flat;  // per chunk: the reduced gradient (grads) or the fp32 parameters
-  for (size_t c = 0; c < chunks_.size(); ++c)
-    flat.push_back(grads ? reducer_->reduced_grad(static_cast<int>(c)) : reducer_->parameters(static_cast<int>(c)));
+  // Per chunk (then per expert chunk): the reduced gradient (grads) or the fp32 parameters.
+  std::vector<at::Tensor> flat;
+  std::vector<const ModelChunk*> of;
+  for (bool experts : {false, true}) {
+    for (size_t c = 0; c < (experts ? expert_chunks_ : chunks_).size(); ++c) {
+      const int i = static_cast<int>(c);
+      flat.push_back(grads ? reducer_->reduced_grad(i, experts) : reducer_->parameters(i, experts));
+      of.push_back((experts ? expert_chunks_ : chunks_)[c].get());
+    }
+  }
   std::ofstream f(fmt::format("{}.rank{}", prefix, env_.rank));
-  for (size_t c = 0; c < chunks_.size(); ++c) {
+  for (size_t c = 0; c < of.size(); ++c) {
     // The unfused model's tensors (a fused q/k/v or gate/up parameter as its parts), so that dumps
-    // keep one layout whatever the fusion.
-    for (const auto& p : chunks_[c]->tensors()) {
+    // keep one layout whatever the fusion. Routed experts are whole (shard dim -1).
+    for (const auto& p : of[c]->tensors()) {
       at::Tensor t = flat[c].narrow(0, p.offset, p.numel).detach();
       at::Tensor v = t.to(at::kCPU).to(at::kDouble).contiguous().reshape({-1});
       f << p.name << ' ' << p.full_shape.size();
@@ -508,6 +569,7 @@ Measurement ScheduleRunner::collect() {
   m.seed = opt_.seed;
   m.environment = environment();
   m.environment["model_states"] = model_states();
+  if (moe()) m.environment["expert_parallel"] = expert_parallel();
   if (opt_.memory_accounting) m.environment["memory_accounting"] = memory_accounting();
   m.throughput.model_flops_per_step = plan_.model_flops_per_step;
   return recorder_.build(std::move(m), rows);
@@ -585,6 +647,34 @@ nlohmann::json ScheduleRunner::model_states() {
                    "under mixed precision), the gradient buffer (ZeRO-2/3: the shard), AdamW's moments, and the "
                    "peak of ZeRO-2/3's bucket buffers in flight"},
           {"per_rank", states}};
+}
+
+// Per rank, per measured step: the bytes handed to the tokens' all-to-alls (dispatch and combine,
+// forward and backward, recomputation included), those of the count exchanges, and the time in
+// them (the ep_comm phase, which the phases count as other). Gathered from every rank.
+nlohmann::json ScheduleRunner::expert_parallel() {
+  const double steps = std::max(1, opt_.steps);
+  at::Tensor mine = at::tensor(std::vector<double>{double(env_.rank), traffic_measured_.token_bytes / steps,
+                                                   traffic_measured_.count_bytes / steps, ep_seconds_measured_ / steps},
+                               at::TensorOptions().dtype(at::kDouble))
+                        .to(device_);
+  at::Tensor all = g_.world->all_gather_dim0(mine).cpu().contiguous().view({env_.world, 4});
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (int k = 0; k < env_.world; ++k) {
+    auto r = all[k];
+    per_rank.push_back({{"rank", int(r[0].item<double>())},
+                        {"token_bytes_per_step", r[1].item<double>()},
+                        {"count_bytes_per_step", r[2].item<double>()},
+                        {"ep_comm_seconds_per_step", r[3].item<double>()}});
+  }
+  return {{"ep", s_.ep},
+          {"etp", s_.etp},
+          {"edp", layout_.size(ExpertDim::edp)},
+          {"capacity_factor", s_.capacity_factor},
+          {"note", "token_bytes: the routed copies' all-to-alls (dispatch and combine, forward and backward), "
+                   "each counted at its whole input size, the rows a rank keeps included; count_bytes: the exchanges "
+                   "of copies per expert before a dropless dispatch; ep_comm time is in the phases' other"},
+          {"per_rank", per_rank}};
 }
 
 // --memory-accounting on: each rank's step figures (memory_probe.hpp) beside its model states,

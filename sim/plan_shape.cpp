@@ -173,6 +173,10 @@ PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Softw
   if (s.uses_ps()) ps = ps_network(cluster, s, groups.dp);
 }
 
+Bytes expert_all_to_all_bytes(const ModelSpec& m, const PlanShape& shape) {
+  return shape.moe.routed * m.hidden * shape.bytes.activation;
+}
+
 std::optional<Infeasible> cannot_shape(const ModelSpec& model, const Cluster& cluster, const Strategy& s) {
   if (auto bad = validate(s, model)) return Infeasible{.reason = InfeasibleReason::invalid_strategy, .detail = *bad};
   if (auto bad = validate_on(s, cluster)) return Infeasible{.reason = InfeasibleReason::invalid_strategy, .detail = *bad};

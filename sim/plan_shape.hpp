@@ -173,6 +173,12 @@ struct PlanShape {
   PlanShape(const ModelSpec& model, const Cluster& cluster, const Software& sw, const Strategy& s);
 };
 
+// Bytes one rank hands to one expert all-to-all of one MoE layer for one micro-batch (the
+// dispatch's or the combine's, forward or backward, under the alltoall dispatcher): the busiest EP
+// rank's routed copies (MoeShape::routed), hidden elements each, in activation bytes (the one
+// place of this figure: predict's expert collectives and exec's test read it). 0 for a dense model.
+Bytes expert_all_to_all_bytes(const ModelSpec& m, const PlanShape& shape);
+
 // Why `s` cannot be costed on `cluster` for `model`: it breaks a rule of validate() or
 // validate_on() (invalid_strategy, naming the flag and rule), or the GPU has no peak for its dtype
 // (unsupported_dtype). nullopt when a PlanShape may be built.

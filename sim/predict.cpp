@@ -105,7 +105,7 @@ EpCalls ep_calls(const ModelSpec& m, const PlanShape& shape) {
   const MoeShape& ms = shape.moe;
   const GroupLink& ep = shape.groups.ep;
   const double h = m.hidden, act = shape.bytes.activation;
-  const Bytes routed = ms.routed * h * act;
+  const Bytes routed = expert_all_to_all_bytes(m, shape);
   if (s.dispatcher == Dispatcher::allgather) {
     const double ranks = static_cast<double>(s.ep) * s.etp;
     const Bytes gathered = ranks * ms.tokens * (h * act + 5.0 * m.moe.experts);

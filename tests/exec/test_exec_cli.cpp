@@ -192,6 +192,34 @@ TEST(ExecCli, OutputsStayOutOfTheDataFoldersAndApartFromInputs) {
   EXPECT_NE(r.output.find("tokens.bin: is also an input file (--data "), std::string::npos) << r.output;
 }
 
+// A mixture-of-experts model from the command line: two CPU ranks over Gloo, each holding two of
+// tiny-moe's four experts (--ep 2); the console and the JSON say what ran, and the JSON lists each
+// rank's all-to-all bytes. Bad expert input exits 2 with one line naming the flag.
+TEST(ExecCli, MixtureOfExpertsRunsWithExpertParallelism) {
+  const ScratchDir scratch;
+  const fs::path m = scratch.path() / "m.json";
+  const std::string plan = std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
+                           "/exec/tiny-moe.json --cluster cpu-local --dtype fp32 --global-batch 4 --micro-batch 1 "
+                           "--gpus 2 --nproc 2 --backend gloo --steps 2 --warmup 0";
+  auto er = run_merged(plan + " --ep 2 --json " + m.string());
+  ASSERT_EQ(er.code, 0) << er.output;
+  EXPECT_NE(er.output.find("step time: median"), std::string::npos) << er.output;
+  std::ifstream f(m);
+  ASSERT_TRUE(f.good()) << m;
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j.at("status"), "ok");
+  const auto& ep = j.at("environment").at("expert_parallel");
+  EXPECT_EQ(ep.at("ep"), 2);
+  EXPECT_EQ(ep.at("edp"), 1);
+  ASSERT_EQ(ep.at("per_rank").size(), 2u);
+  for (const auto& r : ep.at("per_rank")) EXPECT_GT(r.at("token_bytes_per_step").get<double>(), 0.0) << r;
+
+  auto bad = run_merged(plan + " --ep 3 --json " + m.string());
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
+  EXPECT_NE(bad.output.find("--ep 3"), std::string::npos) << bad.output;
+}
+
 TEST(ExecCli, HelpListsExecutionFlags) {
   auto r = run_merged("exec --help");
   EXPECT_EQ(r.code, 0) << r.output;
