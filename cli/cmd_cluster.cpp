@@ -23,6 +23,9 @@ measured tables of --from by trainplan's rule (sim/op_costs.hpp):
   memory-bound kernel times     x  measured GPU's HBM bandwidth / your --hbm-bandwidth-gbps
   kernel floor (launch, host)   kept;  misaligned-GEMM slowdown kept (or --misaligned-gemm-slowdown)
   other formats (fp8, mxfp8, nvfp4) from your peaks' ratios to bf16, as on a measured GPU
+  GEMM shapes (with --sm-count and --from's gpu.sm_count): each GEMM at the measured GPU's
+    efficiency for the shape with as many tiles per SM and as long a k-loop per tile (m x their
+    SMs / yours, k x their peak per SM / yours), so fewer or slower SMs fill at smaller shapes
 With --achieved-bf16 (your GPU's best achieved matmul rate, e.g. from a maximum-achievable-matmul
 search), GEMM times scale by the ratio of ACHIEVED rates instead: the measured table's best GEMM
 rate / yours; --achieved-fp8 (or -mxfp8, -nvfp4) then gives that format's speed-up over bf16 as
@@ -50,6 +53,8 @@ options:
   --peak-mxfp8 T, --peak-nvfp4 T   block-scaled formats' dense peaks (default 0: none)
   --price-usd X              price per GPU-hour (default: --from's)
   --power-w W                power per GPU incl. its share of the node (default: --from's)
+  --sm-count N               streaming multiprocessors (NVIDIA) or compute units (AMD) of your
+                             GPU (default: not stated; every GEMM then keeps its own shape)
   --misaligned-gemm-slowdown X   replace the kept slowdown of misaligned GEMMs, in [1, 100]
   --achieved-bf16 T          best achieved bf16 matmul rate on your GPU, TFLOP/s (at most its peak)
   --achieved-fp8 T, --achieved-mxfp8 T, --achieved-nvfp4 T   the same in a quantized format
@@ -113,6 +118,7 @@ nlohmann::json derived_file(const Flags& f, const Cluster& src, const nlohmann::
               {"peak_tflops", peaks},
               {"hbm_gb", f.get_double("hbm-gb", 0, 1e-3, 1e6)},
               {"hbm_bandwidth_gbps", f.get_double("hbm-bandwidth-gbps", 0, 1e-3, 1e6)}};
+  if (f.has("sm-count")) j["gpu"]["sm_count"] = f.get_int("sm-count", 0, 1, 100000);
   j["price_per_gpu_hour_usd"] = f.get_double("price-usd", src.price_per_gpu_hour, 0, 1e6);
   j["power_per_gpu_w"] = f.get_double("power-w", src.power_per_gpu, 0, 1e6);
   nlohmann::json derive = {{"from", from}};
@@ -171,8 +177,12 @@ int cluster_derive(const Args& args, const Context& ctx) {
       d.gemm_achieved ? fmt::format("x {:.4g} (GEMM, by achieved rates), x {:.4g} (attention)", d.gemm_ratio,
                                     d.attention_fwd_ratio)
                       : fmt::format("x {:.4g} (GEMM, attention)", d.gemm_ratio);
-  ctx.out << fmt::format("wrote {}: {} with {}'s tables {} and x {:.4g} (memory-bound)\n", out, derived.gpu.name,
-                         src.name, compute, d.memory_ratio);
+  const std::string shapes =
+      d.gemm_m_scale == 1 && d.gemm_k_scale == 1
+          ? std::string()
+          : fmt::format("; GEMMs at the measured efficiency of m x {:.4g}, k x {:.4g}", d.gemm_m_scale, d.gemm_k_scale);
+  ctx.out << fmt::format("wrote {}: {} with {}'s tables {} and x {:.4g} (memory-bound){}\n", out, derived.gpu.name,
+                         src.name, compute, d.memory_ratio, shapes);
   return 0;
 }
 

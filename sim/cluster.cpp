@@ -77,6 +77,7 @@ GpuSpec parse_gpu(const JsonObject& g) {
   peak.finish();
   gpu.hbm = g.number("hbm_gb", 1e-3, 1e6) * kGB;
   gpu.hbm_bandwidth = g.number("hbm_bandwidth_gbps", 1e-3, 1e6) * kGB;
+  if (g.has("sm_count")) gpu.sm_count = static_cast<int>(g.integer("sm_count", 1, 100000));
   // Removed in favour of the measured "ops" tables; a file that still sets one would expect
   // it to change the prediction.
   for (const char* removed : {"gemm_efficiency", "attention_efficiency", "memory_efficiency"}) {
@@ -210,6 +211,8 @@ OpCostTables parse_ops(const JsonObject& ops, const GpuSpec& gpu, const std::str
                                  to_string(src.ops.dtype)));
   }
   in.hbm_bandwidth = gpu.hbm_bandwidth;
+  in.sm_count = gpu.sm_count;
+  in.measured_sm_count = src.gpu.sm_count;
   OpCostTables t = derive_op_costs(src.ops, in);
   if (misaligned) t.misaligned_gemm_slowdown = *misaligned;
   return t;

@@ -20,6 +20,9 @@ struct GpuSpec {
   FlopsPerSecond peak_mxfp8 = 0, peak_nvfp4 = 0;
   Bytes hbm = 0;
   BytesPerSecond hbm_bandwidth = 0;
+  // Streaming multiprocessors (NVIDIA) or compute units (AMD): what a GEMM's tiles are spread over.
+  // Optional in the file ("sm_count"); 0 = not stated. Deriving op tables uses it (op_costs.hpp).
+  int sm_count = 0;
 
   FlopsPerSecond peak(Dtype d) const;
 };

@@ -238,7 +238,8 @@ void OpCostTables::prepare() {
 
 Seconds OpCostTables::gemm_time(double m, double n, double k, GemmPass pass) const {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
-  const double rate = std::exp(gemm_grid_[static_cast<int>(pass)].at({log2v(m), log2v(n), log2v(k)}));
+  const double rate = std::exp(gemm_grid_[static_cast<int>(pass)].at(
+      {log2v(m * derivation.gemm_m_scale), log2v(n), log2v(k * derivation.gemm_k_scale)}));
   return 2 * m * n * k / rate;
 }
 
@@ -392,11 +393,15 @@ void parse_memory_bound(const JsonObject& o, OpCostTables& t) {
 
 namespace {
 
-// The measured table's rate for the reference of one achieved figure (derive_op_costs).
-FlopsPerSecond table_rate(const OpCostTables& t, const AchievedRate& a) {
+// The measured table's rate for the reference of one achieved figure (derive_op_costs); a GEMM
+// shape is read where `shape` (the derived table's scales) maps it.
+FlopsPerSecond table_rate(const OpCostTables& t, const AchievedRate& a, const OpDerivation& shape) {
   switch (a.kernel) {
-    case ReferenceKernel::gemm:
-      return a.best ? t.best_gemm_rate() : 2 * a.m * a.n * a.k / t.gemm_time(a.m, a.n, a.k, GemmPass::fwd);
+    case ReferenceKernel::gemm: {
+      if (a.best) return t.best_gemm_rate();
+      const double m = a.m * shape.gemm_m_scale, k = a.k * shape.gemm_k_scale;
+      return 2 * m * a.n * k / t.gemm_time(m, a.n, k, GemmPass::fwd);
+    }
     case ReferenceKernel::attention_fwd:
       return causal_attention_fwd_flops(a.seq, a.head_dim, 1) / t.attention_fwd(a.seq, a.head_dim, 1);
     case ReferenceKernel::attention_bwd:
@@ -409,12 +414,12 @@ FlopsPerSecond table_rate(const OpCostTables& t, const AchievedRate& a) {
 // reference, over the figures of `kernel` in the table dtype; `peak_ratio` (and achieved false)
 // where there are none.
 double achieved_ratio(const OpCostTables& t, const std::vector<AchievedRate>& rates, ReferenceKernel kernel,
-                      double peak_ratio, bool& achieved) {
+                      const OpDerivation& shape, double peak_ratio, bool& achieved) {
   double log_sum = 0;
   int n = 0;
   for (const AchievedRate& a : rates) {
     if (a.kernel != kernel || a.dtype != t.dtype) continue;
-    log_sum += std::log(a.rate / table_rate(t, a));
+    log_sum += std::log(a.rate / table_rate(t, a, shape));
     ++n;
   }
   achieved = n > 0;
@@ -452,11 +457,16 @@ OpCostTables derive_op_costs(const OpCostTables& measured, const DerivationInput
   OpDerivation& d = t.derivation;
   d.from = in.from;
   const double peak_ratio = in.peak / measured.measured_on.peak;
-  d.gemm_ratio = achieved_ratio(measured, in.achieved, ReferenceKernel::gemm, peak_ratio, d.gemm_achieved);
+  if (in.sm_count > 0 && in.measured_sm_count > 0) {
+    const double sm_ratio = static_cast<double>(in.sm_count) / in.measured_sm_count;
+    d.gemm_m_scale = 1 / sm_ratio;
+    d.gemm_k_scale = sm_ratio / peak_ratio;  // measured peak per SM / this GPU's
+  }
+  d.gemm_ratio = achieved_ratio(measured, in.achieved, ReferenceKernel::gemm, d, peak_ratio, d.gemm_achieved);
   d.attention_fwd_ratio =
-      achieved_ratio(measured, in.achieved, ReferenceKernel::attention_fwd, peak_ratio, d.attention_fwd_achieved);
+      achieved_ratio(measured, in.achieved, ReferenceKernel::attention_fwd, d, peak_ratio, d.attention_fwd_achieved);
   d.attention_bwd_ratio =
-      achieved_ratio(measured, in.achieved, ReferenceKernel::attention_bwd, peak_ratio, d.attention_bwd_achieved);
+      achieved_ratio(measured, in.achieved, ReferenceKernel::attention_bwd, d, peak_ratio, d.attention_bwd_achieved);
   d.memory_ratio = in.hbm_bandwidth / measured.measured_on.hbm_bandwidth;
   d.fp8_speedup = format_speedup(in.achieved, Dtype::fp8, measured.dtype);
   d.mxfp8_speedup = format_speedup(in.achieved, Dtype::mxfp8, measured.dtype);

@@ -107,6 +107,9 @@ struct DerivationInputs {
   BytesPerSecond hbm_bandwidth = 0;     // this GPU's HBM bandwidth
   bool keep_attention_kernels = false;  // see derive_op_costs
   std::vector<AchievedRate> achieved;   // published rates on this GPU; may be empty
+  // Streaming multiprocessors (or compute units) of this GPU and of the measured one; either 0
+  // (not stated) keeps every GEMM at its own shape (see derive_op_costs).
+  int sm_count = 0, measured_sm_count = 0;
 };
 
 // How a derived table was made from a measured one (derive_op_costs); empty `from` when measured.
@@ -118,6 +121,10 @@ struct OpDerivation {
   double attention_fwd_ratio = 1;   // attention forward rates x this
   double attention_bwd_ratio = 1;   // attention backward rates x this
   double memory_ratio = 1;          // memory-bound rates x this (target HBM bandwidth / measured)
+  // A GEMM (m, n, k) on this GPU runs at the measured table's efficiency for (m x gemm_m_scale, n,
+  // k x gemm_k_scale): the shape that gives the measured GPU as many tiles per SM and as long a
+  // k-loop per tile (derive_op_costs). 1 and 1 on a measured table.
+  double gemm_m_scale = 1, gemm_k_scale = 1;
   bool gemm_achieved = false, attention_fwd_achieved = false, attention_bwd_achieved = false;
   // Achieved speed-up of a quantized GEMM format over the table dtype on this GPU (its published
   // rate over the table-dtype rate published at the same shape); 0 where none was published and
@@ -195,9 +202,17 @@ OpCostTables parse_op_costs(const JsonObject& o);
 // The derivation rule: the tables of a GPU that was not measured, from the tables measured on
 // another GPU (`measured`) and the figures of the new one, each kernel scaled by the resource that
 // bounds it:
+//   GEMM shape (tiles and k-loop): a GEMM's efficiency below the best is set by how its output
+//     tiles fill the SMs (waves) and by how long each tile's k-loop runs against the tile's fixed
+//     prologue and epilogue. So a GEMM (m, n, k) on this GPU takes the measured GPU's efficiency
+//     at the shape that gives it the same tiles per SM, m x measured SMs / SMs, and the same
+//     k-loop time, k x (measured peak per SM / peak per SM), both in the table dtype. A GPU with
+//     fewer, slower SMs (A100 against H100) reaches its best rate at smaller shapes; one with
+//     faster SMs (B200) needs larger ones. Datasheet figures only (gpu.sm_count, the peaks);
+//     without both SM counts every GEMM keeps its own shape;
 //   GEMM (compute-bound): rates x the ratio of ACHIEVED rates of a reference GEMM where this GPU's
 //     file states published ones (in.achieved, table dtype): this GPU's rate over the measured
-//     table's rate for the same reference, i.e. at the same shape (the forward product), or, for
+//     table's rate for the same reference, at the shape it maps to (the forward product), or, for
 //     a best-over-shapes figure, the table's best rate (OpCostTables::best_gemm_rate); several
 //     figures give the geometric mean of their ratios. Without one, the datasheet peak ratio
 //     in.peak / measured_on.peak (the assumption: the same fraction of peak per shape);

@@ -28,7 +28,7 @@ double step_time(const std::string& out) {
 
 const std::string kB200 =
     "--gpu-name B200-SXM-180GB --peak-bf16 2250 --peak-fp8 4500 --peak-mxfp8 4500 --peak-nvfp4 9000 --peak-fp32 80 "
-    "--hbm-gb 191.5 --hbm-bandwidth-gbps 7680";
+    "--hbm-gb 191.5 --hbm-bandwidth-gbps 7680 --sm-count 148";
 
 // One GPU (no communication): a derived file with dgx-b200's GPU figures and its published best
 // matmul rates predicts dgx-b200's step time, since both derive from dgx-h100 by the one rule.
@@ -36,7 +36,10 @@ TEST_F(ClusterCli, DerivedFileLoadsAndMatchesTheBuiltinDerivation) {
   const fs::path peaks_only = dir_ / "peaks.json";
   Result r = run("cluster derive --from dgx-h100 --name peaks " + kB200 + " --out " + peaks_only.string());
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("x 2.274 (GEMM, attention) and x 2.293 (memory-bound)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("x 2.274 (GEMM, attention) and x 2.293 (memory-bound); GEMMs at the measured efficiency "
+                       "of m x 0.8919, k x 0.4931"),
+            std::string::npos)
+      << r.out;
   EXPECT_EQ(read(peaks_only).at("ops").at("derive"), json::parse(R"({"from": "dgx-h100"})"));
   const fs::path out = dir_ / "my-b200.json";
   r = run("cluster derive --from dgx-h100 --name my-b200 " + kB200 +

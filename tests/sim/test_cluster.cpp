@@ -290,6 +290,7 @@ TEST(MeasuredGpu, ACopyWithAnotherGpusPeakOrBandwidthIsRefused) {
 // memory-bound kernels at the bandwidth ratio, the kernel floor kept.
 TEST(DerivedOps, FromABuiltinClusterByThePeakAndBandwidthRatios) {
   json j = h100_copy();
+  j["gpu"].erase("sm_count");  // no SM count: every GEMM keeps its own shape
   j["gpu"]["peak_tflops"]["bf16"] = 2250;
   j["gpu"]["hbm_bandwidth_gbps"] = 8000;
   j["ops"] = {{"source", "derived for a test"}, {"derive", {{"from", "dgx-h100"}}}};
@@ -326,6 +327,7 @@ TEST(DerivedOps, FromABuiltinClusterByThePeakAndBandwidthRatios) {
 TEST(DerivedOps, AGemmOnB200FromItsH100FigureUnderBothRules) {
   const Cluster h = load_cluster("dgx-h100", kSource);
   json j = h100_copy();
+  j["gpu"].erase("sm_count");  // no SM count: every GEMM keeps its own shape
   j["gpu"]["peak_tflops"]["bf16"] = 2250;
   j["gpu"]["peak_tflops"]["fp8"] = 4500;
   j["gpu"]["hbm_bandwidth_gbps"] = 7680;
@@ -353,6 +355,45 @@ TEST(DerivedOps, AGemmOnB200FromItsH100FigureUnderBothRules) {
               b.ops.gemm_time(8192, 8192, 8192 / 1.8, GemmPass::fwd), 1e-12);
   EXPECT_NEAR(gemm_time(peak, Dtype::fp8, 8192, 8192, 8192, GemmPass::fwd),
               peak.ops.gemm_time(8192, 8192, 4096, GemmPass::fwd), 1e-12);
+}
+
+// With both SM counts a GEMM runs at the measured efficiency of the shape that gives the measured
+// GPU as many output tiles per SM and as long a k-loop per tile, by hand:
+//   half the SMs at the same peak per SM (b/2 SMs, peak / 2): m x 2, k x 1; the GEMM (2048, 4096,
+//     4096) then takes H100's efficiency at (4096, 4096, 4096) at half H100's rate;
+//   B200 (148 SMs, 2250 TFLOP/s bf16): m x 132 / 148 = 0.892, k x (989.5 / 132) / (2250 / 148)
+//     = 7.496 / 15.20 = 0.4931: its faster SMs finish a k-loop in half an H100's time;
+//   A100 (108 SMs, 312): m x 1.222, k x 7.496 / 2.889 = 2.595.
+TEST(DerivedOps, AGemmTakesTheMeasuredEfficiencyOfTheShapeWithTheSameTilesPerSmAndKLoop) {
+  const Cluster h = load_cluster("dgx-h100", kSource);
+  auto derive = [](double peak, int sms) {
+    json j = h100_copy();
+    j["gpu"]["peak_tflops"]["bf16"] = peak;
+    j["gpu"]["sm_count"] = sms;
+    j["ops"] = {{"source", "derived for a test"}, {"derive", {{"from", "dgx-h100"}}}};
+    return parse_cluster(j, "d.json", kSource);
+  };
+  auto rate = [](const Cluster& c, double m, double n, double k) {
+    return 2 * m * n * k / c.ops.gemm_time(m, n, k, GemmPass::fwd);
+  };
+  const Cluster half = derive(989.5 / 2, 66);
+  EXPECT_DOUBLE_EQ(half.ops.derivation.gemm_m_scale, 2);
+  EXPECT_DOUBLE_EQ(half.ops.derivation.gemm_k_scale, 1);
+  EXPECT_NEAR(rate(half, 2048, 4096, 4096), rate(h, 4096, 4096, 4096) / 2, 1e-6 * rate(h, 4096, 4096, 4096));
+
+  const Cluster b = derive(2250, 148);
+  EXPECT_NEAR(b.ops.derivation.gemm_m_scale, 0.8919, 1e-4);
+  EXPECT_NEAR(b.ops.derivation.gemm_k_scale, 0.4931, 1e-4);
+  const double m = 8192, n = 8192, k = 8192;
+  EXPECT_NEAR(rate(b, m, n, k), rate(h, m * 0.89189, n, k * 0.49313) * 2250 / 989.5, 1e-3 * rate(b, m, n, k));
+  const Cluster a = derive(312, 108);
+  EXPECT_NEAR(a.ops.derivation.gemm_m_scale, 1.2222, 1e-4);
+  EXPECT_NEAR(a.ops.derivation.gemm_k_scale, 2.5948, 1e-4);
+  // A 2048-token GEMM of a 13B model at tp 2 (hidden 5120) loses less of the best rate on the
+  // A100 than on the H100: the A100's slower SMs keep busy on shorter shapes.
+  auto efficiency = [&](const Cluster& c, double peak) { return rate(c, 2048, 7680, 5120) / peak; };
+  EXPECT_GT(efficiency(a, 312e12), efficiency(h, 989.5e12));
+  EXPECT_LT(efficiency(b, 2250e12), efficiency(h, 989.5e12));
 }
 
 // The shipped Blackwell and AMD files scale GEMMs by their published best matmul rates over

@@ -25,19 +25,18 @@ namespace {
 
 constexpr double kRowTarget = 0.20, kMeanTarget = 0.12;
 
-// Every row is still predicted too fast (0.8% to 23.7%), the MXFP8 rows most (15.6% to 23.7%
-// against 0.8% to 13.3% for FP8). With the peak-ratio rule they were 7.8% to 27.9% fast (mean
-// 17.4%); scaling GEMMs by published achieved rates moved every row the right way. What is left
-// is not explained by one constant and nothing here was tuned on these rows: attention and the
-// MXFP8 GEMMs still assume Blackwell reaches H100's fraction of peak (no published rate of the
-// stack's kernels on a named B200 or GB200 was found), published per-shape B200 bf16 GEMM rates
-// at 8192^3 and 16384x4096x4096 run 5-17% below the best-shape figure the clusters use (their
-// ops.source), and NVIDIA's B300 GEMM benchmark has MXFP8 kernels 5% slower than per-tensor FP8
-// where the model, at the peak ratio, makes them faster. Keyed by row index.
+// Every row is still predicted too fast (0.1% to 21.0%), the MXFP8 rows most (14.0% to 21.0%
+// against 0.1% to 12.8% for FP8). With the peak-ratio rule they were 7.8% to 27.9% fast (mean
+// 17.4%); scaling GEMMs by published achieved rates (mean 12.7%), then reading each GEMM at the
+// shape with the same tiles per SM and k-loop time on the H100 (Blackwell's faster SMs need larger
+// GEMMs to reach their best rate; mean 11.3%) moved every row the right way. What is left is not
+// explained by one constant and nothing here was tuned on these rows: attention and the MXFP8 GEMMs
+// still assume Blackwell reaches H100's fraction of peak (no published rate of the stack's kernels
+// on a named B200 or GB200 was found), and NVIDIA's B300 GEMM benchmark has MXFP8 kernels 5% slower
+// than per-tensor FP8 where the model, at the peak ratio, makes them faster. Keyed by row index.
 const char* kBlackwellBias =
     "predicted too fast: attention and MXFP8 GEMMs at the peak ratio overstate Blackwell (see above)";
-const std::map<int, double> kKnownMisses = {{10, 0.25}};  // 23.7% today
-constexpr double kMeanKnown = 0.13;  // the mean today, 12.6%, is past the 12% target
+const std::map<int, double> kKnownMisses = {{10, 0.25}};  // 21.0% today
 
 // A row's layout, from its flags in trainplan's spelling.
 Strategy row_strategy(const nlohmann::json& f) {
@@ -109,7 +108,7 @@ TEST(ValidationBlackwell, MegatronBridgeStepTimes) {
   const double mae = sum_abs / compared;
   std::printf("mean absolute error %.2f%% over %d rows (target %.0f%%%s)\n", 100 * mae, compared, 100 * kMeanTarget,
               mae > kMeanTarget ? ": NOT MET" : "");
-  EXPECT_LE(mae, kMeanKnown);
+  EXPECT_LE(mae, kMeanTarget);
 }
 
 }  // namespace

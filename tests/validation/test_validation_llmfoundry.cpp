@@ -194,7 +194,7 @@ TEST(ValidationLlmFoundry, A100StepTimeWithinTolerance) {
   print_set_errors(all, "", "");
   // Printed only, for choosing a profile: the same runs under pytorch-eager (PyTorch-native kernels,
   // no Megatron fusion; Composer + FSDP sits between the two stacks). It is closer on H100 and
-  // further on A100, whose tables are H100's scaled by the peak ratio (dgx-a100-80g.json).
+  // further on A100, whose tables are derived from H100's (dgx-a100-80g.json ops.source).
   print_set_errors(predicted("pytorch-eager"), "pytorch-eager: ", " (printed only)");
   print_set_errors(predicted("llm-foundry"), "llm-foundry: ", " (printed only)");
   ASSERT_EQ(asserted, 93);

@@ -112,20 +112,22 @@ TEST(Spearman, HandWorkedValues) {
 // Sets below the 0.9 target today: the floor they are held to and what the model does not capture.
 const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
     {"hagemann2023-13b-seq2048-32gpu-seqpar",
-     {0.2, "micro-batch 1 is predicted 15-30% slower than 2 at tp 2 where the runs were within 8%: the A100 GEMM table is "
-           "H100's measured per-shape efficiency scaled by the peak ratio (dgx-a100-80g.json ops.source), so "
-           "2048-token GEMMs come out 15-20% less efficient than 4096-token ones, more than on an A100"}},
+     {0.3, "micro-batch 1 rows are predicted 5-20% slow where the micro-batch 2 rows are within 6% (tp 1 pp 1: +19% at "
+           "mb 1, +4% at mb 2): these runs were faster at mb 1 than at mb 2, the model has them slower; the costs it "
+           "charges per micro-batch (unfused gradient accumulation, pipeline hand-offs) exceed what these runs show"}},
     {"hagemann2023-13b-seq2048-64gpu",
-     {0.5, "the flash_attention2 runs with pipelining slow down with the micro-batch (pp 2: 44 s at mb 1, 73 s at mb 8) "
+     {0.7, "the flash_attention2 runs with pipelining slow down with the micro-batch (pp 2: 44 s at mb 1, 73 s at mb 8) "
            "where the same layouts with FlashAttention 1.0.8 stay flat (42-45 s): not an effect of the layout; and "
-           "the 2048-token GEMM efficiency above"}},
+           "the micro-batch 1 rows above (tp 1 mb 1 up to +18%)"}},
     {"hagemann2023-30b-seq2048-256gpu",
      {0.6, "the layouts with one or two pipeline stages (data parallelism 64-128) ran 15-30% slower than those with "
             "four stages at the same tp, which the model does not reproduce (it predicts them 5-29% fast, with the fp32 gradient all-reduce)"}},
-    {"hagemann2023-30b-seq2048-64gpu-seqpar", {0.65, "the 2048-token GEMM efficiency on A100 (see the 13B 32-GPU set)"}},
+    {"hagemann2023-30b-seq2048-64gpu-seqpar",
+     {0.8, "every row within 11%, but the layouts span about 15%: tp 1-2 rows are predicted 3-10% slow and tp 4 rows "
+           "-6% to +3%, enough to swap neighbours"}},
     {"hagemann2023-13b-seq8192-128gpu",
-     {0.8, "tensor parallelism costs more than modelled: tp 4 rows are predicted 11-16% fast, tp 1 within 6%"}},
-    {"hagemann2023-30b-seq8192-128gpu", {0.85, "as the 13B 8k set: tp 4 rows predicted 9-17% fast, tp 2 within 11%"}},
+     {0.8, "tensor parallelism costs more than modelled: tp 4 rows are predicted 10-14% fast, tp 1-2 mostly within 8%"}},
+    {"hagemann2023-30b-seq8192-128gpu", {0.83, "as the 13B 8k set: tp 4 rows predicted 8-16% fast, tp 2 within 6%"}},
 };
 
 struct SetResult {
