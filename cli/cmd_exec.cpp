@@ -362,6 +362,12 @@ exec::ExecPlan exec_plan(const PlanInputs& in) {
   const LayerGraph graph(in.model, s.seq_len);
   const StepCosts costs = step_costs(graph, in.cluster, in.software, s);
   for (const ChunkCost& c : costs.chunks) {
+    if (c.layers == 0) {
+      throw InputError(fmt::format("--pipeline-accounts {}: leaves pipeline chunk {} of stage {} without a transformer "
+                                   "layer, which exec does not run; predict and simulate model it (fewer chunks, "
+                                   "--pp x --vp, give every chunk a layer)",
+                                   pipeline_accounts_string(s.pipeline_accounts), c.chunk, c.stage));
+    }
     plan.first_layer.push_back(c.first_layer);
     plan.layers.push_back(c.layers);
   }

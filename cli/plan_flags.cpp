@@ -169,6 +169,11 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
     s.grad_compression = *parsed;
   }
   if (auto order = f.get("rank-order")) read_rank_order(*order, s);
+  if (auto a = f.get("pipeline-accounts")) {
+    auto parsed = parse_pipeline_accounts(*a);
+    if (!parsed) throw InputError(fmt::format("--pipeline-accounts {}: must be none or a comma-separated list of embedding, loss", *a));
+    s.pipeline_accounts = *parsed;
+  }
 }
 
 // The expert flags over `s`: --ep --etp --moe-imbalance --moe-dispatcher --capacity-factor
@@ -333,6 +338,11 @@ std::string plan_flags_help() {
   --attention flash|standard        fused attention (default) or materialised scores
   --fp32-grad-accum on|off          keep 4-byte gradients (default off)
   --rank-order tp,cp,dp,pp          rank order, fastest-varying first (default tp,cp,dp,pp)
+  --pipeline-accounts LIST  count the embedding and/or the loss as one layer of the first / last
+                            pipeline chunk and split the layers evenly, (layers + counted) / (pp x
+                            vp) per chunk (Megatron-core's --account-for-embedding-in-pipeline-
+                            split, --account-for-loss-in-pipeline-split): embedding, loss or none
+                            (default none: the layers alone, split by predicted time)
   --dp-algorithm allreduce|ps|ps-async  how DP replicas combine gradients: collective (default),
                             parameter servers with a barrier per step, or asynchronous servers
   --ps-servers S            parameter-server shards, one node each (default 1; needs ps/ps-async)

@@ -405,6 +405,17 @@ bool uniform_module_split_into(int layers, std::span<int> out) {
   return true;
 }
 
+// The even split of Megatron-core's account flags (Strategy::pipeline_accounts, validated to
+// divide): every chunk (layers + counted) / chunks layers, less one in the first for the
+// embedding and in the last for the loss where they are counted.
+void accounted_split_into(int layers, unsigned accounts, std::span<int> out) {
+  const int chunks = static_cast<int>(out.size()), counted = std::popcount(accounts);
+  TRAINPLAN_CHECK(chunks >= 2 && (layers + counted) % chunks == 0, "validate() checks the accounted split");
+  std::fill(out.begin(), out.end(), (layers + counted) / chunks);
+  if (accounts & kAccountEmbedding) --out.front();
+  if (accounts & kAccountLoss) --out.back();
+}
+
 // The greedy fill of partition_layers (per-layer costs, `prefix` their prefix sums): chunk i takes
 // the most layers that keep its load (extra + its layers) within T and leave one layer for each
 // later chunk; the last takes the rest. Writes the counts into `out` when given. Whether every
@@ -610,13 +621,13 @@ namespace {
 // inputs (the split rule, each kind's layer cost, the end chunks' extras), else computed into its
 // next entry (no allocation once that entry held as many chunks, for a model of one layer kind).
 std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chunks, bool uniform_modules,
-                                const LayerCosts& lc, double first_extra, double last_extra) {
+                                unsigned accounts, const LayerCosts& lc, double first_extra, double last_extra) {
   std::array<double, LayerGraph::kMaxKinds> cost{};
   for (int k = 0; k < lc.kind_count; ++k) cost[static_cast<std::size_t>(k)] = lc.kinds[static_cast<std::size_t>(k)].total();
   const int layers = graph.model().layers;
   for (const StepMemo::Split& m : memo.splits) {
-    if (m.layers == layers && m.chunks == chunks && m.uniform_modules == uniform_modules && m.kind_cost == cost &&
-        m.first_extra == first_extra && m.last_extra == last_extra) {
+    if (m.layers == layers && m.chunks == chunks && m.uniform_modules == uniform_modules && m.accounts == accounts &&
+        m.kind_cost == cost && m.first_extra == first_extra && m.last_extra == last_extra) {
       return m.split;
     }
   }
@@ -626,7 +637,8 @@ std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chu
   m.split.resize(static_cast<std::size_t>(chunks));
   // A stack that cuts its list of modules into equal counts splits by count, where that gives
   // every chunk a layer; otherwise by cost.
-  const bool by_count = uniform_modules && chunks > 1 && uniform_module_split_into(layers, m.split);
+  const bool by_count = accounts != 0 ? (accounted_split_into(layers, accounts, m.split), true)
+                                       : uniform_modules && chunks > 1 && uniform_module_split_into(layers, m.split);
   if (!by_count && lc.kind_count == 1) {
     partition_layers_into(layers, m.split, cost[0], first_extra, last_extra);
   } else if (!by_count) {
@@ -637,6 +649,7 @@ std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chu
   m.layers = layers;
   m.chunks = chunks;
   m.uniform_modules = uniform_modules;
+  m.accounts = accounts;
   m.kind_cost = cost;
   m.first_extra = first_extra;
   m.last_extra = last_extra;
@@ -702,7 +715,8 @@ StepMemo::ChunkKey chunk_key(const LayerGraph& graph, const PlanShape& shape, co
                          p.post.tp_forward, p.post.tp_backward, p.post.params, p.post.expert_params,
                          shape.bytes.wire_grad})
     key[k++] = std::bit_cast<std::uint64_t>(x);
-  for (const int x : {graph.model().layers, shape.chunks, shape.strategy.pp, p.lc.kind_count, uniform_modules ? 1 : 0})
+  for (const int x : {graph.model().layers, shape.chunks, shape.strategy.pp, p.lc.kind_count, uniform_modules ? 1 : 0,
+                      static_cast<int>(shape.strategy.pipeline_accounts)})
     key[k++] = static_cast<std::uint64_t>(x);
   TRAINPLAN_CHECK(k == key.size(), "chunk memo inputs");
   return key;
@@ -806,7 +820,8 @@ StageParams set_chunks(const LayerGraph& graph, const Cluster& cluster, const So
     return {memo.busiest_params, memo.busiest_expert_params};
   }
   out.chunks.resize(shape.chunks);
-  const std::span<const int> split = memo_split(memo, graph, shape.chunks, sw.parallel.pipeline_uniform_modules, p.lc,
+  const std::span<const int> split = memo_split(memo, graph, shape.chunks, sw.parallel.pipeline_uniform_modules,
+                                                shape.strategy.pipeline_accounts, p.lc,
                                                 p.pre.total(), p.post.total());
   const StageParams busiest = place_chunks(graph, cluster, sw, shape, p, split, out.chunks);
   memo.chunks_of = memoizable ? &out : nullptr;

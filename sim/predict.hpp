@@ -144,13 +144,14 @@ struct StepMemo {
   struct Split {
     int layers = -1, chunks = -1;
     bool uniform_modules = false;  // Software::parallel.pipeline_uniform_modules
+    unsigned accounts = 0;         // Strategy::pipeline_accounts
     std::array<double, LayerGraph::kMaxKinds> kind_cost{};  // one layer's cost of each kind
     double first_extra = 0, last_extra = 0;
     std::vector<int> split;
   };
   std::array<Split, 8> splits;  // the splits computed last, with their inputs
   int next_split = 0;           // entry to replace next (round robin)
-  using ChunkKey = std::array<std::uint64_t, 30>;
+  using ChunkKey = std::array<std::uint64_t, 31>;
   // The StepCosts whose chunks the fields below describe (nullptr: none). Its chunks must not be
   // written by anything else between two step_costs calls (compose and simulate only read them).
   const StepCosts* chunks_of = nullptr;

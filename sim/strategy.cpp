@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <charconv>
+#include <span>
 
 #include "sim/check.hpp"
 #include "sim/cluster.hpp"
@@ -70,21 +72,23 @@ const char* to_string(Dispatcher d) {
 }
 
 namespace {
-constexpr std::pair<const char*, unsigned> kRecomputeModules[] = {{"moe_act", kRecomputeMoeAct},
-                                                                  {"mla_up_proj", kRecomputeMlaUpProj}};
-}  // namespace
+using NamedBit = std::pair<const char*, unsigned>;
+constexpr NamedBit kRecomputeModules[] = {{"moe_act", kRecomputeMoeAct}, {"mla_up_proj", kRecomputeMlaUpProj}};
+constexpr NamedBit kPipelineAccounts[] = {{"embedding", kAccountEmbedding}, {"loss", kAccountLoss}};
 
-std::string recompute_modules_string(unsigned modules) {
+// The names of `bits`' set bits, comma-separated in the table's order.
+std::string bits_string(unsigned bits, std::span<const NamedBit> names) {
   std::string out;
-  for (const auto& [name, bit] : kRecomputeModules) {
-    if (!(modules & bit)) continue;
+  for (const auto& [name, bit] : names) {
+    if (!(bits & bit)) continue;
     if (!out.empty()) out += ',';
     out += name;
   }
   return out;
 }
 
-std::optional<unsigned> parse_recompute_modules(const std::string& s) {
+// A comma-separated list of the table's names ("none" or "": no bit); nullopt for another name.
+std::optional<unsigned> parse_bits(const std::string& s, std::span<const NamedBit> names) {
   if (s.empty() || s == "none") return 0u;
   unsigned out = 0;
   std::size_t start = 0;
@@ -92,7 +96,7 @@ std::optional<unsigned> parse_recompute_modules(const std::string& s) {
     const std::size_t end = std::min(s.find(',', start), s.size());
     const std::string item = s.substr(start, end - start);
     bool known = false;
-    for (const auto& [name, bit] : kRecomputeModules) {
+    for (const auto& [name, bit] : names) {
       if (item == name) out |= bit, known = true;
     }
     if (!known) return std::nullopt;
@@ -100,6 +104,12 @@ std::optional<unsigned> parse_recompute_modules(const std::string& s) {
   }
   return out;
 }
+}  // namespace
+
+std::string recompute_modules_string(unsigned modules) { return bits_string(modules, kRecomputeModules); }
+std::optional<unsigned> parse_recompute_modules(const std::string& s) { return parse_bits(s, kRecomputeModules); }
+std::string pipeline_accounts_string(unsigned accounts) { return bits_string(accounts, kPipelineAccounts); }
+std::optional<unsigned> parse_pipeline_accounts(const std::string& s) { return parse_bits(s, kPipelineAccounts); }
 
 std::optional<Dispatcher> parse_dispatcher(const std::string& s) {
   if (s == "alltoall") return Dispatcher::alltoall;
@@ -253,6 +263,31 @@ std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& 
 
 }  // namespace
 
+namespace {
+
+// Every pipeline chunk gets a layer, or with --pipeline-accounts the layers and what it counts
+// split evenly (Megatron-core asserts the same divisibility for its account flags).
+std::optional<std::string> validate_pipeline_split(const Strategy& s, const ModelSpec& m) {
+  const long long chunks = static_cast<long long>(s.pp) * s.vp;
+  if (s.pipeline_accounts == 0) {
+    if (m.layers >= chunks) return std::nullopt;
+    return fmt::format("--pp {}: pp x vp ({}) must not exceed the model's layers ({}){}", s.pp, chunks, m.layers,
+                       m.layers + 2 >= chunks ? "; --pipeline-accounts embedding,loss counts those as layers too" : "");
+  }
+  const std::string flag = "--pipeline-accounts " + pipeline_accounts_string(s.pipeline_accounts);
+  if (s.pp < 2) return flag + ": needs --pp >= 2 (it places the embedding and the loss in pipeline chunks)";
+  const int counted = std::popcount(s.pipeline_accounts);
+  if ((m.layers + counted) % chunks != 0) {
+    return fmt::format("{}: the model's layers and the {} counted ({} + {} = {}) must split evenly over pp x vp ({}) "
+                       "chunks",
+                       flag, counted == 2 ? "embedding and loss" : s.pipeline_accounts == kAccountLoss ? "loss" : "embedding",
+                       m.layers, counted, m.layers + counted, chunks);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   auto bad = [](const char* flag, auto value, const std::string& rule) {
     return std::optional<std::string>(fmt::format("{} {}: {}", flag, value, rule));
@@ -302,9 +337,7 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   } else if (s.vp != 1) {
     return bad("--vp", s.vp, "must be 1 unless --schedule interleaved");
   }
-  if (m.layers < static_cast<long long>(s.pp) * s.vp) {
-    return bad("--pp", s.pp, fmt::format("pp x vp ({}) must not exceed the model's layers ({})", s.pp * s.vp, m.layers));
-  }
+  if (auto split = validate_pipeline_split(s, m)) return split;
   if (auto moe = validate_experts(s, m)) return moe;
   if (s.ps_servers < 1) return bad("--ps-servers", s.ps_servers, "must be >= 1");
   if (!s.uses_ps()) {
@@ -379,6 +412,7 @@ json to_json(const Strategy& s) {
   if (s.capacity_factor != 0) j["capacity_factor"] = s.capacity_factor;
   if (s.recompute_modules != 0) j["recompute_modules"] = recompute_modules_string(s.recompute_modules);
   if (s.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
+  if (s.pipeline_accounts != 0) j["pipeline_accounts"] = pipeline_accounts_string(s.pipeline_accounts);
   return j;
 }
 
@@ -458,6 +492,11 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
     s.grad_compression = *parsed;
   }
   read_expert_fields(o, s);
+  if (auto a = o.optional_string("pipeline_accounts")) {
+    auto parsed = parse_pipeline_accounts(*a);
+    if (!parsed) throw o.error("pipeline_accounts", "must list embedding, loss (comma-separated) or be none");
+    s.pipeline_accounts = *parsed;
+  }
   o.finish();
   return s;
 }
@@ -475,6 +514,7 @@ std::string describe(const Strategy& s) {
   if (s.dispatcher != Dispatcher::alltoall) out += fmt::format(" {}", to_string(s.dispatcher));
   if (s.moe_a2a_overlap) out += " a2a-overlap";
   if (s.recompute_modules) out += " rc:" + recompute_modules_string(s.recompute_modules);
+  if (s.pipeline_accounts) out += " split+" + pipeline_accounts_string(s.pipeline_accounts);
   if (s.uses_ps())
     out += fmt::format(" {}{}{}", to_string(s.dp_algorithm), s.ps_servers,
                        s.ps_placement == PsPlacement::colocated ? "c" : "");

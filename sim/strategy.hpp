@@ -48,6 +48,8 @@ enum class Dispatcher { alltoall, allgather, flex };
 //   mla_up_proj  MLA's up projections and RoPE (queries, keys and values rebuilt from the latents
 //                before the attention backward; multi_latent_attention.py).
 enum RecomputeModule : unsigned { kRecomputeMoeAct = 1u, kRecomputeMlaUpProj = 2u };
+// What a pipeline split counts beside the transformer layers (Strategy::pipeline_accounts).
+enum PipelineAccount : unsigned { kAccountEmbedding = 1u, kAccountLoss = 2u };
 
 struct Strategy {
   int dp = 1, tp = 1, pp = 1, cp = 1;
@@ -84,6 +86,12 @@ struct Strategy {
   // --overlap-moe-expert-parallel-comm, the 1F1B A2A overlap after DeepSeek-V3's DualPipe); the
   // share it hides is the software profile's overlap.ep. Off by default, as in Megatron-core.
   bool moe_a2a_overlap = false;
+  // Megatron-core's --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-
+  // split (PipelineAccount bits): the embedding (loss) counts as one layer of the first (last)
+  // pipeline chunk and the layers split evenly, (layers + counted) / (pp x vp) per chunk, so a
+  // chunk may hold the embedding or the loss alone. 0: the transformer layers alone, split by the
+  // software profile's rule (parallelism.pipeline_split).
+  unsigned pipeline_accounts = 0;
 
   // Meaningful once validate() passed (it bounds the products, see kMaxGpus).
   int gpus() const { return dp * tp * pp * cp; }
@@ -123,6 +131,7 @@ const char* to_string(DpAlgorithm a);   // allreduce | ps | ps-async
 const char* to_string(PsPlacement p);   // dedicated | colocated
 const char* to_string(Dispatcher d);    // alltoall | allgather
 std::string recompute_modules_string(unsigned modules);  // "moe_act,mla_up_proj", "" for none
+std::string pipeline_accounts_string(unsigned accounts);  // "embedding,loss", "" for none
 std::string to_string(const GradCompression& g);  // none | bf16 | powersgd:R
 // Parse the CLI/JSON spelling; std::nullopt when unknown.
 std::optional<Recompute> parse_recompute(const std::string& s);
@@ -137,6 +146,8 @@ std::optional<GradCompression> parse_grad_compression(const std::string& s);
 std::optional<Dispatcher> parse_dispatcher(const std::string& s);
 // A comma-separated list of moe_act, mla_up_proj ("none" or "": no module); nullopt for another name.
 std::optional<unsigned> parse_recompute_modules(const std::string& s);
+// A comma-separated list of embedding, loss ("none" or "": neither); nullopt for another name.
+std::optional<unsigned> parse_pipeline_accounts(const std::string& s);
 
 // Serialises in the "strategy" object of trainplan/prediction/v1. The data-parallel algorithm keys
 // (dp_algorithm, ps_servers, ps_placement, grad_compression) and the expert keys (ep, etp,

@@ -614,6 +614,49 @@ TEST(Predict, UniformModuleSplitCutsTheModuleListIntoEqualCounts) {
   EXPECT_EQ(predict(LayerGraph(gpt(2, 1024, 16), 2048), c, sw, s).stage_layers, (std::vector<int>{1, 1}));
 }
 
+// Megatron-core's account flags (Strategy::pipeline_accounts): the embedding and the loss count
+// as one layer each and the layers split evenly, so 6 layers over pp 2 x vp 4 = 8 chunks give the
+// first chunk the embedding alone and the last the LM head and loss alone: {0, 1, 1, 1, 1, 1, 1, 0}.
+TEST(Predict, AccountedPipelineSplitCountsTheEmbeddingAndTheLossAsLayers) {
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  const ModelSpec m = gpt(6, 1024, 16);
+  const LayerGraph g(m, 2048);
+  Strategy s = layout(1, 1, 2, 1, 8);
+  s.schedule = ScheduleKind::interleaved;
+  s.vp = 4;
+  EXPECT_NE(validate(s, m).value_or("").find("pp x vp (8) must not exceed the model's layers (6); "
+                                             "--pipeline-accounts embedding,loss counts those as layers too"),
+            std::string::npos);
+  s.pipeline_accounts = kAccountEmbedding | kAccountLoss;
+  ASSERT_FALSE(validate(s, m)) << *validate(s, m);
+  const StepCosts costs = step_costs(g, c, s);
+  std::vector<int> split;
+  for (const ChunkCost& chunk : costs.chunks) split.push_back(chunk.layers);
+  EXPECT_EQ(split, (std::vector<int>{0, 1, 1, 1, 1, 1, 1, 0}));
+  // The embedding alone is a gather, far shorter than a layer; the last chunk holds the head.
+  EXPECT_LT(costs.chunks.front().forward, 0.1 * costs.chunks[1].forward);
+  EXPECT_GT(costs.chunks.back().params, costs.chunks[1].params);
+  EXPECT_GT(predict(g, c, s).time.step, 0);
+  // The loss alone over 7 layers: {1, ..., 1, 0}; the embedding alone: {0, 1, ..., 1}.
+  const ModelSpec seven = gpt(7, 1024, 16);
+  for (const auto& [accounts, want] : {std::pair{kAccountLoss, std::vector<int>{1, 1, 1, 1, 1, 1, 1, 0}},
+                                       std::pair{kAccountEmbedding, std::vector<int>{0, 1, 1, 1, 1, 1, 1, 1}}}) {
+    s.pipeline_accounts = accounts;
+    ASSERT_FALSE(validate(s, seven));
+    split.clear();
+    for (const ChunkCost& chunk : step_costs(LayerGraph(seven, 2048), c, s).chunks) split.push_back(chunk.layers);
+    EXPECT_EQ(split, want) << pipeline_accounts_string(accounts);
+  }
+  // The counts must divide evenly, and there must be a pipeline to place them in.
+  s.pipeline_accounts = kAccountEmbedding;
+  EXPECT_EQ(validate(s, m).value_or(""), "--pipeline-accounts embedding: the model's layers and the embedding counted "
+                                         "(6 + 1 = 7) must split evenly over pp x vp (8) chunks");
+  s = layout(2, 1, 1, 1, 8);
+  s.pipeline_accounts = kAccountLoss;
+  EXPECT_EQ(validate(s, m).value_or(""),
+            "--pipeline-accounts loss: needs --pp >= 2 (it places the embedding and the loss in pipeline chunks)");
+}
+
 TEST(Predict, PredictIsComposeOfStepCosts) {
   const ModelSpec m = gpt(8, 2048, 16);
   const LayerGraph g(m, 2048);

@@ -75,6 +75,13 @@ TEST(Strategy, JsonRoundTrip) {
   s.order = {Dim::tp, Dim::dp, Dim::cp, Dim::pp};
   Strategy back = strategy_from_json(to_json(s), "plan.json");
   EXPECT_EQ(to_json(back), to_json(s));
+  EXPECT_FALSE(to_json(s).contains("pipeline_accounts"));  // written only where set
+  s.pipeline_accounts = kAccountEmbedding | kAccountLoss;
+  EXPECT_EQ(to_json(s).at("pipeline_accounts"), "embedding,loss");
+  EXPECT_EQ(strategy_from_json(to_json(s), "plan.json").pipeline_accounts, s.pipeline_accounts);
+  nlohmann::json j = to_json(s);
+  j["pipeline_accounts"] = "embedding,head";
+  EXPECT_THROW(strategy_from_json(j, "plan.json"), InputError);
 }
 
 TEST(Strategy, JsonRejectsBadRankOrder) {
