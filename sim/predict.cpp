@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <cmath>
+#include <numeric>
 #include <span>
 
 #include "sim/check.hpp"
@@ -612,6 +613,10 @@ Seconds step_time_floor(const LayerCosts& lc, Seconds p2p, int pp, int m, int vp
   const Seconds sum = lc.replica_work() + (pp > 1 ? (2.0 * vp * pp - 2) * p2p : 0);
   const int most_layers = (lc.layers + pp - 1) / pp;
   const Seconds max = std::max(sum / pp, most_layers * lc.min_layer_total() + end_sends);
+  if (vp == 1) {
+    const double k = std::min(pp - 1, m - 1);
+    return std::max(sum, m * max + std::max(0.0, sum - max - k * max / 2));
+  }
   return max * (m - 1.0 / vp) + sum / vp;
 }
 
@@ -1123,7 +1128,34 @@ struct StepSums {
   Seconds work_sum = 0, step_exposed = 0, dp_total = 0;
   Seconds zero2_last = 0;  // ZeRO-2: what the step's last reduction shows beyond its per-micro-batch exposure
   int fullest = 0;         // the fullest stage (the first of the largest totals)
+  Seconds one_f_one_b_bubble = 0;  // 1F1B: the fill and drain around the stages (one_f_one_b_bubble)
 };
+
+// The 1F1B schedule's fill and drain with stages of unequal work (stage j: forward f_j, backward
+// g_j, all its work w_j = f_j + g_j per micro-batch; k_j = p - 1 - j later stages, S_j = their summed work):
+// stage j starts when the first micro-batch reaches it and ends when the last backward has gone
+// back to stage 0 (the earlier stages' work, P_j); before its first backward it runs its k_j
+// warm-up forwards while the first micro-batch goes through the later stages and back (it waits
+// S_j - k_j f_j where that is positive), and in the cool-down its k_j last backwards wait for the
+// last micro-batch's round trip (S_j - k_j g_j), k_j at most m - 1. The step is the largest of
+//   m w_j + P_j + max(0, S_j - k_j f_j) + max(0, S_j - k_j g_j)
+// and the bubble what it adds to the busiest stage's m w_b. Equal stages give (p - 1) w: the
+// (p-1)/m bubble of Narayanan et al. 2021. Where later stages are lighter the busiest waits less
+// than their whole work, as the step simulator finds.
+Seconds one_f_one_b_bubble(std::span<const double> w, std::span<const double> f, std::span<const double> g, int m,
+                           Seconds busiest) {
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  const int p = static_cast<int>(w.size());
+  double before = 0, step = 0;
+  for (int j = 0; j < p; ++j) {
+    const double later = total - before - w[j], k = std::min(p - 1 - j, m - 1);
+    step = std::max(step, m * w[j] + before + std::max(0.0, later - k * f[j]) + std::max(0.0, later - k * g[j]));
+    before += w[j];
+  }
+  // With few micro-batches the first and the last round trips are one: at most the other stages'
+  // whole work, as with equal stages.
+  return std::min(step - m * busiest, total - busiest);
+}
 
 // Stage `stage`'s memory into e.per_stage (memory_model.hpp), the peak raised to it; returns its total.
 Bytes set_stage_memory(const MemoryModel& mm, int stage, const StageLoad& load, Estimate& e) {
@@ -1173,6 +1205,11 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
   e.stage_layers.resize(s.pp);
   StageSum b{};  // the busiest stage
   Seconds work_sum = 0, step_exposed = 0, dp_total = 0, zero2_last = 0;
+  // Each stage's work, forward and backward per micro-batch, for the 1F1B fill and drain.
+  constexpr std::size_t kInline = 64;
+  std::array<double, 3 * kInline> inline_wfg{};
+  std::vector<double> heap_wfg(pp > kInline ? 3 * pp : 0);
+  const std::span<double> wfg = pp > kInline ? std::span<double>(heap_wfg) : std::span<double>(inline_wfg).first(3 * pp);
   int fullest = 0;
   Bytes fullest_total = 0;
   for (std::size_t i = 0; i < pp; ++i) {
@@ -1221,6 +1258,12 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
     }
     t.work = t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_mb_exposed;
     work_sum += t.work;
+    wfg[i] = t.work;
+    // The stage's work split as its forward and backward are (its sends and exposed ZeRO traffic
+    // shared out in proportion).
+    const double scale = t.fwd + t.bwd > 0 ? t.work / (t.fwd + t.bwd) : 0.0;
+    wfg[pp + i] = scale * t.fwd;
+    wfg[2 * pp + i] = scale * t.bwd;
     if (i == 0 || b.work < t.work) b = t;
     // DP gradient reduction overlaps with the backward after a chunk's gradients are final
     // (gradient buckets start as soon as their layer's gradients exist, one bucket per layer); the
@@ -1235,7 +1278,10 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
       fullest_total = total;
     }
   }
-  return {b, work_sum, step_exposed, dp_total, zero2_last, fullest};
+  const Seconds bubble = s.schedule == ScheduleKind::one_f_one_b && pp > 1
+                             ? one_f_one_b_bubble(wfg.first(pp), wfg.subspan(pp, pp), wfg.subspan(2 * pp, pp), m, b.work)
+                             : 0.0;
+  return {b, work_sum, step_exposed, dp_total, zero2_last, fullest, bubble};
 }
 
 // Pipeline: the busiest stage runs m micro-batches back to back; filling and draining the
@@ -1250,7 +1296,8 @@ void set_time(const StepCosts& costs, const Strategy& s, double pp_rate, const S
   t.cp_comm = m * b.cp;
   t.ep_comm = m * b.ep;
   t.pp_comm = m * b.pp;
-  t.bubble = (sums.work_sum - b.work) / s.vp;
+  t.bubble = s.schedule == ScheduleKind::one_f_one_b && s.pp > 1 ? sums.one_f_one_b_bubble
+                                                                  : (sums.work_sum - b.work) / s.vp;
   // Interleaving: the first micro-batch goes round the p stages v times before the last stage's
   // first backward, and the last one comes back round them v times; at each of the v - 1
   // returns to a stage that already ran its p forwards (backwards) of the round, the stage waits

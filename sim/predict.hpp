@@ -281,11 +281,22 @@ Seconds p2p_time(const Cluster& cluster, const LayerCosts& layer, int pp, int pp
 // traffic), S = sum W_i >= replica_work + (2 vp pp - 2) p2p and M = max W_i >= max(S / pp,
 // ceil(layers / pp) x layer.total() + (2 vp - 1) p2p) (some stage holds ceil(layers / pp) layers
 // and makes at least 2 vp - 1 sends per micro-batch), and
-// compose's step >= m M + (S - M) / vp = M (m - 1/vp) + S / vp, increasing in M as m >= 1 >= 1/vp.
+// compose's step >= m M + (S - M) / vp = M (m - 1/vp) + S / vp, increasing in M as m >= 1 >= 1/vp,
+// under interleaving (vp > 1). With one chunk per stage the 1F1B fill and drain can be less than
+// the other stages' work (one_f_one_b_bubble). Its step is at least S (the last stage's m
+// micro-batches after every earlier stage's first), and at least m M + max(0, S - M - k M / 2),
+// k = min(pp - 1, m - 1): of the busiest stage's terms, P + max(0, X - P - k f) + max(0, X - P -
+// k g) with X = S - M, f + g = M, is least at f = g = M / 2 and P = X - k M / 2 (it grows in M and
+// S, as m - 1 >= k). GPipe charges the other stages' whole work, more than either.
 Seconds step_time_floor(const LayerCosts& layer, Seconds p2p, int pp, int m, int vp);
-// (m + (pp - 1) / vp) / pp: the floor above with M = S / pp, per second of S (search's coarser
-// floors use it).
-inline double pipeline_factor(int pp, int m, int vp) { return (m + static_cast<double>(pp - 1) / vp) / pp; }
+// The floor above with M = S / pp, per second of S (search's coarser floors use it):
+// (m + (pp - 1) / vp) / pp under interleaving; with one chunk per stage
+// max(1, (m + max(0, pp - 1 - k / 2)) / pp), k = min(pp - 1, m - 1).
+inline double pipeline_factor(int pp, int m, int vp) {
+  if (vp > 1) return (m + static_cast<double>(pp - 1) / vp) / pp;
+  const double k = std::min(pp - 1, m - 1);
+  return std::max(1.0, (m + std::max(0.0, pp - 1 - k / 2)) / pp);
+}
 
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with
 // the embedding on the first and the LM head on the last chunk.

@@ -207,19 +207,20 @@ TEST(EngineAgreement, EveryLayoutSearchConsidersAgreesWithinBounds) {
 // the default expert settings and with an imbalanced, overlapped all-to-all. The simulator puts
 // each chunk's dispatch and combine on the ep stream between the compute before the experts, the
 // experts and the compute after them (backward: the combine's gradient first). Measured
-// (2026-11-26, 960 layouts): 1F1B -4.1% to +1.2%, all but two within 3%; those two are gpt-oss-120b
-// at pp 12 with 16 micro-batches, whose stages are far from equal (its sliding and full attention
-// layers cost differently, the partition puts 4 layers on the early stages and 1 beside the LM
-// head): the closed form charges every other stage's work as fill and drain, the simulator finds
-// the light stages quicker. Interleaved: -7.2% to +36.2% (DeepSeek-V3's dense, MoE and MTP chunks
-// differ much more than one kind's). Bounds: 99% of 1F1B within 3%, all within 5%; interleaved 40%.
+// (2026-11-26, 960 layouts): 1F1B -2.7% to +1.2%. Stages far from equal (gpt-oss-120b at pp 12-16,
+// whose sliding and full attention layers cost differently and whose host-bound expert launches
+// make a layer's time its host time) were 4-6% apart while the closed form charged every other
+// stage's whole work as fill and drain; it now waits only for the round trips of the first and
+// the last micro-batch (one_f_one_b_bubble, predict.cpp). Interleaved: -4.9% to +36.2%
+// (DeepSeek-V3's dense, MoE and MTP chunks differ much more than one kind's). Bounds: every 1F1B
+// layout within 3%; interleaved 40%.
 TEST(EngineAgreement, MoeLayoutsSearchConsidersAgreeWithinBounds) {
   const std::vector<const char*> models{"mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3"};
   const std::vector<const char*> profiles{"megatron-core", "pytorch-eager"};
   ExpertSpace overlapped;
   overlapped.moe_imbalance = 1.5;
   overlapped.moe_a2a_overlap = true;
-  int compared = 0, with_ep = 0, one_f_one_b = 0, outside = 0;
+  int compared = 0, with_ep = 0, one_f_one_b = 0;
   double lo[2] = {0, 0}, hi[2] = {0, 0};  // [1F1B, interleaved]: simulated / analytic - 1
   for (const char* model : models) {
     const ModelSpec m = load_model(model, TRAINPLAN_SOURCE_DIR);
@@ -245,13 +246,12 @@ TEST(EngineAgreement, MoeLayoutsSearchConsidersAgreeWithinBounds) {
           const bool interleaved = s.schedule == ScheduleKind::interleaved;
           lo[interleaved] = std::min(lo[interleaved], d);
           hi[interleaved] = std::max(hi[interleaved], d);
-          EXPECT_LE(std::abs(d), interleaved ? 0.40 : 0.05)
+          EXPECT_LE(std::abs(d), interleaved ? 0.40 : 0.03)
               << model << ", " << profile << ": " << describe(s) << ": analytic " << analytic << " s, simulated "
               << simulated << " s";
           ++compared;
           with_ep += s.ep > 1;
           one_f_one_b += !interleaved;
-          outside += !interleaved && std::abs(d) > 0.03;
         }
       }
     }
@@ -262,7 +262,6 @@ TEST(EngineAgreement, MoeLayoutsSearchConsidersAgreeWithinBounds) {
   EXPECT_GT(compared, 600);
   EXPECT_GT(with_ep, compared / 2);
   EXPECT_GT(one_f_one_b, 300);
-  EXPECT_LE(outside, one_f_one_b / 100) << "1F1B layouts outside 3%";
 }
 
 }  // namespace
