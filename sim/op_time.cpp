@@ -9,9 +9,12 @@
 
 namespace trainplan {
 
-Seconds PassCost::time(const Software& sw) const { return std::max(gpu, kernels * sw.host_per_kernel); }
+Seconds PassCost::time(const Software& sw) const { return std::max(gpu, kernels * sw.host_per_kernel + host); }
+Seconds PassCost::time_with_wait_before(const PassCost& tail, const Software& sw) const {
+  return PassCost{gpu - tail.gpu, kernels - tail.kernels, host - tail.host}.time(sw) + tail.time(sw);
+}
 
-PassCost operator*(double n, const PassCost& p) { return {n * p.gpu, n * p.kernels}; }
+PassCost operator*(double n, const PassCost& p) { return {n * p.gpu, n * p.kernels, n * p.host}; }
 
 namespace {
 
@@ -124,6 +127,9 @@ struct LinearCost {
   PassCost fwd, bwd;
 };
 // Add-kernel passes over each GEMM input that quantize it to `dtype` (0 for 16/32-bit GEMMs).
+// Kernels per quantized GEMM input (Software::fp8_quantize_kernels for one scale per tensor).
+double quantize_kernels(const Ctx& x, Dtype dtype) { return dtype == Dtype::fp8 ? x.sw.fp8_quantize_kernels : 1.0; }
+
 double quantize_passes(const Ctx& x, Dtype dtype) {
   return !quantized_gemms(dtype) ? 0.0
          : block_scaled(dtype)   ? x.b.quantize_moved / (3 * x.b.activation)
@@ -147,8 +153,9 @@ LinearCost linear_in(const Ctx& x, Dtype dtype, double m, double n, double k, in
              2 * kernels};
   const double passes = quantize_passes(x, dtype);
   if (passes > 0) {
-    out.fwd += {passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.b.activation), 1};
-    out.bwd += {passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.b.activation), 1};
+    const double q = quantize_kernels(x, dtype);
+    out.fwd += {passes * x.c.ops.memory_fwd(MemKernel::add, m * k * x.b.activation), q};
+    out.bwd += {passes * x.c.ops.memory_fwd(MemKernel::add, m * n * x.b.activation), q};
   }
   return out;
 }
@@ -393,22 +400,26 @@ void add_mlp_activation(const Ctx& x, LayerOpCosts& L) {
 
 // One grouped GEMM over `groups` experts of m rows each (Megatron-core GroupedMLP, Transformer
 // Engine GroupedLinear): each expert's product timed from the table at its own shape (small m
-// pays the table's low-occupancy rate and tile quantisation), the whole launched as one kernel,
-// forward and each backward product. FP8 quantizes every expert's input as linear_in does.
+// pays the table's low-occupancy rate and tile quantisation), launched as one kernel or, where
+// the stack issues one per expert (MoeOps::gemm_per_expert), `groups` of them, forward and each
+// backward product. FP8 quantizes every expert's input as linear_in does.
 LinearCost grouped_linear(const Ctx& x, double groups, double m, double n, double k) {
   const Dtype dtype = x.s.dtype;
-  const Seconds floor = x.c.ops.kernel_floor;
-  const double kernels = x.sw.gemm_kernels;
+  const double launches = x.sw.moe.gemm_per_expert ? groups : 1.0;
+  const Seconds floor = launches * x.c.ops.kernel_floor;  // each launch at least the floor
+  const double kernels = x.sw.gemm_kernels * launches;
+  const Seconds host = x.sw.moe.gemm_per_expert ? launches * x.sw.moe.host_per_expert_gemm : 0.0;
   LinearCost out;
-  out.fwd = {std::max(floor, groups * gemm_time(x.c, dtype, m, n, k, GemmPass::fwd)), kernels};
+  out.fwd = {std::max(floor, groups * gemm_time(x.c, dtype, m, n, k, GemmPass::fwd)), kernels, host};
   const double bwd_slowdown = dtype == Dtype::fp8 ? x.sw.fp8_bwd_gemm_slowdown : 1.0;
   out.bwd = {bwd_slowdown * (std::max(floor, groups * gemm_time(x.c, dtype, m, n, k, GemmPass::dgrad)) +
                              std::max(floor, groups * gemm_time(x.c, dtype, m, n, k, GemmPass::wgrad))),
-             2 * kernels};
+             2 * kernels, 2 * host};
   const double passes = quantize_passes(x, dtype);
   if (passes > 0) {
-    out.fwd += {passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * k * x.b.activation), 1};
-    out.bwd += {passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * n * x.b.activation), 1};
+    const double q = launches * quantize_kernels(x, dtype);
+    out.fwd += {passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * k * x.b.activation), q};
+    out.bwd += {passes * x.c.ops.memory_fwd(MemKernel::add, groups * m * n * x.b.activation), q};
   }
   return out;
 }
@@ -418,6 +429,7 @@ LinearCost grouped_linear(const Ctx& x, double groups, double m, double n, doubl
 // then scoring and top-k over the fp32 logits) and the permutations around the dispatch: the
 // routed copies gathered into expert order and, after the combine, weighted and summed back per
 // token (moe/moe_utils.py permute / unpermute), each over the rows this rank's experts take.
+// Returns the forward's part after the dispatch (the unpermute).
 PassCost add_router_and_permutes(const Ctx& x, LayerOpCosts& L) {
   const MoeShape& ms = x.moe;
   const double h = x.m.hidden, experts = x.m.moe.experts;
@@ -428,13 +440,12 @@ PassCost add_router_and_permutes(const Ctx& x, LayerOpCosts& L) {
   L.bwd += router.bwd;
   L.fwd += mem_fwd(x, x.sw.moe.router, logits);
   L.bwd += mem_bwd(x, x.sw.moe.router, logits);
-  PassCost perm_fwd = mem_fwd(x, x.sw.moe.permute, routed);
-  perm_fwd += mem_fwd(x, x.sw.moe.unpermute, routed);
-  PassCost perm_bwd = mem_bwd(x, x.sw.moe.permute, routed);
-  perm_bwd += mem_bwd(x, x.sw.moe.unpermute, routed);
-  L.fwd += perm_fwd;
-  L.bwd += perm_bwd;
-  return perm_fwd;
+  const PassCost unpermute_fwd = mem_fwd(x, x.sw.moe.unpermute, routed);
+  L.fwd += mem_fwd(x, x.sw.moe.permute, routed);
+  L.fwd += unpermute_fwd;
+  L.bwd += mem_bwd(x, x.sw.moe.permute, routed);
+  L.bwd += mem_bwd(x, x.sw.moe.unpermute, routed);
+  return unpermute_fwd;
 }
 
 // An MoE layer's MLP (layer_graph.cpp add_routed_experts): the router and permutations, the
@@ -447,7 +458,7 @@ void add_moe_mlp(const Ctx& x, LayerOpCosts& L) {
   const double h = x.m.hidden, f = e.expert_ffn, etp = x.s.etp, tp = x.s.tp, M = x.t.per_rank;
   const bool swiglu = x.m.activation == Activation::swiglu;
   const double g = swiglu ? 2 : 1;
-  add_router_and_permutes(x, L);
+  L.after_dispatch_fwd = add_router_and_permutes(x, L);
   const LinearCost up = grouped_linear(x, ms.local_experts, ms.expert_tokens, g * f / etp, h);
   const LinearCost down = grouped_linear(x, ms.local_experts, ms.expert_tokens, h, f / etp);
   const Bytes act_in = ms.received * g * f / etp * x.b.activation;
@@ -460,6 +471,7 @@ void add_moe_mlp(const Ctx& x, LayerOpCosts& L) {
   L.expert_bwd += mem_bwd(x, act, act_in);
   L.fwd += L.expert_fwd;
   L.bwd += L.expert_bwd;
+  L.after_dispatch_fwd += L.expert_fwd;
   if (x.s.recompute_modules & kRecomputeMoeAct) L.module_recompute += mem_fwd(x, act, act_in);
   if (e.shared_experts == 0) return;
   const double fs = static_cast<double>(e.shared_experts) * e.shared_ffn;

@@ -23,11 +23,16 @@ namespace trainplan {
 struct PassCost {
   Seconds gpu = 0;     // sum of the kernels' times on the GPU
   double kernels = 0;  // kernels launched
-  // Wall time of the pass: max(GPU time, kernels x host time per kernel).
+  Seconds host = 0;    // host time beyond the kernels' launches (per-expert work, MoeOps)
+  // Wall time of the pass: max(GPU time, kernels x host time per kernel + host).
   Seconds time(const Software& sw) const;
+  // The same pass with a host wait before its part `tail`: each part the longer of its GPU and
+  // host time, as the host cannot launch the tail while the GPU runs the head.
+  Seconds time_with_wait_before(const PassCost& tail, const Software& sw) const;
   PassCost& operator+=(const PassCost& o) {
     gpu += o.gpu;
     kernels += o.kernels;
+    host += o.host;
     return *this;
   }
 };
@@ -42,6 +47,9 @@ struct LayerOpCosts {
   // where the stack overlaps them); zero otherwise.
   PassCost shared_fwd, shared_bwd;
   PassCost expert_fwd, expert_bwd;  // the routed experts' grouped GEMMs and activation
+  // MoE layers: the forward's part from the dispatch on (the experts and the unpermute), which a
+  // stack whose dropless dispatch waits on the host cannot launch ahead (MoeOps).
+  PassCost after_dispatch_fwd;
   // The forward work the strategy's recompute_modules repeat before the backward (moe_act: the
   // experts' activation; mla_up_proj: MLA's up projections and RoPE).
   PassCost module_recompute;

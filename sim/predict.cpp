@@ -251,8 +251,11 @@ LayerCost layer_cost(const LayerInputs& x, int kind) {
   const Strategy& s = x.shape.strategy;
   const LayerOpCosts& ops = x.ops.kinds[kind];
   LayerCost c;
-  // Compute from the op time model (measured kernels, software profile).
-  c.forward = ops.fwd.time(x.sw);
+  // Compute from the op time model (measured kernels, software profile); a dropless dispatch
+  // that waits on the host splits the forward there (MoeOps::dropless_dispatch_syncs).
+  const bool waits = x.graph.kind(kind).moe && x.sw.moe.dropless_dispatch_syncs && s.capacity_factor == 0 &&
+                     s.dispatcher != Dispatcher::allgather;
+  c.forward = waits ? ops.fwd.time_with_wait_before(ops.after_dispatch_fwd, x.sw) : ops.fwd.time(x.sw);
   c.backward = ops.bwd.time(x.sw);
   const Seconds attention_fwd = ops.attention_fwd.time(x.sw);
   add_params_and_flops(x, kind, attention_fwd, c);

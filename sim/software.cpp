@@ -51,6 +51,7 @@ void parse_gemm(JsonObject g, Software& s) {
   s.gemm_kernels = static_cast<int>(g.integer("kernels_per_gemm", 1, 100));
   s.vocab_multiple = static_cast<int>(g.integer("vocab_padding_multiple", 1, 1 << 20));
   s.fp8_quantize_passes = g.number("fp8_quantize_passes", 0, 100);
+  if (g.has("fp8_quantize_kernels")) s.fp8_quantize_kernels = static_cast<int>(g.integer("fp8_quantize_kernels", 1, 100));
   s.fp8_bwd_gemm_slowdown = g.number("fp8_bwd_gemm_slowdown", 1, 10);
   g.finish();
 }
@@ -107,6 +108,13 @@ void parse_moe(JsonObject m, Software& s) {
   s.moe.permute = parse_mem_op(m.object("permute"));
   s.moe.unpermute = parse_mem_op(m.object("unpermute"));
   s.moe.shared_expert_overlap = m.boolean("shared_expert_overlap");
+  if (m.has("grouped_gemm")) s.moe.gemm_per_expert = m.choice("grouped_gemm", {"one_kernel", "per_expert"}) == "per_expert";
+  if (m.has("host_per_expert_gemm_us")) {
+    if (!s.moe.gemm_per_expert)
+      throw m.error("host_per_expert_gemm_us", "needs \"grouped_gemm\": \"per_expert\" (it is host time per expert GEMM)");
+    s.moe.host_per_expert_gemm = m.number("host_per_expert_gemm_us", 0, 1e6) * kMicro;
+  }
+  if (m.has("dropless_dispatch_syncs")) s.moe.dropless_dispatch_syncs = m.boolean("dropless_dispatch_syncs");
   (void)m.string("source");
   m.finish();
 }

@@ -67,6 +67,20 @@ struct MoeOps {
   // The shared experts run while the dispatch all-to-all is in flight (Megatron-core
   // --moe-shared-expert-overlap); else after it.
   bool shared_expert_overlap = false;
+  // The host launches a grouped GEMM as one GEMM per local expert (Transformer Engine's
+  // GroupedLinear: a cuBLAS call per expert, each expert's input quantized on its own under FP8)
+  // rather than one grouped kernel: the launches, not the GPU time, grow with the local experts.
+  bool gemm_per_expert = false;
+  // Host time per expert GEMM beyond its kernel launch where they are launched per expert (the
+  // GroupedLinear's loops over per-expert quantizers and weights, the cuBLASLt heuristic query and
+  // descriptors per GEMM, stream and event calls); the profile's "host_per_expert_gemm_us".
+  Seconds host_per_expert_gemm = 0;
+  // A dropless dispatch waits on the host for the token counts (Megatron-core's alltoall and
+  // HybridEP dispatchers synchronise once per MoE layer forward to size the all-to-all): the host
+  // cannot launch the experts ahead while the attention before them runs, so a layer's forward
+  // costs its part before the dispatch and its part from the dispatch on, each the longer of its
+  // GPU and host time. A capacity factor (static sizes) needs no such wait.
+  bool dropless_dispatch_syncs = false;
 };
 
 // Share of a collective's time that the stack hides behind compute it can overlap with (0..1).
@@ -187,6 +201,10 @@ struct Software {
   // "ops.attention" table) or a name in the cluster's "ops.attention_kernels" (e.g. "flash2").
   std::string attention_kernel = "calibrated";
   double fp8_quantize_passes = 0;  // fp8: add-kernel passes over each GEMM input to quantize it
+  // fp8 (one scale per tensor): kernels per quantized GEMM input (Transformer Engine's current
+  // scaling: zero the amax, the amax, the scale, the cast-transpose = 4); block-scaled formats
+  // quantize in one kernel. Optional in the profile ("gemm.fp8_quantize_kernels"), default 1.
+  int fp8_quantize_kernels = 1;
   double fp8_bwd_gemm_slowdown = 1;  // fp8: dgrad and wgrad time over the fast-accumulation GEMM's
                                      // (split accumulation in higher precision, as Transformer Engine runs them)
   MemOps mem;

@@ -6,8 +6,10 @@
 // evenly over pp x vp (61 over 16 chunks, 94 over 8, 16 or 32) are split by cost (partition_layers),
 // the first and last chunks taking fewer layers beside the embedding and the head, as Megatron's
 // uneven pipeline layouts do; no row is refused. The megatron-core profile's overlap.ep is fitted
-// on the rows that run with the all-to-all overlap (AllToAllOverlapShareFit below); nothing else was
-// fitted on these rows.
+// on the rows that run with the all-to-all overlap (AllToAllOverlapShareFit below) and its
+// moe.host_per_expert_gemm_us on all of them (ExpertGemmHostTimeFit); nothing else was fitted on
+// these rows. The MoE layer's kernel counts and its host wait at the dispatch are read from
+// Megatron-core's code (the profile's moe.source).
 // Target tolerances: every row within 20% of the published step time, mean absolute error at most
 // 12%. Rows the model misses are listed below with a wider bound and the reason, so that they
 // cannot get worse unnoticed; the target is NOT met for them.
@@ -33,22 +35,14 @@ struct KnownMiss {
   double bound;
   const char* reason;
 };
-// Every known miss is predicted too fast. The Qwen3 rows on Blackwell share the sign with the dense
-// Blackwell rows (tests/validation/test_validation_blackwell.cpp: derived tables that assume Blackwell reaches
-// H100's fraction of peak per GEMM shape), larger here, where fine-grained experts make many small
-// grouped GEMMs; no single cause has been isolated for any of them.
+// The one known miss is predicted too fast. Rows 12 and 17 run the same model on the same 16 H100s
+// with ep 8 inside a node; row 12 (micro-batch 1, dropless) is published 2.05x slower per token than
+// row 17 (micro-batch 2, capacity factor 1). The model charges row 12 the dispatch's host wait and
+// twice the per-expert launches per token of row 17, which halves the gap, not more.
 const char* kSlowRow12 =
-    "published 2.05x slower per token than row 17 (same model, same 16 H100, ep8 in a node, mb2): no modelled cost differs so much";
-const char* kSlowRow15 =
-    "published 2.9x slower than rows 5 and 9 (same model, batch and 8 B200; mb1 against mb4, 25.11 container): not modelled";
-const char* kBlackwellMoe = "Qwen3 on B200 predicted too fast: the dense Blackwell bias, larger for many small grouped GEMMs";
-const char* kCrossNodeFlex =
-    "ep16 flex across two H100 nodes: 12 points more than the same model inside one node (row 17), not isolated";
-const std::map<int, KnownMiss> kKnownMisses = {
-    {3, {0.35, kCrossNodeFlex}},  {6, {0.35, kCrossNodeFlex}},  {12, {0.60, kSlowRow12}},
-    {13, {0.45, kBlackwellMoe}},  {15, {0.70, kSlowRow15}}, {16, {0.40, kBlackwellMoe}},
-};
-constexpr double kMeanKnown = 0.25;  // the mean today, 21.2%, is past the 12% target
+    "published 2.05x slower per token than row 17 (same model, same 16 H100, ep8 in a node, mb2 with a capacity "
+    "factor): the host wait and launches modelled explain half of it";
+const std::map<int, KnownMiss> kKnownMisses = {{12, {0.35, kSlowRow12}}};  // -24.5% today
 
 nlohmann::json read_rows() {
   return read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/megatron_bridge_moe.json").at("rows");
@@ -166,7 +160,7 @@ TEST(ValidationMoe, MegatronBridgeStepTimes) {
   std::printf("mean absolute error %.2f%% over %d rows (target %.0f%%%s)\n", 100 * mae, compared, 100 * kMeanTarget,
               mae > kMeanTarget ? ": NOT MET" : "");
   EXPECT_EQ(compared, 19);
-  EXPECT_LE(mae, kMeanKnown);
+  EXPECT_LE(mae, kMeanTarget);
 }
 
 // overlap.ep of the megatron-core profile, the share of the expert all-to-all that
@@ -203,6 +197,41 @@ TEST(ValidationMoe, AllToAllOverlapShareFit) {
     if (mean < best_err) best_share = share, best_err = mean;
   }
   EXPECT_EQ(profile.overlap.ep, best_share);
+}
+
+// moe.host_per_expert_gemm_us of the megatron-core profile, the host time Transformer Engine's
+// GroupedLinear spends per expert GEMM beyond the launch, is FITTED here: the candidate with the
+// smallest mean absolute error over every row, each published layout (model, cluster, layout)
+// weighted once. It matters where many local experts share few tokens (qwen3 at ep 8-16 with
+// micro-batch 1: 16 local experts, ~256 tokens each), not for DeepSeek-V3 or Qwen3-235B at ep 32-64
+// (4 local experts), whose rows it leaves unchanged. Those rows therefore no longer check this
+// constant independently.
+TEST(ValidationMoe, ExpertGemmHostTimeFit) {
+  const auto rows = read_rows();
+  const Software profile = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  ASSERT_TRUE(profile.moe.gemm_per_expert);
+  double best_us = -1, best_err = 1e9;
+  for (double us : {0.0, 20.0, 40.0, 60.0, 80.0, 100.0}) {
+    Software sw = profile;
+    sw.moe.host_per_expert_gemm = us * kMicro;
+    std::map<std::string, std::pair<double, int>> by_layout;  // layout -> (sum of |error|, rows)
+    int index = -1;
+    for (const auto& r : rows) {
+      ++index;
+      const RowResult p = predict_row(r, index, sw, false);
+      ASSERT_TRUE(p.predicted) << index;
+      auto& [sum, n] = by_layout[r.at("model").at("model_type").get<std::string>() + " " +
+                                 r.at("cluster").get<std::string>() + " " + describe(row_strategy(r))];
+      sum += std::abs(p.step - p.published) / p.published;
+      ++n;
+    }
+    double mean = 0;
+    for (const auto& [layout, e] : by_layout) mean += e.first / e.second / by_layout.size();
+    std::printf("moe.host_per_expert_gemm_us %3.0f: mean of the %zu layouts' mean |error| %.1f%%\n", us,
+                by_layout.size(), 100 * mean);
+    if (mean < best_err) best_us = us, best_err = mean;
+  }
+  EXPECT_DOUBLE_EQ(profile.moe.host_per_expert_gemm, best_us * kMicro);
 }
 
 // Ordering: within each model, cluster and GPU count with more than one published layout, the
