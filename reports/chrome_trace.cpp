@@ -31,6 +31,8 @@ std::string event_name(const Event& e) {
     case EventKind::send_activation: return fmt::format("send F{}.{}", e.micro_batch, e.chunk);
     case EventKind::send_gradient: return fmt::format("send B{}.{}", e.micro_batch, e.chunk);
     case EventKind::grad_reduce:
+    case EventKind::dispatch:
+    case EventKind::combine:
     case EventKind::ps_push_pull:
     case EventKind::zero3_gather: return fmt::format("{} {}.{}", to_string(e.kind), e.micro_batch, e.chunk);
     case EventKind::optimizer:
