@@ -1105,6 +1105,21 @@ void predict(const LayerGraph& graph, const Cluster& cluster, const Software& so
   compose(scratch.costs, graph, cluster, s, out);
 }
 
+Seconds one_f_one_b_bubble(std::span<const double> w, std::span<const double> f, std::span<const double> g, int m,
+                           Seconds busiest) {
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  const int p = static_cast<int>(w.size());
+  double before = 0, step = 0;
+  for (int j = 0; j < p; ++j) {
+    const double later = total - before - w[j], k = std::min(p - 1 - j, m - 1);
+    step = std::max(step, m * w[j] + before + std::max(0.0, later - k * f[j]) + std::max(0.0, later - k * g[j]));
+    before += w[j];
+  }
+  // With few micro-batches the first and the last round trips are one: at most the other stages'
+  // whole work, as with equal stages.
+  return std::min(step - m * busiest, total - busiest);
+}
+
 namespace {
 
 // The part of a collective of `comm` seconds left on the critical path when the stack hides a
@@ -1134,31 +1149,6 @@ struct StepSums {
   Seconds one_f_one_b_bubble = 0;  // 1F1B: the fill and drain around the stages (one_f_one_b_bubble)
 };
 
-// The 1F1B schedule's fill and drain with stages of unequal work (stage j: forward f_j, backward
-// g_j, all its work w_j = f_j + g_j per micro-batch; k_j = p - 1 - j later stages, S_j = their summed work):
-// stage j starts when the first micro-batch reaches it and ends when the last backward has gone
-// back to stage 0 (the earlier stages' work, P_j); before its first backward it runs its k_j
-// warm-up forwards while the first micro-batch goes through the later stages and back (it waits
-// S_j - k_j f_j where that is positive), and in the cool-down its k_j last backwards wait for the
-// last micro-batch's round trip (S_j - k_j g_j), k_j at most m - 1. The step is the largest of
-//   m w_j + P_j + max(0, S_j - k_j f_j) + max(0, S_j - k_j g_j)
-// and the bubble what it adds to the busiest stage's m w_b. Equal stages give (p - 1) w: the
-// (p-1)/m bubble of Narayanan et al. 2021. Where later stages are lighter the busiest waits less
-// than their whole work, as the step simulator finds.
-Seconds one_f_one_b_bubble(std::span<const double> w, std::span<const double> f, std::span<const double> g, int m,
-                           Seconds busiest) {
-  const double total = std::accumulate(w.begin(), w.end(), 0.0);
-  const int p = static_cast<int>(w.size());
-  double before = 0, step = 0;
-  for (int j = 0; j < p; ++j) {
-    const double later = total - before - w[j], k = std::min(p - 1 - j, m - 1);
-    step = std::max(step, m * w[j] + before + std::max(0.0, later - k * f[j]) + std::max(0.0, later - k * g[j]));
-    before += w[j];
-  }
-  // With few micro-batches the first and the last round trips are one: at most the other stages'
-  // whole work, as with equal stages.
-  return std::min(step - m * busiest, total - busiest);
-}
 
 // Stage `stage`'s memory into e.per_stage (memory_model.hpp), the peak raised to it; returns its total.
 Bytes set_stage_memory(const MemoryModel& mm, int stage, const StageLoad& load, Estimate& e) {

@@ -289,6 +289,7 @@ Seconds p2p_time(const Cluster& cluster, const LayerCosts& layer, int pp, int pp
 // k g) with X = S - M, f + g = M, is least at f = g = M / 2 and P = X - k M / 2 (it grows in M and
 // S, as m - 1 >= k). GPipe charges the other stages' whole work, more than either.
 Seconds step_time_floor(const LayerCosts& layer, Seconds p2p, int pp, int m, int vp);
+
 // The floor above with M = S / pp, per second of S (search's coarser floors use it):
 // (m + (pp - 1) / vp) / pp under interleaving; with one chunk per stage
 // max(1, (m + max(0, pp - 1 - k / 2)) / pp), k = min(pp - 1, m - 1).
@@ -297,6 +298,20 @@ inline double pipeline_factor(int pp, int m, int vp) {
   const double k = std::min(pp - 1, m - 1);
   return std::max(1.0, (m + std::max(0.0, pp - 1 - k / 2)) / pp);
 }
+
+// The 1F1B schedule's fill and drain with stages of unequal work (stage j: forward f_j, backward
+// g_j, all its work w_j = f_j + g_j per micro-batch; k_j = p - 1 - j later stages, S_j = their summed work):
+// stage j starts when the first micro-batch reaches it and ends when the last backward has gone
+// back to stage 0 (the earlier stages' work, P_j); before its first backward it runs its k_j
+// warm-up forwards while the first micro-batch goes through the later stages and back (it waits
+// S_j - k_j f_j where that is positive), and in the cool-down its k_j last backwards wait for the
+// last micro-batch's round trip (S_j - k_j g_j), k_j at most m - 1. The step is the largest of
+//   m w_j + P_j + max(0, S_j - k_j f_j) + max(0, S_j - k_j g_j)
+// and the bubble what it adds to the busiest stage's m w_b. Equal stages give (p - 1) w: the
+// (p-1)/m bubble of Narayanan et al. 2021. Where later stages are lighter the busiest waits less
+// than their whole work, as the step simulator finds.
+Seconds one_f_one_b_bubble(std::span<const double> w, std::span<const double> f, std::span<const double> g, int m,
+                           Seconds busiest);
 
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with
 // the embedding on the first and the LM head on the last chunk.

@@ -657,6 +657,25 @@ TEST(Predict, AccountedPipelineSplitCountsTheEmbeddingAndTheLossAsLayers) {
             "--pipeline-accounts loss: needs --pp >= 2 (it places the embedding and the loss in pipeline chunks)");
 }
 
+// The 1F1B fill and drain, by hand (one_f_one_b_bubble): equal stages (w 3 = f 1 + g 2) over 4
+// stages give the other stages' work, 3 x 3 = 9; one micro-batch goes through every stage and
+// back, the others' whole work too; a heavy first stage (w 10, then three of 1, f = g = w / 2,
+// 8 micro-batches) finishes its 4 forwards (20) after the first micro-batch's round trip (5 + 3)
+// and its cool-down backwards likewise, so it never waits: no bubble beyond its 80, where the
+// others' whole work (3) was charged before.
+TEST(Predict, OneFOneBBubbleWaitsForTheRoundTripsOnly) {
+  const std::vector<double> w{3, 3, 3, 3}, f{1, 1, 1, 1}, g{2, 2, 2, 2};
+  EXPECT_DOUBLE_EQ(one_f_one_b_bubble(w, f, g, 8, 3), 9);
+  EXPECT_DOUBLE_EQ(one_f_one_b_bubble(w, f, g, 1, 3), 9);
+  const std::vector<double> hw{10, 1, 1, 1}, hf{5, 0.5, 0.5, 0.5};
+  EXPECT_DOUBLE_EQ(one_f_one_b_bubble(hw, hf, hf, 8, 10), 0);
+  EXPECT_DOUBLE_EQ(one_f_one_b_bubble(hw, hf, hf, 1, 10), 3);  // one micro-batch: there and back
+  // The heavy stage last: it waits for every earlier stage's forward and backward of the first
+  // and last micro-batch, 3 in all, as before.
+  const std::vector<double> lw{1, 1, 1, 10}, lf{0.5, 0.5, 0.5, 5};
+  EXPECT_DOUBLE_EQ(one_f_one_b_bubble(lw, lf, lf, 8, 10), 3);
+}
+
 TEST(Predict, PredictIsComposeOfStepCosts) {
   const ModelSpec m = gpt(8, 2048, 16);
   const LayerGraph g(m, 2048);
@@ -887,6 +906,56 @@ TEST(MoeHandWorked, GroupedGemmRowsFollowTheImbalance) {
   }
   const LayerOpCosts all_local = op_costs(g, c, sw, moe_layout(8, 1)).kinds[0];
   EXPECT_NEAR(all_local.expert_fwd.gpu, gemms(8, 1024, GemmPass::fwd), 1e-12);
+}
+
+// The host's side of an MoE layer under megatron-core (its moe section): Qwen3-30B-A3B at ep 8 has
+// 16 local experts; Transformer Engine launches one GEMM per expert, two forward (up, down) and
+// four backward, each with the profile's 60 us of host work beyond the launch: 32 x 60 = 1.92 ms
+// forward and 64 x 60 = 3.84 ms backward. FP8 quantizes each expert's two inputs in 4 kernels
+// each (current scaling): 2 x 16 x 4 = 128 more forward. The dropless dispatch waits on the host,
+// so the layer's forward is its part before the dispatch and its part from it on, each the longer
+// of GPU and host time; with a capacity factor (static sizes) it is the longer of the whole.
+TEST(MoeHandWorked, ExpertGemmLaunchesAndTheDispatchWaitOnTheHost) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = load_model("qwen3-30b-a3b", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 4096);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  ASSERT_TRUE(sw.moe.gemm_per_expert && sw.moe.dropless_dispatch_syncs);
+  ASSERT_DOUBLE_EQ(sw.moe.host_per_expert_gemm, 60e-6);
+  const double act_fwd = sw.mem.swiglu.kernels_fwd, act_bwd = sw.mem.swiglu.kernels_bwd;
+  const Strategy s = moe_layout(8, 8);
+  const LayerOpCosts k = op_costs(g, c, sw, s).kinds[0];
+  EXPECT_DOUBLE_EQ(k.expert_fwd.kernels, 2 * 16 + act_fwd);
+  EXPECT_NEAR(k.expert_fwd.host, 1.92e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(k.expert_bwd.kernels, 4 * 16 + act_bwd);
+  EXPECT_NEAR(k.expert_bwd.host, 3.84e-3, 1e-12);
+  Software one = sw;
+  one.moe.gemm_per_expert = false;
+  const LayerOpCosts grouped = op_costs(g, c, one, s).kinds[0];
+  EXPECT_DOUBLE_EQ(grouped.expert_fwd.kernels, 2 + act_fwd);
+  EXPECT_EQ(grouped.expert_fwd.host, 0);
+  EXPECT_EQ(grouped.expert_fwd.gpu, k.expert_fwd.gpu);  // the launches cost the host, not the GPU
+  Strategy fp8 = s;
+  fp8.dtype = Dtype::fp8;
+  EXPECT_DOUBLE_EQ(op_costs(g, c, sw, fp8).kinds[0].expert_fwd.kernels, 2 * 16 + 2 * 16 * 4 + act_fwd);
+  // The wait: the forward is split at the dispatch (the experts and the unpermute after it).
+  const LayerCosts lc = layer_costs(g, c, sw, s);
+  const PassCost& f = k.fwd;
+  const PassCost& tail = k.after_dispatch_fwd;
+  const PassCost head{f.gpu - tail.gpu, f.kernels - tail.kernels, f.host - tail.host};
+  EXPECT_NEAR(lc.kinds[0].forward, head.time(sw) + tail.time(sw), 1e-12);
+  EXPECT_GT(lc.kinds[0].forward, f.time(sw));
+  Strategy dropping = s;
+  dropping.capacity_factor = 1;
+  const LayerOpCosts kd = op_costs(g, c, sw, dropping).kinds[0];
+  EXPECT_NEAR(layer_costs(g, c, sw, dropping).kinds[0].forward, kd.fwd.time(sw), 1e-12);
+  // By hand: a head of 0.9 ms GPU / 0.2 ms host and a tail of 0.1 / 0.8 take 0.9 + 0.8 with the
+  // wait, where the host could otherwise launch the tail under the head: max(1.0, 1.0).
+  Software host10 = sw;
+  host10.host_per_kernel = 10e-6;
+  const PassCost whole{1e-3, 100, 0}, after{0.1e-3, 80, 0};
+  EXPECT_NEAR(whole.time_with_wait_before(after, host10), 1.7e-3, 1e-12);
+  EXPECT_NEAR(whole.time(host10), 1.0e-3, 1e-12);
 }
 
 TEST(MoeHandWorked, ExpertStatesPerRankOverEpEtpAndEdpWithZero1) {

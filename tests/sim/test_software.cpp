@@ -164,6 +164,41 @@ TEST(Software, BadProfilesNameTheField) {
             "(\"calibrated\": the cluster's measured attention table)");
 }
 
+// The MoE launch keys: each bad value is refused by name with its rule.
+TEST(Software, BadMoeLaunchKeysNameTheField) {
+  const fs::path p = kSource / "software" / "megatron-core.json";
+  json j = read_json_file(p);
+  j["moe"]["grouped_gemm"] = "per_group";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: moe.grouped_gemm = \"per_group\", must be one of one_kernel|per_expert");
+  j = read_json_file(p);
+  j["moe"]["grouped_gemm"] = "one_kernel";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: moe.host_per_expert_gemm_us = 60, needs \"grouped_gemm\": \"per_expert\" (it is host time per "
+            "expert GEMM)");
+  j = read_json_file(p);
+  j["moe"]["host_per_expert_gemm_us"] = -1;
+  EXPECT_NE(input_error([&] { parse_software(j, "s.json"); }).find("moe.host_per_expert_gemm_us = -1, must be in [0,"),
+            std::string::npos);
+  j = read_json_file(p);
+  j["moe"]["dropless_dispatch_syncs"] = "yes";
+  EXPECT_NE(input_error([&] { parse_software(j, "s.json"); }).find("moe.dropless_dispatch_syncs"), std::string::npos);
+  j = read_json_file(p);
+  j["gemm"]["fp8_quantize_kernels"] = 0;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: gemm.fp8_quantize_kernels = 0, must be in [1, 100]");
+  // Absent, a profile launches one grouped kernel, waits for nothing and quantizes in one kernel.
+  j = read_json_file(p);
+  j["moe"].erase("grouped_gemm");
+  j["moe"].erase("host_per_expert_gemm_us");
+  j["moe"].erase("dropless_dispatch_syncs");
+  j["gemm"].erase("fp8_quantize_kernels");
+  const Software plain = parse_software(j, "s.json");
+  EXPECT_FALSE(plain.moe.gemm_per_expert);
+  EXPECT_FALSE(plain.moe.dropless_dispatch_syncs);
+  EXPECT_EQ(plain.moe.host_per_expert_gemm, 0);
+  EXPECT_EQ(plain.fp8_quantize_kernels, 1);
+}
+
 // The optional keys: absent, a stack keeps none of what they describe; present, they are read and
 // checked like any other.
 TEST(Software, OptionalMemoryKeys) {
