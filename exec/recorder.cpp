@@ -13,8 +13,8 @@ namespace {
 // The PhaseTimes fields in the order they are packed.
 constexpr Seconds PhaseTimes::*kFields[] = {
     &PhaseTimes::forward, &PhaseTimes::backward, &PhaseTimes::recompute,       &PhaseTimes::tp_comm,
-    &PhaseTimes::cp_comm, &PhaseTimes::pp_comm,  &PhaseTimes::dp_comm,         &PhaseTimes::dp_comm_exposed,
-    &PhaseTimes::bubble,  &PhaseTimes::optimizer, &PhaseTimes::other};
+    &PhaseTimes::cp_comm, &PhaseTimes::pp_comm,  &PhaseTimes::ep_comm,         &PhaseTimes::dp_comm,
+    &PhaseTimes::dp_comm_exposed, &PhaseTimes::bubble, &PhaseTimes::optimizer, &PhaseTimes::other};
 constexpr int kFieldCount = static_cast<int>(std::size(kFields));
 constexpr int kPerStep = 2 + kFieldCount;  // wall, the phases, DP bytes
 constexpr int kMemory = 3;                 // allocated, reserved, max RSS

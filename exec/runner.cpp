@@ -72,9 +72,8 @@ PhaseTimes phase_times(const std::array<double, kPhases>& x, double dp_in_flight
   p.dp_comm = std::max(dp_in_flight, p.dp_comm_exposed);
   p.bubble = x[int(Ph::bubble)];
   p.optimizer = x[int(Ph::optimizer)];
-  // The experts' token all-to-alls have no field of their own in PhaseTimes: they count as other
-  // here, and the measurement's environment.expert_parallel gives their time apart.
-  p.other = x[int(Ph::other)] + x[int(Ph::ep_comm)];
+  p.ep_comm = x[int(Ph::ep_comm)];
+  p.other = x[int(Ph::other)];
   return p;
 }
 
@@ -651,7 +650,7 @@ nlohmann::json ScheduleRunner::model_states() {
 
 // Per rank, per measured step: the bytes handed to the tokens' all-to-alls (dispatch and combine,
 // forward and backward, recomputation included), those of the count exchanges, and the time in
-// them (the ep_comm phase, which the phases count as other). Gathered from every rank.
+// them (the ep_comm phase). Gathered from every rank.
 nlohmann::json ScheduleRunner::expert_parallel() {
   const double steps = std::max(1, opt_.steps);
   at::Tensor mine = at::tensor(std::vector<double>{double(env_.rank), traffic_measured_.token_bytes / steps,
@@ -673,7 +672,7 @@ nlohmann::json ScheduleRunner::expert_parallel() {
           {"capacity_factor", s_.capacity_factor},
           {"note", "token_bytes: the routed copies' all-to-alls (dispatch and combine, forward and backward), "
                    "each counted at its whole input size, the rows a rank keeps included; count_bytes: the exchanges "
-                   "of copies per expert before a dropless dispatch; ep_comm time is in the phases' other"},
+                   "of copies per expert before a dropless dispatch; ep_comm: the time in them (the phases' ep_comm_s is the busiest rank's)"},
           {"per_rank", per_rank}};
 }
 

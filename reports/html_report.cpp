@@ -527,20 +527,21 @@ std::string measurement_body(const Measurement& m) {
                             {"tokens/s", fmt::format("{:.0f}", m.throughput.tokens_per_s)},
                             {"peak memory", format_bytes(m.peak_memory)}});
   const PhaseTimes& b = m.breakdown;
+  std::vector<std::pair<std::string, double>> phases = {{"step (median)", s.median},
+                                                        {"forward", b.forward},
+                                                        {"backward", b.backward},
+                                                        {"recompute", b.recompute},
+                                                        {"TP communication", b.tp_comm},
+                                                        {"CP communication", b.cp_comm},
+                                                        {"PP communication", b.pp_comm},
+                                                        {"DP comm., exposed", b.dp_comm_exposed},
+                                                        {"pipeline bubble", b.bubble},
+                                                        {"optimizer", b.optimizer},
+                                                        {"other", b.other}};
+  if (b.ep_comm > 0) phases.insert(phases.begin() + 7, {"EP all-to-all", b.ep_comm});
   body += h3("Measured step time") +
-          time_chart("measured step time breakdown",
-                     {{"step (median)", s.median},
-                      {"forward", b.forward},
-                      {"backward", b.backward},
-                      {"recompute", b.recompute},
-                      {"TP communication", b.tp_comm},
-                      {"CP communication", b.cp_comm},
-                      {"PP communication", b.pp_comm},
-                      {"DP comm., exposed", b.dp_comm_exposed},
-                      {"pipeline bubble", b.bubble},
-                      {"optimizer", b.optimizer},
-                      {"other", b.other}},
-                     s.median, "Median of each phase over the measured steps, on the busiest rank.", kPalette[1]);
+          time_chart("measured step time breakdown", phases, s.median,
+                     "Median of each phase over the measured steps, on the busiest rank.", kPalette[1]);
   if (m.per_stage.empty()) return body;
   svg::StackedBars c;
   c.title = "measured peak memory per stage";

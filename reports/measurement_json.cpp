@@ -19,10 +19,12 @@ namespace {
 using schema::kInf;
 
 json phases_to_json(const PhaseTimes& p) {
-  return {{"compute_s", p.compute()},   {"forward_s", p.forward},       {"backward_s", p.backward},
-          {"recompute_s", p.recompute}, {"tp_comm_s", p.tp_comm},       {"cp_comm_s", p.cp_comm},
-          {"pp_comm_s", p.pp_comm},     {"dp_comm_s", p.dp_comm},       {"dp_comm_exposed_s", p.dp_comm_exposed},
-          {"bubble_s", p.bubble},       {"optimizer_s", p.optimizer},   {"other_s", p.other}};
+  json j = {{"compute_s", p.compute()},   {"forward_s", p.forward},       {"backward_s", p.backward},
+            {"recompute_s", p.recompute}, {"tp_comm_s", p.tp_comm},       {"cp_comm_s", p.cp_comm},
+            {"pp_comm_s", p.pp_comm},     {"dp_comm_s", p.dp_comm},       {"dp_comm_exposed_s", p.dp_comm_exposed},
+            {"bubble_s", p.bubble},       {"optimizer_s", p.optimizer},   {"other_s", p.other}};
+  if (p.ep_comm > 0) j["ep_comm_s"] = p.ep_comm;  // runs with expert parallelism (older files have none)
+  return j;
 }
 
 json coords_to_json(const RankCoord& c) { return {{"tp", c.tp}, {"cp", c.cp}, {"dp", c.dp}, {"pp", c.pp}}; }
@@ -44,6 +46,7 @@ PhaseTimes read_phases(const JsonObject& o, bool alone) {
   p.tp_comm = s("tp_comm_s");
   p.cp_comm = s("cp_comm_s");
   p.pp_comm = s("pp_comm_s");
+  if (schema::has(o, "ep_comm_s")) p.ep_comm = s("ep_comm_s");
   p.dp_comm = s("dp_comm_s");
   p.dp_comm_exposed = s("dp_comm_exposed_s");
   p.bubble = s("bubble_s");

@@ -109,6 +109,10 @@ Comparison compare(const Estimate& predicted, const std::string& predicted_model
       figure("optimizer_s", "optimizer", "s", t.optimizer, b.optimizer),
       figure("other_s", "other (unattributed)", "s", std::nullopt, b.other),
   };
+  // Runs with experts: the token all-to-alls' exposed time beside the other communication.
+  if (t.ep_comm > 0 || b.ep_comm > 0) {
+    c.time.insert(c.time.begin() + 6, figure("ep_comm_s", "EP all-to-all", "s", t.ep_comm, b.ep_comm));
+  }
 
   // A GPU rank's measured peak is what the CUDA caching allocator reserved, which leaves out the
   // runtime reserve (CUDA context, communication buffers): the prediction's reserved bytes are its

@@ -30,8 +30,8 @@ namespace {
 // Every phase member, so that per-phase loops do not repeat the list.
 constexpr Seconds PhaseTimes::*kPhases[] = {
     &PhaseTimes::forward,  &PhaseTimes::backward, &PhaseTimes::recompute,       &PhaseTimes::tp_comm,
-    &PhaseTimes::cp_comm,  &PhaseTimes::pp_comm,  &PhaseTimes::dp_comm,         &PhaseTimes::dp_comm_exposed,
-    &PhaseTimes::bubble,   &PhaseTimes::optimizer, &PhaseTimes::other};
+    &PhaseTimes::cp_comm,  &PhaseTimes::pp_comm,  &PhaseTimes::ep_comm,         &PhaseTimes::dp_comm,
+    &PhaseTimes::dp_comm_exposed, &PhaseTimes::bubble, &PhaseTimes::optimizer, &PhaseTimes::other};
 
 }  // namespace
 

@@ -40,6 +40,7 @@ struct PhaseTimes {
   Seconds tp_comm = 0;
   Seconds cp_comm = 0;
   Seconds pp_comm = 0;
+  Seconds ep_comm = 0;            // the experts' token all-to-alls (0 without expert parallelism)
   Seconds dp_comm = 0;            // all data-parallel / ZeRO traffic, overlapped or not
   Seconds dp_comm_exposed = 0;    // the part the rank waited for (not hidden behind backward)
   Seconds bubble = 0;             // idle waiting for a pipeline neighbour

@@ -119,6 +119,12 @@ TEST(ExecMoe, ExpertParallel2) {
   ASSERT_EQ(got.code, 0) << got.output;
   expect_equivalent(reference("tiny-moe"), got, layout);
   expect_all_to_all_bytes(got, "tiny-moe", 2, layout, "ep2", false);
+  // The all-to-alls' time is a phase of its own (ep_comm_s), which compare sets beside the
+  // prediction's; a single rank has none, so it writes none.
+  const auto& time = got.measurement.at("time");
+  ASSERT_TRUE(time.contains("ep_comm_s")) << time.dump();
+  EXPECT_GT(time.at("ep_comm_s").get<double>(), 0);
+  EXPECT_FALSE(reference("tiny-moe").measurement.at("time").contains("ep_comm_s"));
 }
 
 // Four data-parallel ranks, EP 2: two EP groups, and each expert on two ranks (edp 2), which

@@ -192,6 +192,37 @@ TEST(Schema, ErrorPctIsThePercentErrorOfItsFigures) {
   expect_refused([&] { (void)comparison_from_json(j, "c.json"); }, {"time[0].error_pct = null"});
 }
 
+// The experts' all-to-all phase: written only where a run has it, read back, and set beside the
+// prediction's EP time by compare; a file without it (every run before, every dense run) reads as 0.
+TEST(Schema, ExpertAllToAllPhaseReadsBackAndIsCompared) {
+  const std::string p = (kData / "compare/prediction_pp2.json").string(), m = (kData / "compare/measurement_pp2.json").string();
+  json mj = read_json_file(m);
+  ASSERT_FALSE(mj["time"].contains("ep_comm_s"));
+  EXPECT_EQ(measurement_from_json(mj, m).breakdown.ep_comm, 0);
+  Measurement md = measurement_from_json(mj, m);
+  PredictionDoc pd = prediction_from_json(read_json_file(p), p);
+  auto rows = [](const Comparison& c) {
+    std::vector<std::string> keys;
+    for (const auto& f : c.time) keys.push_back(f.key);
+    return keys;
+  };
+  const auto dense = rows(compare(pd.estimate, pd.model, pd.cluster, md));
+  EXPECT_EQ(std::count(dense.begin(), dense.end(), "ep_comm_s"), 0);
+  md.breakdown.ep_comm = 0.25;
+  md.breakdown.other = std::max(0.0, md.breakdown.other - 0.25);
+  const json written = measurement_to_json(md);
+  EXPECT_EQ(written["time"]["ep_comm_s"], 0.25);
+  EXPECT_EQ(measurement_from_json(written, "m.json").breakdown.ep_comm, 0.25);
+  pd.estimate.time.ep_comm = 0.2;
+  const Comparison c = compare(pd.estimate, pd.model, pd.cluster, measurement_from_json(written, "m.json"));
+  const auto keys = rows(c);
+  const auto at = std::find(keys.begin(), keys.end(), "ep_comm_s");
+  ASSERT_NE(at, keys.end());
+  const auto& f = c.time[static_cast<std::size_t>(at - keys.begin())];
+  EXPECT_EQ(f.measured.value_or(-1), 0.25);
+  EXPECT_EQ(f.predicted.value_or(-1), 0.2);
+}
+
 TEST(Schema, TimelineEventsAreChecked) {
   json sim = golden("simulate_gpt2_pp4.json");
   json& st = sim["simulation"]["timeline"]["stages"][0];
