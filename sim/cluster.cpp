@@ -179,6 +179,36 @@ std::vector<AchievedRate> parse_achieved(const JsonObject& d, const GpuSpec& gpu
   return rates;
 }
 
+// "ops.derive.format_ratios": [{"format": "mxfp8" | "nvfp4", "over": "fp8" | "mxfp8", "ratio",
+// "source"}]: a block-scaled format's GEMM rate over another format's, published for the same
+// tensor-core generation; `over` needs an achieved figure in this file (derive_op_costs).
+std::vector<FormatRatio> parse_format_ratios(const JsonObject& d, const GpuSpec& gpu,
+                                             const std::vector<AchievedRate>& achieved) {
+  std::vector<FormatRatio> out;
+  if (!d.has("format_ratios")) return out;
+  for (const JsonObject& f : d.objects("format_ratios", 1)) {
+    FormatRatio r;
+    r.format = f.choice("format", {"mxfp8", "nvfp4"}) == "mxfp8" ? Dtype::mxfp8 : Dtype::nvfp4;
+    const std::string over = f.choice("over", {"fp8", "mxfp8"});
+    r.over = over == "fp8" ? Dtype::fp8 : Dtype::mxfp8;
+    if (r.over == r.format) throw f.error("over", "must name another format than \"format\"");
+    if (gpu.peak(r.format) <= 0) {
+      throw f.error("format", fmt::format("gpu.peak_tflops.{} is 0: the GPU has no such arithmetic", to_string(r.format)));
+    }
+    const bool published = std::any_of(achieved.begin(), achieved.end(), [&](const AchievedRate& a) {
+      return a.kernel == ReferenceKernel::gemm && a.dtype == r.over;
+    });
+    if (!published) throw f.error("over", fmt::format("needs an ops.derive.achieved {} GEMM figure to scale", over));
+    if (std::any_of(out.begin(), out.end(), [&](const FormatRatio& o) { return o.format == r.format; }))
+      throw f.error("format", "is given twice");
+    r.ratio = f.number("ratio", 0.01, 4);
+    (void)f.string("source");
+    f.finish();
+    out.push_back(r);
+  }
+  return out;
+}
+
 // "ops": measured tables, or {"source", "derive": {"from", "keep_attention_kernels"?,
 // "misaligned_gemm_slowdown"?, "achieved"?}}: the tables of the named cluster scaled to this GPU by
 // derive_op_costs (op_costs.hpp), so the rule lives in one place and a derived file never goes
@@ -201,6 +231,7 @@ OpCostTables parse_ops(const JsonObject& ops, const GpuSpec& gpu, const std::str
   // The one kept figure a file may restate for its GPU (the slowdown is a fit on H100 kernels).
   const std::optional<double> misaligned = d.optional_number("misaligned_gemm_slowdown", 1, 100);
   in.achieved = parse_achieved(d, gpu, src.ops.dtype);
+  in.format_ratios = parse_format_ratios(d, gpu, in.achieved);
   d.finish();
   ops.finish();
   in.peak = gpu.peak(src.ops.dtype);

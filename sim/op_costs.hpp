@@ -100,6 +100,15 @@ struct AchievedRate {
   }
 };
 
+// A block-scaled format's GEMM rate relative to another format's, published for GPUs of the same
+// tensor-core generation (a cluster file's "ops.derive.format_ratios"): where this GPU has no
+// figure of its own in `format`, its speed-up over the table dtype is `over`'s times `ratio`.
+struct FormatRatio {
+  Dtype format = Dtype::mxfp8;
+  Dtype over = Dtype::fp8;
+  double ratio = 1;
+};
+
 // What the derivation rule needs of the GPU whose tables are derived.
 struct DerivationInputs {
   std::string from;                     // the cluster whose measured tables are scaled
@@ -107,6 +116,7 @@ struct DerivationInputs {
   BytesPerSecond hbm_bandwidth = 0;     // this GPU's HBM bandwidth
   bool keep_attention_kernels = false;  // see derive_op_costs
   std::vector<AchievedRate> achieved;   // published rates on this GPU; may be empty
+  std::vector<FormatRatio> format_ratios;  // see FormatRatio; may be empty
   // Streaming multiprocessors (or compute units) of this GPU and of the measured one; either 0
   // (not stated) keeps every GEMM at its own shape (see derive_op_costs).
   int sm_count = 0, measured_sm_count = 0;
@@ -220,7 +230,9 @@ OpCostTables parse_op_costs(const JsonObject& o);
 //     attention at a sequence length and head dimension), else the peak ratio;
 //   quantized GEMM formats (fp8, mxfp8, nvfp4): their achieved speed-up over the table dtype, the
 //     geometric mean over their figures of the format's rate over the table-dtype figure of the
-//     same reference on this GPU (OpDerivation::format_speedup); else op_time.cpp's peak ratio;
+//     same reference on this GPU (OpDerivation::format_speedup); else, where the file states a
+//     format ratio published for the same tensor-core generation (in.format_ratios), the other
+//     format's speed-up times that ratio; else op_time.cpp's peak ratio;
 //   memory-bound kernels (norms, activations, adds, cross-entropy, AdamW): time x
 //     measured_on.hbm_bandwidth / hbm_bandwidth (the same fraction of HBM bandwidth per size);
 //   the kernel floor (launch and host overhead per kernel) and the misaligned-GEMM slowdown are

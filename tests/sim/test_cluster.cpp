@@ -399,6 +399,8 @@ TEST(DerivedOps, AGemmTakesTheMeasuredEfficiencyOfTheShapeWithTheSameTilesPerSmA
 // The shipped Blackwell and AMD files scale GEMMs by their published best matmul rates over
 // dgx-h100's best measured GEMM rate, and fp8 by its best rate over bf16's; attention keeps the peak
 // ratio; GB300 states no figure and keeps the peak ratio. dgx-h100 and dgx-h200 are unchanged.
+// The Blackwell files give MXFP8 the FP8 speed-up x 0.953 (ops.derive.format_ratios: NVIDIA's
+// MXFP8/FP8 GEMM rate on B300), by hand 3432.5 / 1745 x 0.953 = 1.8746 on B200; AMD has no MXFP8.
 TEST(DerivedOps, ShippedFilesScaleGemmsByPublishedAchievedRates) {
   const Cluster h = load_cluster("dgx-h100", kSource);
   EXPECT_NEAR(h.ops.best_gemm_rate(), 788.9e12, 0.05e12);
@@ -413,8 +415,9 @@ TEST(DerivedOps, ShippedFilesScaleGemmsByPublishedAchievedRates) {
     EXPECT_LT(d.gemm_ratio, c.gpu.peak_bf16 / h.gpu.peak_bf16) << name;  // every one below its peak ratio
     EXPECT_DOUBLE_EQ(d.attention_fwd_ratio, c.gpu.peak_bf16 / h.gpu.peak_bf16) << name;
     EXPECT_NEAR(d.fp8_speedup, fp8 / bf16, 1e-12) << name;
-    EXPECT_EQ(d.mxfp8_speedup, 0) << name;
+    EXPECT_NEAR(d.mxfp8_speedup, fp8 > 0 ? fp8 / bf16 * 0.953 : 0, 1e-12) << name;
   }
+  EXPECT_NEAR(load_cluster("dgx-b200", kSource).ops.derivation.mxfp8_speedup, 1.8746, 1e-4);
   const Cluster gb300 = load_cluster("gb300-nvl72", kSource);
   EXPECT_FALSE(gb300.ops.derivation.gemm_achieved);
   EXPECT_DOUBLE_EQ(gb300.ops.derivation.gemm_ratio, 2500 / 989.5);
@@ -468,6 +471,51 @@ TEST(DerivedOps, BadAchievedFiguresAreRefusedByName) {
   EXPECT_EQ(refused(f), "x.json: ops.derive.achieved[0].dtype is not a known key");
   j["ops"]["derive"]["achieved"] = json::array();
   EXPECT_TRUE(StartsWith(input_error([&] { parse_cluster(j, "x.json", kSource); }), "x.json: ops.derive.achieved"));
+}
+
+// A format ratio: read where the file has the other format's figure, else refused by name; a
+// format with its own figure keeps it (the ratio fills only a format without one).
+TEST(DerivedOps, FormatRatiosScaleAnotherFormatsSpeedUp) {
+  json j = h100_copy();
+  j["gpu"]["peak_tflops"]["bf16"] = 2250;
+  j["gpu"]["peak_tflops"]["fp8"] = 4500;
+  j["gpu"]["peak_tflops"]["mxfp8"] = 4500;
+  const json bf16 = {{"kernel", "gemm"}, {"dtype", "bf16"}, {"best", true}, {"tflops", 1800}, {"source", "s"}};
+  json fp8 = bf16;
+  fp8["dtype"] = "fp8";
+  fp8["tflops"] = 3600;
+  const json ratio = {{"format", "mxfp8"}, {"over", "fp8"}, {"ratio", 0.9}, {"source", "s"}};
+  auto with = [&](const json& achieved, const json& r) {
+    j["ops"] = {{"source", "s"}, {"derive", {{"from", "dgx-h100"}, {"achieved", achieved}, {"format_ratios", json::array({r})}}}};
+  };
+  with(json::array({bf16, fp8}), ratio);
+  EXPECT_NEAR(parse_cluster(j, "x.json", kSource).ops.derivation.mxfp8_speedup, 2.0 * 0.9, 1e-12);
+  json mx = bf16;
+  mx["dtype"] = "mxfp8";
+  mx["tflops"] = 3000;
+  with(json::array({bf16, fp8, mx}), ratio);
+  EXPECT_NEAR(parse_cluster(j, "x.json", kSource).ops.derivation.mxfp8_speedup, 3000.0 / 1800, 1e-12);
+  auto refused = [&](const json& achieved, const json& r) {
+    with(achieved, r);
+    return input_error([&] { parse_cluster(j, "x.json", kSource); });
+  };
+  EXPECT_EQ(refused(json::array({bf16}), ratio),
+            "x.json: ops.derive.format_ratios[0].over = \"fp8\", needs an ops.derive.achieved fp8 GEMM figure to scale");
+  json r = ratio;
+  r["ratio"] = 0;
+  EXPECT_TRUE(StartsWith(refused(json::array({bf16, fp8}), r), "x.json: ops.derive.format_ratios[0].ratio = 0, must be in"));
+  r = ratio;
+  r["over"] = "mxfp8";
+  EXPECT_EQ(refused(json::array({bf16, fp8}), r),
+            "x.json: ops.derive.format_ratios[0].over = \"mxfp8\", must name another format than \"format\"");
+  r = ratio;
+  r["format"] = "nvfp4";  // no nvfp4 peak on this GPU
+  EXPECT_EQ(refused(json::array({bf16, fp8}), r),
+            "x.json: ops.derive.format_ratios[0].format = \"nvfp4\", gpu.peak_tflops.nvfp4 is 0: the GPU has no such "
+            "arithmetic");
+  r = ratio;
+  r["source"] = "";
+  EXPECT_EQ(refused(json::array({bf16, fp8}), r), "x.json: ops.derive.format_ratios[0].source = \"\", must not be empty");
 }
 
 // dgx-h200 is derived by the same rule: H100's compute (unchanged times), H200's bandwidth.
