@@ -126,10 +126,10 @@ PassCost mem_bwd(const Ctx& x, const MemOpImpl& impl, Bytes bytes) {
 struct LinearCost {
   PassCost fwd, bwd;
 };
-// Add-kernel passes over each GEMM input that quantize it to `dtype` (0 for 16/32-bit GEMMs).
 // Kernels per quantized GEMM input (Software::fp8_quantize_kernels for one scale per tensor).
 double quantize_kernels(const Ctx& x, Dtype dtype) { return dtype == Dtype::fp8 ? x.sw.fp8_quantize_kernels : 1.0; }
 
+// Add-kernel passes over each GEMM input that quantize it to `dtype` (0 for 16/32-bit GEMMs).
 double quantize_passes(const Ctx& x, Dtype dtype) {
   return !quantized_gemms(dtype) ? 0.0
          : block_scaled(dtype)   ? x.b.quantize_moved / (3 * x.b.activation)
