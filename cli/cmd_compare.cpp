@@ -20,8 +20,9 @@ namespace {
 const char* kHelp = R"(usage: trainplan compare PREDICTION.json MEASUREMENT.json [--json FILE]
 
 Prints predicted against measured figures side by side: step time (measured median, with its
-spread), each phase of the step (compute, recompute, TP/CP/PP/DP communication, bubble,
-optimizer), peak memory per pipeline stage and per rank, and throughput, each with its error
+spread), each phase of the step (compute, recompute, TP/CP/PP/DP communication, the experts'
+all-to-all where either side has one, bubble, optimizer), peak memory per pipeline stage and per
+rank, and throughput, each with its error
 (predicted - measured) / measured. PREDICTION.json is what `trainplan predict --json` writes;
 MEASUREMENT.json is what `trainplan exec --json` writes. A warning is printed when the two files
 describe different strategies, models, clusters or software, and when the measurement came from
