@@ -44,16 +44,21 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
     os << fmt::format("(--gpus {} is more than {} has; layouts use at most {})\n\n", sp.gpus, printable(ctx.cluster),
                       r.stats.max_gpus_considered);
   }
+  // The layout column: 52 characters, or the longest layout printed (expert and pipeline-split
+  // settings make long ones), so that the columns after it stay aligned.
+  std::size_t w = 52;
+  for (const auto* list : {&r.top, &r.infeasible, &r.pareto})
+    for (const Estimate& e : *list) w = std::max(w, describe(e.strategy).size());
   if (!r.top.empty()) {
     // One engine per column: the refined top list shows simulated step times (labelled), the lists
     // below analytic ones, so the same layout can show two figures.
-    os << fmt::format("{:>4}  {:<52} {:>5} {:>19} {:>10} {:>11} {:>6}", "rank", "layout", "GPUs", "peak memory",
+    os << fmt::format("{:>4}  {:<{}} {:>5} {:>19} {:>10} {:>11} {:>6}", "rank", "layout", w, "GPUs", "peak memory",
                       r.stats.refined > 0 ? "sim step" : "step", "tokens/s", "MFU %");
     if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", "USD/step");
     os << "\n";
     for (std::size_t i = 0; i < r.top.size(); ++i) {
       const Estimate& e = r.top[i];
-      os << fmt::format("{:>4}  {:<52} {:>5} {:>19} {:>10} {:>11.0f} {:>6.1f}", i + 1, describe(e.strategy),
+      os << fmt::format("{:>4}  {:<{}} {:>5} {:>19} {:>10} {:>11.0f} {:>6.1f}", i + 1, describe(e.strategy), w,
                         e.strategy.gpus(), format_bytes(e.peak_memory) + " / " + format_bytes(e.capacity),
                         format_seconds(e.time.step), e.throughput.tokens_per_s, 100 * e.throughput.mfu);
       if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", format_usd(r.top_value[i]));
@@ -68,7 +73,7 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
   if (!r.infeasible.empty()) {
     os << "\nfastest infeasible candidates (among those predicted; analytic step time):\n";
     for (const Estimate& e : r.infeasible) {
-      os << fmt::format("  {:<52} {:>10}  {}\n", describe(e.strategy), format_seconds(e.time.step),
+      os << fmt::format("  {:<{}} {:>10}  {}\n", describe(e.strategy), w, format_seconds(e.time.step),
                         e.infeasible.empty() ? "" : describe(e.infeasible.front(), e.strategy));
     }
   }
@@ -76,7 +81,7 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
     os << fmt::format("\nPareto front, analytic step time vs peak memory (exact within {:g}x the best step time):\n",
                       ctx.pareto_window);
     for (const Estimate& e : r.pareto) {
-      os << fmt::format("  {:<52} {:>10} {:>10}\n", describe(e.strategy), format_seconds(e.time.step),
+      os << fmt::format("  {:<{}} {:>10} {:>10}\n", describe(e.strategy), w, format_seconds(e.time.step),
                         format_bytes(e.peak_memory));
     }
   }

@@ -103,19 +103,21 @@ Bytes states_floor(const Problem& p, const Layout& l, const StateKind& k) {
 }
 
 // sum_i in_flight_i * layers_i / vp, with at least one layer per chunk (vp per stage) and the
-// remaining layers where the fewest micro-batches are in flight. The in-flight counts are
+// remaining layers where the fewest micro-batches are in flight; with more chunks than layers (an
+// accounted split) the chunks without a layer are taken where the most are in flight. The in-flight counts are
 // memory_model's in_flight_chunks, stage by stage. 1F1B sums them exactly; the other schedules
 // take pp x the smallest (a weaker floor, kept as it was so that the pruning counts stay the same).
 double activation_floor_layers(const Problem& p, ScheduleKind kind, int pp, int m, int vp) {
   const int L = p.graph.model().layers;
-  double sum_f = 0, min_f = std::numeric_limits<double>::infinity();
+  double sum_f = 0, min_f = std::numeric_limits<double>::infinity(), max_f = 0;
   for (int i = 0; i < pp; ++i) {
     const double f = in_flight_chunks(kind, pp, i, m, vp);
     sum_f += f;
     min_f = std::min(min_f, f);
+    max_f = std::max(max_f, f);
   }
   if (kind != ScheduleKind::one_f_one_b) sum_f = pp * min_f;
-  return (sum_f * vp + (L - pp * vp) * min_f) / vp;
+  return (sum_f * vp + (L - pp * vp) * (L >= pp * vp ? min_f : max_f)) / vp;
 }
 
 // Peak memory >= the mean over stages of states + activations, plus the runtime overhead.

@@ -256,6 +256,7 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
   s.grad_compression = st.gc;
   s.ep = l.ep;
   s.etp = l.etp;
+  if (static_cast<long long>(l.pp) * vp > p.graph.model().layers) s.pipeline_accounts = kAccountEmbedding | kAccountLoss;
   if (p.graph.model().moe.on()) {
     s.moe_imbalance = l.ep > 1 ? p.space.experts.moe_imbalance : 1.0;
     s.capacity_factor = p.space.experts.capacity_factor;
@@ -276,10 +277,16 @@ int max_vp_for(const Problem& p, int pp) {
   return max_vp;
 }
 
+int accounted_vp_for(const Problem& p, int pp) {
+  const int layers = p.graph.model().layers, vp = (layers + 2) / pp;
+  const bool fits = (layers + 2) % pp == 0 && vp >= 2 && vp > layers / pp;
+  return fits && (p.space.max_vp <= 0 || vp <= p.space.max_vp) ? vp : 0;
+}
+
 int count_schedules(const Problem& p, int pp, int m) {
   if (pp == 1) return p.one_f_one_b || p.gpipe ? 1 : 0;
   int n = (p.gpipe ? 1 : 0) + (p.one_f_one_b ? 1 : 0);
-  if (p.interleaved && m % pp == 0) n += std::max(0, max_vp_for(p, pp) - 1);
+  if (p.interleaved && m % pp == 0) n += std::max(0, max_vp_for(p, pp) - 1) + (accounted_vp_for(p, pp) > 0 ? 1 : 0);
   return n;
 }
 

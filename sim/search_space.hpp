@@ -176,6 +176,11 @@ int count_schedules(const Problem& p, int pp, int m);
 // ---- implementation ----
 
 int max_vp_for(const Problem& p, int pp);
+// The chunks per stage of the accounted split (Strategy::pipeline_accounts: the embedding and the
+// loss counted as layers) beyond the split by time: (layers + 2) / pp where that divides, exceeds
+// layers / pp and is within the space's max_vp (Llama 3.1 405B's 126 layers on pp 16 x vp 8); 0
+// where there is none. make_strategy accounts any layout with more chunks than layers.
+int accounted_vp_for(const Problem& p, int pp);
 
 template <class F>
 void for_each_schedule(const Problem& p, int pp, int m, F&& f) {
@@ -190,6 +195,7 @@ void for_each_schedule(const Problem& p, int pp, int m, F&& f) {
   if (p.interleaved && m % pp == 0) {
     const int max_vp = max_vp_for(p, pp);
     for (int vp = 2; vp <= max_vp; ++vp) f(ScheduleKind::interleaved, vp);
+    if (const int vp = accounted_vp_for(p, pp)) f(ScheduleKind::interleaved, vp);
   }
 }
 

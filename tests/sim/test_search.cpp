@@ -282,7 +282,29 @@ INSTANTIATE_TEST_SUITE_P(
                       SmallSpace{"gpt2-medium", "dgx-a100-40g", 32, 64, 1024, Objective::cost},
                       SmallSpace{"llama2-7b", "dgx-h100", 16, 32, 4096, Objective::time},
                       SmallSpace{"llama2-13b", "dgx-a100-40g", 16, 16, 4096, Objective::throughput},
-                      SmallSpace{"llama3-70b", "dgx-h100", 32, 32, 8192, Objective::cost}));
+                      SmallSpace{"llama3-70b", "dgx-h100", 32, 32, 8192, Objective::cost},
+                      // pp 6 x vp 7 = 42 chunks for 40 layers: accounted splits among the candidates
+                      SmallSpace{"llama2-13b", "dgx-a100-40g", 48, 48, 4096, Objective::throughput}));
+
+// Where pp x vp = layers + 2 divides evenly, the space holds the accounted split (the embedding and
+// the loss counted as layers) beside the splits by time: Llama 2 13B's 40 layers on pp 6 give vp 7
+// (42 chunks) and on pp 7 vp 6; every such candidate validates.
+TEST(Search, EnumeratesTheAccountedSplitBeyondTheLayers) {
+  const Cluster cl = load_cluster("dgx-a100-40g", TRAINPLAN_SOURCE_DIR);
+  const ModelSpec m = model("llama2-13b");
+  const LayerGraph g(m, 4096);
+  int accounted = 0;
+  for (const Strategy& s : enumerate_space(g, cl, default_space(cl, 48, 48, 4096))) {
+    const bool beyond = static_cast<long long>(s.pp) * s.vp > m.layers;
+    EXPECT_EQ(s.pipeline_accounts != 0, beyond) << describe(s);
+    if (!beyond) continue;
+    ++accounted;
+    EXPECT_EQ(s.pp * s.vp, m.layers + 2) << describe(s);
+    EXPECT_EQ(s.pipeline_accounts, kAccountEmbedding | kAccountLoss);
+    EXPECT_FALSE(validate(s, m).has_value()) << describe(s);
+  }
+  EXPECT_GT(accounted, 0);
+}
 
 // A DeepSeek-V3-shaped model small enough to search by brute force: 6 layers (the first dense),
 // MLA, 1 shared and 16 routed experts (8 groups, 4 chosen), top-8, one MTP module.
