@@ -171,29 +171,40 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
   if (auto order = f.get("rank-order")) read_rank_order(*order, s);
   if (auto a = f.get("pipeline-accounts")) {
     auto parsed = parse_pipeline_accounts(*a);
-    if (!parsed) throw InputError(fmt::format("--pipeline-accounts {}: must be none or a comma-separated list of embedding, loss", *a));
+    if (!parsed) {
+      throw InputError(
+          fmt::format("--pipeline-accounts {}: must be none or a comma-separated list of embedding, loss", *a));
+    }
     s.pipeline_accounts = *parsed;
   }
 }
 
-// The expert flags over `s`: --ep --etp --moe-imbalance --moe-dispatcher --capacity-factor
-// --recompute-modules (validate() checks them against the model).
-void read_expert_flags(const Flags& f, Strategy& s) {
-  s.ep = static_cast<int>(f.get_int("ep", s.ep, 1, 1 << 16));
-  s.etp = static_cast<int>(f.get_int("etp", s.etp, 1, 1 << 16));
-  s.moe_imbalance = f.get_double("moe-imbalance", s.moe_imbalance, 1, 1 << 16);
-  s.dispatcher =
-      *parse_dispatcher(f.get_choice("moe-dispatcher", to_string(s.dispatcher), {"alltoall", "allgather", "flex"}));
-  s.moe_a2a_overlap = on_off(f, "moe-a2a-overlap", s.moe_a2a_overlap);
-  s.capacity_factor = f.get_double("capacity-factor", s.capacity_factor, 0, 1 << 16);
+// The expert settings a plan and a search space share, over `x` (Strategy and ExpertSpace name
+// them alike): --moe-imbalance --moe-dispatcher --moe-a2a-overlap --capacity-factor
+// --recompute-modules.
+template <class Settings>
+void read_moe_settings(const Flags& f, Settings& x) {
+  x.moe_imbalance = f.get_double("moe-imbalance", x.moe_imbalance, 1, 1 << 16);
+  x.dispatcher =
+      *parse_dispatcher(f.get_choice("moe-dispatcher", to_string(x.dispatcher), {"alltoall", "allgather", "flex"}));
+  x.moe_a2a_overlap = on_off(f, "moe-a2a-overlap", x.moe_a2a_overlap);
+  x.capacity_factor = f.get_double("capacity-factor", x.capacity_factor, 0, 1 << 16);
   if (auto r = f.get("recompute-modules")) {
     auto parsed = parse_recompute_modules(*r);
     if (!parsed) {
       throw InputError(fmt::format("--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj",
                                    *r));
     }
-    s.recompute_modules = *parsed;
+    x.recompute_modules = *parsed;
   }
+}
+
+// The expert flags over `s`: --ep --etp and the shared settings above (validate() checks them
+// against the model).
+void read_expert_flags(const Flags& f, Strategy& s) {
+  s.ep = static_cast<int>(f.get_int("ep", s.ep, 1, 1 << 16));
+  s.etp = static_cast<int>(f.get_int("etp", s.etp, 1, 1 << 16));
+  read_moe_settings(f, s);
 }
 
 // DP defaults to gpus / (tp * pp * cp); --gpus and --dp must agree when both are given.
@@ -266,19 +277,7 @@ void read_expert_space_flags(const Flags& f, ExpertSpace& x) {
       {"1", "tp"});
   x.etp_one = std::find(etps.begin(), etps.end(), "1") != etps.end();
   x.etp_tp = std::find(etps.begin(), etps.end(), "tp") != etps.end();
-  x.moe_imbalance = f.get_double("moe-imbalance", x.moe_imbalance, 1, 1 << 16);
-  x.dispatcher =
-      *parse_dispatcher(f.get_choice("moe-dispatcher", to_string(x.dispatcher), {"alltoall", "allgather", "flex"}));
-  x.moe_a2a_overlap = on_off(f, "moe-a2a-overlap", x.moe_a2a_overlap);
-  x.capacity_factor = f.get_double("capacity-factor", x.capacity_factor, 0, 1 << 16);
-  if (auto r = f.get("recompute-modules")) {
-    auto parsed = parse_recompute_modules(*r);
-    if (!parsed) {
-      throw InputError(fmt::format("--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj",
-                                   *r));
-    }
-    x.recompute_modules = *parsed;
-  }
+  read_moe_settings(f, x);
 }
 
 std::string expert_space_flags_help() {
