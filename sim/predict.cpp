@@ -24,6 +24,23 @@ namespace trainplan {
 
 namespace {
 
+// Per-stage scratch of predict's hot path: up to N elements on the stack (pipelines of at most
+// 64 stages, nearly all), more on the heap. Not copied: its span points into it.
+template <class T, std::size_t N>
+class StageScratch {
+ public:
+  explicit StageScratch(std::size_t n)
+      : heap_(n > N ? n : 0), span_(n > N ? std::span<T>(heap_) : std::span<T>(inline_).first(n)) {}
+  StageScratch(const StageScratch&) = delete;
+  StageScratch& operator=(const StageScratch&) = delete;
+  std::span<T> span() const { return span_; }
+
+ private:
+  std::array<T, N> inline_;  // not value-initialised: each use writes what it reads
+  std::vector<T> heap_;
+  std::span<T> span_;
+};
+
 // The TP collectives of one activation tensor (tokens x hidden) of the micro-batch, each one call
 // on the TP group: an all-reduce, or with sequence parallelism a reduce-scatter and an all-gather
 // (Korthikanti et al. 2022, Sec. 4.2.2). A TP "all-reduce point" is one of each direction's pair:
@@ -795,11 +812,8 @@ StageParams place_chunks(const LayerGraph& graph, const Cluster& cluster, const 
   add_end(chunks.front(), p.pre);
   add_end(chunks.back(), p.post);
   // Parameters per stage, summed in chunk order (stage i holds chunks i, i + pp, i + 2 pp, ...).
-  constexpr int kInlineStages = 64;
-  StageParams inline_stage_params[kInlineStages];
-  std::vector<StageParams> heap_stage_params(pp > kInlineStages ? pp : 0);
-  const std::span<StageParams> stage_params = pp > kInlineStages ? std::span<StageParams>(heap_stage_params)
-                                                                  : std::span<StageParams>(inline_stage_params, pp);
+  const StageScratch<StageParams, 64> scratch(static_cast<std::size_t>(pp));
+  const std::span<StageParams> stage_params = scratch.span();
   std::fill(stage_params.begin(), stage_params.end(), StageParams{});
   for (ChunkCost& c : chunks) {
     stage_params[c.stage].params += c.params;
@@ -1199,10 +1213,8 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
   StageSum b{};  // the busiest stage
   Seconds work_sum = 0, step_exposed = 0, dp_total = 0, zero2_last = 0;
   // Each stage's work, forward and backward per micro-batch, for the 1F1B fill and drain.
-  constexpr std::size_t kInline = 64;
-  std::array<double, 3 * kInline> inline_wfg{};
-  std::vector<double> heap_wfg(pp > kInline ? 3 * pp : 0);
-  const std::span<double> wfg = pp > kInline ? std::span<double>(heap_wfg) : std::span<double>(inline_wfg).first(3 * pp);
+  const StageScratch<double, 3 * 64> scratch(3 * pp);
+  const std::span<double> wfg = scratch.span();
   int fullest = 0;
   Bytes fullest_total = 0;
   for (std::size_t i = 0; i < pp; ++i) {
