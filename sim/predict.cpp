@@ -660,10 +660,11 @@ std::span<const int> memo_split(StepMemo& memo, const LayerGraph& graph, int chu
   memo.next_split = (memo.next_split + 1) % static_cast<int>(memo.splits.size());
   m.layers = -1;  // invalid until the split is written
   m.split.resize(static_cast<std::size_t>(chunks));
-  // A stack that cuts its list of modules into equal counts splits by count, where that gives
-  // every chunk a layer; otherwise by cost.
-  const bool by_count = accounts != 0 ? (accounted_split_into(layers, accounts, m.split), true)
-                                       : uniform_modules && chunks > 1 && uniform_module_split_into(layers, m.split);
+  // An accounted split (the strategy's) is by count; a stack that cuts its list of modules into
+  // equal counts splits by count where that gives every chunk a layer; otherwise by cost.
+  bool by_count = accounts != 0;
+  if (by_count) accounted_split_into(layers, accounts, m.split);
+  else by_count = uniform_modules && chunks > 1 && uniform_module_split_into(layers, m.split);
   if (!by_count && lc.kind_count == 1) {
     partition_layers_into(layers, m.split, cost[0], first_extra, last_extra);
   } else if (!by_count) {
