@@ -603,7 +603,11 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
   // With TP the receiver of a pipeline send all-gathers the activations over the TP group
   // (Narayanan et al. 2021, Sec. 4.1 scatter/gather) unless SP already keeps them sharded: one
   // all-gather call of its own (Megatron's gather_split_1d_tensor), with its per-call overhead.
-  if (s.tp > 1 && !s.sequence_parallel) out.p2p_tp_gather = shape.groups.tp.all_gather(out.hidden_message);
+  // A stack whose TP ranks each send the whole tensor (Software::parallel.pipeline_send_scatter_gather
+  // false) gathers nothing; with SP each rank holds, and sends, its sequence shard either way.
+  const bool scatter = software.parallel.pipeline_send_scatter_gather;
+  out.p2p_message = scatter || s.sequence_parallel ? out.hidden_message / s.tp : out.hidden_message;
+  if (scatter && s.tp > 1 && !s.sequence_parallel) out.p2p_tp_gather = shape.groups.tp.all_gather(out.hidden_message);
   out.model_forward_flops_per_token = graph.forward_flops_per_token();
   out.model_forward_flops_per_token_full_attention = graph.forward_flops_per_token_full_attention();
   return out;
@@ -615,11 +619,9 @@ LayerCosts layer_costs(const LayerGraph& graph, const Cluster& cluster, const So
 
 Seconds p2p_time(const GroupLink& pp, const LayerCosts& lc) {
   if (pp.size == 1) return 0;
-  // Activations between stages; with TP each rank sends 1/tp of them (and the receiver gathers
-  // them over TP: LayerCosts::p2p_tp_gather).
-  Seconds t = pp.send_recv(lc.hidden_message / lc.key.tp);
-  if (lc.key.tp > 1 && !lc.key.sequence_parallel) t += lc.p2p_tp_gather;
-  return t;
+  // Activations between stages: each TP rank's share (LayerCosts::p2p_message), then the
+  // receiver's TP all-gather where the stack scatters (p2p_tp_gather, else 0).
+  return pp.send_recv(lc.p2p_message) + lc.p2p_tp_gather;
 }
 
 Seconds p2p_time(const Cluster& cluster, const LayerCosts& lc, int pp, int pp_stride) {

@@ -227,7 +227,10 @@ struct LayerCosts {
   EndCost pre, post;           // without the tied-embedding copy of the last stage (step_costs adds
                                // it); post holds the MTP modules, their layers included
   Bytes hidden_message = 0;    // one tokens x hidden activation tensor of the micro-batch
-  Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a pipeline send (tp > 1 without SP):
+  Bytes p2p_message = 0;       // what one rank sends to the next pipeline stage: hidden_message / tp
+                               // (Megatron's scatter/gather; with SP the tensor is already split),
+                               // or all of it (Software::parallel.pipeline_send_scatter_gather false)
+  Seconds p2p_tp_gather = 0;   // receiver's TP all-gather after a scattered pipeline send (tp > 1, no SP):
                                // a call of its own, so it pays the per-call overhead as every call does
   // Activation bytes of one layer of each kind for memory_model(): as stored between forward and
   // backward, and the working set of a layer being recomputed (full recomputation, the largest

@@ -132,6 +132,7 @@ void parse_parallelism(JsonObject p, Software& s) {
   x.loss_on_gathered_logits = p.choice("loss", {"vocab_parallel", "gathered_logits"}) == "gathered_logits";
   x.dp_all_reduce_bytes = p.optional_number("dp_all_reduce_bytes", 1, 8).value_or(0);
   x.pipeline_uniform_modules = p.choice("pipeline_split", {"balanced", "uniform_modules"}) == "uniform_modules";
+  x.pipeline_send_scatter_gather = p.choice("pipeline_send", {"scatter_gather", "whole"}) == "scatter_gather";
   (void)p.string("source");
   p.finish();
 }

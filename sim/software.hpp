@@ -128,6 +128,10 @@ struct ParallelImpl {
   // list of modules (embedding, each transformer layer, final norm, LM head) is cut into equal
   // counts, the first stages taking one more where they do not divide (true: a uniform split).
   bool pipeline_uniform_modules = false;
+  // Pipeline sends with TP and without SP: each TP rank sends 1/tp of the activation and the
+  // receiver all-gathers it over TP (true: Megatron's scatter/gather, Narayanan et al. 2021 Sec.
+  // 4.1), or every TP rank sends the whole tensor to its peer and nothing is gathered (false).
+  bool pipeline_send_scatter_gather = true;
 };
 
 // What the stack keeps in memory, per parameter and per saved tensor (read by sim/memory_model,

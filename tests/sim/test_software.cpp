@@ -102,18 +102,20 @@ TEST(Software, ZeroThreeImplementationIsOptional) {
 }
 
 // The optional parallelism section: absent, every field keeps Megatron-core's way; Aleph Alpha's
-// scaling states all four, and each field is read strictly.
+// scaling states all five, and each field is read strictly.
 TEST(Software, ParallelismSectionIsOptionalAndStrict) {
   const Software core = load_software("megatron-core", kSource);
   EXPECT_FALSE(core.parallel.tp_reduce_per_linear);
   EXPECT_FALSE(core.parallel.loss_on_gathered_logits);
   EXPECT_EQ(core.parallel.dp_all_reduce_bytes, 0);
   EXPECT_FALSE(core.parallel.pipeline_uniform_modules);
+  EXPECT_TRUE(core.parallel.pipeline_send_scatter_gather);
   const Software aa = load_software("aleph-alpha-scaling", kSource);
   EXPECT_TRUE(aa.parallel.tp_reduce_per_linear);
   EXPECT_TRUE(aa.parallel.loss_on_gathered_logits);
   EXPECT_EQ(aa.parallel.dp_all_reduce_bytes, 4);
   EXPECT_FALSE(aa.parallel.pipeline_uniform_modules);  // kept balanced: the profile says why
+  EXPECT_FALSE(aa.parallel.pipeline_send_scatter_gather);
   const json base = read_json_file(kSource / "software" / "aleph-alpha-scaling.json");
   json j = base;
   j["parallelism"]["dp_all_reduce_bytes"] = 0;
@@ -124,6 +126,12 @@ TEST(Software, ParallelismSectionIsOptionalAndStrict) {
   j = base;
   j["parallelism"]["bucket_elements"] = 5e8;
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: parallelism.bucket_elements is not a known key");
+  j = base;
+  j["parallelism"]["pipeline_send"] = "scatter";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }).rfind("s.json: parallelism.pipeline_send = \"scatter\"", 0), 0u);
+  j = base;
+  j["parallelism"].erase("pipeline_send");
+  EXPECT_NE(input_error([&] { parse_software(j, "s.json"); }).find("parallelism.pipeline_send"), std::string::npos);
   j = base;
   j["parallelism"].erase("source");
   EXPECT_NE(input_error([&] { parse_software(j, "s.json"); }).find("parallelism.source"), std::string::npos);
