@@ -35,14 +35,17 @@ struct KnownMiss {
   double bound;
   const char* reason;
 };
-// The one known miss is predicted too fast. Rows 12 and 17 run the same model on the same 16 H100s
-// with ep 8 inside a node; row 12 (micro-batch 1, dropless) is published 2.05x slower per token than
-// row 17 (micro-batch 2, capacity factor 1). The model charges row 12 the dispatch's host wait and
-// twice the per-expert launches per token of row 17, which halves the gap, not more.
-const char* kSlowRow12 =
-    "published 2.05x slower per token than row 17 (same model, same 16 H100, ep8 in a node, mb2 with a capacity "
-    "factor): the host wait and launches modelled explain half of it";
-const std::map<int, KnownMiss> kKnownMisses = {{12, {0.35, kSlowRow12}}};  // -24.5% today
+// Two known misses, the same layout on the same 16 H100s (ep 8 in a node, micro-batch 1, 16 local
+// experts) in two containers: row 12 (26.02) and row 19 (26.02.01), which the point release
+// publishes 1.77x faster (9,058 against 5,113 tokens/s/GPU). No cost of the layout meets both. The
+// model sits between them: its time for this layout is bound by the host launching 16 expert GEMMs
+// a layer after the dropless dispatch's wait, and the perf recipes of this model on H100 capture
+// attention, router and token preprocessing in CUDA graphs (cuda_graph_scope), which trainplan does
+// not model (it charges those kernels' launches). Both rows are held to their bound and kept out of
+// the fit below.
+const char* kContainerPair =
+    "the same layout is published 1.77x faster by 26.02.01 (row 19) than by 26.02 (row 12); CUDA graphs not modelled";
+const std::map<int, KnownMiss> kKnownMisses = {{12, {0.35, kContainerPair}}, {19, {0.45, kContainerPair}}};
 
 nlohmann::json read_rows() {
   return read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/megatron_bridge_moe.json").at("rows");
@@ -159,7 +162,7 @@ TEST(ValidationMoe, MegatronBridgeStepTimes) {
   const double mae = compared ? sum_abs / compared : 0;
   std::printf("mean absolute error %.2f%% over %d rows (target %.0f%%%s)\n", 100 * mae, compared, 100 * kMeanTarget,
               mae > kMeanTarget ? ": NOT MET" : "");
-  EXPECT_EQ(compared, 19);
+  EXPECT_EQ(compared, 20);
   EXPECT_LE(mae, kMeanTarget);
 }
 
@@ -201,8 +204,8 @@ TEST(ValidationMoe, AllToAllOverlapShareFit) {
 
 // moe.host_per_expert_gemm_us of the megatron-core profile, the host time Transformer Engine's
 // GroupedLinear spends per expert GEMM beyond the launch, is FITTED here: the candidate with the
-// smallest mean absolute error over every row, each published layout (model, cluster, layout)
-// weighted once. It matters where many local experts share few tokens (qwen3 at ep 8-16 with
+// smallest mean absolute error over every row but the known misses (a container's regression is
+// not a cost of the layout), each published layout (model, cluster, layout) weighted once. It matters where many local experts share few tokens (qwen3 at ep 8-16 with
 // micro-batch 1: 16 local experts, ~256 tokens each), not for DeepSeek-V3 or Qwen3-235B at ep 32-64
 // (4 local experts), whose rows it leaves unchanged. Those rows therefore no longer check this
 // constant independently.
@@ -211,13 +214,14 @@ TEST(ValidationMoe, ExpertGemmHostTimeFit) {
   const Software profile = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
   ASSERT_TRUE(profile.moe.gemm_per_expert);
   double best_us = -1, best_err = 1e9;
-  for (double us : {0.0, 20.0, 40.0, 60.0, 80.0, 100.0}) {
+  for (double us : {0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 80.0, 100.0}) {
     Software sw = profile;
     sw.moe.host_per_expert_gemm = us * kMicro;
     std::map<std::string, std::pair<double, int>> by_layout;  // layout -> (sum of |error|, rows)
     int index = -1;
     for (const auto& r : rows) {
       ++index;
+      if (kKnownMisses.contains(index)) continue;
       const RowResult p = predict_row(r, index, sw, false);
       ASSERT_TRUE(p.predicted) << index;
       auto& [sum, n] = by_layout[r.at("model").at("model_type").get<std::string>() + " " +
