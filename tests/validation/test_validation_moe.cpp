@@ -238,6 +238,51 @@ TEST(ValidationMoe, ExpertGemmHostTimeFit) {
   EXPECT_DOUBLE_EQ(profile.moe.host_per_expert_gemm, best_us * kMicro);
 }
 
+// GPT-OSS 120B in BF16 on 64 GPUs of five systems (tests/data/published/megatron_bridge_gpt_oss.json,
+// NeMo 26.04.01 with its recipes' knobs): a tracked gap, NOT the 20% target. trainplan predicts
+// these runs 34-44% fast (and the B200 one out of memory), while the same layouts publish within
+// 6% of each other across five containers, so the runs are not one release's regression. Each
+// row is held to 50% so that the gap cannot widen unnoticed; what is missing is not known (the
+// learnable-softmax attention runs through cuDNN only, the experts carry biases, YaRN rotary
+// embeddings, and the recipes' CUDA graphs are not modelled).
+TEST(ValidationMoe, GptOssRowsTracked) {
+  const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/megatron_bridge_gpt_oss.json");
+  const ModelSpec m = load_model("gpt-oss-120b", TRAINPLAN_SOURCE_DIR);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  double sum_abs = 0;
+  int rows = 0;
+  for (const auto& r : data.at("rows")) {
+    const nlohmann::json& f = r.at("flags");
+    Strategy s;
+    s.tp = f.at("tp");
+    s.pp = f.at("pp");
+    s.dp = f.at("dp");
+    s.ep = f.at("ep");
+    s.zero = f.at("zero");
+    s.micro_batch = f.at("micro-batch");
+    s.global_batch = f.at("global-batch");
+    s.seq_len = f.at("seq");
+    s.dtype = *parse_dtype(f.at("dtype").get<std::string>());
+    s.moe_a2a_overlap = f.value("moe-a2a-overlap", "off") == "on";
+    s.dispatcher = *parse_dispatcher(f.value("moe-dispatcher", "alltoall"));
+    s.recompute_modules = *parse_recompute_modules(f.value("recompute-modules", "none"));
+    ASSERT_EQ(s.gpus(), f.at("gpus").get<int>());
+    ASSERT_FALSE(validate(s, m).has_value()) << r.at("system");
+    const Estimate e = predict(LayerGraph(m, s.seq_len), testing::builtin_cluster(r.at("cluster").get<std::string>().c_str()), sw, s);
+    EXPECT_TRUE(e.feasible || only_out_of_memory(e)) << r.at("system");
+    const double published = r.at("expected_step_s"), err = (e.time.step - published) / published;
+    std::printf("gpt-oss-120b %-9s %s  predicted %5.2f s  published %5.2f s  error %+5.1f%%%s  (tracked, not met)\n",
+                r.at("system").get<std::string>().c_str(), describe(s).c_str(), e.time.step, published, 100 * err,
+                e.feasible ? "" : "  (predicted out of memory)");
+    EXPECT_LT(std::abs(err), 0.5) << r.at("system");
+    sum_abs += std::abs(err);
+    ++rows;
+  }
+  EXPECT_EQ(rows, 5);
+  std::printf("gpt-oss-120b: mean absolute error %.1f%% over %d rows (tracked gap; the MoE target is 12%%)\n",
+              100 * sum_abs / rows, rows);
+}
+
 // Ordering: within each model, cluster and GPU count with more than one published layout, the
 // layouts ranked by predicted tokens/s must rank as the published ones do (a layout published in
 // several containers counts with the mean of its rows' throughput). A swap the model makes is
