@@ -90,71 +90,69 @@ int RankLayout::server_index(int rank) const {
   return -1;
 }
 
-RankCoord RankLayout::coord(int rank) const {
-  TRAINPLAN_CHECK(rank >= 0 && rank < world_, "rank out of range");
-  RankCoord c;
-  for (Dim d : {Dim::tp, Dim::cp, Dim::dp, Dim::pp}) c[d] = (rank / stride(d)) % size(d);
+namespace {
+
+constexpr Dim kDims[] = {Dim::tp, Dim::cp, Dim::dp, Dim::pp};
+
+// The dense and the expert numberings are the same arithmetic over their own dimension lists:
+// coordinate d = (rank / stride(d)) % size(d), rank = sum of coordinate x stride.
+template <class Coord, class D, std::size_t N>
+Coord coord_in(const RankLayout& l, const D (&dims)[N], int rank) {
+  TRAINPLAN_CHECK(rank >= 0 && rank < l.world(), "rank out of range");
+  Coord c;
+  for (D d : dims) c[d] = (rank / l.stride(d)) % l.size(d);
   return c;
 }
 
-int RankLayout::rank(const RankCoord& c) const {
+template <class Coord, class D, std::size_t N>
+int rank_in(const RankLayout& l, const D (&dims)[N], const Coord& c) {
   int r = 0;
-  for (Dim d : {Dim::tp, Dim::cp, Dim::dp, Dim::pp}) {
-    TRAINPLAN_CHECK(c[d] >= 0 && c[d] < size(d), "coordinate out of range");
-    r += c[d] * stride(d);
+  for (D d : dims) {
+    TRAINPLAN_CHECK(c[d] >= 0 && c[d] < l.size(d), "coordinate out of range");
+    r += c[d] * l.stride(d);
   }
   return r;
 }
 
+// The group of `rank` along `dims`: its coordinates there set to 0, then spanned.
+template <class Coord, class D, std::size_t N>
+std::vector<int> group_in(const RankLayout& l, const D (&all)[N], int rank, std::initializer_list<D> dims) {
+  Coord base = coord_in<Coord>(l, all, rank);
+  for (D d : dims) base[d] = 0;
+  return span_group(rank_in(l, all, base), dims, [&l](D d) { return l.size(d); }, [&l](D d) { return l.stride(d); });
+}
+
+// Every group along `dims`, each once, ordered by its lowest rank.
+template <class D>
+std::vector<std::vector<int>> all_groups_in(const RankLayout& l, std::initializer_list<D> dims) {
+  std::vector<std::vector<int>> out;
+  std::vector<bool> covered(static_cast<std::size_t>(l.world()), false);
+  for (int r = 0; r < l.world(); ++r) {
+    if (covered[static_cast<std::size_t>(r)]) continue;
+    out.push_back(l.group(r, dims));
+    for (int m : out.back()) covered[static_cast<std::size_t>(m)] = true;
+  }
+  return out;
+}
+
+}  // namespace
+
+RankCoord RankLayout::coord(int rank) const { return coord_in<RankCoord>(*this, kDims, rank); }
+int RankLayout::rank(const RankCoord& c) const { return rank_in(*this, kDims, c); }
 std::vector<int> RankLayout::group(int rank, std::initializer_list<Dim> dims) const {
-  RankCoord base = coord(rank);
-  for (Dim d : dims) base[d] = 0;
-  return span_group(this->rank(base), dims, [this](Dim d) { return size(d); }, [this](Dim d) { return stride(d); });
+  return group_in<RankCoord>(*this, kDims, rank, dims);
 }
-
-ExpertCoord RankLayout::expert_coord(int rank) const {
-  TRAINPLAN_CHECK(rank >= 0 && rank < world_, "rank out of range");
-  ExpertCoord c;
-  for (ExpertDim d : kExpertDims) c[d] = (rank / stride(d)) % size(d);
-  return c;
-}
-
-int RankLayout::rank(const ExpertCoord& c) const {
-  int r = 0;
-  for (ExpertDim d : kExpertDims) {
-    TRAINPLAN_CHECK(c[d] >= 0 && c[d] < size(d), "expert coordinate out of range");
-    r += c[d] * stride(d);
-  }
-  return r;
-}
-
-std::vector<int> RankLayout::group(int rank, std::initializer_list<ExpertDim> dims) const {
-  ExpertCoord base = expert_coord(rank);
-  for (ExpertDim d : dims) base[d] = 0;
-  return span_group(this->rank(base), dims, [this](ExpertDim d) { return size(d); },
-                    [this](ExpertDim d) { return stride(d); });
-}
-
-std::vector<std::vector<int>> RankLayout::all_groups(std::initializer_list<ExpertDim> dims) const {
-  std::vector<std::vector<int>> out;
-  std::vector<bool> covered(world_, false);
-  for (int r = 0; r < world_; ++r) {
-    if (covered[r]) continue;
-    out.push_back(group(r, dims));
-    for (int m : out.back()) covered[m] = true;
-  }
-  return out;
-}
-
 std::vector<std::vector<int>> RankLayout::all_groups(std::initializer_list<Dim> dims) const {
-  std::vector<std::vector<int>> out;
-  std::vector<bool> covered(world_, false);
-  for (int r = 0; r < world_; ++r) {
-    if (covered[r]) continue;
-    out.push_back(group(r, dims));
-    for (int m : out.back()) covered[m] = true;
-  }
-  return out;
+  return all_groups_in(*this, dims);
+}
+
+ExpertCoord RankLayout::expert_coord(int rank) const { return coord_in<ExpertCoord>(*this, kExpertDims, rank); }
+int RankLayout::rank(const ExpertCoord& c) const { return rank_in(*this, kExpertDims, c); }
+std::vector<int> RankLayout::group(int rank, std::initializer_list<ExpertDim> dims) const {
+  return group_in<ExpertCoord>(*this, kExpertDims, rank, dims);
+}
+std::vector<std::vector<int>> RankLayout::all_groups(std::initializer_list<ExpertDim> dims) const {
+  return all_groups_in(*this, dims);
 }
 
 }  // namespace trainplan
