@@ -144,6 +144,7 @@ json gpu_topology(json t, const CalibrationResult& r, const TopologyInputs& in, 
     json& l = t["node"]["link"];
     l["efficiency"] = efficiency(r.link.bus_bandwidth, l["bandwidth_gbps"].get<double>() * kGB);
     l["latency_us"] = r.link.latency / kMicro;
+    t["node"].erase("measured_all_reduce");  // the base's node curve, not this link's
   }
   t["calibration"] = fmt::format(
       "Measured on one {}: the ops tables (ops.source){}; nothing is fitted on training runs, the other fields are "

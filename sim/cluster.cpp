@@ -39,6 +39,16 @@ FlopsPerSecond GpuSpec::peak(Dtype d) const {
   return 0;
 }
 
+BytesPerSecond BusBandwidthCurve::at(Bytes m) const {
+  if (bytes.empty()) return 0;
+  if (m <= bytes.front()) return bus_bandwidth.front() * m / bytes.front();
+  if (m >= bytes.back()) return bus_bandwidth.back();
+  const auto hi = static_cast<std::size_t>(std::upper_bound(bytes.begin(), bytes.end(), m) - bytes.begin());
+  const std::size_t lo = hi - 1;
+  const double t = std::log(m / bytes[lo]) / std::log(bytes[hi] / bytes[lo]);
+  return std::exp(std::log(bus_bandwidth[lo]) + t * (std::log(bus_bandwidth[hi]) - std::log(bus_bandwidth[lo])));
+}
+
 int Cluster::max_gpus() const { return network.empty() ? scale_up_gpus : network.back().span_gpus; }
 
 namespace {
@@ -271,8 +281,31 @@ void check_measured_gpu(const GpuSpec& gpu, const OpCostTables& ops, const std::
   }
 }
 
-// "node": {"gpus", "link", "scale_up_gpus"?, "peer_link_gbps"?, "in_switch_reduction"?: {"efficiency",
-// "source"}}.
+// "measured_all_reduce": {"gpus" (the node's), "points": [{"bytes", "busbw_gbps"}, ...] with the bytes
+// strictly ascending and no bus bandwidth above the link's, "source"}.
+void parse_node_all_reduce(const JsonObject& o, Cluster& c) {
+  const long long gpus = o.integer("gpus", 1, 1 << 16);
+  if (gpus != c.gpus_per_node) {
+    throw o.error("gpus", fmt::format("must be node.gpus ({}): the curve is an all-reduce over the whole node", c.gpus_per_node));
+  }
+  BusBandwidthCurve& curve = c.node_all_reduce;
+  for (const JsonObject& p : o.objects("points", 2)) {
+    const Bytes bytes = p.number("bytes", 1, 1e15);
+    const BytesPerSecond bw = p.number("busbw_gbps", 1e-3, 1e6) * kGB;
+    if (!curve.bytes.empty() && bytes <= curve.bytes.back()) throw p.error("bytes", "must be larger than the point before");
+    if (bw > c.node.bandwidth) {
+      throw p.error("busbw_gbps", fmt::format("must be at most node.link.bandwidth_gbps ({:g})", c.node.bandwidth / kGB));
+    }
+    curve.bytes.push_back(bytes);
+    curve.bus_bandwidth.push_back(bw);
+    p.finish();
+  }
+  (void)o.string("source");
+  o.finish();
+}
+
+// "node": {"gpus", "link", "scale_up_gpus"?, "peer_link_gbps"?, "measured_all_reduce"?,
+// "in_switch_reduction"?: {"efficiency", "source"}}.
 void parse_node(const JsonObject& n, Cluster& c) {
   c.gpus_per_node = static_cast<int>(n.integer("gpus", 1, 1 << 16));
   c.node = parse_tier(n.object("link"), false);
@@ -293,11 +326,15 @@ void parse_node(const JsonObject& n, Cluster& c) {
                                                   c.node.bandwidth / kGB));
     }
   }
+  if (n.has("measured_all_reduce")) parse_node_all_reduce(n.object("measured_all_reduce"), c);
   if (n.has("in_switch_reduction")) {
     const JsonObject r = n.object("in_switch_reduction");
     c.in_switch_reduction.efficiency = r.number("efficiency", 1e-3, 1);
     (void)r.string("source");
     r.finish();
+    // The curve stands for the ring (collectives.hpp); a node whose all-reduces run in its switch
+    // would need one per algorithm.
+    if (!c.node_all_reduce.empty()) throw n.error("measured_all_reduce", "is for nodes without in_switch_reduction");
   }
   n.finish();
 }

@@ -41,6 +41,20 @@ struct LinkTier {
   bool in_network_reduction = false;
 };
 
+// The all-reduce bus bandwidth NCCL reached over a whole node by message size (nccl-tests
+// all_reduce_perf on all of a node's GPUs): below the link's large-message rate at mid sizes
+// (fewer channels, protocol changes), which latency x steps + bytes / (bandwidth x efficiency)
+// does not follow. Points ascending in bytes; empty: the formula alone. A ring's curve: a node
+// with in-switch reduction (NVLS) may not state one.
+struct BusBandwidthCurve {
+  std::vector<Bytes> bytes;
+  std::vector<BytesPerSecond> bus_bandwidth;
+  // At message size m: log-log interpolation; below the first point the first point's time (the
+  // bus bandwidth falls with m), above the last the last point's bus bandwidth.
+  BytesPerSecond at(Bytes m) const;
+  bool empty() const { return bytes.empty(); }
+};
+
 // How collectives behave beyond latency x steps + bytes / bandwidth (collectives.hpp).
 struct CollectiveCosts {
   Seconds call_overhead = 0;        // fixed cost of issuing one collective (launch, proxy, sync)
@@ -67,6 +81,9 @@ struct Cluster {
   CollectiveCosts collectives;
   int gpus_per_node = 1;
   LinkTier node;              // intra-node (NVLink/NVSwitch, PCIe, or loopback)
+  // Measured node all-reduces (optional, "node.measured_all_reduce"): ring collectives of groups
+  // inside one node take their bus bandwidth from it (collectives.hpp).
+  BusBandwidthCurve node_all_reduce;
   // The scale-up domain: consecutive GPUs (whole nodes) that reach each other over the node link
   // at its full per-GPU bandwidth, e.g. 72 on a GB200 NVL72 rack of 4-GPU trays (NVLink switch
   // trays); gpus_per_node where the node link ends at the node. Network tiers span whole domains.

@@ -27,6 +27,7 @@ struct Algorithm {
   Seconds (*latency)(const Span& s, const Link& l);
   double (*bus_factor)(const Span& s);
   BytesPerSecond (*bandwidth)(const Span& s, const Link& l);
+  bool ring = false;  // a ring, whose time a measured node curve gives (Link::measured)
 };
 
 BytesPerSecond link_bandwidth(const Span&, const Link& l) { return l.bandwidth; }
@@ -65,20 +66,27 @@ double one(const Span&) { return 1; }
 // The table: each collective's algorithms. NVLS and SHARP give all-gather and reduce-scatter no
 // bandwidth gain (each rank still receives or sends (n - 1)/n M; NVIDIA/nccl issue #1506), so only
 // the all-reduce has them.
-constexpr Algorithm kAllReduce[] = {{ring_ar_latency, ring_ar_factor, link_bandwidth},
+constexpr Algorithm kAllReduce[] = {{ring_ar_latency, ring_ar_factor, link_bandwidth, true},
                                     {tree_ar_latency, tree_ar_factor, link_bandwidth},
                                     {in_network_latency, in_network_factor, in_network_bandwidth},
                                     {two_steps, in_switch_factor, in_switch_bandwidth}};
-constexpr Algorithm kHalf[] = {{ring_half_latency, ring_half_factor, link_bandwidth}};
+constexpr Algorithm kHalf[] = {{ring_half_latency, ring_half_factor, link_bandwidth, true}};
 constexpr Algorithm kSendRecv[] = {{one_step, one, link_bandwidth}};
 
+// The cheapest algorithm's time; on a link with a measured curve, the curve's (it is what NCCL
+// reached, whichever algorithm it chose), with the ring's bus-bandwidth factor.
+// Sends and all-to-alls are not what the curve measured: they keep the table (curve false).
 template <std::size_t N>
-Seconds cheapest(const Algorithm (&algos)[N], int n, Bytes m, const Link& l) {
+Seconds cheapest(const Algorithm (&algos)[N], int n, Bytes m, const Link& l, bool curve = true) {
   const Span s = span_of(n, l);
+  const bool measured = curve && l.measured;
   Seconds best = std::numeric_limits<double>::infinity();
   for (const auto& a : algos) {
     const BytesPerSecond bw = a.bandwidth(s, l);
-    if (bw > 0) best = std::min(best, a.latency(s, l) + a.bus_factor(s) * m / bw);
+    if (bw <= 0 || (measured && !a.ring)) continue;
+    const Seconds t = measured ? a.bus_factor(s) * m / std::min(l.measured->at(m), bw)
+                               : a.latency(s, l) + a.bus_factor(s) * m / bw;
+    best = std::min(best, t);
   }
   return best;
 }
@@ -104,6 +112,7 @@ Link group_link(const Cluster& c, int size, int stride) {
     Link l{c.node.latency, node_bw, 0};
     if (c.peer_link_bandwidth > 0) l.bandwidth = std::min(node_bw, (size - 1) * c.peer_link_bandwidth * c.node.efficiency);
     l.in_switch_bandwidth = c.node.bandwidth * c.in_switch_reduction.efficiency;
+    if (!c.node_all_reduce.empty() && c.scale_up_gpus == c.gpus_per_node) l.measured = &c.node_all_reduce;
     return l;
   }
   // Across domains: the group's members inside one domain each drive their own NIC and step to
@@ -164,8 +173,8 @@ Seconds collective_time(Collective kind, int n, Bytes message, const Link& link)
     case Collective::all_reduce: return cheapest(kAllReduce, n, message, link);
     case Collective::reduce_scatter:
     case Collective::all_gather: return cheapest(kHalf, n, message, link);
-    case Collective::send_recv: return cheapest(kSendRecv, n, message, link);
-    case Collective::all_to_all: return cheapest(kHalf, n, message, link);  // pairwise exchange, one link
+    case Collective::send_recv: return cheapest(kSendRecv, n, message, link, false);
+    case Collective::all_to_all: return cheapest(kHalf, n, message, link, false);  // pairwise exchange, one link
   }
   return 0;
 }

@@ -24,6 +24,11 @@
 //                   (n-1) a + (n-1)/n M/B, M the bytes one rank sends in all (its own share included)
 // M is the full (unsharded) buffer: the all-reduced tensor, or the gathered/scattered whole.
 // Inside one domain (N = 1) every step is a node-link step and a = the node link's latency.
+// Where the cluster measured its node's all-reduces (Cluster::node_all_reduce, nccl-tests on the
+// whole node), a collective inside one node takes its time from that curve instead of the table:
+// f M / B(M), f the ring's bus-bandwidth factor, B(M) the measured bus bandwidth at M (what NCCL
+// reached with the algorithm it chose; nccl-tests defines bus bandwidth so that it does not
+// depend on n, and its curve holds the latency too).
 // Checked against nccl-tests on 8 GPUs (github NVIDIA/nccl issue #2140, large messages): H100 ring
 // busbw 370 GB/s of 450 (efficiency 0.82; algbw 211 = 370 / (2 x 7/8)), NVLS algbw 275 GB/s
 // (= 309 GB/s of link x 8/9: efficiency 0.69); B300 ring 695 of 900, NVLS algbw 483 (0.60).
@@ -46,6 +51,10 @@ struct Link {
   int ranks_per_node = 1;         // group members in one scale-up domain; steps among them take intra_latency
   Seconds intra_latency = 0;      // per step over the node link, where ranks_per_node > 1
   bool in_network_reduction = false;  // the network tier reduces in its switches (LinkTier)
+  // A group inside one node of a cluster that measured its node's all-reduces: its ring
+  // collectives take the bus bandwidth at their message size from this curve (capped at
+  // `bandwidth`), the curve's time standing for latency and bandwidth both. The Cluster owns it.
+  const BusBandwidthCurve* measured = nullptr;
 };
 
 // The network tier that traffic among `extent` consecutive ranks takes (ranks are placed on

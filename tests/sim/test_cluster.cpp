@@ -191,6 +191,41 @@ TEST(ParseCluster, ConvertsFileUnitsOnce) {
   EXPECT_DOUBLE_EQ(c.collectives.overlap_slowdown, 0.25);
 }
 
+// The node's measured all-reduce curve: converted once, points ascending, none above the link,
+// over the whole node, and only on nodes without in-switch reduction.
+TEST(ParseCluster, MeasuredNodeAllReduceIsStrict) {
+  json j = small_cluster();
+  j["node"]["measured_all_reduce"] = {
+      {"gpus", 4},
+      {"points", {{{"bytes", 1000000}, {"busbw_gbps", 2}}, {{"bytes", 100000000}, {"busbw_gbps", 8}}}},
+      {"source", "test"}};
+  const Cluster c = parse_cluster(j, "toy.json");
+  ASSERT_EQ(c.node_all_reduce.bytes.size(), 2u);
+  EXPECT_DOUBLE_EQ(c.node_all_reduce.bus_bandwidth[1], 8e9);
+  // Log-log between the points: at 1e7 B, halfway in log size, sqrt(2 x 8) = 4 GB/s; below the
+  // first point the first point's time (bus bandwidth in proportion to size); above, the last.
+  EXPECT_NEAR(c.node_all_reduce.at(1e7), 4e9, 1e-3);
+  EXPECT_DOUBLE_EQ(c.node_all_reduce.at(5e5), 1e9);
+  EXPECT_DOUBLE_EQ(c.node_all_reduce.at(1e10), 8e9);
+  auto bad = [&](auto edit) {
+    json b = j;
+    edit(b["node"]["measured_all_reduce"]);
+    return input_error([&] { parse_cluster(b, "toy.json"); });
+  };
+  EXPECT_EQ(bad([](json& m) { m["gpus"] = 8; }),
+            "toy.json: node.measured_all_reduce.gpus = 8, must be node.gpus (4): the curve is an all-reduce over the whole node");
+  EXPECT_EQ(bad([](json& m) { m["points"][1]["bytes"] = 1000000; }),
+            "toy.json: node.measured_all_reduce.points[1].bytes = 1000000, must be larger than the point before");
+  EXPECT_EQ(bad([](json& m) { m["points"][1]["busbw_gbps"] = 25; }),
+            "toy.json: node.measured_all_reduce.points[1].busbw_gbps = 25, must be at most node.link.bandwidth_gbps (20)");
+  EXPECT_TRUE(bad([](json& m) { m["points"].erase(1); }).ends_with("must hold at least 2 entries"));
+  EXPECT_EQ(bad([](json& m) { m["points"][0]["time_us"] = 3; }),
+            "toy.json: node.measured_all_reduce.points[0].time_us is not a known key");
+  json nvls = j;
+  nvls["node"]["in_switch_reduction"] = {{"efficiency", 0.6}, {"source", "test"}};
+  EXPECT_TRUE(input_error([&] { parse_cluster(nvls, "toy.json"); }).ends_with("is for nodes without in_switch_reduction"));
+}
+
 TEST(ParseCluster, SchemaVersionIsChecked) {
   json j = small_cluster();
   j["schema"] = "trainplan/cluster/v1";

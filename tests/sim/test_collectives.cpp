@@ -93,6 +93,27 @@ TEST(Collectives, GroupLinkPicksTheTier) {
   EXPECT_EQ(group_link(c, 1, 1).bandwidth, 0);
 }
 
+// A node that measured its all-reduces (here dgx-a100-80g given three points of the nccl-tests
+// curve of an 8 x A100 node, stas00/ml-engineering network/README.md) gives its groups' rings
+// their time from the curve, f M / B(M): 32 MiB over 8 ranks at the measured 138.49 GB/s is
+// 1.75 x 33554432 / 138.49e9 = 424.0 us, nccl-tests' own time, where latency x steps + bytes /
+// (300 GB/s x 0.8) gives 2 x 7 x 3 us + 244.7 us = 286.7 us. Four ranks move 1.5 M at the same
+// bus bandwidth; all-gather half of an all-reduce; sends and groups across nodes keep the table.
+TEST(Collectives, MeasuredNodeCurveGivesTheRingItsTime) {
+  Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  const double m = 33554432;
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 8, m, group_link(c, 8, 1)), 42e-6 + 1.75 * m / 240e9, 1e-12);
+  c.node_all_reduce.bytes = {16777216, 33554432, 67108864};
+  c.node_all_reduce.bus_bandwidth = {106.16e9, 138.49e9, 171.54e9};
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 8, m, group_link(c, 8, 1)), 1.75 * m / 138.49e9, 1e-12);
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 4, m, group_link(c, 4, 1)), 1.5 * m / 138.49e9, 1e-12);
+  EXPECT_NEAR(collective_time(Collective::all_gather, 8, m, group_link(c, 8, 1)), 0.875 * m / 138.49e9, 1e-12);
+  EXPECT_NEAR(collective_time(Collective::send_recv, 2, m, group_link(c, 2, 1)), 3e-6 + m / 240e9, 1e-12);
+  EXPECT_EQ(group_link(c, 16, 1).measured, nullptr);
+  // A cap (a stack's own bound on its collectives) still binds: 1.75 M / 50 GB/s.
+  EXPECT_NEAR(collective_time(Collective::all_reduce, 8, m, capped(group_link(c, 8, 1), 50e9)), 1.75 * m / 50e9, 1e-12);
+}
+
 TEST(Collectives, SpanningTierIsTheInnermostThatCoversTheRanks) {
   const Cluster c = testing::builtin_cluster("dgx-a100-80g");  // 8 per node; leaf 256, spine 8192
   EXPECT_EQ(spanning_tier(c, 8), nullptr);  // one node: the node link
