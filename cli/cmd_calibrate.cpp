@@ -38,7 +38,8 @@ Measures what one device delivers and writes a topology file (topologies/*.json 
   and misaligned_gemm_slowdown from one GEMM with an odd N against the aligned one (CUDA events
   on a GPU, wall clock on CPU);
   all-reduce between local processes       -> node.link bandwidth and latency
-  (Gloo over 127.0.0.1 on CPU; NCCL with --gpus N >= 2 on CUDA);
+  (Gloo over 127.0.0.1 on CPU; NCCL with --gpus N >= 2 on CUDA), and on CUDA over all of the
+  base's node GPUs (no in_switch_reduction) its points -> node.measured_all_reduce;
   on CPU also: the best matmul FLOP/s      -> gpu.peak_tflops.fp32 (unless --peak-tflops),
   copy bandwidth (one large tensor copy)   -> gpu.hbm_bandwidth_gbps,
   host RAM / --ranks-per-node              -> gpu.hbm_gb,

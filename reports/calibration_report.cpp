@@ -139,17 +139,37 @@ std::string measured_text(const CalibrationResult& r, const TopologyInputs& in) 
 
 // A GPU: the base topology with the measured op tables and, when measured, the node link's
 // efficiency and latency.
+// The measured all-reduce points as the node's curve (bus bandwidth 2(n-1)/n M / t, at most the
+// link's), where they cover the whole node and its all-reduces do not run in the switch (a curve
+// stands for the ring: sim/cluster.hpp); else none.
+json node_curve(const json& node, const LinkResult& link) {
+  if (link.ranks != node.at("gpus").get<int>() || node.contains("in_switch_reduction") || link.points.size() < 2)
+    return nullptr;
+  const double factor = 2.0 * (link.ranks - 1) / link.ranks;
+  const double cap = node.at("link").at("bandwidth_gbps").get<double>();
+  json points = json::array();
+  for (const LinkPoint& p : link.points)
+    points.push_back({{"bytes", p.bytes}, {"busbw_gbps", std::clamp(factor * p.bytes / p.median / kGB, 1e-3, cap)}});
+  return {{"gpus", link.ranks}, {"points", points}, {"source", "trainplan calibrate: " + link.note}};
+}
+
 json gpu_topology(json t, const CalibrationResult& r, const TopologyInputs& in, const std::string& measured) {
+  bool curve = false;
   if (r.link.measured) {
     json& l = t["node"]["link"];
     l["efficiency"] = efficiency(r.link.bus_bandwidth, l["bandwidth_gbps"].get<double>() * kGB);
     l["latency_us"] = r.link.latency / kMicro;
     t["node"].erase("measured_all_reduce");  // the base's node curve, not this link's
+    if (json c = node_curve(t["node"], r.link); !c.is_null()) {
+      t["node"]["measured_all_reduce"] = std::move(c);
+      curve = true;
+    }
   }
   t["calibration"] = fmt::format(
-      "Measured on one {}: the ops tables (ops.source){}; nothing is fitted on training runs, the other fields are "
+      "Measured on one {}: the ops tables (ops.source){}{}; nothing is fitted on training runs, the other fields are "
       "the base's. {}",
-      in.base_name, r.link.measured ? " and node.link efficiency and latency" : "", measured);
+      in.base_name, r.link.measured ? " and node.link efficiency and latency" : "",
+      curve ? " and the node's all-reduce curve (node.measured_all_reduce)" : "", measured);
   return t;
 }
 

@@ -730,6 +730,38 @@ TEST(CalibratedTopology, WritesNoRemovedKeyAndLoads) {
   }
 }
 
+// A GPU calibration whose link test covered the whole node of a base without in-switch reduction
+// writes the measured points as the node's all-reduce curve (bus bandwidth 2(n-1)/n M / t, at most
+// the link's); over part of the node, or on an NVLS node (dgx-b200), it writes none.
+TEST(CalibratedTopology, AWholeNodeLinkTestBecomesTheNodeCurve) {
+  TopologyInputs in;
+  in.name = "calibrated";
+  in.command = "trainplan calibrate (test)";
+  in.device = "cuda";
+  in.date = "today";
+  in.host_memory = 16e9;
+  in.base = read_json_file(kSource / "topologies" / "dgx-a100-80g.json");
+  in.base_name = "dgx-a100-80g";
+  CalibrationResult r = measured_device("bf16");
+  r.link.measured = true;
+  r.link.ranks = 8;
+  r.link.note = "test link";
+  r.link.points = {{1048576, 101.9e-6}, {33554432, 424e-6}, {1073741824, 0.5}};  // the last: 3.76 GB/s
+  r.link.latency = 3e-6;
+  r.link.bus_bandwidth = 230e9;
+  const Cluster c = parse_cluster(calibrated_topology(r, in), "calibrated.json");
+  ASSERT_EQ(c.node_all_reduce.bytes.size(), 3u);
+  EXPECT_NEAR(c.node_all_reduce.bus_bandwidth[1], 1.75 * 33554432 / 424e-6, 1e3);  // 138.5 GB/s
+  EXPECT_NEAR(c.node_all_reduce.bus_bandwidth[2], 1.75 * 1073741824 / 0.5, 1e3);
+  EXPECT_TRUE(Contains(c.calibration, "node.measured_all_reduce")) << c.calibration;
+  r.link.ranks = 4;
+  EXPECT_TRUE(parse_cluster(calibrated_topology(r, in), "calibrated.json").node_all_reduce.empty());
+  r.link.ranks = 8;
+  in.base = read_json_file(kSource / "topologies" / "dgx-b200.json");
+  in.base_name = "dgx-b200";
+  EXPECT_TRUE(parse_cluster(calibrated_topology(r, in), "calibrated.json", kSource).node_all_reduce.empty());
+}
+
 // ---- bad inputs, in code ---------------------------------------------------------------------
 
 TEST(ParseCluster, LinkEfficiencyOutsideZeroOneIsRejected) {
