@@ -1122,10 +1122,52 @@ void predict(const LayerGraph& graph, const Cluster& cluster, const Software& so
   compose(scratch.costs, graph, cluster, s, out);
 }
 
+Seconds one_f_one_b_critical_path(std::span<const double> f, std::span<const double> g, int m) {
+  const int p = static_cast<int>(f.size());
+  const auto at = [m](int j, int i) { return static_cast<std::size_t>(j) * static_cast<std::size_t>(m) + i; };
+  // Finish times of each stage's forward and backward of each micro-batch (-1: not yet run).
+  std::vector<double> fwd(static_cast<std::size_t>(p) * m, -1), bwd(static_cast<std::size_t>(p) * m, -1);
+  std::vector<int> next_f(p, 0), next_b(p, 0);  // the next forward and backward each stage runs
+  std::vector<double> clock(p, 0);
+  // Stage j's k-th op is a forward while warming up (k < u) or on even steps of the steady state.
+  const auto next_is_forward = [&](int j) {
+    const int u = std::min(p - 1 - j, m);
+    if (next_f[j] == m) return false;
+    if (next_f[j] < u) return true;
+    return next_f[j] - u == next_b[j];  // forward, backward, forward, ...: a forward when as many of each ran
+  };
+  int done = 0;
+  while (done < 2 * p * m) {
+    const int before = done;
+    for (int j = 0; j < p; ++j) {
+      for (;;) {
+        if (next_b[j] == m) break;
+        if (next_is_forward(j)) {
+          const int i = next_f[j];
+          const double ready = j == 0 ? 0.0 : fwd[at(j - 1, i)];
+          if (ready < 0) break;
+          clock[j] = fwd[at(j, i)] = std::max(clock[j], ready) + f[j];
+          ++next_f[j];
+        } else {
+          const int i = next_b[j];
+          const double ready = j + 1 == p ? fwd[at(j, i)] : bwd[at(j + 1, i)];
+          if (ready < 0) break;
+          clock[j] = bwd[at(j, i)] = std::max(clock[j], ready) + g[j];
+          ++next_b[j];
+        }
+        ++done;
+      }
+    }
+    TRAINPLAN_CHECK(done > before, "the 1F1B order has no runnable op");
+  }
+  return *std::max_element(clock.begin(), clock.end());
+}
+
 Seconds one_f_one_b_bubble(std::span<const double> w, std::span<const double> f, std::span<const double> g, int m,
                            Seconds busiest) {
-  const double total = std::accumulate(w.begin(), w.end(), 0.0);
   const int p = static_cast<int>(w.size());
+  if (m < p) return std::max(0.0, one_f_one_b_critical_path(f, g, m) - m * busiest);
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
   double before = 0, step = 0;
   for (int j = 0; j < p; ++j) {
     const double later = total - before - w[j], k = std::min(p - 1 - j, m - 1);

@@ -313,8 +313,18 @@ inline double pipeline_factor(int pp, int m, int vp) {
 // and the bubble what it adds to the busiest stage's m w_b. Equal stages give (p - 1) w: the
 // (p-1)/m bubble of Narayanan et al. 2021. Where later stages are lighter the busiest waits less
 // than their whole work, as the step simulator finds.
+// With fewer micro-batches than stages there is no steady state to wait around (stage j's warm-up
+// takes min(p - 1 - j, m) forwards, all of them where m <= p - 1 - j), and unequal stages make
+// the expression above overshoot; the step is then the schedule's critical path, computed exactly
+// (one_f_one_b_critical_path: p m < p^2 operations).
 Seconds one_f_one_b_bubble(std::span<const double> w, std::span<const double> f, std::span<const double> g, int m,
                            Seconds busiest);
+
+// The step of a 1F1B schedule in Megatron's order (stage j: min(p - 1 - j, m) warm-up forwards,
+// then a forward and a backward in turn, then the remaining backwards), with stage j's forward
+// taking f_j and backward g_j per micro-batch, and each op waiting for the same micro-batch on the
+// stage before (forward) or after (backward): the longest path of that dependency graph.
+Seconds one_f_one_b_critical_path(std::span<const double> f, std::span<const double> g, int m);
 
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with
 // the embedding on the first and the LM head on the last chunk.

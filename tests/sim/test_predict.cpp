@@ -680,6 +680,30 @@ TEST(Predict, OneFOneBBubbleWaitsForTheRoundTripsOnly) {
   EXPECT_DOUBLE_EQ(one_f_one_b_bubble(lw, lf, lf, 8, 10), 3);
 }
 
+// Fewer micro-batches than stages: the critical path of the schedule, by hand.
+//   Equal stages (f 1, g 2) over 4 stages, 2 micro-batches: the first goes through the four
+//   forwards (4), the last stage's backward (2) follows its second forward, and the second comes
+//   back through the four backwards: (m + p - 1) w = 5 x 3 = 15, the formula's (p - 1) w bubble.
+//   Two stages, a heavy first (f 4, g 4) and a light second (f 1, g 1), one micro-batch: 4 + 1 +
+//   1 + 4 = 10; two micro-batches: stage 0 runs F1 F2 (0-8), stage 1 F1 B1 (4-6) F2 B2 (8-10),
+//   stage 0 B1 (8-12) B2 (12-16): 16 = 2 x 8, no bubble.
+//   Seven stages of f = 0.98, 1.08, 1.08, 0.98, 0.88, 0.88, 0.88 (g = 2 f) and 4 micro-batches:
+//   28.2 by an independent event-by-event replay, where the round-trip expression gives 30.0.
+TEST(Predict, OneFOneBWithFewMicroBatchesIsTheCriticalPath) {
+  const std::vector<double> f{1, 1, 1, 1}, g{2, 2, 2, 2};
+  EXPECT_DOUBLE_EQ(one_f_one_b_critical_path(f, g, 2), 15);
+  const std::vector<double> w{3, 3, 3, 3};
+  EXPECT_DOUBLE_EQ(one_f_one_b_bubble(w, f, g, 2, 3), 9);
+  const std::vector<double> hf{4, 1}, hg{4, 1};
+  EXPECT_DOUBLE_EQ(one_f_one_b_critical_path(hf, hg, 1), 10);
+  EXPECT_DOUBLE_EQ(one_f_one_b_critical_path(hf, hg, 2), 16);
+  const std::vector<double> uf{0.98, 1.08, 1.08, 0.98, 0.88, 0.88, 0.88};
+  std::vector<double> ug, uw;
+  for (double x : uf) ug.push_back(2 * x), uw.push_back(3 * x);
+  EXPECT_NEAR(one_f_one_b_critical_path(uf, ug, 4), 28.2, 1e-9);
+  EXPECT_NEAR(one_f_one_b_bubble(uw, uf, ug, 4, 3 * 1.08), 28.2 - 4 * 3 * 1.08, 1e-9);
+}
+
 TEST(Predict, PredictIsComposeOfStepCosts) {
   const ModelSpec m = gpt(8, 2048, 16);
   const LayerGraph g(m, 2048);
