@@ -114,7 +114,7 @@ TEST(Software, ParallelismSectionIsOptionalAndStrict) {
   EXPECT_TRUE(aa.parallel.tp_reduce_per_linear);
   EXPECT_TRUE(aa.parallel.loss_on_gathered_logits);
   EXPECT_EQ(aa.parallel.dp_all_reduce_bytes, 4);
-  EXPECT_FALSE(aa.parallel.pipeline_uniform_modules);  // kept balanced: the profile says why
+  EXPECT_TRUE(aa.parallel.pipeline_uniform_modules);
   EXPECT_FALSE(aa.parallel.pipeline_send_scatter_gather);
   const json base = read_json_file(kSource / "software" / "aleph-alpha-scaling.json");
   json j = base;
