@@ -189,7 +189,8 @@ int add_mlp(const ModelSpec& m, double f, bool shared, const std::string& p, Lay
   up.flops_per_token = 2 * h * f * (swiglu ? 2 : 1);
   up.traffic_elems_per_token = h + f * (swiglu ? 2 : 1);
   up.params = h * f * (swiglu ? 2 : 1) + (bias ? f : 0);
-  up.saved_seq_elems_per_token = h;  // its input
+  // Its input, the norm's output; the shared experts read the one the router saves already.
+  up.saved_seq_elems_per_token = shared ? 0 : h;
   up.out_width = f * (swiglu ? 2 : 1);
   const int up_i = t.add(up, {norm2});
   OpSpec act{.name = p + (shared ? "shared_activation" : "activation"),
