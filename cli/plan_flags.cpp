@@ -192,8 +192,8 @@ void read_moe_settings(const Flags& f, Settings& x) {
   if (auto r = f.get("recompute-modules")) {
     auto parsed = parse_recompute_modules(*r);
     if (!parsed) {
-      throw InputError(fmt::format("--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj",
-                                   *r));
+      throw InputError(fmt::format(
+          "--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj, layernorm", *r));
     }
     x.recompute_modules = *parsed;
   }
@@ -290,7 +290,7 @@ std::string expert_space_flags_help() {
   --moe-dispatcher alltoall|allgather|flex  token dispatcher (default alltoall)
   --moe-a2a-overlap on|off  hide the all-to-all behind another micro-batch's compute (ep > 1)
   --capacity-factor C       cap (and pad) each expert's tokens (default 0: dropless)
-  --recompute-modules LIST  moe_act, mla_up_proj or none (with recompute none or selective)
+  --recompute-modules LIST  moe_act, mla_up_proj, layernorm or none (with recompute none or selective)
 )";
 }
 
@@ -362,7 +362,8 @@ edp = tp x cp x dp / (etp x ep) ranks share an expert shard):
   --capacity-factor C       cap (and pad) each expert at tokens x top_k x C / experts tokens
                             (default 0: dropless; at most experts / top_k)
   --recompute-modules LIST  recompute these modules in the backward: moe_act (the experts'
-                            activation), mla_up_proj (MLA's up projections); default none
+                            activation), mla_up_proj (MLA's up projections), layernorm (the
+                            MoE pre-MLP norm's and MLA's input norm's outputs); default none
   --plan FILE               take the layout (and model/cluster) from a trainplan/prediction/v1
                             file or the best entry of a trainplan/search/v1 file; flags override.
                             The model is the one the plan carries (its model file or config

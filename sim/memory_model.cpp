@@ -51,6 +51,17 @@ Bytes routed_expert_bytes(const ModelSpec& m, const Strategy& s, const MoeShape&
   return b;
 }
 
+// Whether the op's saved input is the output of a norm that is a module of its own (what the
+// layernorm module recomputation drops): an MoE layer's pre-MLP norm, read by the router (the
+// shared experts read the same tensor and save nothing of it), and MLA's input norm, read by the
+// query down projection (or, without a query latent, the up projection; the key-value down
+// projection reads the same tensor). Fused norms (LayerNormLinear) have no output of their own.
+bool reads_own_norm(OpKind kind, const ModelSpec& m) {
+  if (kind == OpKind::router) return true;
+  if (kind == OpKind::q_down) return true;
+  return kind == OpKind::q_up && m.mla.q_lora_rank == 0;
+}
+
 // layer_activation_bytes from the strategy's tokens and element widths (PlanShape's), for layers of
 // kind `kind`.
 Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, const TokenShape& t,
@@ -63,9 +74,11 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
   const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()), f = m.ffn_hidden;
   const bool keep_scores = s.attention == Attention::standard && (keep_all || s.recompute == Recompute::none);
   const bool mla_up_recomputed = !keep_all && (s.recompute_modules & kRecomputeMlaUpProj);
+  const bool norms_recomputed = !keep_all && (s.recompute_modules & kRecomputeLayernorm);
   Bytes total = 0;
   for (const auto& op : graph.kind_ops(kind)) {
     if (op.split == Split::expert) continue;  // routed_expert_bytes
+    if (norms_recomputed && reads_own_norm(op.kind, m)) continue;  // the norm's output is rebuilt
     // Tensor-split saved tensors divide by tp; sequence-split ones (and their 1-byte dropout
     // masks) by tp only with SP; standard attention's score matrix is split by heads (tp).
     // A norm saves its input from the residual stream (composite RMSNorm also x * rsqrt(...));

@@ -518,6 +518,12 @@ LayerOpCosts layer_op_costs(const Ctx& x, const LayerGraph& g, int k) {
     add_mlp_activation(x, L);
   }
   add_biases_and_gradients(x, g, k, L);
+  // The layernorm module rebuilds, before the backward, the outputs of the norms that are modules
+  // of their own: an MoE layer's pre-MLP norm and MLA's input norm (Strategy RecomputeModule).
+  if (x.s.recompute_modules & kRecomputeLayernorm) {
+    const double own_norms = (kind.moe ? 1.0 : 0.0) + (x.m.mla.on() ? 1.0 : 0.0);
+    L.module_recompute += own_norms * mem_fwd(x, norm_impl(x), stream_tensor(x));
+  }
   return L;
 }
 

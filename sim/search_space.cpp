@@ -46,6 +46,9 @@ void check_expert_space(const ModelSpec& m, const ExpertSpace& x) {
   }
   if ((x.recompute_modules & kRecomputeMlaUpProj) && !m.mla.on())
     throw InputError("--recompute-modules mla_up_proj: needs a model with multi-head latent attention");
+  if ((x.recompute_modules & kRecomputeLayernorm) && !m.mla.on() && !e.on())
+    throw InputError("--recompute-modules layernorm: needs a model with experts or multi-head latent attention (a "
+                     "dense layer's norms are fused into the next linear and have no output of their own)");
   if (!x.etp_one && !x.etp_tp) throw InputError("--etp: must list 1, tp or both");
   if (x.max_ep < 0) throw InputError(fmt::format("--max-ep {}: must be >= 1", x.max_ep));
   if (!(x.moe_imbalance >= 1)) {

@@ -73,7 +73,8 @@ const char* to_string(Dispatcher d) {
 
 namespace {
 using NamedBit = std::pair<const char*, unsigned>;
-constexpr NamedBit kRecomputeModules[] = {{"moe_act", kRecomputeMoeAct}, {"mla_up_proj", kRecomputeMlaUpProj}};
+constexpr NamedBit kRecomputeModules[] = {
+    {"moe_act", kRecomputeMoeAct}, {"mla_up_proj", kRecomputeMlaUpProj}, {"layernorm", kRecomputeLayernorm}};
 constexpr NamedBit kPipelineAccounts[] = {{"embedding", kAccountEmbedding}, {"loss", kAccountLoss}};
 
 // The names of `bits`' set bits, comma-separated in the table's order.
@@ -216,10 +217,17 @@ bool same_pipeline_groups(const Strategy& s) {
   return dense == expert;
 }
 
+// Megatron-core's layernorm module recomputes only norms that are modules of their own.
+constexpr const char* kLayernormRule =
+    "needs a model with experts or multi-head latent attention (a dense layer's norms are fused into the next "
+    "linear and have no output of their own)";
+
 // The expert rules (Megatron-LM megatron/training/arguments.py and parallel_state.py).
 std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& m) {
   if (s.recompute_modules & kRecomputeMlaUpProj && !m.mla.on())
     return bad_flag("--recompute-modules", "mla_up_proj", "needs a model with multi-head latent attention");
+  if (s.recompute_modules & kRecomputeLayernorm && !m.mla.on() && !m.moe.on())
+    return bad_flag("--recompute-modules", "layernorm", kLayernormRule);
   if (s.recompute_modules && s.recompute == Recompute::full)
     return bad_flag("--recompute-modules", recompute_modules_string(s.recompute_modules),
                     "full recomputation already recomputes every module");
@@ -429,7 +437,7 @@ void read_expert_fields(const JsonObject& o, Strategy& s) {
   if (o.has("capacity_factor")) s.capacity_factor = o.number("capacity_factor", 0, 1 << 24, true);
   if (auto r = o.optional_string("recompute_modules")) {
     auto parsed = parse_recompute_modules(*r);
-    if (!parsed) throw o.error("recompute_modules", "must list moe_act, mla_up_proj (comma-separated)");
+    if (!parsed) throw o.error("recompute_modules", "must list moe_act, mla_up_proj, layernorm (comma-separated)");
     s.recompute_modules = *parsed;
   }
 }

@@ -46,8 +46,12 @@ enum class Dispatcher { alltoall, allgather, flex };
 //   moe_act      the routed experts' activation function (its output is not kept; Megatron-core
 //                moe/experts.py, the activation wrapped in CheckpointWithoutOutput);
 //   mla_up_proj  MLA's up projections and RoPE (queries, keys and values rebuilt from the latents
-//                before the attention backward; multi_latent_attention.py).
-enum RecomputeModule : unsigned { kRecomputeMoeAct = 1u, kRecomputeMlaUpProj = 2u };
+//                before the attention backward; multi_latent_attention.py);
+//   layernorm    the outputs of the norms that are modules of their own, rebuilt before the
+//                backward: an MoE layer's pre-MLP norm and MLA's input norm (transformer_layer.py,
+//                CheckpointWithoutOutput). A dense layer's norms are fused into the next linear
+//                (Transformer Engine's LayerNormLinear) and have no output of their own to drop.
+enum RecomputeModule : unsigned { kRecomputeMoeAct = 1u, kRecomputeMlaUpProj = 2u, kRecomputeLayernorm = 4u };
 // What a pipeline split counts beside the transformer layers (Strategy::pipeline_accounts).
 enum PipelineAccount : unsigned { kAccountEmbedding = 1u, kAccountLoss = 2u };
 
@@ -144,7 +148,7 @@ std::optional<PsPlacement> parse_ps_placement(const std::string& s);
 // "none", "bf16" or "powersgd:R" with R a decimal integer >= 1 (at most 1 << 16).
 std::optional<GradCompression> parse_grad_compression(const std::string& s);
 std::optional<Dispatcher> parse_dispatcher(const std::string& s);
-// A comma-separated list of moe_act, mla_up_proj ("none" or "": no module); nullopt for another name.
+// A comma-separated list of moe_act, mla_up_proj, layernorm ("none" or "": no module); nullopt for another name.
 std::optional<unsigned> parse_recompute_modules(const std::string& s);
 // A comma-separated list of embedding, loss ("none" or "": neither); nullopt for another name.
 std::optional<unsigned> parse_pipeline_accounts(const std::string& s);

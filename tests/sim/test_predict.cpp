@@ -1020,5 +1020,46 @@ TEST(MoeHandWorked, ExpertStatesPerRankOverEpEtpAndEdpWithZero1) {
   EXPECT_NEAR(mem.optimizer, wider.optimizer, 1e-6 * mem.optimizer);
 }
 
+// Megatron-core's layernorm module (--recompute-modules layernorm) drops the outputs of the norms
+// that are modules of their own and rebuilds them before the backward. Qwen3-30B-A3B (MoE, no
+// MLA): only the pre-MLP norm, read by the router: one tokens x h tensor at 2 bytes less per
+// layer (4096 x 2048 x 2 B = 16 MiB at micro-batch 1), and one norm forward more to recompute.
+// DeepSeek-V3's MoE layers (MLA, shared expert): the pre-MLP norm's output (the router's; the
+// shared expert reads the same tensor and never counted it) and MLA's input norm's (the query
+// down projection's input): two such tensors (4096 x 7168 x 2 B each). Dense models refuse it.
+TEST(MoeHandWorked, LayernormModuleDropsTheOwnNormsOutputs) {
+  const Software& sw = testing::default_software();
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  auto saved = [&](const ModelSpec& m, unsigned modules, int kind) {
+    const LayerGraph g(m, 4096);
+    Strategy s = moe_layout(8, 8);
+    s.recompute_modules = modules;
+    EXPECT_FALSE(validate(s, m).has_value());
+    return layer_activation_bytes(g, sw, PlanShape(m, c, sw, s), kind, false);
+  };
+  const ModelSpec qwen = load_model("qwen3-30b-a3b", TRAINPLAN_SOURCE_DIR);
+  EXPECT_DOUBLE_EQ(saved(qwen, 0, 0) - saved(qwen, kRecomputeLayernorm, 0), 4096.0 * 2048 * 2);
+  const ModelSpec ds = load_model("deepseek-v3", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph dg(ds, 4096);
+  int moe_kind = -1;
+  for (int k = 0; k < dg.kind_count(); ++k)
+    if (dg.kind(k).moe) moe_kind = k;
+  ASSERT_GE(moe_kind, 0);
+  EXPECT_DOUBLE_EQ(saved(ds, 0, moe_kind) - saved(ds, kRecomputeLayernorm, moe_kind), 2 * 4096.0 * 7168 * 2);
+  // The recompute: one norm forward per own norm (Qwen3: one), over the layer's tokens.
+  Strategy s = moe_layout(8, 8);
+  const OpCosts plain = op_costs(LayerGraph(qwen, 4096), c, sw, s);
+  s.recompute_modules = kRecomputeLayernorm;
+  const OpCosts rebuilt = op_costs(LayerGraph(qwen, 4096), c, sw, s);
+  EXPECT_GT(rebuilt.kinds[0].module_recompute.gpu, plain.kinds[0].module_recompute.gpu);
+  EXPECT_DOUBLE_EQ(rebuilt.kinds[0].module_recompute.kernels - plain.kinds[0].module_recompute.kernels,
+                   sw.mem.rms_norm.kernels_fwd);
+  Strategy dense = layout(1, 1, 1, 8, 64);
+  dense.recompute_modules = kRecomputeLayernorm;
+  EXPECT_EQ(validate(dense, gpt(8, 2048, 16)).value_or(""),
+            "--recompute-modules layernorm: needs a model with experts or multi-head latent attention (a dense layer's "
+            "norms are fused into the next linear and have no output of their own)");
+}
+
 }  // namespace
 }  // namespace trainplan

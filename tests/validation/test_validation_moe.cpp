@@ -240,7 +240,7 @@ TEST(ValidationMoe, ExpertGemmHostTimeFit) {
 
 // GPT-OSS 120B in BF16 on 64 GPUs of five systems (tests/data/published/megatron_bridge_gpt_oss.json,
 // NeMo 26.04.01 with its recipes' knobs): a tracked gap, NOT the 20% target. trainplan predicts
-// these runs 34-44% fast (and the B200 one out of memory), while the same layouts publish within
+// these runs 34-44% fast (their memory verdicts right: every one fits), while the same layouts publish within
 // 6% of each other across five containers, so the runs are not one release's regression. Each
 // row is held to 50% so that the gap cannot widen unnoticed; what is missing is not known (the
 // learnable-softmax attention runs through cuDNN only, the experts carry biases, YaRN rotary
@@ -269,7 +269,7 @@ TEST(ValidationMoe, GptOssRowsTracked) {
     ASSERT_EQ(s.gpus(), f.at("gpus").get<int>());
     ASSERT_FALSE(validate(s, m).has_value()) << r.at("system");
     const Estimate e = predict(LayerGraph(m, s.seq_len), testing::builtin_cluster(r.at("cluster").get<std::string>().c_str()), sw, s);
-    EXPECT_TRUE(e.feasible || only_out_of_memory(e)) << r.at("system");
+    EXPECT_TRUE(e.feasible) << r.at("system") << ": the run fitted";
     const double published = r.at("expected_step_s"), err = (e.time.step - published) / published;
     std::printf("gpt-oss-120b %-9s %s  predicted %5.2f s  published %5.2f s  error %+5.1f%%%s  (tracked, not met)\n",
                 r.at("system").get<std::string>().c_str(), describe(s).c_str(), e.time.step, published, 100 * err,
