@@ -1124,41 +1124,46 @@ void predict(const LayerGraph& graph, const Cluster& cluster, const Software& so
 
 Seconds one_f_one_b_critical_path(std::span<const double> f, std::span<const double> g, int m) {
   const int p = static_cast<int>(f.size());
+  const std::size_t slots = static_cast<std::size_t>(p) * static_cast<std::size_t>(m);
   const auto at = [m](int j, int i) { return static_cast<std::size_t>(j) * static_cast<std::size_t>(m) + i; };
-  // Finish times of each stage's forward and backward of each micro-batch (-1: not yet run).
-  std::vector<double> fwd(static_cast<std::size_t>(p) * m, -1), bwd(static_cast<std::size_t>(p) * m, -1);
-  std::vector<int> next_f(p, 0), next_b(p, 0);  // the next forward and backward each stage runs
-  std::vector<double> clock(p, 0);
-  // Stage j's k-th op is a forward while warming up (k < u) or on even steps of the steady state.
+  // Finish times of each stage's forward and backward of each micro-batch (-1: not yet run); the
+  // search predicts millions of layouts, so no allocation below p m = 1024.
+  const StageScratch<double, 1024> fwd_scratch(slots), bwd_scratch(slots);
+  const std::span<double> fwd = fwd_scratch.span(), bwd = bwd_scratch.span();
+  std::fill(fwd.begin(), fwd.end(), -1.0);
+  std::fill(bwd.begin(), bwd.end(), -1.0);
+  const StageScratch<int, 64> nf(static_cast<std::size_t>(p)), nb(static_cast<std::size_t>(p));
+  const StageScratch<double, 64> clock_scratch(static_cast<std::size_t>(p));
+  const std::span<int> next_f = nf.span(), next_b = nb.span();
+  const std::span<double> clock = clock_scratch.span();
+  std::fill(next_f.begin(), next_f.end(), 0);
+  std::fill(next_b.begin(), next_b.end(), 0);
+  std::fill(clock.begin(), clock.end(), 0.0);
+  // make_schedule's 1F1B order (test_predict checks the two agree): min(p - 1 - j, m) warm-up
+  // forwards, then a forward whenever as many forwards past the warm-up as backwards have run.
   const auto next_is_forward = [&](int j) {
-    const int u = std::min(p - 1 - j, m);
-    if (next_f[j] == m) return false;
-    if (next_f[j] < u) return true;
-    return next_f[j] - u == next_b[j];  // forward, backward, forward, ...: a forward when as many of each ran
+    const int warmup = std::min(p - 1 - j, m);
+    return next_f[j] < m && (next_f[j] < warmup || next_f[j] - warmup == next_b[j]);
   };
-  int done = 0;
-  while (done < 2 * p * m) {
-    const int before = done;
+  std::size_t done = 0;
+  while (done < 2 * slots) {
+    const std::size_t before = done;
     for (int j = 0; j < p; ++j) {
-      for (;;) {
-        if (next_b[j] == m) break;
-        if (next_is_forward(j)) {
-          const int i = next_f[j];
-          const double ready = j == 0 ? 0.0 : fwd[at(j - 1, i)];
-          if (ready < 0) break;
-          clock[j] = fwd[at(j, i)] = std::max(clock[j], ready) + f[j];
-          ++next_f[j];
-        } else {
-          const int i = next_b[j];
-          const double ready = j + 1 == p ? fwd[at(j, i)] : bwd[at(j + 1, i)];
-          if (ready < 0) break;
-          clock[j] = bwd[at(j, i)] = std::max(clock[j], ready) + g[j];
-          ++next_b[j];
-        }
+      while (next_b[j] < m) {
+        const bool forward = next_is_forward(j);
+        const int i = forward ? next_f[j] : next_b[j];
+        // A forward waits for the stage before; a backward for the stage after (the last stage's
+        // for its own forward).
+        const double ready = forward ? (j == 0 ? 0.0 : fwd[at(j - 1, i)])
+                                     : (j + 1 == p ? fwd[at(j, i)] : bwd[at(j + 1, i)]);
+        if (ready < 0) break;
+        clock[j] = std::max(clock[j], ready) + (forward ? f[j] : g[j]);
+        (forward ? fwd : bwd)[at(j, i)] = clock[j];
+        ++(forward ? next_f : next_b)[j];
         ++done;
       }
     }
-    TRAINPLAN_CHECK(done > before, "the 1F1B order has no runnable op");
+    TRAINPLAN_CHECK(done > before, "the 1F1B order has no runnable slot");
   }
   return *std::max_element(clock.begin(), clock.end());
 }

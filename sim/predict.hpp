@@ -320,10 +320,10 @@ inline double pipeline_factor(int pp, int m, int vp) {
 Seconds one_f_one_b_bubble(std::span<const double> w, std::span<const double> f, std::span<const double> g, int m,
                            Seconds busiest);
 
-// The step of a 1F1B schedule in Megatron's order (stage j: min(p - 1 - j, m) warm-up forwards,
-// then a forward and a backward in turn, then the remaining backwards), with stage j's forward
-// taking f_j and backward g_j per micro-batch, and each op waiting for the same micro-batch on the
-// stage before (forward) or after (backward): the longest path of that dependency graph.
+// The step of the 1F1B schedule (make_schedule's order, schedule.hpp: stage j's min(p - 1 - j, m)
+// warm-up forwards, then a forward and a backward in turn, then the remaining backwards), with stage j's
+// forward taking f_j and backward g_j per micro-batch, and each slot waiting for the same
+// micro-batch on the stage before (forward) or after (backward): the longest path of that graph.
 Seconds one_f_one_b_critical_path(std::span<const double> f, std::span<const double> g, int m);
 
 // Transformer layers per virtual stage (pp*vp chunks), contiguous, balanced by predicted time with

@@ -704,6 +704,43 @@ TEST(Predict, OneFOneBWithFewMicroBatchesIsTheCriticalPath) {
   EXPECT_NEAR(one_f_one_b_bubble(uw, uf, ug, 4, 3 * 1.08), 28.2 - 4 * 3 * 1.08, 1e-9);
 }
 
+// The critical path follows make_schedule's 1F1B order (the simulator's and the executor's): a
+// replay of that schedule's slots, written here independently, gives the same step for every
+// p <= 8, m < p and unequal stages.
+TEST(Predict, OneFOneBCriticalPathRunsTheScheduleOrder) {
+  std::uint64_t state = 12345;
+  auto uniform = [&] {  // a fixed pseudo-random sequence in [0.5, 1.5)
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return 0.5 + static_cast<double>(state >> 11) / 9007199254740992.0;
+  };
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = 1; m < p; ++m) {
+      std::vector<double> f(p), g(p);
+      for (int j = 0; j < p; ++j) f[j] = uniform(), g[j] = 2 * uniform();
+      const Schedule order = make_schedule(ScheduleKind::one_f_one_b, p, m);
+      std::vector<std::vector<double>> fwd(p, std::vector<double>(m, -1)), bwd = fwd;
+      std::vector<std::size_t> next(p, 0);
+      std::vector<double> clock(p, 0);
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (int j = 0; j < p; ++j) {
+          for (; next[j] < order.per_stage[j].size(); ++next[j], moved = true) {
+            const Slot& slot = order.per_stage[j][next[j]];
+            const int i = slot.micro_batch;
+            const bool forward = slot.phase == Phase::forward;
+            const double ready = forward ? (j == 0 ? 0 : fwd[j - 1][i]) : (j + 1 == p ? fwd[j][i] : bwd[j + 1][i]);
+            if (ready < 0) break;
+            clock[j] = std::max(clock[j], ready) + (forward ? f[j] : g[j]);
+            (forward ? fwd : bwd)[j][i] = clock[j];
+          }
+        }
+      }
+      EXPECT_NEAR(one_f_one_b_critical_path(f, g, m), *std::max_element(clock.begin(), clock.end()), 1e-12)
+          << "p " << p << " m " << m;
+    }
+  }
+}
+
 TEST(Predict, PredictIsComposeOfStepCosts) {
   const ModelSpec m = gpt(8, 2048, 16);
   const LayerGraph g(m, 2048);
