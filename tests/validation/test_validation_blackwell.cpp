@@ -19,6 +19,7 @@
 #include "sim/model_spec.hpp"
 #include "sim/predict.hpp"
 #include "test_helpers.hpp"
+#include "validation/published_rows.hpp"
 
 namespace trainplan {
 namespace {
@@ -39,32 +40,6 @@ constexpr double kRowTarget = 0.20, kMeanTarget = 0.12;
 // B200 or GB200 was found).
 const std::map<int, double> kKnownMisses = {};
 
-// A row's layout, from its flags in trainplan's spelling.
-Strategy row_strategy(const nlohmann::json& f) {
-  Strategy s;
-  s.tp = f.at("tp");
-  s.pp = f.at("pp");
-  s.dp = f.at("dp");
-  s.cp = f.at("cp");
-  s.vp = f.at("vp");
-  s.zero = f.at("zero");
-  s.micro_batch = f.at("micro-batch");
-  s.global_batch = f.at("global-batch");
-  s.seq_len = f.at("seq");
-  s.recompute = *parse_recompute(f.at("recompute").get<std::string>());
-  s.sequence_parallel = f.at("sequence-parallel") == "on";
-  s.schedule = *parse_schedule(f.at("schedule").get<std::string>());
-  s.dtype = *parse_dtype(f.at("dtype").get<std::string>());
-  if (f.contains("pipeline-accounts")) s.pipeline_accounts = *parse_pipeline_accounts(f.at("pipeline-accounts"));
-  return s;
-}
-
-bool only_out_of_memory(const Estimate& e) {
-  for (const Infeasible& i : e.infeasible)
-    if (i.reason != InfeasibleReason::out_of_memory) return false;
-  return !e.infeasible.empty();
-}
-
 TEST(ValidationBlackwell, MegatronBridgeStepTimes) {
   const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/megatron_bridge_blackwell.json");
   const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
@@ -74,7 +49,7 @@ TEST(ValidationBlackwell, MegatronBridgeStepTimes) {
     ++index;
     const ModelSpec m = parse_hf_config(r.at("model"), fmt::format("rows[{}]", index));
     const Cluster c = testing::builtin_cluster(r.at("cluster").get<std::string>().c_str());
-    const Strategy s = row_strategy(r.at("flags"));
+    const Strategy s = testing::strategy_from_flags(r.at("flags"));
     ASSERT_EQ(s.gpus(), r.at("flags").at("gpus").get<int>()) << index;
     const std::string row = fmt::format("{:>2} {:<9} {:<12} {:>4} GPUs {:<6} {:<42}", index, r.at("container").get<std::string>(),
                                         r.at("cluster").get<std::string>(), s.gpus(), r.at("precision").get<std::string>(),
@@ -92,7 +67,7 @@ TEST(ValidationBlackwell, MegatronBridgeStepTimes) {
     // Megatron FSDP rows of 70B at micro-batch 2 without recomputation do not fit trainplan's memory
     // model (the recipe must offload or recompute what the row does not state); their step time is
     // compared all the same.
-    ASSERT_TRUE(e.feasible || only_out_of_memory(e)) << index;
+    ASSERT_TRUE(e.feasible || testing::only_out_of_memory(e)) << index;
     const double published = r.at("expected_step_s");
     const double err = (e.time.step - published) / published;
     const auto known = kKnownMisses.find(index);

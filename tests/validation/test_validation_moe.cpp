@@ -25,6 +25,7 @@
 #include "sim/model_spec.hpp"
 #include "sim/predict.hpp"
 #include "test_helpers.hpp"
+#include "validation/published_rows.hpp"
 
 namespace trainplan {
 namespace {
@@ -66,25 +67,12 @@ Dispatcher row_dispatcher(const nlohmann::json& r) {
   return *parse_dispatcher(name);
 }
 
-// A row's layout, from its flags in trainplan's spelling and its MoE settings.
+// A row's layout, from its flags in trainplan's spelling (every row states ep and etp) and its MoE
+// settings.
 Strategy row_strategy(const nlohmann::json& r) {
   const nlohmann::json& f = r.at("flags");
-  Strategy s;
-  s.tp = f.at("tp");
-  s.pp = f.at("pp");
-  s.dp = f.at("dp");
-  s.cp = f.at("cp");
-  s.vp = f.at("vp");
-  s.ep = f.at("ep");
-  s.etp = f.at("etp");
-  s.zero = f.at("zero");
-  s.micro_batch = f.at("micro-batch");
-  s.global_batch = f.at("global-batch");
-  s.seq_len = f.at("seq");
-  s.recompute = *parse_recompute(f.at("recompute").get<std::string>());
-  s.sequence_parallel = f.at("sequence-parallel") == "on";
-  s.schedule = *parse_schedule(f.at("schedule").get<std::string>());
-  s.dtype = *parse_dtype(f.at("dtype").get<std::string>());
+  EXPECT_TRUE(f.contains("ep") && f.contains("etp")) << f.dump();
+  Strategy s = testing::strategy_from_flags(f);
   const nlohmann::json& moe = r.at("moe");
   EXPECT_EQ(moe.at("routing"), "force-balanced");  // moe_imbalance 1, the default
   if (moe.at("token_drop") == "tokendrop") s.capacity_factor = moe.at("capacity_factor");
@@ -98,12 +86,6 @@ Strategy row_strategy(const nlohmann::json& r) {
     s.recompute_modules = *parse_recompute_modules(modules);
   }
   return s;
-}
-
-bool only_out_of_memory(const Estimate& e) {
-  for (const Infeasible& i : e.infeasible)
-    if (i.reason != InfeasibleReason::out_of_memory) return false;
-  return !e.infeasible.empty();
 }
 
 struct RowResult {
@@ -127,7 +109,7 @@ RowResult predict_row(const nlohmann::json& r, int index, const Software& sw, bo
   const Estimate e = predict(LayerGraph(m, s.seq_len), c, sw, s);
   // Two 25.09 rows do not fit trainplan's memory model (the recipe must recompute or offload what
   // the table does not state); their step time is compared all the same.
-  EXPECT_TRUE(e.feasible || only_out_of_memory(e)) << index;
+  EXPECT_TRUE(e.feasible || testing::only_out_of_memory(e)) << index;
   const double published = r.at("expected_step_s");
   if (print) {
     const auto known = kKnownMisses.find(index);
@@ -253,19 +235,7 @@ TEST(ValidationMoe, GptOssRowsTracked) {
   int rows = 0;
   for (const auto& r : data.at("rows")) {
     const nlohmann::json& f = r.at("flags");
-    Strategy s;
-    s.tp = f.at("tp");
-    s.pp = f.at("pp");
-    s.dp = f.at("dp");
-    s.ep = f.at("ep");
-    s.zero = f.at("zero");
-    s.micro_batch = f.at("micro-batch");
-    s.global_batch = f.at("global-batch");
-    s.seq_len = f.at("seq");
-    s.dtype = *parse_dtype(f.at("dtype").get<std::string>());
-    s.moe_a2a_overlap = f.value("moe-a2a-overlap", "off") == "on";
-    s.dispatcher = *parse_dispatcher(f.value("moe-dispatcher", "alltoall"));
-    s.recompute_modules = *parse_recompute_modules(f.value("recompute-modules", "none"));
+    const Strategy s = testing::strategy_from_flags(f);
     ASSERT_EQ(s.gpus(), f.at("gpus").get<int>());
     ASSERT_FALSE(validate(s, m).has_value()) << r.at("system");
     const Estimate e = predict(LayerGraph(m, s.seq_len), testing::builtin_cluster(r.at("cluster").get<std::string>().c_str()), sw, s);
