@@ -168,13 +168,13 @@ std::string time_breakdown(const TimeBreakdown& t, const std::string& engine) {
       {"compute (fwd + bwd)", t.compute},
       {"recompute", t.recompute},
       {"TP communication", t.tp_comm},
-      {"CP communication", t.cp_comm},
-      {"PP communication", t.pp_comm},
-      {"DP comm., exposed", t.dp_comm_exposed},
-      {"DP comm., total", t.dp_comm},
-      {"pipeline bubble", t.bubble},
-      {"optimizer", t.optimizer}};
-  if (t.ep_comm > 0) rows.insert(rows.begin() + 5, {"EP all-to-all (exposed)", t.ep_comm});
+      {"CP communication", t.cp_comm}};
+  if (t.ep_comm > 0) rows.emplace_back("EP all-to-all (exposed)", t.ep_comm);
+  rows.insert(rows.end(), {{"PP communication", t.pp_comm},
+                           {"DP comm., exposed", t.dp_comm_exposed},
+                           {"DP comm., total", t.dp_comm},
+                           {"pipeline bubble", t.bubble},
+                           {"optimizer", t.optimizer}});
   return time_chart("step time breakdown", rows, t.step,
                     fmt::format("Where the step's time goes on the busiest pipeline stage ({} engine). "
                                 "DP communication total includes the part overlapped with the backward; "
@@ -533,12 +533,12 @@ std::string measurement_body(const Measurement& m) {
                                                         {"recompute", b.recompute},
                                                         {"TP communication", b.tp_comm},
                                                         {"CP communication", b.cp_comm},
-                                                        {"PP communication", b.pp_comm},
-                                                        {"DP comm., exposed", b.dp_comm_exposed},
-                                                        {"pipeline bubble", b.bubble},
-                                                        {"optimizer", b.optimizer},
-                                                        {"other", b.other}};
-  if (b.ep_comm > 0) phases.insert(phases.begin() + 7, {"EP all-to-all", b.ep_comm});
+                                                        {"PP communication", b.pp_comm}};
+  if (b.ep_comm > 0) phases.emplace_back("EP all-to-all", b.ep_comm);
+  phases.insert(phases.end(), {{"DP comm., exposed", b.dp_comm_exposed},
+                               {"pipeline bubble", b.bubble},
+                               {"optimizer", b.optimizer},
+                               {"other", b.other}});
   body += h3("Measured step time") +
           time_chart("measured step time breakdown", phases, s.median,
                      "Median of each phase over the measured steps, on the busiest rank.", kPalette[1]);

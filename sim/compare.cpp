@@ -103,16 +103,16 @@ Comparison compare(const Estimate& predicted, const std::string& predicted_model
       figure("tp_comm_s", "TP comm", "s", t.tp_comm, b.tp_comm),
       figure("cp_comm_s", "CP comm", "s", t.cp_comm, b.cp_comm),
       figure("pp_comm_s", "PP comm", "s", t.pp_comm, b.pp_comm),
+  };
+  // Runs with experts: the token all-to-alls' exposed time beside the other communication.
+  if (t.ep_comm > 0 || b.ep_comm > 0) c.time.push_back(figure("ep_comm_s", "EP all-to-all", "s", t.ep_comm, b.ep_comm));
+  c.time.insert(c.time.end(), {
       figure("dp_comm_s", "DP comm", "s", t.dp_comm, b.dp_comm),
       figure("dp_comm_exposed_s", "DP comm exposed", "s", t.dp_comm_exposed, b.dp_comm_exposed),
       figure("bubble_s", "bubble / idle", "s", t.bubble, b.bubble),
       figure("optimizer_s", "optimizer", "s", t.optimizer, b.optimizer),
       figure("other_s", "other (unattributed)", "s", std::nullopt, b.other),
-  };
-  // Runs with experts: the token all-to-alls' exposed time beside the other communication.
-  if (t.ep_comm > 0 || b.ep_comm > 0) {
-    c.time.insert(c.time.begin() + 6, figure("ep_comm_s", "EP all-to-all", "s", t.ep_comm, b.ep_comm));
-  }
+  });
 
   // A GPU rank's measured peak is what the CUDA caching allocator reserved, which leaves out the
   // runtime reserve (CUDA context, communication buffers): the prediction's reserved bytes are its
