@@ -1145,10 +1145,13 @@ Seconds one_f_one_b_critical_path(std::span<const double> f, std::span<const dou
     const int warmup = std::min(p - 1 - j, m);
     return next_f[j] < m && (next_f[j] < warmup || next_f[j] - warmup == next_b[j]);
   };
+  // Sweeps up the stages (forwards flow that way) and back down (backwards do), each stage running
+  // what it can: a wave passes in one sweep, so the sweeps are O(m), not O(p m).
   std::size_t done = 0;
-  while (done < 2 * slots) {
+  for (int sweep = 0; done < 2 * slots; ++sweep) {
     const std::size_t before = done;
-    for (int j = 0; j < p; ++j) {
+    for (int step = 0; step < p; ++step) {
+      const int j = sweep % 2 == 0 ? step : p - 1 - step;
       while (next_b[j] < m) {
         const bool forward = next_is_forward(j);
         const int i = forward ? next_f[j] : next_b[j];
@@ -1170,8 +1173,12 @@ Seconds one_f_one_b_critical_path(std::span<const double> f, std::span<const dou
 
 Seconds one_f_one_b_bubble(std::span<const double> w, std::span<const double> f, std::span<const double> g, int m,
                            Seconds busiest) {
+  // Beyond this many (stage, micro-batch) pairs the critical path would cost more memory (16 B a
+  // pair) and time than a prediction should: the round-trip expression below stands in.
+  constexpr long long kCriticalPathSlots = 1 << 20;
   const int p = static_cast<int>(w.size());
-  if (m < p) return std::max(0.0, one_f_one_b_critical_path(f, g, m) - m * busiest);
+  if (m < p && static_cast<long long>(p) * m <= kCriticalPathSlots)
+    return std::max(0.0, one_f_one_b_critical_path(f, g, m) - m * busiest);
   const double total = std::accumulate(w.begin(), w.end(), 0.0);
   double before = 0, step = 0;
   for (int j = 0; j < p; ++j) {

@@ -316,7 +316,7 @@ inline double pipeline_factor(int pp, int m, int vp) {
 // With fewer micro-batches than stages there is no steady state to wait around (stage j's warm-up
 // takes min(p - 1 - j, m) forwards, all of them where m <= p - 1 - j), and unequal stages make
 // the expression above overshoot; the step is then the schedule's critical path, computed exactly
-// (one_f_one_b_critical_path: p m < p^2 operations).
+// (one_f_one_b_critical_path: p m < p^2 operations), up to 2^20 (stage, micro-batch) pairs.
 Seconds one_f_one_b_bubble(std::span<const double> w, std::span<const double> f, std::span<const double> g, int m,
                            Seconds busiest);
 
