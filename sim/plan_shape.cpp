@@ -140,7 +140,13 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s, const RankLa
 }  // namespace
 
 GroupLink pipeline_group(const Cluster& c, int pp, int stride) {
-  return {pp, stride, group_link(c, 2, stride), c.collectives.call_overhead, {}};
+  // Stages `stride` ranks apart share a scale-up domain only while the whole pipeline fits in one:
+  // once it does not, some adjacent pair straddles two domains (tp 4 x pp 16 on 8-GPU nodes: stages
+  // 0-1 in one node, 1-2 across two), and with blocking or lock-stepped sends the slowest hop sets
+  // the pace. Such a pair is costed as a pair one domain apart: one NIC each on the tier joining them.
+  const bool crosses = static_cast<long long>(stride) * pp > c.scale_up_gpus;
+  const int pair_stride = crosses ? std::max(stride, c.scale_up_gpus) : stride;
+  return {pp, stride, group_link(c, 2, pair_stride), c.collectives.call_overhead, {}};
 }
 
 ParallelGroups parallel_groups(const Cluster& c, const Strategy& s) { return parallel_groups(c, s, RankLayout(s)); }

@@ -138,7 +138,8 @@ struct ParallelGroups {
                  // same weights); gradients are reduced and ZeRO shards over it. Stride: the
                  // nearer of the DP and CP neighbours.
   GroupLink pp;  // the pipeline: pp stages; its link is the one between adjacent stages (the
-                 // pipeline only sends to neighbours), i.e. group_link of 2 ranks pp-stride apart
+                 // pipeline only sends to neighbours): group_link of 2 ranks pp-stride apart, or
+                 // one scale-up domain apart once the pipeline spans more than one (pipeline_group)
   GroupLink zero3;  // the DP group as the stack's ZeRO-3 gathers and reduce-scatters use it: dp's
                     // link with its bandwidth capped at the profile's zero3.max_bus_gbps (PlanShape)
   // Experts (RankLayout's expert numbering): the all-to-all of token dispatch over `ep`; the

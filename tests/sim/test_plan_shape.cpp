@@ -154,6 +154,24 @@ TEST(PlanShape, OneGroupLinkPerParallelGroup) {
   EXPECT_EQ(pipeline_group(c, s.pp, 64).link.latency, g.pp.link.latency);
 }
 
+// A pipeline that outgrows one node crosses a node boundary between some pair of adjacent stages:
+// tp 4 x pp 16 on 8-GPU nodes puts stages 0-1 in node 0 and stage 2 in node 1. Its hop is the
+// network's (one NIC per rank of the pair), though two stages four ranks apart fit in one node.
+TEST(PlanShape, APipelineWiderThanANodeSendsOverTheNetwork) {
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  ASSERT_EQ(c.scale_up_gpus, 8);
+  const LinkTier& leaf = c.network.front();
+  const GroupLink inside = pipeline_group(c, 2, 4);  // 8 ranks: one node
+  EXPECT_EQ(inside.link.latency, c.node.latency);
+  EXPECT_EQ(inside.link.bandwidth, c.node.bandwidth * c.node.efficiency);
+  const GroupLink across = pipeline_group(c, 16, 4);  // 64 ranks: 8 nodes
+  EXPECT_EQ(across.stride, 4);
+  EXPECT_EQ(across.link.latency, leaf.latency);
+  EXPECT_DOUBLE_EQ(across.link.bandwidth, leaf.bandwidth * leaf.efficiency);
+  // Stages a whole node apart or more were already across the network; nothing changes there.
+  EXPECT_EQ(pipeline_group(c, 4, 8).link.bandwidth, group_link(c, 2, 8).bandwidth);
+}
+
 TEST(PlanShape, ZeroPolicyAndScheduleOverlap) {
   const Cluster c = testing::builtin_cluster("dgx-h100");
   const ModelSpec m = gpt(8, 1024, 16, 4096, 32000);
