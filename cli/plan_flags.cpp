@@ -173,7 +173,7 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
     auto parsed = parse_pipeline_accounts(*a);
     if (!parsed) {
       throw InputError(
-          fmt::format("--pipeline-accounts {}: must be none or a comma-separated list of embedding, loss", *a));
+          fmt::format("--pipeline-accounts {}: must be none, layers, or a comma-separated list of embedding, loss", *a));
     }
     s.pipeline_accounts = *parsed;
   }
@@ -340,8 +340,9 @@ std::string plan_flags_help() {
   --pipeline-accounts LIST  count the embedding and/or the loss as one layer of the first / last
                             pipeline chunk and split the layers evenly, (layers + counted) / (pp x
                             vp) per chunk (Megatron-core's --account-for-embedding-in-pipeline-
-                            split, --account-for-loss-in-pipeline-split): embedding, loss or none
-                            (default none: the layers alone, split by predicted time)
+                            split, --account-for-loss-in-pipeline-split): embedding, loss; layers:
+                            the layers alone split evenly, Megatron-core's default split; none
+                            (default): the layers alone, split by predicted time
   --dp-algorithm allreduce|ps|ps-async  how DP replicas combine gradients: collective (default),
                             parameter servers with a barrier per step, or asynchronous servers
   --ps-servers S            parameter-server shards, one node each (default 1; needs ps/ps-async)

@@ -426,11 +426,11 @@ bool uniform_module_split_into(int layers, std::span<int> out) {
   return true;
 }
 
-// The even split of Megatron-core's account flags (Strategy::pipeline_accounts, validated to
-// divide): every chunk (layers + counted) / chunks layers, less one in the first for the
-// embedding and in the last for the loss where they are counted.
+// The even split of Megatron-core (Strategy::pipeline_accounts, validated to divide): every chunk
+// (layers + counted) / chunks layers, less one in the first for the embedding and in the last for
+// the loss where its account flags count them (`layers`: neither counted).
 void accounted_split_into(int layers, unsigned accounts, std::span<int> out) {
-  const int chunks = static_cast<int>(out.size()), counted = std::popcount(accounts);
+  const int chunks = static_cast<int>(out.size()), counted = counted_modules(accounts);
   TRAINPLAN_CHECK(chunks >= 2 && (layers + counted) % chunks == 0, "validate() checks the accounted split");
   std::fill(out.begin(), out.end(), (layers + counted) / chunks);
   if (accounts & kAccountEmbedding) --out.front();

@@ -75,7 +75,8 @@ namespace {
 using NamedBit = std::pair<const char*, unsigned>;
 constexpr NamedBit kRecomputeModules[] = {
     {"moe_act", kRecomputeMoeAct}, {"mla_up_proj", kRecomputeMlaUpProj}, {"layernorm", kRecomputeLayernorm}};
-constexpr NamedBit kPipelineAccounts[] = {{"embedding", kAccountEmbedding}, {"loss", kAccountLoss}};
+constexpr NamedBit kPipelineAccounts[] = {
+    {"embedding", kAccountEmbedding}, {"loss", kAccountLoss}, {"layers", kAccountLayers}};
 
 // The names of `bits`' set bits, comma-separated in the table's order.
 std::string bits_string(unsigned bits, std::span<const NamedBit> names) {
@@ -111,6 +112,7 @@ std::string recompute_modules_string(unsigned modules) { return bits_string(modu
 std::optional<unsigned> parse_recompute_modules(const std::string& s) { return parse_bits(s, kRecomputeModules); }
 std::string pipeline_accounts_string(unsigned accounts) { return bits_string(accounts, kPipelineAccounts); }
 std::optional<unsigned> parse_pipeline_accounts(const std::string& s) { return parse_bits(s, kPipelineAccounts); }
+int counted_modules(unsigned accounts) { return std::popcount(accounts & (kAccountEmbedding | kAccountLoss)); }
 
 std::optional<Dispatcher> parse_dispatcher(const std::string& s) {
   if (s == "alltoall") return Dispatcher::alltoall;
@@ -283,8 +285,13 @@ std::optional<std::string> validate_pipeline_split(const Strategy& s, const Mode
                        m.layers + 2 >= chunks ? "; --pipeline-accounts embedding,loss counts those as layers too" : "");
   }
   const std::string flag = "--pipeline-accounts " + pipeline_accounts_string(s.pipeline_accounts);
-  if (s.pp < 2) return flag + ": needs --pp >= 2 (it places the embedding and the loss in pipeline chunks)";
-  const int counted = std::popcount(s.pipeline_accounts);
+  if ((s.pipeline_accounts & kAccountLayers) && s.pipeline_accounts != kAccountLayers)
+    return flag + ": layers (the layers alone, split evenly) cannot be listed with embedding or loss, which count beside them";
+  if (s.pp < 2) return flag + ": needs --pp >= 2 (it splits the model over pipeline chunks)";
+  const int counted = counted_modules(s.pipeline_accounts);
+  if (counted == 0 && m.layers % chunks != 0) {
+    return fmt::format("{}: the model's layers ({}) must split evenly over pp x vp ({}) chunks", flag, m.layers, chunks);
+  }
   if ((m.layers + counted) % chunks != 0) {
     return fmt::format("{}: the model's layers and the {} counted ({} + {} = {}) must split evenly over pp x vp ({}) "
                        "chunks",
@@ -502,7 +509,7 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
   read_expert_fields(o, s);
   if (auto a = o.optional_string("pipeline_accounts")) {
     auto parsed = parse_pipeline_accounts(*a);
-    if (!parsed) throw o.error("pipeline_accounts", "must list embedding, loss (comma-separated) or be none");
+    if (!parsed) throw o.error("pipeline_accounts", "must list embedding, loss (comma-separated), or be layers or none");
     s.pipeline_accounts = *parsed;
   }
   o.finish();

@@ -52,8 +52,14 @@ enum class Dispatcher { alltoall, allgather, flex };
 //                CheckpointWithoutOutput). A dense layer's norms are fused into the next linear
 //                (Transformer Engine's LayerNormLinear) and have no output of their own to drop.
 enum RecomputeModule : unsigned { kRecomputeMoeAct = 1u, kRecomputeMlaUpProj = 2u, kRecomputeLayernorm = 4u };
-// What a pipeline split counts beside the transformer layers (Strategy::pipeline_accounts).
-enum PipelineAccount : unsigned { kAccountEmbedding = 1u, kAccountLoss = 2u };
+// How a pipeline split is made (Strategy::pipeline_accounts). None set: by predicted time, the
+// split trainplan recommends. Otherwise evenly by count, as Megatron-core splits: embedding and
+// loss each count as one layer of the first / last chunk (its account flags); `layers` alone counts
+// nothing but the layers, Megatron-core's default (num_layers / (pp x vp) per chunk, the embedding
+// and the output layer on top of the first and last).
+enum PipelineAccount : unsigned { kAccountEmbedding = 1u, kAccountLoss = 2u, kAccountLayers = 4u };
+// The modules an even split counts beside the layers: 0, 1 or 2.
+int counted_modules(unsigned accounts);
 
 struct Strategy {
   int dp = 1, tp = 1, pp = 1, cp = 1;
@@ -135,7 +141,7 @@ const char* to_string(DpAlgorithm a);   // allreduce | ps | ps-async
 const char* to_string(PsPlacement p);   // dedicated | colocated
 const char* to_string(Dispatcher d);    // alltoall | allgather
 std::string recompute_modules_string(unsigned modules);  // "moe_act,mla_up_proj", "" for none
-std::string pipeline_accounts_string(unsigned accounts);  // "embedding,loss", "" for none
+std::string pipeline_accounts_string(unsigned accounts);  // "embedding,loss", "layers", "" for none
 std::string to_string(const GradCompression& g);  // none | bf16 | powersgd:R
 // Parse the CLI/JSON spelling; std::nullopt when unknown.
 std::optional<Recompute> parse_recompute(const std::string& s);

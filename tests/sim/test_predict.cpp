@@ -658,7 +658,34 @@ TEST(Predict, AccountedPipelineSplitCountsTheEmbeddingAndTheLossAsLayers) {
   s = layout(2, 1, 1, 1, 8);
   s.pipeline_accounts = kAccountLoss;
   EXPECT_EQ(validate(s, m).value_or(""),
-            "--pipeline-accounts loss: needs --pp >= 2 (it places the embedding and the loss in pipeline chunks)");
+            "--pipeline-accounts loss: needs --pp >= 2 (it splits the model over pipeline chunks)");
+}
+
+// Megatron-core without its account flags splits the layers alone evenly, the LM head on top of
+// the last stage (--pipeline-accounts layers); trainplan's default balances the stages by time, so
+// a heavy head moves layers off the last stage (a 256k vocabulary over 1024-wide layers: the head's
+// 1024 x 256000 weights are about twenty layers' 12 x 1024^2).
+TEST(Predict, LayersAloneSplitEvenlyWithTheHeadOnTheLastStage) {
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  const ModelSpec m = gpt(8, 1024, 16, 2048, 256000);
+  const LayerGraph g(m, 2048);
+  Strategy s = layout(1, 1, 2, 1, 8);
+  const std::vector<int> balanced = predict(g, c, s).stage_layers;
+  EXPECT_GT(balanced.front(), balanced.back());  // the head's stage takes fewer layers
+  s.pipeline_accounts = kAccountLayers;
+  ASSERT_FALSE(validate(s, m));
+  const Estimate even = predict(g, c, s);
+  EXPECT_EQ(even.stage_layers, (std::vector<int>{4, 4}));
+  EXPECT_GT(even.time.step, predict(g, c, layout(1, 1, 2, 1, 8)).time.step);  // the head's stage is the busiest
+  EXPECT_EQ(describe(s).find("split+layers") != std::string::npos, true);
+  // Nothing else is counted, so the layers alone must divide; and it lists alone.
+  EXPECT_EQ(validate(layout(1, 1, 2, 1, 8), gpt(7, 1024, 16)), std::nullopt);
+  EXPECT_EQ(validate(s, gpt(7, 1024, 16)).value_or(""),
+            "--pipeline-accounts layers: the model's layers (7) must split evenly over pp x vp (2) chunks");
+  s.pipeline_accounts = kAccountLayers | kAccountLoss;
+  EXPECT_NE(validate(s, m).value_or("").find("cannot be listed with embedding or loss"), std::string::npos);
+  EXPECT_EQ(parse_pipeline_accounts("layers"), kAccountLayers);
+  EXPECT_EQ(pipeline_accounts_string(kAccountLayers), "layers");
 }
 
 // The 1F1B fill and drain, by hand (one_f_one_b_bubble): equal stages (w 3 = f 1 + g 2) over 4

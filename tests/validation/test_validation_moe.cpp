@@ -222,7 +222,7 @@ TEST(ValidationMoe, ExpertGemmHostTimeFit) {
 
 // GPT-OSS 120B in BF16 on 64 GPUs of five systems (tests/data/published/megatron_bridge_gpt_oss.json,
 // NeMo 26.04.01 with its recipes' knobs): a tracked gap, NOT the 20% target. trainplan predicts
-// these runs 34-44% fast (their memory verdicts right: every one fits), while the same layouts publish within
+// these runs 25-44% fast (their memory verdicts right: every one fits), while the same layouts publish within
 // 6% of each other across five containers, so the runs are not one release's regression. Each
 // row is held to 50% so that the gap cannot widen unnoticed; what is missing is not known (the
 // learnable-softmax attention runs through cuDNN only, the experts carry biases, YaRN rotary
