@@ -79,6 +79,9 @@ TEST(Strategy, JsonRoundTrip) {
   s.pipeline_accounts = kAccountEmbedding | kAccountLoss;
   EXPECT_EQ(to_json(s).at("pipeline_accounts"), "embedding,loss");
   EXPECT_EQ(strategy_from_json(to_json(s), "plan.json").pipeline_accounts, s.pipeline_accounts);
+  s.pipeline_accounts = kAccountLayers;  // Megatron-core's default even split
+  EXPECT_EQ(to_json(s).at("pipeline_accounts"), "layers");
+  EXPECT_EQ(strategy_from_json(to_json(s), "plan.json").pipeline_accounts, kAccountLayers);
   nlohmann::json j = to_json(s);
   j["pipeline_accounts"] = "embedding,head";
   EXPECT_THROW(strategy_from_json(j, "plan.json"), InputError);
