@@ -12,6 +12,7 @@
 //     sets ran only 'flash_attention2 + RMS kernel', predicted under aleph-alpha-scaling-rms
 //     (the fused RMSNorm). The other columns (PyTorch and Megatron-fused attention over
 //     materialised scores, FlashAttention 1.0.8) run kernels no shipped profile describes on A100;
+//     the FlashAttention 1.0.8 column is ranked on its own, printed only, under the same profile;
 //   - the sheets mark sequence parallelism on at tp 1, where it does nothing: it is on only with
 //     tp > 1 here;
 //   - rows that ran (outcome "ok") are ranked; rows that ran out of memory ("oom") and those rows
@@ -30,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <string>
@@ -143,15 +145,16 @@ const Software* profile_for(const std::string& set, const std::string& kernel, c
   return nullptr;
 }
 
-std::map<std::string, SetResult> predict_sets() {
+// Which rows of a set are ranked, under which profile (nullptr: not ranked).
+using ColumnProfile = std::function<const Software*(const std::string& set, const std::string& kernel)>;
+
+std::map<std::string, SetResult> predict_sets(const ColumnProfile& profile_of) {
   const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/multi_layout_sets.json");
   const Cluster c = testing::builtin_cluster("dgx-a100-80g");
-  const Software eager_norm = load_software("aleph-alpha-scaling", TRAINPLAN_SOURCE_DIR);
-  const Software fused_norm = load_software("aleph-alpha-scaling-rms", TRAINPLAN_SOURCE_DIR);
   std::map<std::string, SetResult> sets;
   for (const auto& r : data.at("rows")) {
     const std::string set = r.at("set"), outcome = r.at("outcome");
-    const Software* sw = profile_for(set, r.at("attention_kernel"), eager_norm, fused_norm);
+    const Software* sw = profile_of(set, r.at("attention_kernel"));
     if (!sw || (outcome != "ok" && outcome != "oom")) continue;
     const int seq = set.find("-seq8192-") != std::string::npos ? 8192 : 2048;
     const ModelSpec m = llama_of(set, seq);
@@ -181,7 +184,10 @@ std::map<std::string, SetResult> predict_sets() {
 }
 
 TEST(ValidationRanking, Hagemann2023LayoutOrderPerSet) {
-  const std::map<std::string, SetResult> sets = predict_sets();
+  const Software eager_norm = load_software("aleph-alpha-scaling", TRAINPLAN_SOURCE_DIR);
+  const Software fused_norm = load_software("aleph-alpha-scaling-rms", TRAINPLAN_SOURCE_DIR);
+  const std::map<std::string, SetResult> sets = predict_sets(
+      [&](const std::string& set, const std::string& kernel) { return profile_for(set, kernel, eager_norm, fused_norm); });
   ASSERT_EQ(sets.size(), 10u);
   int verdicts = 0, agree = 0, ran = 0, ran_predicted_oom = 0, met = 0;
   for (const auto& [set, r] : sets) {
@@ -205,6 +211,30 @@ TEST(ValidationRanking, Hagemann2023LayoutOrderPerSet) {
               "predicted out of memory\n", met, sets.size(), agree, verdicts, ran_predicted_oom, ran);
   EXPECT_GE(agree, 0.85 * verdicts);
   EXPECT_LE(ran_predicted_oom, 0.06 * ran);
+}
+
+// The same sweep's FlashAttention 1.0.8 column, ranked on its own (printed only, not asserted):
+// no shipped profile describes that kernel's speed on A100, so its rows are predicted under
+// aleph-alpha-scaling, whose attention runs at FlashAttention-2's. That shifts the step times
+// (the 8K sets' errors are large), but within a column every layout runs the same kernel, so
+// the order is the model's: a check of generality on measurements nothing here was chosen on.
+TEST(ValidationRanking, Hagemann2023FlashAttention1ColumnPrintedOnly) {
+  const Software eager_norm = load_software("aleph-alpha-scaling", TRAINPLAN_SOURCE_DIR);
+  const std::map<std::string, SetResult> sets = predict_sets([&](const std::string& set, const std::string& kernel) {
+    return set.find("-seqpar") == std::string::npos && kernel == "flash_attentionv1.0.8" ? &eager_norm : nullptr;
+  });
+  ASSERT_EQ(sets.size(), 5u);
+  int met = 0;
+  for (const auto& [set, r] : sets) {
+    ASSERT_GE(r.predicted.size(), 7u) << set;
+    const double rho = spearman(r.predicted, r.measured);
+    double mae = 0;
+    for (std::size_t i = 0; i < r.predicted.size(); ++i) mae += std::abs(r.predicted[i] / r.measured[i] - 1);
+    std::printf("%-40s %3zu runs  Spearman %.3f  mean abs. step error %5.1f%%  (FlashAttention 1.0.8 column; printed only)\n",
+                set.c_str(), r.predicted.size(), rho, 100 * mae / static_cast<double>(r.predicted.size()));
+    met += rho >= 0.9;
+  }
+  std::printf("%d of %zu FlashAttention 1.0.8 sets at Spearman >= 0.9 (printed only)\n", met, sets.size());
 }
 
 }  // namespace
