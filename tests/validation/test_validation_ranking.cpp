@@ -138,6 +138,7 @@ const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
 struct SetResult {
   std::vector<double> predicted, measured;
   int verdicts = 0, agree = 0, ran = 0, ran_predicted_oom = 0;
+  double gpu_s_per_token = 0;  // GPUs / tokens per step: a step time in GPU-seconds per token
 };
 
 // The software profile of a row's kernel column, or nullptr for a column not ranked here.
@@ -183,6 +184,7 @@ std::map<std::string, SetResult> predict_sets(const ColumnProfile& profile_of) {
     out.ran_predicted_oom += !e.feasible;
     out.predicted.push_back(e.time.step);
     out.measured.push_back(r.at("step_time_s"));
+    out.gpu_s_per_token = static_cast<double>(s.gpus()) / (static_cast<double>(s.global_batch) * seq);
   }
   return sets;
 }
@@ -215,6 +217,38 @@ TEST(ValidationRanking, Hagemann2023LayoutOrderPerSet) {
               "predicted out of memory\n", met, sets.size(), agree, verdicts, ran_predicted_oom, ran);
   EXPECT_GE(agree, 0.85 * verdicts);
   EXPECT_LE(ran_predicted_oom, 0.06 * ran);
+}
+
+// Per model, as a planner compares the layouts of one model across the GPU counts and sequence
+// lengths it might run: every set of the model pooled, each run's step time in GPU-seconds per
+// token (GPUs x step / tokens per step, which leaves the order inside a set as it is). Pooling adds
+// the differences between sets, which are easier to rank than those inside one, so the per-set
+// figures above stay the stricter test; per model and sequence length is printed beside.
+TEST(ValidationRanking, Hagemann2023LayoutOrderPerModel) {
+  const Software eager_norm = load_software("aleph-alpha-scaling", TRAINPLAN_SOURCE_DIR);
+  const Software fused_norm = load_software("aleph-alpha-scaling-rms", TRAINPLAN_SOURCE_DIR);
+  const std::map<std::string, SetResult> sets = predict_sets(
+      [&](const std::string& set, const std::string& kernel) { return profile_for(set, kernel, eager_norm, fused_norm); });
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_model, by_model_seq;
+  for (const auto& [set, r] : sets) {
+    const std::string model = set.substr(set.find('-') + 1, set.find('-', set.find('-') + 1) - set.find('-') - 1);
+    const std::string seq = set.find("-seq8192-") != std::string::npos ? "8K" : "2K";
+    for (std::size_t i = 0; i < r.predicted.size(); ++i) {
+      for (auto* pool : {&by_model[model], &by_model_seq[model + " " + seq]}) {
+        pool->first.push_back(r.predicted[i] * r.gpu_s_per_token);
+        pool->second.push_back(r.measured[i] * r.gpu_s_per_token);
+      }
+    }
+  }
+  ASSERT_EQ(by_model.size(), 3u);
+  for (const auto& [key, pm] : by_model_seq)
+    std::printf("%-8s %3zu runs  Spearman %.3f  (per model and sequence length; printed only)\n", key.c_str(), pm.first.size(),
+                spearman(pm.first, pm.second));
+  for (const auto& [model, pm] : by_model) {
+    const double rho = spearman(pm.first, pm.second);
+    std::printf("%-8s %3zu runs  Spearman %.3f  (per model)\n", model.c_str(), pm.first.size(), rho);
+    EXPECT_GE(rho, 0.9) << model;
+  }
 }
 
 // The same sweep's FlashAttention 1.0.8 column, ranked on its own (printed only, not asserted):
