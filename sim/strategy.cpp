@@ -285,8 +285,10 @@ std::optional<std::string> validate_pipeline_split(const Strategy& s, const Mode
                        m.layers + 2 >= chunks ? "; --pipeline-accounts embedding,loss counts those as layers too" : "");
   }
   const std::string flag = "--pipeline-accounts " + pipeline_accounts_string(s.pipeline_accounts);
-  if ((s.pipeline_accounts & kAccountLayers) && s.pipeline_accounts != kAccountLayers)
-    return flag + ": layers (the layers alone, split evenly) cannot be listed with embedding or loss, which count beside them";
+  if ((s.pipeline_accounts & kAccountLayers) && s.pipeline_accounts != kAccountLayers) {
+    return flag + ": layers (the layers alone, split evenly) cannot be listed with embedding or loss, "
+                  "which count beside them";
+  }
   if (s.pp < 2) return flag + ": needs --pp >= 2 (it splits the model over pipeline chunks)";
   const int counted = counted_modules(s.pipeline_accounts);
   if (counted == 0 && m.layers % chunks != 0) {
