@@ -232,7 +232,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   req.reliability = read_reliability_flags(f, ctx.data_dir);
   req.elastic = f.has("elastic");
   read_dp_flags(f, req);
-  read_expert_space_flags(f, req.experts);
+  read_expert_space_flags(f, model, req.software, req.experts);
   f.finish();
   bool any_count = false;
   for (const Cluster& c : req.clusters) any_count |= !capacity_gpu_counts(c, req.gpus_lo, req.gpus_hi).empty();

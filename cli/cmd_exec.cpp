@@ -505,7 +505,9 @@ int cmd_exec(const Args& given, const Context& ctx) {
   // each other and from every input, and outside the built-in data folders. --data is streamed.
   const CommandFiles files(f, ctx, {"json", "dump-params", "dump-grads"}, {"data"});
   const bool cuda = exec::cuda_available();
-  PlanInputs in = read_plan_flags(f, ctx.data_dir, "cpu-local");
+  PlanInputs in = read_plan_flags(f, ctx.data_dir, "cpu-local", "trainplan-exec");
+  // exec dispatches tokens by all-to-all whichever profile --software names for the prediction.
+  if (!f.has("moe-dispatcher") && !f.has("plan")) in.strategy.dispatcher = Dispatcher::alltoall;
   const exec::ExecOptions o = read_exec_options(f, cuda);
   const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
   const auto json_path = files.wants("json") ? std::optional<std::string>(files.path("json")) : std::nullopt;

@@ -96,8 +96,8 @@ void draw_progress(std::ostream& err, std::int64_t done, std::int64_t total) {
 }
 
 // The space to search: the cluster's defaults (default_space) narrowed by the flags.
-SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Cluster& cluster, int gpus, int global_batch,
-                             int seq) {
+SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Cluster& cluster, const Software& software,
+                             int gpus, int global_batch, int seq) {
   const Attention attention = *parse_attention(f.get_choice("attention", "flash", {"flash", "standard"}));
   SearchSpace space = default_space(cluster, gpus, global_batch, seq, attention);
   space.exact_gpus = f.has("exact-gpus");
@@ -109,7 +109,7 @@ SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Clust
   space.recompute = list_flag<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
   space.schedules = list_flag<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);
   read_dp_space_flags(f, space);
-  read_expert_space_flags(f, space.experts);
+  read_expert_space_flags(f, model, software, space.experts);
   space.max_tp = static_cast<int>(f.get_int("max-tp", space.max_tp, 1, 1 << 16));
   space.max_pp = static_cast<int>(f.get_int("max-pp", model.layers, 1, 1 << 16));
   space.max_cp = static_cast<int>(f.get_int("max-cp", space.max_cp, 1, 1 << 16));
@@ -153,7 +153,7 @@ int cmd_search(const Args& args, const Context& ctx) {
   const int gpus = static_cast<int>(*gpus_flag), global_batch = static_cast<int>(*batch_flag);
   const int seq = static_cast<int>(f.get_int("seq", model.seq_len, 1, 1 << 24));
 
-  const SearchSpace space = read_space_flags(f, model, cluster, gpus, global_batch, seq);
+  const SearchSpace space = read_space_flags(f, model, cluster, software, gpus, global_batch, seq);
 
   SearchOptions options;
   options.objective = *parse_objective(f.get_choice("objective", "throughput", {"throughput", "cost", "time"}));

@@ -95,7 +95,7 @@ namespace {
 // A name taken from the plan (not given by a flag) that does not load is the plan's fault: the
 // message names --plan, not a --model/--cluster/--software the user never gave.
 void load_specs(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster,
-                const PredictionDoc* plan, PlanInputs& in) {
+                const std::string& default_software, const PredictionDoc* plan, PlanInputs& in) {
   const auto plan_path = f.get("plan");
   auto from_plan_file = [&](const char* flag, const std::string& name, auto load) {
     if (f.has(flag) || !plan) return load();
@@ -117,7 +117,7 @@ void load_specs(const Flags& f, const std::filesystem::path& data_dir, const std
   std::string cluster_name = f.get_or("cluster", plan_cluster.empty() ? default_cluster : plan_cluster);
   if (cluster_name.empty()) cluster_name = f.require("cluster");
   in.cluster = from_plan_file("cluster", cluster_name, [&] { return load_cluster(cluster_name, data_dir); });
-  const std::string software_name = plan_software.empty() ? kDefaultSoftware : plan_software;
+  const std::string software_name = plan_software.empty() ? default_software : plan_software;
   in.software = from_plan_file("software", software_name, [&] { return read_software_flag(f, data_dir, software_name); });
 }
 
@@ -199,6 +199,12 @@ void read_moe_settings(const Flags& f, Settings& x) {
   }
 }
 
+// The dispatcher a plan or a search runs when --moe-dispatcher is not given: the software
+// profile's for a model with experts; alltoall (the value validate() requires) for a dense one.
+Dispatcher default_dispatcher(const ModelSpec& model, const Software& software) {
+  return model.moe.on() ? software.moe.dispatcher : Dispatcher::alltoall;
+}
+
 // The expert flags over `s`: --ep --etp and the shared settings above (validate() checks them
 // against the model).
 void read_expert_flags(const Flags& f, Strategy& s) {
@@ -233,14 +239,16 @@ void read_gpus_flags(const Flags& f, bool have_plan, Strategy& s) {
 
 }  // namespace
 
-PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster) {
+PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir, const std::string& default_cluster,
+                           const std::string& default_software) {
   const auto plan = f.get("plan");
   std::optional<PredictionDoc> from_plan;
   if (plan) from_plan = plan_prediction(*plan);
   PlanInputs in;
-  load_specs(f, data_dir, default_cluster, from_plan ? &*from_plan : nullptr, in);
+  load_specs(f, data_dir, default_cluster, default_software, from_plan ? &*from_plan : nullptr, in);
   const bool have_plan = from_plan.has_value();
   Strategy s = have_plan ? from_plan->estimate.strategy : Strategy{};
+  if (!have_plan) s.dispatcher = default_dispatcher(in.model, in.software);
   if (!f.has("seq") && !have_plan) in.seq_note = sequence_note(in.model);
   read_layout_flags(f, in.model, have_plan, s);
   read_expert_flags(f, s);
@@ -270,7 +278,8 @@ void read_dp_space_flags(const Flags& f, SearchSpace& space) {
   space.fp32_grad_accum = on_off(f, "fp32-grad-accum", space.fp32_grad_accum);
 }
 
-void read_expert_space_flags(const Flags& f, ExpertSpace& x) {
+void read_expert_space_flags(const Flags& f, const ModelSpec& model, const Software& software, ExpertSpace& x) {
+  x.dispatcher = default_dispatcher(model, software);
   if (auto e = f.get_optional_int("max-ep", 1, 1 << 16)) x.max_ep = static_cast<int>(*e);
   const std::vector<std::string> etps = list_flag<std::string>(
       f, "etp", "1,tp", [](const std::string& v) { return v == "1" || v == "tp" ? std::optional(v) : std::nullopt; },
@@ -287,7 +296,8 @@ std::string expert_space_flags_help() {
   --etp LIST                expert-tensor-parallel sizes, from 1,tp (default 1,tp)
   --moe-imbalance X         max / mean tokens per expert-parallel rank for ep > 1 (default 1;
                             ep below X is not searched)
-  --moe-dispatcher alltoall|allgather|flex  token dispatcher (default alltoall)
+  --moe-dispatcher alltoall|allgather|flex  token dispatcher (default: the software profile's;
+                            megatron-core flex, the others alltoall)
   --moe-a2a-overlap on|off  hide the all-to-all behind another micro-batch's compute (ep > 1)
   --capacity-factor C       cap (and pad) each expert's tokens (default 0: dropless)
   --recompute-modules LIST  moe_act, mla_up_proj, layernorm or none (with recompute none or selective)
@@ -356,8 +366,9 @@ edp = tp x cp x dp / (etp x ep) ranks share an expert shard):
   --moe-imbalance X         max / mean tokens per expert-parallel rank, in [1, ep] (default 1:
                             balanced, as published benchmarks force it)
   --moe-dispatcher alltoall|allgather|flex  how tokens reach their experts: NCCL all-to-all of
-                            every routed copy (default), all-gather, or DeepEP/HybridEP (a token
-                            crosses once to each node holding its experts)
+                            every routed copy, all-gather, or DeepEP/HybridEP (a token crosses
+                            once to each node holding its experts). Default: the software
+                            profile's (megatron-core: flex, as NVIDIA's recipes; others alltoall)
   --moe-a2a-overlap on|off  hide the expert all-to-all behind another micro-batch's compute
                             (Megatron-core --overlap-moe-expert-parallel-comm; default off)
   --capacity-factor C       cap (and pad) each expert at tokens x top_k x C / experts tokens

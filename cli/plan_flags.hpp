@@ -64,8 +64,11 @@ Software read_software_flag(const Flags& flags, const std::filesystem::path& dat
 // --dp-algorithm --ps-servers --ps-placement --grad-compression,
 // or --plan FILE (a trainplan/prediction/v1 or trainplan/search/v1 object; explicit flags
 // override it). Validates the strategy against the model; throws InputError naming the flag.
+// Without --plan, the software is --software, else `default_software`; for a model with experts
+// --moe-dispatcher defaults to that profile's dispatcher.
 PlanInputs read_plan_flags(const Flags& flags, const std::filesystem::path& data_dir,
-                           const std::string& default_cluster = "");
+                           const std::string& default_cluster = "",
+                           const std::string& default_software = kDefaultSoftware);
 
 // Help text for those flags, one per line, for a command's --help.
 std::string plan_flags_help();
@@ -81,7 +84,9 @@ std::string dp_space_flags_help();
 // --etp LIST (from 1,tp), --moe-imbalance X, --moe-dispatcher, --moe-a2a-overlap on|off,
 // --capacity-factor C, --recompute-modules LIST. Throws InputError naming the flag; the search
 // checks the values against the model.
-void read_expert_space_flags(const Flags& flags, ExpertSpace& experts);
+// --moe-dispatcher defaults to `software`'s dispatcher for a model with experts.
+void read_expert_space_flags(const Flags& flags, const ModelSpec& model, const Software& software,
+                             ExpertSpace& experts);
 std::string expert_space_flags_help();
 
 // A comma-separated list flag (--zero 0,1, --schedules 1f1b,...): each item through `parse`

@@ -115,6 +115,7 @@ void parse_moe(JsonObject m, Software& s) {
     s.moe.host_per_expert_gemm = m.number("host_per_expert_gemm_us", 0, 1e6) * kMicro;
   }
   if (m.has("dropless_dispatch_syncs")) s.moe.dropless_dispatch_syncs = m.boolean("dropless_dispatch_syncs");
+  if (m.has("dispatcher")) s.moe.dispatcher = *parse_dispatcher(m.choice("dispatcher", {"alltoall", "allgather", "flex"}));
   (void)m.string("source");
   m.finish();
 }

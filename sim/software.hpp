@@ -11,6 +11,7 @@
 
 #include "sim/model_spec.hpp"
 #include "sim/op_costs.hpp"
+#include "sim/strategy.hpp"
 #include "sim/units.hpp"
 
 namespace trainplan {
@@ -81,6 +82,9 @@ struct MoeOps {
   // costs its part before the dispatch and its part from the dispatch on, each the longer of its
   // GPU and host time. A capacity factor (static sizes) needs no such wait.
   bool dropless_dispatch_syncs = false;
+  // The token dispatcher the stack runs when a plan or a search does not name one (the profile's
+  // optional "dispatcher"; the CLI's --moe-dispatcher default for a model with experts).
+  Dispatcher dispatcher = Dispatcher::alltoall;
 };
 
 // Share of a collective's time that the stack hides behind compute it can overlap with (0..1).

@@ -206,6 +206,34 @@ TEST_F(SearchCli, SearchesExpertLayoutsOfAnMoeModel) {
   EXPECT_FALSE(read(dense).at("space").contains("experts"));
 }
 
+// Without --moe-dispatcher an MoE plan runs the software profile's dispatcher (megatron-core: flex,
+// as NVIDIA's recipes; pytorch-eager: alltoall), search and exec alike; a dense plan keeps
+// alltoall (no key), and the flag overrides the profile.
+TEST_F(SearchCli, TheDispatcherDefaultsToTheSoftwareProfiles) {
+  auto dispatcher_of = [&](const std::string& args) {
+    const fs::path out = dir_ / "p.json";
+    fs::remove(out);
+    const Result r = run("predict " + args + " --json " + out.string());
+    EXPECT_TRUE(r.code == 0 || r.code == 3) << args << ": " << r.err;  // 3: does not fit, still written
+    return fs::exists(out) ? read(out).at("strategy").value("moe_dispatcher", std::string("alltoall")) : std::string();
+  };
+  const std::string moe = "--model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --ep 16 --zero 1 --global-batch 64";
+  EXPECT_EQ(dispatcher_of(moe), "flex");
+  EXPECT_EQ(dispatcher_of(moe + " --software pytorch-eager"), "alltoall");
+  EXPECT_EQ(dispatcher_of(moe + " --moe-dispatcher alltoall"), "alltoall");
+  EXPECT_EQ(dispatcher_of("--model llama2-7b --cluster dgx-h100 --gpus 8 --global-batch 64"), "alltoall");
+  // Cross-node expert parallelism: flex sends each token over the network once per remote node,
+  // alltoall every routed copy, so the default plan is the faster one.
+  const fs::path a = dir_ / "a.json", b = dir_ / "b.json";
+  ASSERT_EQ(run("predict " + moe + " --json " + a.string()).code, 0);
+  ASSERT_EQ(run("predict " + moe + " --moe-dispatcher alltoall --json " + b.string()).code, 0);
+  EXPECT_LT(read(a).at("time").at("step_s").get<double>(), read(b).at("time").at("step_s").get<double>());
+  const fs::path found = dir_ / "search.json";
+  ASSERT_EQ(run("search --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --global-batch 64 --top 3 --json " +
+                found.string()).code, 0);
+  EXPECT_EQ(read(found).at("space").at("experts").at("moe_dispatcher"), "flex");
+}
+
 // Capacity for an MoE model: every size finds a layout, and MFU counts the FLOPs of the active
 // parameters (Qwen3-30B-A3B: 3.3B activated of 30.5B, model card), not of every expert.
 TEST_F(SearchCli, CapacityOfAnMoeModelCountsActiveParameters) {
