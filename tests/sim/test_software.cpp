@@ -172,7 +172,7 @@ TEST(Software, BadProfilesNameTheField) {
             "(\"calibrated\": the cluster's measured attention table)");
 }
 
-// The MoE launch keys: each bad value is refused by name with its rule.
+// The MoE launch and dispatch keys: each bad value is refused by name with its rule.
 TEST(Software, BadMoeLaunchKeysNameTheField) {
   const fs::path p = kSource / "software" / "megatron-core.json";
   json j = read_json_file(p);
@@ -192,6 +192,10 @@ TEST(Software, BadMoeLaunchKeysNameTheField) {
   j["moe"]["dropless_dispatch_syncs"] = "yes";
   EXPECT_NE(input_error([&] { parse_software(j, "s.json"); }).find("moe.dropless_dispatch_syncs"), std::string::npos);
   j = read_json_file(p);
+  j["moe"]["dispatcher"] = "deepep";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: moe.dispatcher = \"deepep\", must be one of alltoall|allgather|flex");
+  j = read_json_file(p);
   j["gemm"]["fp8_quantize_kernels"] = 0;
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: gemm.fp8_quantize_kernels = 0, must be in [1, 100]");
   // Absent, a profile launches one grouped kernel, waits for nothing and quantizes in one kernel.
@@ -200,7 +204,10 @@ TEST(Software, BadMoeLaunchKeysNameTheField) {
   j["moe"].erase("host_per_expert_gemm_us");
   j["moe"].erase("dropless_dispatch_syncs");
   j["gemm"].erase("fp8_quantize_kernels");
+  j["moe"].erase("dispatcher");
+  EXPECT_EQ(parse_software(read_json_file(p), "s.json").moe.dispatcher, Dispatcher::flex);
   const Software plain = parse_software(j, "s.json");
+  EXPECT_EQ(plain.moe.dispatcher, Dispatcher::alltoall);
   EXPECT_FALSE(plain.moe.gemm_per_expert);
   EXPECT_FALSE(plain.moe.dropless_dispatch_syncs);
   EXPECT_EQ(plain.moe.host_per_expert_gemm, 0);
