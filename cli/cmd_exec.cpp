@@ -362,6 +362,11 @@ exec::ExecPlan exec_plan(const PlanInputs& in) {
   const LayerGraph graph(in.model, s.seq_len);
   const StepCosts costs = step_costs(graph, in.cluster, in.software, s);
   for (const ChunkCost& c : costs.chunks) {
+    if (c.layers == 0 && !in.split_note.empty()) {  // the accounting was implied, not given
+      throw InputError(fmt::format("--pp {}: pp x vp ({}) exceeds the model's {} layers, which exec does not run; "
+                                   "predict and simulate model it (fewer chunks, --pp x --vp, give every chunk a layer)",
+                                   s.pp, s.pp * s.vp, in.model.layers));
+    }
     if (c.layers == 0) {
       throw InputError(fmt::format("--pipeline-accounts {}: leaves pipeline chunk {} of stage {} without a transformer "
                                    "layer, which exec does not run; predict and simulate model it (fewer chunks, "
@@ -522,7 +527,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
                                            "profile, trainplan-exec, predicts)",
                                            in.model.name, in.model.dropout)
                              : "";
-    print_notes(ctx.err, "exec", {in.seq_note, dropout});
+    print_notes(ctx.err, "exec", {in.seq_note, in.split_note, dropout});
   };
   check_exec_request(in, o, cuda);
   // The profile that describes what exec launches, unless --software names another.

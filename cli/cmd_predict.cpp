@@ -75,7 +75,7 @@ int cmd_predict(const Args& args, const Context& ctx) {
   if (files.wants("json")) files.stage_json("json", doc);
   if (files.wants("html")) files.stage("html", html_page(doc, title));
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
-  print_notes(ctx.err, "predict", {in.seq_note, dropout_note(in.model, in.software), attention_kernel_note(in.cluster, in.software)});
+  print_notes(ctx.err, "predict", {in.seq_note, in.split_note, dropout_note(in.model, in.software), attention_kernel_note(in.cluster, in.software)});
   print_prediction(ctx.out, e, title);
   print_cost(ctx.out, e, in.cluster);
   if (!detail.empty()) print_layer_detail(ctx.out, detail);

@@ -172,7 +172,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   if (trace_ranks && !tracing) throw InputError(fmt::format("--trace-ranks {}: needs --trace FILE", *trace_ranks));
   f.finish();
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
-  auto print_note = [&] { print_notes(ctx.err, "simulate", {in.seq_note, dropout_note(in.model, in.software), attention_kernel_note(in.cluster, in.software)}); };
+  auto print_note = [&] { print_notes(ctx.err, "simulate", {in.seq_note, in.split_note, dropout_note(in.model, in.software), attention_kernel_note(in.cluster, in.software)}); };
   if (auto too_large = simulation_size_error(in.strategy)) throw InputError(*too_large);
 
   const Strategy& s = in.strategy;

@@ -205,6 +205,23 @@ Dispatcher default_dispatcher(const ModelSpec& model, const Software& software) 
   return model.moe.on() ? software.moe.dispatcher : Dispatcher::alltoall;
 }
 
+// More pipeline chunks than layers, by one or two: Megatron-core runs such a layout only with its
+// account flags counting the embedding and the loss as layers (NVIDIA's recipes run Llama 3.1
+// 405B's 126 layers over pp 16 x vp 8 that way), so without --pipeline-accounts that split is
+// taken: both where two chunks are over, the loss (the heavier: the LM head and the loss) where
+// one is. Returns the note saying so; empty, and `s` unchanged, otherwise.
+std::string account_extra_chunks(const ModelSpec& model, Strategy& s) {
+  const long long over = static_cast<long long>(s.pp) * s.vp - model.layers;
+  if (s.pipeline_accounts != 0 || s.pp < 2 || over < 1 || over > 2) return "";
+  s.pipeline_accounts = over == 2 ? (kAccountEmbedding | kAccountLoss) : kAccountLoss;
+  const std::string counted = pipeline_accounts_string(s.pipeline_accounts);
+  return fmt::format("pp x vp ({}) exceeds the model's {} layers: the split counts {}, as Megatron-core must to run "
+                     "it (--pipeline-accounts {})",
+                     static_cast<long long>(s.pp) * s.vp, model.layers,
+                     over == 2 ? "the embedding and the loss as pipeline layers" : "the loss as a pipeline layer",
+                     counted);
+}
+
 // The expert flags over `s`: --ep --etp and the shared settings above (validate() checks them
 // against the model).
 void read_expert_flags(const Flags& f, Strategy& s) {
@@ -253,6 +270,7 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   read_layout_flags(f, in.model, have_plan, s);
   read_expert_flags(f, s);
   read_gpus_flags(f, have_plan, s);
+  if (!have_plan && !f.has("pipeline-accounts")) in.split_note = account_extra_chunks(in.model, s);
   // A layout read from --plan names the plan file: its sizes were never given as flags.
   auto refuse = [&](const std::string& why) {
     return have_plan ? InputError(fmt::format("--plan {}: {}", *plan, why)) : InputError(why);

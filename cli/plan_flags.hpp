@@ -30,6 +30,9 @@ struct PlanInputs {
   // trainplan model's seq_len (a Hugging Face config), e.g. "sequence length 8192: the Llama 3
   // family's pre-training length (...); --seq sets it"; empty otherwise. Commands print it.
   std::string seq_note;
+  // Where pp x vp exceeds the layers and --pipeline-accounts was not given: which modules the split
+  // counts as layers, and why (account_extra_chunks in plan_flags.cpp); empty otherwise.
+  std::string split_note;
 };
 
 // The note above for `model` when --seq is not given (empty when the model's seq_len is its own).

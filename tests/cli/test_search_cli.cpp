@@ -234,6 +234,30 @@ TEST_F(SearchCli, TheDispatcherDefaultsToTheSoftwareProfiles) {
   EXPECT_EQ(read(found).at("space").at("experts").at("moe_dispatcher"), "flex");
 }
 
+// More pipeline chunks than layers by one or two (Llama 3.1 405B's 126 layers over pp 16 x vp 8,
+// as NVIDIA publishes it): without --pipeline-accounts the split counts the embedding and the loss
+// (or the loss alone) as layers, says so in a note, and the plan records it; --pipeline-accounts
+// none refuses the layout instead.
+TEST_F(SearchCli, MoreChunksThanLayersCountTheEmbeddingAndTheLoss) {
+  const fs::path out = dir_ / "p.json";
+  const std::string layout = "predict --model llama3.1-405b --cluster gb200-nvl72 --gpus 256 --tp 4 --pp 16 --vp 8 "
+                             "--zero 1 --sequence-parallel on --global-batch 1536 --seq 8192 --dtype mxfp8";
+  const Result r = run(layout + " --json " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err,
+            "trainplan predict: note: pp x vp (128) exceeds the model's 126 layers: the split counts the embedding and "
+            "the loss as pipeline layers, as Megatron-core must to run it (--pipeline-accounts embedding,loss)\n");
+  EXPECT_EQ(read(out).at("strategy").at("pipeline_accounts"), "embedding,loss");
+  const Result explicit_none = run(layout + " --pipeline-accounts none");
+  EXPECT_EQ(explicit_none.code, 2);
+  EXPECT_NE(explicit_none.err.find("must not exceed the model's layers (126)"), std::string::npos) << explicit_none.err;
+  // One chunk over: the loss alone.
+  const Result one = run("predict --model llama3-8b --cluster dgx-h100 --gpus 3 --pp 3 --vp 11 --global-batch 66 --json " +
+                         out.string());
+  EXPECT_TRUE(one.code == 0 || one.code == 3) << one.err;
+  EXPECT_EQ(read(out).at("strategy").at("pipeline_accounts"), "loss");
+}
+
 // Capacity for an MoE model: every size finds a layout, and MFU counts the FLOPs of the active
 // parameters (Qwen3-30B-A3B: 3.3B activated of 30.5B, model card), not of every expert.
 TEST_F(SearchCli, CapacityOfAnMoeModelCountsActiveParameters) {
