@@ -191,8 +191,10 @@ std::vector<AchievedRate> parse_achieved(const JsonObject& d, const GpuSpec& gpu
 
 // "ops.derive.format_ratios": [{"format": "mxfp8" | "nvfp4", "over": "fp8" | "mxfp8", "ratio",
 // "source"}]: a block-scaled format's GEMM rate over another format's, published for the same
-// tensor-core generation; `over` needs an achieved figure in this file (derive_op_costs).
-std::vector<FormatRatio> parse_format_ratios(const JsonObject& d, const GpuSpec& gpu,
+// tensor-core generation; `over` scales from its achieved figure in this file, else from its
+// datasheet peak over `table_dtype`'s (derive_op_costs). A ratio over mxfp8 needs an achieved
+// mxfp8 figure or mxfp8's own ratio listed before it.
+std::vector<FormatRatio> parse_format_ratios(const JsonObject& d, const GpuSpec& gpu, Dtype table_dtype,
                                              const std::vector<AchievedRate>& achieved) {
   std::vector<FormatRatio> out;
   if (!d.has("format_ratios")) return out;
@@ -205,10 +207,17 @@ std::vector<FormatRatio> parse_format_ratios(const JsonObject& d, const GpuSpec&
     if (gpu.peak(r.format) <= 0) {
       throw f.error("format", fmt::format("gpu.peak_tflops.{} is 0: the GPU has no such arithmetic", to_string(r.format)));
     }
+    if (gpu.peak(r.over) <= 0 || gpu.peak(table_dtype) <= 0) {
+      throw f.error("over", fmt::format("gpu.peak_tflops.{} is 0: the GPU has no such arithmetic", over));
+    }
     const bool published = std::any_of(achieved.begin(), achieved.end(), [&](const AchievedRate& a) {
       return a.kernel == ReferenceKernel::gemm && a.dtype == r.over;
     });
-    if (!published) throw f.error("over", fmt::format("needs an ops.derive.achieved {} GEMM figure to scale", over));
+    const bool listed_before = std::any_of(out.begin(), out.end(), [&](const FormatRatio& o) { return o.format == r.over; });
+    if (r.over == Dtype::mxfp8 && !published && !listed_before) {
+      throw f.error("over", "needs an ops.derive.achieved mxfp8 GEMM figure or mxfp8's own ratio listed before this one");
+    }
+    r.over_peak_speedup = gpu.peak(r.over) / gpu.peak(table_dtype);
     if (std::any_of(out.begin(), out.end(), [&](const FormatRatio& o) { return o.format == r.format; }))
       throw f.error("format", "is given twice");
     r.ratio = f.number("ratio", 0.01, 4);
@@ -241,7 +250,7 @@ OpCostTables parse_ops(const JsonObject& ops, const GpuSpec& gpu, const std::str
   // The one kept figure a file may restate for its GPU (the slowdown is a fit on H100 kernels).
   const std::optional<double> misaligned = d.optional_number("misaligned_gemm_slowdown", 1, 100);
   in.achieved = parse_achieved(d, gpu, src.ops.dtype);
-  in.format_ratios = parse_format_ratios(d, gpu, in.achieved);
+  in.format_ratios = parse_format_ratios(d, gpu, src.ops.dtype, in.achieved);
   d.finish();
   ops.finish();
   in.peak = gpu.peak(src.ops.dtype);

@@ -473,8 +473,9 @@ OpCostTables derive_op_costs(const OpCostTables& measured, const DerivationInput
   d.nvfp4_speedup = format_speedup(in.achieved, Dtype::nvfp4, measured.dtype);
   for (const FormatRatio& f : in.format_ratios) {
     double& target = f.format == Dtype::mxfp8 ? d.mxfp8_speedup : d.nvfp4_speedup;
-    TRAINPLAN_CHECK(d.format_speedup(f.over) > 0 && f.ratio > 0, "a format ratio needs the other format's achieved speed-up");
-    if (target == 0) target = d.format_speedup(f.over) * f.ratio;
+    const double over = d.format_speedup(f.over) > 0 ? d.format_speedup(f.over) : f.over_peak_speedup;
+    TRAINPLAN_CHECK(over > 0 && f.ratio > 0, "a format ratio needs the other format's speed-up");
+    if (target == 0) target = over * f.ratio;
   }
   for (GemmMeasure& g : t.gemm) {
     g.fwd /= d.gemm_ratio;

@@ -102,11 +102,14 @@ struct AchievedRate {
 
 // A block-scaled format's GEMM rate relative to another format's, published for GPUs of the same
 // tensor-core generation (a cluster file's "ops.derive.format_ratios"): where this GPU has no
-// figure of its own in `format`, its speed-up over the table dtype is `over`'s times `ratio`.
+// figure of its own in `format`, its speed-up over the table dtype is `over`'s times `ratio`;
+// `over`'s is its achieved one where the file gives it, else `over_peak_speedup`, the datasheet
+// peak ratio.
 struct FormatRatio {
   Dtype format = Dtype::mxfp8;
   Dtype over = Dtype::fp8;
   double ratio = 1;
+  double over_peak_speedup = 0;  // gpu.peak_tflops[over] / the table dtype's
 };
 
 // What the derivation rule needs of the GPU whose tables are derived.

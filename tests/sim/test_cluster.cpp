@@ -508,8 +508,9 @@ TEST(DerivedOps, BadAchievedFiguresAreRefusedByName) {
   EXPECT_TRUE(StartsWith(input_error([&] { parse_cluster(j, "x.json", kSource); }), "x.json: ops.derive.achieved"));
 }
 
-// A format ratio: read where the file has the other format's figure, else refused by name; a
-// format with its own figure keeps it (the ratio fills only a format without one).
+// A format ratio: scales the other format's achieved figure where the file has one, else its
+// datasheet peak ratio; bad ones are refused by name; a format with its own figure keeps it (the
+// ratio fills only a format without one).
 TEST(DerivedOps, FormatRatiosScaleAnotherFormatsSpeedUp) {
   json j = h100_copy();
   j["gpu"]["peak_tflops"]["bf16"] = 2250;
@@ -534,8 +535,19 @@ TEST(DerivedOps, FormatRatiosScaleAnotherFormatsSpeedUp) {
     with(achieved, r);
     return input_error([&] { parse_cluster(j, "x.json", kSource); });
   };
-  EXPECT_EQ(refused(json::array({bf16}), ratio),
-            "x.json: ops.derive.format_ratios[0].over = \"fp8\", needs an ops.derive.achieved fp8 GEMM figure to scale");
+  // Without an fp8 figure the ratio scales fp8's datasheet peak ratio (4500 / 2250).
+  with(json::array({bf16}), ratio);
+  EXPECT_NEAR(parse_cluster(j, "x.json", kSource).ops.derivation.mxfp8_speedup, 2.0 * 0.9, 1e-12);
+  // nvfp4 over mxfp8: mxfp8's own ratio must come first (else refused by name).
+  j["gpu"]["peak_tflops"]["nvfp4"] = 9000;
+  json fp4 = {{"format", "nvfp4"}, {"over", "mxfp8"}, {"ratio", 1.9}, {"source", "s"}};
+  j["ops"] = {{"source", "s"},
+              {"derive", {{"from", "dgx-h100"}, {"achieved", json::array({bf16, fp8})}, {"format_ratios", {ratio, fp4}}}}};
+  EXPECT_NEAR(parse_cluster(j, "x.json", kSource).ops.derivation.nvfp4_speedup, 2.0 * 0.9 * 1.9, 1e-12);
+  EXPECT_EQ(refused(json::array({bf16, fp8}), fp4),
+            "x.json: ops.derive.format_ratios[0].over = \"mxfp8\", needs an ops.derive.achieved mxfp8 GEMM figure or "
+            "mxfp8's own ratio listed before this one");
+  j["gpu"]["peak_tflops"].erase("nvfp4");
   json r = ratio;
   r["ratio"] = 0;
   EXPECT_TRUE(StartsWith(refused(json::array({bf16, fp8}), r), "x.json: ops.derive.format_ratios[0].ratio = 0, must be in"));
