@@ -207,7 +207,7 @@ std::vector<FormatRatio> parse_format_ratios(const JsonObject& d, const GpuSpec&
     if (gpu.peak(r.format) <= 0) {
       throw f.error("format", fmt::format("gpu.peak_tflops.{} is 0: the GPU has no such arithmetic", to_string(r.format)));
     }
-    if (gpu.peak(r.over) <= 0 || gpu.peak(table_dtype) <= 0) {
+    if (gpu.peak(r.over) <= 0) {
       throw f.error("over", fmt::format("gpu.peak_tflops.{} is 0: the GPU has no such arithmetic", over));
     }
     const bool published = std::any_of(achieved.begin(), achieved.end(), [&](const AchievedRate& a) {
@@ -217,7 +217,8 @@ std::vector<FormatRatio> parse_format_ratios(const JsonObject& d, const GpuSpec&
     if (r.over == Dtype::mxfp8 && !published && !listed_before) {
       throw f.error("over", "needs an ops.derive.achieved mxfp8 GEMM figure or mxfp8's own ratio listed before this one");
     }
-    r.over_peak_speedup = gpu.peak(r.over) / gpu.peak(table_dtype);
+    // (A table dtype without a peak is refused by parse_ops once the ratios are read.)
+    r.over_peak_speedup = gpu.peak(table_dtype) > 0 ? gpu.peak(r.over) / gpu.peak(table_dtype) : 0;
     if (std::any_of(out.begin(), out.end(), [&](const FormatRatio& o) { return o.format == r.format; }))
       throw f.error("format", "is given twice");
     r.ratio = f.number("ratio", 0.01, 4);
