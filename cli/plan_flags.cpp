@@ -369,8 +369,10 @@ std::string plan_flags_help() {
                             pipeline chunk and split the layers evenly, (layers + counted) / (pp x
                             vp) per chunk (Megatron-core's --account-for-embedding-in-pipeline-
                             split, --account-for-loss-in-pipeline-split): embedding, loss; layers:
-                            the layers alone split evenly, Megatron-core's default split; none
-                            (default): the layers alone, split by predicted time
+                            the layers alone split evenly, Megatron-core's default split; none:
+                            the layers alone, split by predicted time. Default: none, or where
+                            pp x vp exceeds the layers by 1 or 2, embedding,loss / loss (a note
+                            says so: Megatron-core runs such a layout only that way)
   --dp-algorithm allreduce|ps|ps-async  how DP replicas combine gradients: collective (default),
                             parameter servers with a barrier per step, or asynchronous servers
   --ps-servers S            parameter-server shards, one node each (default 1; needs ps/ps-async)
