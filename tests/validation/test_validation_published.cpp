@@ -21,6 +21,20 @@
 namespace trainplan {
 namespace {
 
+// The sizes of a published row's "layout" as the paper and MLPerf row files spell them ("tp",
+// "pp", "dp", "cp", "vp", "micro_batch", "global_batch"); the rest of the strategy is the test's.
+Strategy layout_sizes(const nlohmann::json& l) {
+  Strategy s;
+  s.tp = l.at("tp");
+  s.pp = l.at("pp");
+  s.dp = l.at("dp");
+  s.cp = l.at("cp");
+  s.vp = l.at("vp");
+  s.micro_batch = l.at("micro_batch");
+  s.global_batch = l.at("global_batch");
+  return s;
+}
+
 TEST(ValidationNarayanan2021, StepTimeWithinTolerance) {
   const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/narayanan2021_table1.json");
   const Cluster c = testing::builtin_cluster("dgx-a100-80g");
@@ -34,15 +48,8 @@ TEST(ValidationNarayanan2021, StepTimeWithinTolerance) {
     const auto& l = r.at("layout");
     // Megatron GPT: MHA, 4h MLP, GeLU, LayerNorm, learned positions, tied embeddings.
     ModelSpec m = testing::gpt(mj.at("layers"), mj.at("hidden"), mj.at("heads"), mj.at("seq_len"), mj.at("vocab"));
-    Strategy s;
-    s.tp = l.at("tp");
-    s.pp = l.at("pp");
-    s.dp = l.at("dp");
-    s.cp = l.at("cp");
-    s.vp = l.at("vp");
+    Strategy s = layout_sizes(l);
     s.zero = l.at("zero_stage");
-    s.micro_batch = l.at("micro_batch");
-    s.global_batch = l.at("global_batch");
     s.seq_len = m.seq_len;
     s.recompute = Recompute::full;
     s.schedule = s.vp > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
@@ -268,14 +275,8 @@ TEST(ValidationAmd, MlperfPretrainingOnShippedClusters) {
               std::vector<int>({mj.at("layers"), mj.at("hidden"), mj.at("heads"), mj.at("kv_heads"), mj.at("ffn"),
                                 mj.at("vocab"), mj.at("seq")}))
         << id;
-    Strategy s;
-    s.tp = l.at("tp");
-    s.pp = l.at("pp");
-    s.cp = l.at("cp");
-    s.dp = l.at("dp");
+    Strategy s = layout_sizes(l);
     s.zero = 1;
-    s.micro_batch = l.at("micro_batch");
-    s.global_batch = l.at("global_batch");
     s.seq_len = m.seq_len;
     s.dtype = Dtype::fp8;
     ASSERT_EQ(s.gpus(), r.at("gpus").get<int>()) << id;
