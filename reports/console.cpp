@@ -50,34 +50,43 @@ void print_cost(std::ostream& os, const Estimate& e, const Cluster& cluster) {
                     cluster.price_per_gpu_hour, format_seconds(e.time.step), printable(cluster.name));
 }
 
+// A chunk of one layer kind is named by its range ("layers 3-60", with the kind unless it is plain
+// dense full attention); a chunk mixing kinds gives each kind's count within the chunk's range
+// ("18 moe sliding in 0-35"), as the layers of a kind need not be contiguous.
 std::string layer_row_name(const LayerRow& r) {
   switch (r.kind) {
     case LayerRow::Kind::embedding: return "embedding";
     case LayerRow::Kind::head: return "LM head";
     case LayerRow::Kind::layers: break;
   }
-  if (r.count == 1) return fmt::format("layer {}", r.first_layer);
-  return fmt::format("layers {}-{}", r.first_layer, r.first_layer + r.count - 1);
+  const int last = r.first_layer + r.chunk_layers - 1;
+  if (r.count < r.chunk_layers) return fmt::format("{} {} in {}-{}", r.count, to_string(r.layer_kind), r.first_layer, last);
+  const std::string kind = r.layer_kind == LayerKind{} ? "" : fmt::format(" {}", to_string(r.layer_kind));
+  if (r.count == 1) return fmt::format("layer {}{}", r.first_layer, kind);
+  return fmt::format("layers {}-{}{}", r.first_layer, last, kind);
 }
 
 void print_layer_detail(std::ostream& os, const std::vector<StageDetail>& stages) {
   os << "\nper layer (times per micro-batch on one rank; a layer range gives the figures of EACH of its layers;\n"
         "activations are what the layer holds at the stage's peak):\n";
-  const auto head = fmt::format("  {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11}\n",
-                                "", "forward", "backward", "recompute", "TP comm", "CP comm", "params", "weights",
+  std::size_t w = 16;  // the name column: as wide as the longest row name
+  for (const StageDetail& d : stages)
+    for (const LayerRow& r : d.rows) w = std::max(w, layer_row_name(r).size());
+  const auto head = fmt::format("  {:<{}} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11}\n",
+                                "", w, "forward", "backward", "recompute", "TP comm", "CP comm", "params", "weights",
                                 "gradients", "optimizer", "w.copies", "activations");
   for (const StageDetail& d : stages) {
     os << fmt::format("\nstage {} ({} micro-batch chunk{} in flight at its peak):\n", d.stage, d.chunks_in_flight,
                       d.chunks_in_flight == 1 ? "" : "s");
     os << head;
     for (const LayerRow& r : d.rows) {
-      os << fmt::format("  {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11}\n",
-                        layer_row_name(r), format_seconds(r.forward), format_seconds(r.backward),
+      os << fmt::format("  {:<{}} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>11}\n",
+                        layer_row_name(r), w, format_seconds(r.forward), format_seconds(r.backward),
                         format_seconds(r.recompute), format_seconds(r.tp_comm), format_seconds(r.cp_comm),
                         format_count(r.params), format_bytes(r.weights), format_bytes(r.gradients),
                         format_bytes(r.optimizer), format_bytes(r.weight_copies), format_bytes(r.activations));
     }
-    os << fmt::format("  {:<16} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage total", format_seconds(d.forward),
+    os << fmt::format("  {:<{}} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage total", w, format_seconds(d.forward),
                       format_seconds(d.backward), format_seconds(d.recompute), format_seconds(d.tp_comm),
                       format_seconds(d.cp_comm));
     if (d.working_layer > 0) {

@@ -177,6 +177,7 @@ json layer_row_json(const LayerRow& r) {
   if (r.kind == LayerRow::Kind::layers) row["first_layer"] = r.first_layer;
   if (r.ep_comm > 0) row["ep_comm_s"] = r.ep_comm;
   if (r.kind == LayerRow::Kind::layers && r.layer_kind != LayerKind{}) row["kind"] = to_string(r.layer_kind);
+  if (r.kind == LayerRow::Kind::layers && r.chunk_layers > r.count) row["chunk_layers"] = r.chunk_layers;
   return row;
 }
 
@@ -205,6 +206,9 @@ LayerRow read_layer_row(const JsonObject& o) {
   r.cp_comm = sec("cp_comm_s");
   if (schema::has(o, "ep_comm_s")) r.ep_comm = sec("ep_comm_s");
   if (r.kind == LayerRow::Kind::layers && schema::has(o, "kind")) r.layer_kind = read_layer_kind(o);
+  r.chunk_layers = r.count;
+  if (r.kind == LayerRow::Kind::layers && schema::has(o, "chunk_layers"))
+    r.chunk_layers = static_cast<int>(o.integer("chunk_layers", r.count, kMaxRankCount));
   r.params = num("params");
   r.weights = num("weights");
   r.gradients = num("gradients");

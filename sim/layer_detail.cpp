@@ -57,6 +57,8 @@ std::vector<StageDetail> layer_detail(const StepCosts& costs) {
         r.chunk = c.chunk;
         r.first_layer = c.first_layer;
         r.count = c.kinds[k];
+        r.chunk_layers = 0;
+        for (int j = 0; j < costs.kind_count; ++j) r.chunk_layers += c.kinds[j];
         r.layer_kind = costs.layer_kinds[k];
         d.rows.push_back(r);
       }

@@ -17,6 +17,7 @@ struct LayerRow {
   int chunk = 0;        // virtual-stage chunk on the stage (0..vp-1)
   int first_layer = 0;  // layers: the first transformer layer of the chunk
   int count = 1;        // layers: how many of this kind; 1 for the embedding and head
+  int chunk_layers = 1; // layers: the chunk's transformer layers of every kind (first_layer on)
   LayerKind layer_kind; // layers: which kind (dense or MoE, attention window)
   Seconds forward = 0, backward = 0, recompute = 0;
   Seconds tp_comm = 0;  // tensor-parallel collectives, forward + backward (not overlapped)

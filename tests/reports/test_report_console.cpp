@@ -184,6 +184,33 @@ TEST(LayerDetail, JsonCarriesEveryRow) {
   EXPECT_EQ(j["stages"][0]["rows"][1]["count"].get<int>() + j["stages"][1]["rows"][0]["count"].get<int>(), 12);
 }
 
+// A chunk whose layers are of several kinds (gpt-oss alternates sliding-window and full attention)
+// names each kind by its count within the chunk's range, not as a range of its own.
+TEST(LayerDetail, MixedKindsAreNamedByCountWithinTheChunk) {
+  const ModelSpec m = load_model("gpt-oss-120b", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 4096);
+  Strategy s;
+  s.dp = 8;
+  s.pp = 2;
+  s.ep = 8;
+  s.zero = 1;
+  s.micro_batch = 1;
+  s.global_batch = 64;
+  s.seq_len = 4096;
+  const auto detail = layer_detail(step_costs(g, testing::builtin_cluster("dgx-h100"), s));
+  std::vector<std::string> names;
+  for (const LayerRow& r : detail[1].rows) names.push_back(layer_row_name(r));
+  // (the split gives the last stage, which holds the 201k-token head, 17 layers: 19-35)
+  EXPECT_EQ(names, (std::vector<std::string>{"8 moe sliding in 19-35", "9 moe in 19-35", "LM head"}));
+  LayerRow one;  // a chunk of one kind keeps its range
+  one.first_layer = 3;
+  one.count = one.chunk_layers = 58;
+  one.layer_kind = LayerKind{true, AttentionWindow::full};
+  EXPECT_EQ(layer_row_name(one), "layers 3-60 moe");
+  one.layer_kind = LayerKind{};
+  EXPECT_EQ(layer_row_name(one), "layers 3-60");
+}
+
 TEST(Cost, IsSearchsCostObjective) {
   const Plan p;
   const Estimate e = predict(p.graph, p.cluster, pipeline(2, 1, Recompute::none));

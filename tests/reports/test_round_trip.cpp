@@ -256,9 +256,10 @@ TEST_F(RoundTrip, PredictionEdges) {
     d.engine = "des";
     d.cost = PredictionCost{true, x, x, 8, "price_per_gpu_hour_usd of cluster file dgx-h100"};
     StageDetail st{0, 1 << 20, x, {}, x, x, x, x, x};
-    st.rows = {{LayerRow::Kind::embedding, 0, 0, 1, LayerKind{}, x, x, x, x, x, x, x, x, x, x, x, x},
-               {LayerRow::Kind::layers, 0, 0, 6, LayerKind{}, x, x, x, x, x, x, x, x, x, x, x, x},
-               {LayerRow::Kind::head, 0, 0, 1, LayerKind{}, x, x, x, x, x, x, x, x, x, x, x, x}};
+    st.rows = {{LayerRow::Kind::embedding, 0, 0, 1, 1, LayerKind{}, x, x, x, x, x, x, x, x, x, x, x, x},
+               {LayerRow::Kind::layers, 0, 0, 6, 6, LayerKind{}, x, x, x, x, x, x, x, x, x, x, x, x},
+               {LayerRow::Kind::layers, 0, 6, 3, 5, LayerKind{true, AttentionWindow::sliding}, x, x, x, x, x, x, x, x, x, x, x, x},
+               {LayerRow::Kind::head, 0, 0, 1, 1, LayerKind{}, x, x, x, x, x, x, x, x, x, x, x, x}};
     d.layers = std::vector<StageDetail>{st, StageDetail{}};
     const std::string f = write(fmt::format("p{}.json", x), prediction_to_json(d));
     SCOPED_TRACE(f);
