@@ -1261,10 +1261,55 @@ Seconds reduction_window(const Strategy& s, Seconds stage_backward) {
 // gradient from its first chunk and the last stage no activation from its last, so a middle stage
 // makes 2 vp sends per micro-batch and an end stage 2 vp - 1 (the simulator's send_output), each
 // charged at `pp_rate`.
-StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, Estimate& e) {
+//
+// stage_sum gives one stage's chunks summed (chunks[chunk * pp + stage]): its compute,
+// communication, pipeline sends and the exposed share of its per-micro-batch ZeRO traffic (work),
+// and its load for the memory model; sum_stages runs it over the stages.
+StageSum stage_sum(const StepCosts& costs, const Strategy& s, std::size_t i, double pp_rate) {
   const ZeroPolicy& zero = costs.zero;
+  const std::size_t pp = static_cast<std::size_t>(s.pp);
+  StageSum t{};
+  auto sum_chunks = [&](auto add_dp) {
+    for (std::size_t v = i; v < costs.chunks.size(); v += pp) {
+      const ChunkCost& c = costs.chunks[v];
+      TRAINPLAN_CHECK(c.stage == static_cast<int>(i), "step costs must be ordered by virtual stage (chunks[chunk * pp + stage])");
+      t.compute += c.forward + c.backward;
+      t.recompute += c.recompute;
+      t.tp += c.tp_forward + c.tp_backward;
+      t.cp += c.cp_forward + c.cp_backward;
+      t.ep += c.ep_forward + c.ep_backward;
+      t.fwd += c.forward + c.tp_forward + c.cp_forward + c.ep_forward;
+      t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward + c.ep_backward;
+      t.load.params += c.params;
+      t.load.expert_params += c.expert_params;
+      t.load.layers += c.layers;
+      for (std::size_t k = 0; k < c.kinds.size(); ++k) t.load.kinds[k] += c.kinds[k];
+      add_dp(c);
+    }
+  };
+  if (zero.shards_params) {
+    sum_chunks([&](const ChunkCost& c) {
+      const Seconds backward_gathers = costs.zero3_backward_gathers * c.zero3_gather;
+      t.zero_mb += c.zero3_gather + backward_gathers + c.dp_reduce;
+      t.zero_mb_exposed +=
+          exposed(costs, c.zero3_gather, c.forward + c.tp_forward + c.cp_forward + c.ep_forward, costs.overlap.zero3) +
+          exposed(costs, backward_gathers + c.dp_reduce,
+                  c.backward + c.recompute + c.tp_backward + c.cp_backward + c.ep_backward, costs.overlap.zero3);
+    });
+  } else if (zero.reduce_each_micro_batch) {
+    sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
+    t.zero_mb_exposed = exposed(costs, t.zero_mb, t.fwd + t.bwd, costs.overlap.dp);
+  } else {
+    sum_chunks([&](const ChunkCost& c) { t.dp_step += c.dp_reduce; });
+  }
+  if (s.pp > 1) t.pp = (2.0 * s.vp - (i == 0) - (i + 1 == pp)) * costs.p2p * pp_rate;
+  t.work = t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_mb_exposed;
+  return t;
+}
+
+StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, Estimate& e) {
   const int m = s.micro_batches();
-  const std::size_t nchunks = costs.chunks.size(), pp = static_cast<std::size_t>(s.pp);
+  const std::size_t pp = static_cast<std::size_t>(s.pp);
   e.per_stage.resize(s.pp);
   e.stage_layers.resize(s.pp);
   StageSum b{};  // the busiest stage
@@ -1275,50 +1320,13 @@ StepSums sum_stages(const StepCosts& costs, const Strategy& s, double pp_rate, E
   int fullest = 0;
   Bytes fullest_total = 0;
   for (std::size_t i = 0; i < pp; ++i) {
-    StageSum t{};
-    auto sum_chunks = [&](auto add_dp) {
-      for (std::size_t v = i; v < nchunks; v += pp) {
-        const ChunkCost& c = costs.chunks[v];
-        TRAINPLAN_CHECK(c.stage == static_cast<int>(i), "step costs must be ordered by virtual stage (chunks[chunk * pp + stage])");
-        t.compute += c.forward + c.backward;
-        t.recompute += c.recompute;
-        t.tp += c.tp_forward + c.tp_backward;
-        t.cp += c.cp_forward + c.cp_backward;
-        t.ep += c.ep_forward + c.ep_backward;
-        t.fwd += c.forward + c.tp_forward + c.cp_forward + c.ep_forward;
-        t.bwd += c.backward + c.recompute + c.tp_backward + c.cp_backward + c.ep_backward;
-        t.load.params += c.params;
-        t.load.expert_params += c.expert_params;
-        t.load.layers += c.layers;
-        for (std::size_t k = 0; k < c.kinds.size(); ++k) t.load.kinds[k] += c.kinds[k];
-        add_dp(c);
-      }
-    };
-    if (zero.shards_params) {
-      sum_chunks([&](const ChunkCost& c) {
-        const Seconds backward_gathers = costs.zero3_backward_gathers * c.zero3_gather;
-        t.zero_mb += c.zero3_gather + backward_gathers + c.dp_reduce;
-        t.zero_mb_exposed +=
-            exposed(costs, c.zero3_gather, c.forward + c.tp_forward + c.cp_forward + c.ep_forward, costs.overlap.zero3) +
-            exposed(costs, backward_gathers + c.dp_reduce,
-                    c.backward + c.recompute + c.tp_backward + c.cp_backward + c.ep_backward, costs.overlap.zero3);
-      });
-    } else if (zero.reduce_each_micro_batch) {
-      sum_chunks([&](const ChunkCost& c) { t.zero_mb += c.dp_reduce; });
-    } else {
-      sum_chunks([&](const ChunkCost& c) { t.dp_step += c.dp_reduce; });
-    }
-    if (s.pp > 1) t.pp = (2.0 * s.vp - (i == 0) - (i + 1 == pp)) * costs.p2p * pp_rate;
-    if (!zero.shards_params && zero.reduce_each_micro_batch) {
-      t.zero_mb_exposed = exposed(costs, t.zero_mb, t.fwd + t.bwd, costs.overlap.dp);
+    const StageSum t = stage_sum(costs, s, i, pp_rate);
+    if (i == 0 && !costs.zero.shards_params && costs.zero.reduce_each_micro_batch) {
       // The step's last backward (the first stage's) has no next forward to run on into: its
       // reduction shows as the end-of-step reductions do, last bucket in full.
-      if (i == 0) {
-        zero2_last = bucketed_exposed_comm(t.zero_mb, t.bwd, t.load.layers, costs.overlap_cost_rate(costs.overlap.dp)) -
-                     t.zero_mb_exposed;
-      }
+      zero2_last = bucketed_exposed_comm(t.zero_mb, t.bwd, t.load.layers, costs.overlap_cost_rate(costs.overlap.dp)) -
+                   t.zero_mb_exposed;
     }
-    t.work = t.compute + t.recompute + t.tp + t.cp + t.ep + t.pp + t.zero_mb_exposed;
     work_sum += t.work;
     wfg[i] = t.work;
     // The stage's work split as its forward and backward are (its sends and exposed ZeRO traffic
