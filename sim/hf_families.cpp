@@ -68,6 +68,29 @@ std::vector<int> int_list(const JsonObject& o, const char* key, int lo, int hi) 
   return out;
 }
 
+// transformers' "layer_types": one attention type per layer, each one of `names` (in that order in
+// the message).
+std::vector<AttentionWindow> layer_types(const JsonObject& o, const char* key, int layers,
+                                         std::initializer_list<std::pair<const char*, AttentionWindow>> names) {
+  const json& v = o.raw(key);
+  if (!v.is_array() || static_cast<int>(v.size()) != layers)
+    throw o.error(key, fmt::format("must list one type per layer ({})", layers));
+  std::vector<AttentionWindow> out;
+  for (const json& t : v) {
+    const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return t == n.first; });
+    if (it == names.end()) {
+      std::string list;
+      for (const auto& n : names) {
+        if (!list.empty()) list += '|';
+        list += n.first;
+      }
+      throw o.error(key, "must hold only " + list);
+    }
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 // Layer indices as a sorted list without repeats.
 std::vector<int> layer_indices(const JsonObject& o, const char* key, int layers) {
   std::vector<int> v = int_list(o, key, 0, layers - 1);
@@ -101,10 +124,22 @@ int parse_mixtral(const JsonObject& o, ModelSpec& m) {
   return limit;
 }
 
-// Qwen2's sliding window: layers from max_window_layers on, where use_sliding_window.
+// Qwen2's sliding window (Qwen2Config): where use_sliding_window, the layers that layer_types names
+// sliding_attention, or without layer_types those from max_window_layers on. Without
+// use_sliding_window transformers sets the window to None and every layer is full, whatever
+// layer_types says (which is still checked: it is read, never passed over).
 void read_qwen_window(const JsonObject& o, ModelSpec& m) {
+  std::vector<AttentionWindow> types;
+  if (o.has_value("layer_types")) {
+    types = layer_types(o, "layer_types", m.layers,
+                        {{"sliding_attention", AttentionWindow::sliding}, {"full_attention", AttentionWindow::full}});
+  }
   if (!o.has_value("use_sliding_window") || !o.boolean("use_sliding_window")) return;
   m.sliding_window = int_of(o, "sliding_window", kSeq);
+  if (!types.empty()) {
+    m.layer_attention = types;
+    return;
+  }
   const int first = o.has_value("max_window_layers") ? int_of(o, "max_window_layers", m.layers, 0) : 0;
   if (first >= m.layers) return;
   m.layer_attention.assign(static_cast<std::size_t>(m.layers), AttentionWindow::sliding);
@@ -115,7 +150,12 @@ int parse_qwen_moe(const JsonObject& o, const std::string& type, ModelSpec& m) {
   const int limit = read_llama_body(o, m);
   m.ffn_hidden = int_of(o, "intermediate_size", kFfn);
   MoeSpec& e = m.moe;
-  read_router(o, e, "num_experts", "num_experts_per_tok");
+  // transformers 5 keeps Qwen's num_experts as num_local_experts (attribute_map) and may save that
+  // name: either is read, and both must agree.
+  const bool local_name = !o.has_value("num_experts") && o.has_value("num_local_experts");
+  read_router(o, e, local_name ? "num_local_experts" : "num_experts", "num_experts_per_tok");
+  if (!local_name && o.has_value("num_local_experts") && o.integer("num_local_experts", 1, kExperts) != e.experts)
+    throw o.error("num_local_experts", fmt::format("must equal num_experts ({}) where both are given", e.experts));
   e.expert_ffn = int_of(o, "moe_intermediate_size", kFfn);
   e.every = optional_int(o, "decoder_sparse_step", m.layers, 1);
   if (o.has_value("mlp_only_layers")) e.dense_layers = layer_indices(o, "mlp_only_layers", m.layers);
@@ -171,14 +211,8 @@ int parse_gpt_oss(const JsonObject& o, ModelSpec& m) {
   m.attention_sinks = true;                      // GptOssAttention.sinks
   m.sliding_window = int_of(o, "sliding_window", kSeq);
   if (o.has_value("layer_types")) {
-    const json& v = o.raw("layer_types");
-    if (!v.is_array() || static_cast<int>(v.size()) != m.layers)
-      throw o.error("layer_types", fmt::format("must list one type per layer ({})", m.layers));
-    for (const json& t : v) {
-      if (t == "sliding_attention") m.layer_attention.push_back(AttentionWindow::sliding);
-      else if (t == "full_attention") m.layer_attention.push_back(AttentionWindow::full);
-      else throw o.error("layer_types", "must hold only sliding_attention|full_attention");
-    }
+    m.layer_attention = layer_types(o, "layer_types", m.layers,
+                                    {{"sliding_attention", AttentionWindow::sliding}, {"full_attention", AttentionWindow::full}});
   } else {
     m.layer_attention = {AttentionWindow::sliding, AttentionWindow::full};  // GptOssConfig's default
   }
@@ -190,14 +224,11 @@ int parse_gpt_oss(const JsonObject& o, ModelSpec& m) {
 void read_llama4_windows(const JsonObject& o, ModelSpec& m) {
   m.attention_chunk = optional_int(o, "attention_chunk_size", kSeq, 8192);
   m.layer_attention.assign(static_cast<std::size_t>(m.layers), AttentionWindow::chunked);
+  // transformers derives layer_types from no_rope_layers and saves both; layer_types decides.
+  o.has_value("no_rope_layers");
   if (o.has_value("layer_types")) {
-    const json& v = o.raw("layer_types");
-    if (!v.is_array() || static_cast<int>(v.size()) != m.layers)
-      throw o.error("layer_types", fmt::format("must list one type per layer ({})", m.layers));
-    for (int l = 0; l < m.layers; ++l) {
-      if (v[l] == "full_attention") m.layer_attention[l] = AttentionWindow::full;
-      else if (v[l] != "chunked_attention") throw o.error("layer_types", "must hold only chunked_attention|full_attention");
-    }
+    m.layer_attention = layer_types(o, "layer_types", m.layers,
+                                    {{"chunked_attention", AttentionWindow::chunked}, {"full_attention", AttentionWindow::full}});
     return;
   }
   if (o.has_value("no_rope_layers") && !o.raw("no_rope_layers").empty()) {  // [] means the default (transformers)
@@ -244,6 +275,33 @@ bool absent_value(const json& v) {
          (v.is_array() && v.empty());
 }
 
+// Keys that set a part of the architecture in one of the families above: each family's reader asks
+// for its own, and one it never asked for is another family's (a Qwen2-MoE shared expert in a
+// qwen3_moe config, DeepSeek's dense first layers in a mixtral one) and is refused, not ignored.
+constexpr const char* kLayoutKeys[] = {
+    "mlp_only_layers", "n_group", "topk_group", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "no_rope_layers", "attention_chunk_size", "intermediate_size_mlp"};
+
+// A value that sets nothing: absent_value, or 1 for a key whose 1 is "every layer" or "one group".
+bool neutral_value(const std::string& key, const json& v) {
+  if (absent_value(v)) return true;
+  const bool one_is_default = key == "decoder_sparse_step" || key == "moe_layer_freq" ||
+                              key == "interleave_moe_layer_step" || key == "n_group" || key == "topk_group";
+  return one_is_default && v.is_number_integer() && v.get<long long>() == 1;
+}
+
+// `what` names the object read ("a mixtral config").
+void refuse_unread_layout_keys(const JsonObject& o, const std::string& what) {
+  auto check = [&](const char* key) {
+    if (o.asked(key) || !o.has_value(key) || neutral_value(key, o.raw(key))) return;
+    throw o.error(key, fmt::format("is not a key of {} (another family's expert, latent-attention or "
+                                   "attention-window setting), and trainplan will not ignore it",
+                                   what));
+  };
+  for (const char* key : kExtendedKeys) check(key);
+  for (const char* key : kLayoutKeys) check(key);
+}
+
 }  // namespace
 
 bool is_extended_hf_type(const std::string& type) {
@@ -260,18 +318,25 @@ int parse_extended_hf(const JsonObject& o, const std::string& type, ModelSpec& m
   else if (type == "deepseek_v3" || type == "kimi_k2") limit = parse_deepseek(o, m);
   else if (type == "gpt_oss") limit = parse_gpt_oss(o, m);
   else if (type == "llama4_text") limit = parse_llama4_text(o, m);
-  else if (type == "llama4") {
-    limit = parse_llama4_text(o.object("text_config"), m);
-    limit_key = "text_config.max_position_embeddings";
-  } else {
-    throw o.error("model_type", "is not a family with experts or latent attention");
-  }
-  if (type != "deepseek_v3" && type != "kimi_k2" && type != "llama4" && o.has_value("head_dim")) {
-    m.explicit_head_dim = int_of(o, "head_dim", kHeads);
-  }
+  else if (type != "llama4") throw o.error("model_type", "is not a family with experts or latent attention");
   if (type == "llama4") {
     const JsonObject t = o.object("text_config");
+    limit = parse_llama4_text(t, m);
+    limit_key = "text_config.max_position_embeddings";
     if (t.has_value("head_dim")) m.explicit_head_dim = int_of(t, "head_dim", kHeads);
+    refuse_unread_layout_keys(t, "a llama4 text_config");
+    // The text model is read from text_config alone: the same key beside it would be ignored.
+    for (const std::string& key : o.keys()) {
+      if (key == "tie_word_embeddings" || !t.asked(key) || !o.has_value(key)) continue;
+      throw o.error(key, fmt::format("belongs in text_config, which a llama4 config's text model is read from "
+                                     "(text_config.{} is the one read)",
+                                     key));
+    }
+  } else {
+    if (type != "deepseek_v3" && type != "kimi_k2" && o.has_value("head_dim")) {
+      m.explicit_head_dim = int_of(o, "head_dim", kHeads);
+    }
+    refuse_unread_layout_keys(o, "a " + type + " config");
   }
   compact_attention_pattern(m.layer_attention);
   if (m.layer_attention.empty()) m.sliding_window = m.attention_chunk = 0;  // every layer full

@@ -92,6 +92,10 @@ class JsonObject {
   bool has_value(const std::string& key) const;
   // The object's keys, sorted (for objects keyed by name; read each with an accessor).
   std::vector<std::string> keys() const;
+  // Whether an accessor, has() or has_value() has asked for the key (given or not); marks nothing.
+  // For formats whose unknown keys are left alone (Hugging Face configs): a key of some other
+  // layout that the reader of this one never asked for can be refused rather than ignored.
+  bool asked(const std::string& key) const { return seen_.count(key) > 0; }
 
   // Throws if the object holds a key that no accessor asked for.
   void finish() const;

@@ -209,6 +209,63 @@ TEST(HfMoe, ExpertKeysUnderADenseFamilyAreRefused) {
   EXPECT_FALSE(parse_hf_config(d, "l.json").moe.on());
 }
 
+// Each MoE family's reader asks for its own keys; another family's (a Qwen2-MoE shared expert in a
+// qwen3_moe config, DeepSeek's dense first layers in a mixtral one) was ignored and changed the
+// count silently. A value that sets nothing (0, null, [], a step of 1) still loads.
+TEST(HfMoe, AnotherFamilysKeysAreRefused) {
+  json q = read_json_file(kHf + "qwen3-30b-a3b/config.json");
+  q["shared_expert_intermediate_size"] = 4096;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(q, "q.json"); }),
+                       "q.json: shared_expert_intermediate_size = 4096, is not a key of a qwen3_moe config"));
+  q["shared_expert_intermediate_size"] = 0;
+  EXPECT_EQ(parse_hf_config(q, "q.json").moe.shared_experts, 0);
+  json x = read_json_file(kHf + "mixtral-8x7b/config.json");
+  x["first_k_dense_replace"] = 3;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(x, "x.json"); }), "x.json: first_k_dense_replace = 3"));
+  x["first_k_dense_replace"] = 0;
+  x["decoder_sparse_step"] = 1;
+  x["mlp_only_layers"] = json::array();
+  EXPECT_EQ(parse_hf_config(x, "x.json").moe.experts, 8);
+  json d = read_json_file(kHf + "deepseek-v3/config.json");
+  d["mlp_only_layers"] = {5};
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(d, "d.json"); }), "d.json: mlp_only_layers = [5]"));
+}
+
+// transformers 5 may save Qwen's expert count as num_local_experts.
+TEST(HfMoe, QwenExpertsUnderEitherName) {
+  json q = read_json_file(kHf + "qwen3-30b-a3b/config.json");
+  q.erase("num_experts");
+  q["num_local_experts"] = 128;
+  EXPECT_EQ(parse_hf_config(q, "q.json").moe.experts, 128);
+  q["num_experts"] = 64;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(q, "q.json"); }),
+                       "q.json: num_local_experts = 128, must equal num_experts (64)"));
+}
+
+// Llama 4's text model is read from text_config alone: a text key beside it, which would be
+// ignored, is refused.
+TEST(HfMoe, Llama4TextKeyBesideTextConfigIsRefused) {
+  json j = read_json_file(kHf + "llama4-scout/config.json");
+  j["num_hidden_layers"] = 10;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(j, "l.json"); }),
+                       "l.json: num_hidden_layers = 10, belongs in text_config"));
+}
+
+// Qwen2's layer_types (Qwen2Config) sets which layers slide where use_sliding_window.
+TEST(HfMoe, QwenLayerTypesAreRead) {
+  json q = read_json_file(kHf + "qwen2-0.5b/config.json");
+  std::vector<std::string> types;
+  for (int l = 0; l < 24; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  q["layer_types"] = types;
+  EXPECT_TRUE(parse_hf_config(q, "q.json").layer_attention.empty()) << "use_sliding_window false: every layer full";
+  q["use_sliding_window"] = true;
+  q["sliding_window"] = 1024;
+  const ModelSpec m = parse_hf_config(q, "q.json");
+  EXPECT_EQ(m.layer_attention, (std::vector<AttentionWindow>{AttentionWindow::sliding, AttentionWindow::full}));
+  q["layer_types"][3] = "sliding";
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(q, "q.json"); }), "must hold only sliding_attention|full_attention"));
+}
+
 TEST(HfMoe, MistralSlidingWindowIsRead) {
   const ModelSpec m = hf("mistral-7b");
   EXPECT_EQ(m.sliding_window, 4096);
