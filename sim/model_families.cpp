@@ -87,6 +87,7 @@ void read_mla_object(const JsonObject& o, ModelSpec& m) {
   a.qk_nope_head_dim = static_cast<int>(o.integer("qk_nope_head_dim", 0, 1 << 16));
   a.qk_rope_head_dim = static_cast<int>(o.integer("qk_rope_head_dim", 1, 1 << 16));
   a.v_head_dim = static_cast<int>(o.integer("v_head_dim", 1, 1 << 16));
+  if (a.qk_rope_head_dim % 2 != 0) throw o.error("qk_rope_head_dim", "must be even (RoPE rotates pairs of channels)");
   o.finish();
 }
 

@@ -27,13 +27,14 @@ const char* to_string(Position p) {
 // those of the file being read (trainplan's "heads", or a Hugging Face config's "num_attention_heads").
 // Without an explicit head_dim the head size is hidden / heads, so heads must divide hidden; with
 // one, the attention width heads x head_dim is free. RoPE rotates pairs of a head's channels
-// (Su et al. 2021, Sec. 3.4.2), so with RoPE the head size must be even.
+// (Su et al. 2021, Sec. 3.4.2), so with RoPE the head size must be even; with latent attention only
+// its RoPE part (qk_rope_head_dim) is rotated, and check_extensions names that one.
 static void check_shape(const ModelSpec& m, const JsonObject& o, const char* heads_key = "heads",
                         const char* kv_heads_key = "kv_heads") {
   if (m.explicit_head_dim == 0 && m.hidden % m.heads != 0)
     throw o.error(heads_key, fmt::format("must divide hidden ({})", m.hidden));
   if (m.heads % m.kv_heads != 0) throw o.error(kv_heads_key, fmt::format("must divide heads ({})", m.heads));
-  if (m.position == Position::rope && m.head_dim() % 2 != 0) {
+  if (m.position == Position::rope && !m.mla.on() && m.head_dim() % 2 != 0) {
     if (m.explicit_head_dim > 0) throw o.error("head_dim", "must be even with RoPE (it rotates pairs of channels)");
     throw o.error(heads_key, fmt::format("gives an odd head size hidden / heads = {} / {} = {}, which RoPE cannot "
                                          "rotate (it rotates pairs of channels)",
@@ -136,7 +137,9 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     m.activation = Activation::gelu;
     m.norm = Norm::layernorm;
     m.position = Position::learned;
-    m.tied_embeddings = true;  // GPT-2 always ties the LM head to the token embedding
+    // GPT2LMHeadModel ties the LM head to the token embedding unless tie_word_embeddings is false
+    // (PretrainedConfig's default is true).
+    m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : true;
   } else if (type == "gpt_neox") {
     m.layers = int_of("num_hidden_layers", kLayers);
     m.hidden = int_of("hidden_size", kHidden);
@@ -158,12 +161,14 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
     m.explicit_head_dim = read_head_dim(o, true);
   }
+  // The object holding the text model's keys, which the checks below name: Llama 4's text_config.
+  const JsonObject arch = type == "llama4" ? o.object("text_config") : o;
   // Dropout: the largest of the config's dropout probabilities (absent or null: none).
   for (const char* key : {"attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"}) {
-    if (!o.has_value(key)) continue;
-    const double p = o.number(key, 0, 1);
+    if (!arch.has_value(key)) continue;
+    const double p = arch.number(key, 0, 1);
     // Named by its own key: the config has no "dropout" key to point at.
-    if (p >= 1) throw o.error(key, "must be below 1 (a probability of dropping an element)");
+    if (p >= 1) throw arch.error(key, "must be below 1 (a probability of dropping an element)");
     m.dropout = std::max(m.dropout, p);
   }
   set_hf_training_seq_len(m, type, position_limit, limit_key.c_str());
@@ -179,8 +184,8 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   const bool printable = std::all_of(m.name.begin(), m.name.end(), [](unsigned char ch) { return ch >= 0x20 && ch != 0x7f; });
   if (m.name.empty() || !printable) m.name = type;
   const bool gpt2 = type == "gpt2";
-  check_shape(m, o, gpt2 ? "n_head" : "num_attention_heads", "num_key_value_heads");
-  model_detail::check_extensions(m, o, hf_extension_keys(type));
+  check_shape(m, arch, gpt2 ? "n_head" : "num_attention_heads", "num_key_value_heads");
+  model_detail::check_extensions(m, arch, hf_extension_keys(type));
   return m;
 }
 

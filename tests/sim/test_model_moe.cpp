@@ -266,6 +266,31 @@ TEST(HfMoe, QwenLayerTypesAreRead) {
   EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(q, "q.json"); }), "must hold only sliding_attention|full_attention"));
 }
 
+// The checks across Llama 4's text fields name them in text_config, where they are ("num_key_value_heads
+// must divide heads" named a top-level key the config does not have, without its value).
+TEST(HfMoe, Llama4ChecksNameTextConfigFields) {
+  json j = read_json_file(kHf + "llama4-scout/config.json");
+  j["text_config"]["num_key_value_heads"] = 7;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(j, "l.json"); }),
+                       "l.json: text_config.num_key_value_heads = 7, must divide heads (40)"));
+  j["text_config"]["num_key_value_heads"] = 8;
+  j["text_config"]["moe_layers"] = json::array();
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(j, "l.json"); }),
+                       "l.json: text_config.num_local_experts = 16, no layer is an MoE layer"));
+}
+
+// Latent attention rotates only the qk_rope_head_dim channels: that is the one that must be even
+// (an odd qk_nope_head_dim is a valid layout), named as such.
+TEST(HfMoe, MlaRopePartMustBeEven) {
+  json d = read_json_file(kHf + "deepseek-v3/config.json");
+  d["qk_rope_head_dim"] = 63;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(d, "d.json"); }),
+                       "d.json: qk_rope_head_dim = 63, must be even"));
+  d["qk_rope_head_dim"] = 64;
+  d["qk_nope_head_dim"] = 127;
+  EXPECT_EQ(parse_hf_config(d, "d.json").head_dim(), 191);
+}
+
 TEST(HfMoe, MistralSlidingWindowIsRead) {
   const ModelSpec m = hf("mistral-7b");
   EXPECT_EQ(m.sliding_window, 4096);

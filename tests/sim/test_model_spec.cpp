@@ -437,6 +437,15 @@ TEST(HfConfig, Gpt2NullInnerMeansFourTimesHidden) {
   EXPECT_EQ(to_json(m), to_json(zoo));
 }
 
+// GPT2LMHeadModel ties its LM head unless the config says tie_word_embeddings false; the key was
+// ignored and every gpt2 config loaded tied.
+TEST(HfConfig, Gpt2TiesUnlessTheConfigSaysNot) {
+  json j = read_json_file(kHf + "gpt2/config.json");
+  EXPECT_TRUE(parse_hf_config(j, "g.json").tied_embeddings);
+  j["tie_word_embeddings"] = false;
+  EXPECT_FALSE(parse_hf_config(j, "g.json").tied_embeddings);
+}
+
 TEST(HfConfig, Gpt2ExplicitInner) {
   json j = read_json_file(kHf + "gpt2/config.json");
   j["n_inner"] = 1000;
