@@ -111,6 +111,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   auto int_of = [&](const char* key, Bound hi) { return static_cast<int>(o.integer(key, 1, hi)); };
   int position_limit = 0;  // the longest sequence the positions allow, not the training length
   std::string limit_key = type == "gpt2" ? "n_positions" : "max_position_embeddings";
+  std::string heads_key = type == "gpt2" ? "n_head" : "num_attention_heads";
   const bool extended = model_detail::is_extended_hf_type(type);
   if (extended) {
     position_limit = model_detail::parse_extended_hf(o, type, m, limit_key);
@@ -127,13 +128,28 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     m.position = Position::rope;
     m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
   } else if (type == "gpt2") {
-    m.layers = int_of("n_layer", kLayers);
-    m.hidden = int_of("n_embd", kHidden);
-    m.heads = int_of("n_head", kHeads);
+    // GPT2Config maps hidden_size, num_hidden_layers, num_attention_heads and max_position_embeddings
+    // onto n_embd, n_layer, n_head and n_positions (attribute_map; the mapped name wins where both
+    // are given): either name is read, and both given must agree. Returns the key read.
+    auto gpt2_int = [&](const char* key, const char* alias, Bound hi, int& out) -> const char* {
+      if (!o.has_value(key) && o.has_value(alias)) {
+        out = int_of(alias, hi);
+        return alias;
+      }
+      out = int_of(key, hi);
+      if (o.has_value(alias) && o.integer(alias, 1, hi) != out) {
+        throw o.error(alias, fmt::format("must equal {} ({}) where both are given (GPT2Config reads {} as {})", key,
+                                         out, alias, key));
+      }
+      return key;
+    };
+    gpt2_int("n_layer", "num_hidden_layers", kLayers, m.layers);
+    gpt2_int("n_embd", "hidden_size", kHidden, m.hidden);
+    heads_key = gpt2_int("n_head", "num_attention_heads", kHeads, m.heads);
     m.kv_heads = m.heads;
     m.ffn_hidden = o.has_value("n_inner") ? int_of("n_inner", kFfn) : 4 * m.hidden;
     m.vocab = int_of("vocab_size", kVocab);
-    position_limit = int_of("n_positions", kSeq);
+    limit_key = gpt2_int("n_positions", "max_position_embeddings", kSeq, position_limit);
     m.activation = Activation::gelu;
     m.norm = Norm::layernorm;
     m.position = Position::learned;
@@ -158,6 +174,19 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   if (!extended) {
     model_detail::refuse_extended_keys(o, type);
     model_detail::read_dense_sliding_window(o, type, m);
+  }
+  if (type == "gpt2" || type == "gpt_neox") {
+    // Their attention has one key and value head per query head, of hidden / heads channels, and
+    // their configs no head_dim or num_key_value_heads (transformers passes over both): one that
+    // says otherwise is refused rather than read or ignored.
+    if (o.has_value("num_key_value_heads") && o.integer("num_key_value_heads", 1, kHeads) != m.heads) {
+      throw o.error("num_key_value_heads", fmt::format("is not a key of a {} config, whose attention has one key and "
+                                                       "value head per query head ({})", type, m.heads));
+    }
+    if (o.has_value("head_dim") && m.hidden % m.heads == 0 && o.integer("head_dim", 1, kHeads) != m.hidden / m.heads) {
+      throw o.error("head_dim", fmt::format("is not a key of a {} config, whose head size is hidden / heads", type));
+    }
+  } else if (!extended) {
     // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
     m.explicit_head_dim = read_head_dim(o, true);
   }
@@ -183,8 +212,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   // A file name may hold any byte but a slash; a name that would be printed must be printable.
   const bool printable = std::all_of(m.name.begin(), m.name.end(), [](unsigned char ch) { return ch >= 0x20 && ch != 0x7f; });
   if (m.name.empty() || !printable) m.name = type;
-  const bool gpt2 = type == "gpt2";
-  check_shape(m, arch, gpt2 ? "n_head" : "num_attention_heads", "num_key_value_heads");
+  check_shape(m, arch, heads_key.c_str(), "num_key_value_heads");
   model_detail::check_extensions(m, arch, hf_extension_keys(type));
   return m;
 }

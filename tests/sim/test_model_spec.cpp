@@ -446,6 +446,30 @@ TEST(HfConfig, Gpt2TiesUnlessTheConfigSaysNot) {
   EXPECT_FALSE(parse_hf_config(j, "g.json").tied_embeddings);
 }
 
+// GPT2Config reads hidden_size, num_hidden_layers, num_attention_heads and max_position_embeddings
+// as n_embd, n_layer, n_head and n_positions: a config with the common names loads, and one whose
+// two names disagree is refused (hidden_size 4096 beside n_embd 768 loaded as 124M).
+TEST(HfConfig, Gpt2ReadsTheCommonNamesToo) {
+  json j = read_json_file(kHf + "gpt2/config.json");
+  for (const char* k : {"n_embd", "n_layer", "n_head", "n_positions"}) j.erase(k);
+  j["hidden_size"] = 1024;
+  j["num_hidden_layers"] = 24;
+  j["num_attention_heads"] = 16;
+  j["max_position_embeddings"] = 1024;
+  const ModelSpec m = parse_hf_config(j, "g.json");
+  EXPECT_EQ(m.hidden, 1024);
+  EXPECT_EQ(m.layers, 24);
+  EXPECT_EQ(m.heads, 16);
+  j["n_embd"] = 768;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(j, "g.json"); }), "g.json: hidden_size = 1024, must equal n_embd (768)"));
+  // GPT-2 and GPT-NeoX have no head_dim or num_key_value_heads: one that changes the shape is refused.
+  json n = read_json_file(kHf + "pythia-160m/config.json");
+  n["head_dim"] = 64;  // hidden / heads: the same shape
+  EXPECT_EQ(parse_hf_config(n, "n.json").head_dim(), 64);
+  n["head_dim"] = 128;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(n, "n.json"); }), "n.json: head_dim = 128, is not a key of a gpt_neox config"));
+}
+
 TEST(HfConfig, Gpt2ExplicitInner) {
   json j = read_json_file(kHf + "gpt2/config.json");
   j["n_inner"] = 1000;
