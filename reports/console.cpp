@@ -96,6 +96,44 @@ void print_layer_detail(std::ostream& os, const std::vector<StageDetail>& stages
   }
 }
 
+namespace {
+
+// Out of memory: which part fills the fullest stage that does not fit, and the flags that shrink
+// that part (those the layout does not already use), so a reader knows where to start; search
+// ranks the layouts that fit.
+std::string memory_hint(const Estimate& e) {
+  const Infeasible* oom = nullptr;
+  for (const Infeasible& why : e.infeasible)
+    if (why.reason == InfeasibleReason::out_of_memory && (!oom || why.needed > oom->needed)) oom = &why;
+  if (!oom || oom->stage < 0 || static_cast<std::size_t>(oom->stage) >= e.per_stage.size()) return "";
+  const StageMemory& m = e.per_stage[static_cast<std::size_t>(oom->stage)];
+  const Strategy& s = e.strategy;
+  const Bytes states = m.weights + m.gradients + m.weight_copies;
+  std::vector<std::string> fixes;
+  std::string part;
+  if (m.activations >= states && m.activations >= m.optimizer) {
+    part = fmt::format("activations ({})", format_bytes(m.activations));
+    if (s.recompute != Recompute::full) fixes.push_back("--recompute selective or full");
+    if (s.micro_batch > 1) fixes.push_back("a smaller --micro-batch");
+    if (s.tp > 1 && !s.sequence_parallel) fixes.push_back("--sequence-parallel on");
+    fixes.push_back("more --tp, --pp or --cp");
+  } else if (m.optimizer >= states) {
+    part = fmt::format("optimizer states ({})", format_bytes(m.optimizer));
+    if (s.zero == 0 && s.dp > 1) fixes.push_back(fmt::format("--zero 1 (shards them over the {} data-parallel ranks)", s.dp));
+    fixes.push_back(s.zero > 0 ? "more --dp, --tp or --pp" : "more --tp or --pp");
+  } else {
+    part = fmt::format("weights and gradients ({})", format_bytes(states));
+    if (s.zero < 3 && s.dp > 1) fixes.push_back(s.zero < 2 ? "--zero 2 (gradients) or 3 (weights too)" : "--zero 3");
+    fixes.push_back("more --tp or --pp");
+  }
+  std::string list;
+  for (const std::string& f : fixes) list += (list.empty() ? "" : "; ") + f;
+  return fmt::format("hint: the largest part of stage {} is its {}; to reduce that part: {}. `trainplan search` with the "
+                     "same model, cluster and batch ranks the layouts that fit\n", oom->stage, part, list);
+}
+
+}  // namespace
+
 void print_prediction(std::ostream& os, const Estimate& e, const std::string& title) {
   const Strategy& s = e.strategy;
   os << printable(title) << "\n";
@@ -106,6 +144,7 @@ void print_prediction(std::ostream& os, const Estimate& e, const std::string& ti
   if (!e.feasible) {
     os << "INFEASIBLE:\n";
     for (const auto& r : infeasible_reasons(e)) os << "  - " << printable(r) << "\n";
+    os << memory_hint(e);
     if (e.per_stage.empty()) return;
   }
   os << fmt::format("\nmemory per GPU (peak {} of {}):\n", format_bytes(e.peak_memory), format_bytes(e.capacity));

@@ -257,5 +257,42 @@ TEST(PredictionConsole, NamesBothMfuConventions) {
       << os.str();
 }
 
+// Out of memory, the console names the largest part of the stage that does not fit and the flags
+// that shrink that part, leaving out what the layout already does.
+TEST(PredictionConsole, OutOfMemoryNamesTheLargestPartAndWhatShrinksIt) {
+  const ModelSpec m = load_model("llama3-8b", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 8192);
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  auto console = [&](int dp, int zero, Recompute rc, int mb) {
+    Strategy s;
+    s.dp = dp;
+    s.zero = zero;
+    s.recompute = rc;
+    s.micro_batch = mb;
+    s.global_batch = 8 * dp * mb;
+    s.seq_len = 8192;
+    const Estimate e = predict(g, c, s);
+    EXPECT_FALSE(e.feasible);
+    std::ostringstream os;
+    print_prediction(os, e, "plan");
+    return os.str();
+  };
+  // Eight replicas without ZeRO: Adam's states (12 B a parameter) are the largest part.
+  const std::string states = console(8, 0, Recompute::none, 1);
+  EXPECT_NE(states.find("largest part of stage 0 is its optimizer states"), std::string::npos) << states;
+  EXPECT_NE(states.find("--zero 1 (shards them over the 8 data-parallel ranks)"), std::string::npos) << states;
+  // Micro-batches of 16 x 8192 tokens with the states sharded: the activations are.
+  const std::string act = console(8, 1, Recompute::none, 16);
+  EXPECT_NE(act.find("largest part of stage 0 is its activations"), std::string::npos) << act;
+  EXPECT_NE(act.find("--recompute selective or full; a smaller --micro-batch"), std::string::npos) << act;
+  const std::string full = console(8, 1, Recompute::full, 64);
+  EXPECT_EQ(full.find("--recompute selective or full"), std::string::npos) << "already recomputing everything: " << full;
+  // A layout that fits gets no hint.
+  std::ostringstream fits;
+  const Plan p;
+  print_prediction(fits, predict(p.graph, p.cluster, pipeline(2, 1, Recompute::none)), "plan");
+  EXPECT_EQ(fits.str().find("hint:"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainplan
