@@ -253,10 +253,12 @@ int parse_llama4_text(const JsonObject& o, ModelSpec& m) {
   e.shared_experts = 1;  // Llama4TextMoe.shared_expert, of the experts' width
   e.shared_ffn = e.expert_ffn;
   e.scoring = RouterScoring::sigmoid;  // Llama4Router: sigmoid of the top-k logits
+  // transformers derives moe_layers from interleave_moe_layer_step and saves both; moe_layers decides.
+  const int step = optional_int(o, "interleave_moe_layer_step", m.layers, 1);
   if (o.has_value("moe_layers")) {
     e.dense_layers = complement(layer_indices(o, "moe_layers", m.layers), m.layers);
   } else {
-    e.every = optional_int(o, "interleave_moe_layer_step", m.layers, 1);
+    e.every = step;
   }
   read_llama4_windows(o, m);
   return limit;

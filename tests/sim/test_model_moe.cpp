@@ -242,6 +242,21 @@ TEST(HfMoe, QwenExpertsUnderEitherName) {
                        "q.json: num_local_experts = 128, must equal num_experts (64)"));
 }
 
+// transformers saves Llama 4's moe_layers beside the interleave_moe_layer_step it came from
+// (Maverick: 2); both load, moe_layers deciding, and neither is refused as unread.
+TEST(HfMoe, Llama4MoeLayersBesideTheirStep) {
+  json j = read_json_file(kHf + "llama4-scout/config.json");
+  j["text_config"]["interleave_moe_layer_step"] = 2;
+  std::vector<int> moe;
+  for (int l = 1; l < 48; l += 2) moe.push_back(l);
+  j["text_config"]["moe_layers"] = moe;
+  const ModelSpec m = parse_hf_config(j, "l.json");
+  EXPECT_FALSE(m.is_moe_layer(0));
+  EXPECT_TRUE(m.is_moe_layer(1));
+  j["text_config"]["interleave_moe_layer_step"] = 0;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(j, "l.json"); }), "text_config.interleave_moe_layer_step = 0"));
+}
+
 // Llama 4's text model is read from text_config alone: a text key beside it, which would be
 // ignored, is refused.
 TEST(HfMoe, Llama4TextKeyBesideTextConfigIsRefused) {
