@@ -224,22 +224,25 @@ int parse_gpt_oss(const JsonObject& o, ModelSpec& m) {
 void read_llama4_windows(const JsonObject& o, ModelSpec& m) {
   m.attention_chunk = optional_int(o, "attention_chunk_size", kSeq, 8192);
   m.layer_attention.assign(static_cast<std::size_t>(m.layers), AttentionWindow::chunked);
-  // transformers derives layer_types from no_rope_layers and saves both; layer_types decides.
-  o.has_value("no_rope_layers");
+  // transformers derives layer_types from no_rope_layers (itself from no_rope_layer_interval) and
+  // saves all three: each given is checked, and the most explicit decides.
+  const int interval = optional_int(o, "no_rope_layer_interval", m.layers, 4);
+  std::vector<int> rope;
+  if (o.has_value("no_rope_layers") && !o.raw("no_rope_layers").empty()) {  // [] means the default (transformers)
+    rope = int_list(o, "no_rope_layers", 0, 1);
+    if (static_cast<int>(rope.size()) != m.layers)
+      throw o.error("no_rope_layers", fmt::format("must list one flag per layer ({})", m.layers));
+  }
   if (o.has_value("layer_types")) {
     m.layer_attention = layer_types(o, "layer_types", m.layers,
                                     {{"chunked_attention", AttentionWindow::chunked}, {"full_attention", AttentionWindow::full}});
     return;
   }
-  if (o.has_value("no_rope_layers") && !o.raw("no_rope_layers").empty()) {  // [] means the default (transformers)
-    const std::vector<int> rope = int_list(o, "no_rope_layers", 0, 1);
-    if (static_cast<int>(rope.size()) != m.layers)
-      throw o.error("no_rope_layers", fmt::format("must list one flag per layer ({})", m.layers));
+  if (!rope.empty()) {
     for (int l = 0; l < m.layers; ++l)
       if (rope[l] == 0) m.layer_attention[l] = AttentionWindow::full;
     return;
   }
-  const int interval = optional_int(o, "no_rope_layer_interval", m.layers, 4);
   for (int l = 0; l < m.layers; ++l)
     if ((l + 1) % interval == 0) m.layer_attention[l] = AttentionWindow::full;
 }
