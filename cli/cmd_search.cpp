@@ -169,7 +169,8 @@ int cmd_search(const Args& args, const Context& ctx) {
 
   const LayerGraph graph(model, seq);
   SearchResult result = search(graph, cluster, software, space, options);
-  const SearchContext sc{model.name, cluster.name, &space, options.objective, options.pareto_window, &model, software.name};
+  const SearchContext sc{model.name,  cluster.name, &space, options.objective, options.pareto_window,
+                         &model,      software.name, cluster.gpu.hbm};
   // Everything is computed and rendered before the first line is printed or file written.
   const auto doc = search_to_json(result, sc);
   check_finite(doc);

@@ -216,17 +216,19 @@ const char* objective_unit(Objective o) {
 }
 
 json search_stats_to_json(const SearchStats& st) {
-  return {{"candidates", st.candidates},
-          {"evaluated", st.evaluated},
-          {"feasible", st.feasible},
-          {"infeasible_by_reason", counts_by_key(st.infeasible_by_reason)},
-          {"pruned_out_of_memory", st.pruned_out_of_memory},
-          {"pruned_by_bound", st.pruned_by_bound},
-          {"layouts", st.layouts},
-          {"max_gpus_considered", st.max_gpus_considered},
-          {"elapsed_s", st.elapsed_s},
-          {"threads", st.threads},
-          {"top_refined_with_simulation", st.refined}};
+  json j = {{"candidates", st.candidates},
+            {"evaluated", st.evaluated},
+            {"feasible", st.feasible},
+            {"infeasible_by_reason", counts_by_key(st.infeasible_by_reason)},
+            {"pruned_out_of_memory", st.pruned_out_of_memory},
+            {"pruned_by_bound", st.pruned_by_bound},
+            {"layouts", st.layouts},
+            {"max_gpus_considered", st.max_gpus_considered},
+            {"elapsed_s", st.elapsed_s},
+            {"threads", st.threads},
+            {"top_refined_with_simulation", st.refined}};
+  if (st.least_memory_floor > 0) j["least_memory_floor_bytes"] = st.least_memory_floor;
+  return j;
 }
 
 SearchStats search_stats_from_json(const JsonObject& o) {
@@ -241,6 +243,7 @@ SearchStats search_stats_from_json(const JsonObject& o) {
     st.infeasible_by_reason[*reason] = reasons.integer(k, 0, kMaxCount);
   }
   st.pruned_out_of_memory = o.integer("pruned_out_of_memory", 0, kMaxCount);
+  if (schema::has(o, "least_memory_floor_bytes")) st.least_memory_floor = o.number("least_memory_floor_bytes", 0, kInf);
   st.pruned_by_bound = o.integer("pruned_by_bound", 0, kMaxCount);
   st.layouts = static_cast<int>(o.integer("layouts", 0, (1LL << 31) - 1));
   st.max_gpus_considered = static_cast<int>(o.integer("max_gpus_considered", 0, kMaxSize));

@@ -44,6 +44,7 @@ struct SearchContext {
   double pareto_window = 1;
   const ModelSpec* model_spec = nullptr;  // written as "model_spec" when given
   std::string software;                   // written as "software" when not empty
+  Bytes gpu_memory = 0;                   // the cluster's GPU memory, quoted when nothing fits (0: not given)
 };
 
 // The feasible candidates drawn in the report's scatter plot.

@@ -69,6 +69,15 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
           "and ffn_hidden, and the GPU count must fit --gpus (or equal it with --exact-gpus) and the --max-* limits.\n";
   } else {
     os << "no feasible layout.\n";
+    if (r.stats.least_memory_floor > 0) {
+      os << fmt::format("the {} layouts proven out of memory without a prediction need at least {} per GPU (model "
+                        "states as sharded as the space allows, the fewest activations){}: more GPUs (--gpus) or a "
+                        "GPU with more memory\n",
+                        r.stats.pruned_out_of_memory, format_bytes(r.stats.least_memory_floor),
+                        ctx.gpu_memory > 0 ? fmt::format(", where {} has {}", printable(ctx.cluster),
+                                                         format_bytes(ctx.gpu_memory))
+                                           : "");
+    }
   }
   if (!r.infeasible.empty()) {
     os << "\nfastest infeasible candidates (among those predicted; analytic step time):\n";

@@ -264,12 +264,21 @@ class LayoutSearch {
     }
   }
 
+  // A candidate proven out of memory by a floor of `bytes` per GPU: the least such floor is what
+  // the report quotes when nothing fits.
+  void note_memory_floor(Bytes bytes) {
+    Bytes& least = w_.stats.least_memory_floor;
+    if (least == 0 || bytes < least) least = bytes;
+  }
+
   // Layout level: out of memory with the best ZeRO stage and no activations, or slower than the
   // thresholds with the smallest micro-batch and no bubble. True when that settles every candidate.
   bool settled_whole() {
     std::int64_t* verdict = nullptr;
-    if ((p_.cluster.runtime_overhead + min_states_ / l_.pp) * kMargin > p_.cluster.gpu.hbm) {
+    const Bytes states_floor = p_.cluster.runtime_overhead + min_states_ / l_.pp;
+    if (states_floor * kMargin > p_.cluster.gpu.hbm) {
       verdict = &w_.stats.pruned_out_of_memory;
+      note_memory_floor(states_floor);
     } else {
       const int mb0 = p_.micro_batches.front();
       const double m0 = p_.space.global_batch / (static_cast<double>(l_.dp) * mb0);
@@ -321,8 +330,10 @@ class LayoutSearch {
     }
     const double floor_layers = activation_floor_layers(p_, kind, l_.pp, m_, vp);
     const Bytes overhead = p_.cluster.runtime_overhead;
-    if ((overhead + (min_states_ + floor_layers * min_act_) / l_.pp) * kMargin > p_.cluster.gpu.hbm) {
+    const Bytes schedule_floor = overhead + (min_states_ + floor_layers * min_act_) / l_.pp;
+    if (schedule_floor * kMargin > p_.cluster.gpu.hbm) {
       w_.stats.pruned_out_of_memory += per_schedule();
+      note_memory_floor(schedule_floor);
       return;
     }
     // step_time_floor depends on the setting only through its variant: each computed once.
@@ -341,6 +352,7 @@ class LayoutSearch {
       const Bytes memory = overhead + (states_[st.states()] + floor_layers * (*act_)[st.variant]) / l_.pp;
       if (memory * kMargin > p_.cluster.gpu.hbm) {
         ++w_.stats.pruned_out_of_memory;
+        note_memory_floor(memory);
         continue;
       }
       const Seconds work = st.variant.recompute == Recompute::full ? work_full_ : work_plain_;
@@ -384,6 +396,8 @@ void merge(WorkerResult& into, WorkerResult&& w, const Problem& p) {
   st.evaluated += w.stats.evaluated;
   st.feasible += w.stats.feasible;
   st.pruned_out_of_memory += w.stats.pruned_out_of_memory;
+  if (w.stats.least_memory_floor > 0 && (st.least_memory_floor == 0 || w.stats.least_memory_floor < st.least_memory_floor))
+    st.least_memory_floor = w.stats.least_memory_floor;
   st.pruned_by_bound += w.stats.pruned_by_bound;
   for (const auto& [reason, n] : w.reasons) into.reasons[reason] += n;
   Thresholds& t = into.thresholds;

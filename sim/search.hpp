@@ -145,6 +145,7 @@ struct SearchStats {
   std::int64_t feasible = 0;              // of those evaluated
   std::map<InfeasibleReason, std::int64_t> infeasible_by_reason;  // of those evaluated, by first reason
   std::int64_t pruned_out_of_memory = 0;  // memory bound above capacity: infeasible, not predicted
+  Bytes least_memory_floor = 0;           // of those, the smallest memory bound per GPU (0: none pruned)
   std::int64_t pruned_by_bound = 0;       // objective bound worse than the K-th best: not predicted
   int layouts = 0;                        // (dp, tp, pp, cp) factorizations enumerated
   int max_gpus_considered = 0;            // min(gpus, the cluster's size)

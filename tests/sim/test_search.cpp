@@ -2,6 +2,7 @@
 // Pareto front and the bookkeeping of counts.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <tuple>
 
 #include <set>
@@ -227,6 +228,24 @@ struct SmallSpace {
   int gpus, global_batch, seq;
   Objective objective;
 };
+
+// When nothing fits, the search quotes the least memory floor among the candidates it proved out
+// of memory: above the GPU's memory, and no more than any candidate's predicted peak (here every
+// candidate is proven out of memory: 70B parameters' 16 B of mixed-precision Adam states over 8
+// GPUs alone pass 80 GB).
+TEST(Search, LeastMemoryFloorWhenNothingFits) {
+  const Cluster cl = a100();
+  const LayerGraph g(model("llama3-70b"), 4096);
+  const SearchSpace sp = default_space(cl, 8, 16, 4096);
+  const SearchResult r = search(g, cl, sp, SearchOptions{});
+  ASSERT_TRUE(r.top.empty());
+  ASSERT_EQ(r.stats.pruned_out_of_memory, r.stats.candidates);
+  EXPECT_GT(r.stats.least_memory_floor, 0.99 * cl.gpu.hbm);
+  Bytes least_peak = std::numeric_limits<double>::infinity();
+  for (const Strategy& s : enumerate_space(g, cl, sp)) least_peak = std::min(least_peak, predict(g, cl, s).peak_memory);
+  EXPECT_LE(r.stats.least_memory_floor, least_peak);
+  EXPECT_GT(r.stats.least_memory_floor, 0.5 * least_peak) << "a floor this far below the peaks says little";
+}
 
 class PrunedVsBruteForce : public ::testing::TestWithParam<SmallSpace> {};
 
