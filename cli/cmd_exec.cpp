@@ -254,6 +254,11 @@ void check_exec_model(const ModelSpec& m, int seq) {
       throw refuse(fmt::format("{} attention (layer {} at --seq {})", to_string(m.layer_attention_at(l, seq)), l, seq));
   if (m.attention_sinks) throw refuse("attention sinks");
   if (m.mtp_layers > 0) throw refuse("multi-token prediction (mtp_layers)");
+  // exec/model.cpp builds GPT-2's linears (GeLU) with biases and Llama's (SwiGLU) without.
+  const bool gpt = m.activation == Activation::gelu;
+  if (m.linear_biases() != LinearBiases{gpt, gpt, gpt})
+    throw refuse(fmt::format("{} linears with these biases (QKV {}, output {}, MLP {})", gpt ? "GeLU" : "SwiGLU",
+                             m.linear_biases().qkv, m.linear_biases().out, m.linear_biases().mlp));
   if (m.moe.on() && m.moe.groups > 1) throw refuse("group-limited routing (moe.groups > 1)");
 }
 

@@ -329,6 +329,7 @@ int parse_extended_hf(const JsonObject& o, const std::string& type, ModelSpec& m
     limit = parse_llama4_text(t, m);
     limit_key = "text_config.max_position_embeddings";
     if (t.has_value("head_dim")) m.explicit_head_dim = int_of(t, "head_dim", kHeads);
+    read_linear_biases(t, type, m);
     refuse_unread_layout_keys(t, "a llama4 text_config");
     // The text model is read from text_config alone: the same key beside it would be ignored.
     for (const std::string& key : o.keys()) {
@@ -341,6 +342,7 @@ int parse_extended_hf(const JsonObject& o, const std::string& type, ModelSpec& m
     if (type != "deepseek_v3" && type != "kimi_k2" && o.has_value("head_dim")) {
       m.explicit_head_dim = int_of(o, "head_dim", kHeads);
     }
+    read_linear_biases(o, type, m);
     refuse_unread_layout_keys(o, "a " + type + " config");
   }
   compact_attention_pattern(m.layer_attention);
@@ -356,6 +358,27 @@ void refuse_extended_keys(const JsonObject& o, const std::string& type) {
                                    "kimi_k2|gpt_oss|llama4 and will not load this one as a dense model",
                                    type));
   }
+}
+
+void read_linear_biases(const JsonObject& o, const std::string& type, ModelSpec& m) {
+  const bool qwen2 = type == "qwen2" || type == "qwen2_moe", gpt = m.norm == Norm::layernorm;
+  const bool reads_attention = !qwen2 && !gpt && type != "mistral" && type != "mixtral";
+  // The family's biases where its config says nothing.
+  LinearBiases b{qwen2 || gpt || type == "gpt_oss", gpt || type == "gpt_oss", gpt};
+  const char* fixed = qwen2 ? "Q, K and V projections always have biases and O and the MLP none"
+                      : gpt ? "linears all have biases"
+                            : "linears have no biases";
+  auto refuse_unless = [&](const char* key, bool value) {
+    if (o.has_value(key) && o.boolean(key) != value)
+      throw o.error(key, fmt::format("is not a key of a {} config, whose {}", type, fixed));
+  };
+  if (reads_attention && o.has_value("attention_bias")) b.qkv = b.out = o.boolean("attention_bias");
+  if (!reads_attention) refuse_unless("attention_bias", b.out);
+  if (type == "llama" && o.has_value("mlp_bias")) b.mlp = o.boolean("mlp_bias");
+  if (type != "llama") refuse_unless("mlp_bias", b.mlp);
+  if ((type == "deepseek_v3" || type == "kimi_k2") && b.qkv)
+    throw o.error("attention_bias", "biases on multi-head latent attention's projections are not modelled");
+  if (b != m.linear_biases()) m.biases = b;
 }
 
 void read_dense_sliding_window(const JsonObject& o, const std::string& type, ModelSpec& m) {

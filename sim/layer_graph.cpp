@@ -89,11 +89,12 @@ OpSpec norm_op(const ModelSpec& m, const std::string& name, double width) {
 //     input h, the branch's dropout mask h bytes; inside it Q,K,V q + 2kv (3h), attention output q;
 //     standard attention adds softmax output + dropout output (2as elements) and the dropout mask
 //     (as bytes).
-// Biases follow the GPT-2/Megatron convention (LayerNorm models have biases, RMSNorm models not).
+// Biases as the model has them (ModelSpec::linear_biases: by default the GPT-2/Megatron convention,
+// LayerNorm models biased, RMSNorm models not).
 int add_mha(const ModelSpec& m, double s, AttentionWindow window, const std::string& p, LayerTemplate& t, int norm1) {
   const double h = m.hidden, a = m.heads;
   const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width());
-  const bool bias = m.norm == Norm::layernorm, dropout = m.dropout > 0;
+  const bool bias = m.linear_biases().qkv, dropout = m.dropout > 0;
   OpSpec qkv{.name = p + "qkv", .kind = OpKind::qkv, .split = Split::tensor, .matmul = true};
   qkv.flops_per_token = 2 * h * (q + 2 * kv);
   qkv.traffic_elems_per_token = h + (q + 2 * kv);
@@ -159,7 +160,7 @@ int add_mla(const ModelSpec& m, double s, AttentionWindow window, const std::str
 
 void add_attention_half(const ModelSpec& m, double s, AttentionWindow window, const std::string& p, LayerTemplate& t) {
   const double h = m.hidden;
-  const bool bias = m.norm == Norm::layernorm;
+  const bool bias = m.linear_biases().out;
   const int norm1 = t.add(norm_op(m, p + "norm1", h), {-1});
   const int attn = m.mla.on() ? add_mla(m, s, window, p, t, norm1) : add_mha(m, s, window, p, t, norm1);
   const double o = t.ops[attn].out_width;  // q, or a d_v with MLA
@@ -183,12 +184,12 @@ void add_attention_half(const ModelSpec& m, double s, AttentionWindow window, co
 //   Saved: the up input h (sequence-split), the activation's input f (2f SwiGLU), the down input f.
 int add_mlp(const ModelSpec& m, double f, bool shared, const std::string& p, LayerTemplate& t, int norm2) {
   const double h = m.hidden;
-  const bool bias = m.norm == Norm::layernorm, swiglu = m.activation == Activation::swiglu;
+  const bool bias = m.linear_biases().mlp, swiglu = m.activation == Activation::swiglu;
   OpSpec up{.name = p + (shared ? "shared_up" : "mlp_up"), .kind = shared ? OpKind::shared_up : OpKind::mlp_up,
             .split = Split::tensor, .matmul = true};
   up.flops_per_token = 2 * h * f * (swiglu ? 2 : 1);
   up.traffic_elems_per_token = h + f * (swiglu ? 2 : 1);
-  up.params = h * f * (swiglu ? 2 : 1) + (bias ? f : 0);
+  up.params = (h + (bias ? 1 : 0)) * f * (swiglu ? 2 : 1);  // SwiGLU: gate and up, each with its bias
   // Its input, the norm's output; the shared experts read the one the router saves already.
   up.saved_seq_elems_per_token = shared ? 0 : h;
   up.out_width = f * (swiglu ? 2 : 1);

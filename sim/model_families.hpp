@@ -44,6 +44,13 @@ int parse_extended_hf(const JsonObject& o, const std::string& type, ModelSpec& m
 // attention key: such a key is refused with the families that have it, never ignored (a Mixtral
 // config relabelled "mistral" would otherwise load as a 7B dense model).
 void refuse_extended_keys(const JsonObject& o, const std::string& type);
+// The dense linears' biases of a config of `type` (transformers' modeling_<type>.py):
+//   llama (attention_bias: Q, K, V and O; mlp_bias), mistral, mixtral, qwen3_moe, llama4 and gpt_oss
+//   (attention_bias; GptOssConfig's default true); qwen2 and qwen2_moe: Q, K and V always, O and the
+//   MLP never (Qwen2Attention), no key; deepseek_v3 / kimi_k2: attention_bias (MLA's latent
+//   projections) true is refused, not modelled; gpt2, gpt_neox: every linear (the LayerNorm
+//   default), no key. A key the family does not read is refused where its value says otherwise.
+void read_linear_biases(const JsonObject& o, const std::string& type, ModelSpec& m);
 // The sliding window of a dense family's config: Mistral's "sliding_window" (every layer), Qwen2's
 // when "use_sliding_window" (layers from "max_window_layers" on). Null or absent: none.
 void read_dense_sliding_window(const JsonObject& o, const std::string& type, ModelSpec& m);

@@ -66,6 +66,12 @@ ModelSpec parse_model(const json& j, const std::string& file) {
   auto pos = o.choice("position", {"learned", "rope", "alibi"});
   m.position = pos == "learned" ? Position::learned : pos == "rope" ? Position::rope : Position::alibi;
   m.explicit_head_dim = read_head_dim(o);
+  if (o.has("biases")) {
+    const JsonObject b = o.object("biases");
+    const LinearBiases given{b.boolean("qkv"), b.boolean("out"), b.boolean("mlp")};
+    b.finish();
+    if (given != m.linear_biases()) m.biases = given;
+  }
   m.dropout = o.optional_number("dropout", 0, 1).value_or(0.0);
   if (m.dropout >= 1) throw o.error("dropout", "must be below 1 (a probability of dropping an element)");
   o.optional_string("source");  // where the architecture figures come from; informational
@@ -174,6 +180,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   if (!extended) {
     model_detail::refuse_extended_keys(o, type);
     model_detail::read_dense_sliding_window(o, type, m);
+    model_detail::read_linear_biases(o, type, m);
   }
   if (type == "gpt2" || type == "gpt_neox") {
     // Their attention has one key and value head per query head, of hidden / heads channels, and
@@ -293,6 +300,7 @@ json to_json(const ModelSpec& m) {
               {"activation", to_string(m.activation)}, {"norm", to_string(m.norm)},
               {"tied_embeddings", m.tied_embeddings},  {"position", to_string(m.position)}};
   if (m.explicit_head_dim > 0) j["head_dim"] = m.explicit_head_dim;
+  if (m.biases) j["biases"] = {{"qkv", m.biases->qkv}, {"out", m.biases->out}, {"mlp", m.biases->mlp}};
   if (m.dropout > 0) j["dropout"] = m.dropout;
   model_detail::extensions_to_json(m, j);
   return j;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,13 @@ struct MoeSpec {
   bool operator==(const MoeSpec&) const = default;
 };
 
+// Which dense linears carry a bias vector: the attention's query/key/value projection, its output
+// projection, and the MLP's (dense layers and shared experts; routed experts: MoeSpec::expert_bias).
+struct LinearBiases {
+  bool qkv = false, out = false, mlp = false;
+  bool operator==(const LinearBiases&) const = default;
+};
+
 struct ModelSpec {
   std::string name;
   int layers = 0;
@@ -81,6 +89,9 @@ struct ModelSpec {
   std::string seq_len_source;
   Activation activation = Activation::gelu;
   Norm norm = Norm::layernorm;
+  // Biases where the model states them ("biases" in a model file; a Hugging Face config's
+  // attention_bias / mlp_bias, Qwen2's QKV biases); unset: as the norm implies (linear_biases()).
+  std::optional<LinearBiases> biases;
   bool tied_embeddings = false;
   Position position = Position::learned;
   // Attention head size d as the file gives it ("head_dim"); 0 when it gives none, and then
@@ -117,6 +128,12 @@ struct ModelSpec {
   AttentionWindow layer_attention_at(int l, int seq) const;
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
+  // The GPT-2/Megatron convention where the model states nothing: LayerNorm models have every bias,
+  // RMSNorm models none.
+  LinearBiases linear_biases() const {
+    const bool all = norm == Norm::layernorm;
+    return biases.value_or(LinearBiases{all, all, all});
+  }
   // Widths of the attention projections, in elements per token: Q (and the attention output that
   // the output projection reads) heads x d, K and V each kv_heads x d.
   long long q_width() const { return static_cast<long long>(heads) * head_dim(); }

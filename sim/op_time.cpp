@@ -492,10 +492,11 @@ void add_moe_mlp(const Ctx& x, LayerOpCosts& L) {
 // this rank (routed experts split over ep x etp).
 void add_biases_and_gradients(const Ctx& x, const LayerGraph& g, int kind, LayerOpCosts& L) {
   const Software& sw = x.sw;
-  if (x.m.norm == Norm::layernorm) {  // GPT-style models carry biases (layer_graph.cpp)
+  const LinearBiases biases = x.m.linear_biases();  // the output and MLP down projections' (layer_graph.cpp)
+  if (const int adds = (biases.out ? 1 : 0) + (biases.mlp ? 1 : 0); adds > 0) {
     const Bytes t = x.t.seq_split * x.m.hidden * x.b.activation;
-    L.fwd += 2 * mem_fwd(x, sw.mem.bias_add, t);
-    L.bwd += 2 * mem_bwd(x, sw.mem.bias_add, t);
+    L.fwd += adds * mem_fwd(x, sw.mem.bias_add, t);
+    L.bwd += adds * mem_bwd(x, sw.mem.bias_add, t);
   }
   if (!sw.wgrad_accumulate_fused) {
     const double params = g.kind_params_per_rank(kind, x.s.tp, x.moe.expert_shards);

@@ -10,6 +10,7 @@
 
 #include "sim/check.hpp"
 #include "sim/json_reader.hpp"
+#include "sim/layer_graph.hpp"
 #include "test_helpers.hpp"
 
 namespace trainplan {
@@ -418,6 +419,41 @@ TEST(ModelFile, DropoutIsOptionalAndRoundTrips) {
   EXPECT_NE(input_error([&] { parse_model(j, "m.json"); }).find("m.json: dropout"), std::string::npos);
   EXPECT_EQ(load_model(kHf + "llama3-8b/config.json", kSource).dropout, 0);  // "attention_dropout": 0.0
   EXPECT_EQ(load_model(kHf + "gpt2/config.json", kSource).dropout, 0.1);     // resid/embd/attn_pdrop 0.1
+}
+
+// The dense linears' biases: Qwen2's Q, K and V projections always carry them (Qwen2Attention),
+// Llama's follow attention_bias (Q, K, V and O) and mlp_bias (gate, up and down); each bias adds
+// its output width of parameters. A model file states them only where they differ from the
+// norm's convention, and reads them back.
+TEST(HfConfig, LinearBiasesAsTheFamilyHasThem) {
+  const ModelSpec qwen = load_model(kHf + "qwen2-0.5b/config.json", kSource);
+  EXPECT_EQ(qwen.linear_biases(), (LinearBiases{true, false, false}));
+  ModelSpec unbiased = qwen;
+  unbiased.biases.reset();
+  const double per_layer = static_cast<double>(qwen.q_width() + 2 * qwen.kv_width());  // 896 + 2 x 128
+  EXPECT_DOUBLE_EQ(LayerGraph(qwen, 4096).total_params() - LayerGraph(unbiased, 4096).total_params(), 24 * per_layer);
+  // Qwen2-0.5B's published total, 494,032,768 (tied embeddings), needs them.
+  EXPECT_DOUBLE_EQ(LayerGraph(qwen, 4096).total_params(), 494032768.0);
+
+  json j = read_json_file(kHf + "llama3-8b/config.json");
+  const ModelSpec plain = parse_hf_config(j, "llama.json");
+  EXPECT_FALSE(plain.biases.has_value()) << "no biases, as RMSNorm implies: nothing to state";
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  const ModelSpec biased = parse_hf_config(j, "llama.json");
+  EXPECT_EQ(biased.linear_biases(), (LinearBiases{true, true, true}));
+  const double h = 4096, kv = 1024, f = 14336;
+  EXPECT_DOUBLE_EQ(LayerGraph(biased, 8192).total_params() - LayerGraph(plain, 8192).total_params(),
+                   32 * ((h + 2 * kv) + h + 2 * f + h));  // QKV, O, gate and up, down
+
+  // Round trip through a model file; a statement equal to the norm's convention is not kept.
+  EXPECT_EQ(to_json(parse_model(to_json(biased), "m.json")), to_json(biased));
+  EXPECT_EQ(parse_model(to_json(biased), "m.json").linear_biases(), (LinearBiases{true, true, true}));
+  json file = to_json(plain);
+  file["biases"] = {{"qkv", false}, {"out", false}, {"mlp", false}};
+  EXPECT_FALSE(parse_model(file, "m.json").biases.has_value());
+  file["biases"] = {{"qkv", true}, {"out", false}};
+  EXPECT_THROW(parse_model(file, "m.json"), InputError) << "all three are required";
 }
 
 TEST(HfConfig, Gpt2NullInnerMeansFourTimesHidden) {
