@@ -331,8 +331,11 @@ void check_exec_request(const PlanInputs& in, const exec::ExecOptions& o, bool c
   if (o.device == "cuda" && quantized_gemms(s.dtype))
     throw InputError(fmt::format("--dtype {}: exec runs bf16, fp16 (dynamic loss scaling) or fp32 on GPUs, not {}",
                                  to_string(s.dtype), to_string(s.dtype)));
-  if (o.cpu_autocast && quantized_gemms(s.dtype))
+  if (o.cpu_autocast && s.dtype != Dtype::bf16 && s.dtype != Dtype::fp16)
     throw InputError(fmt::format("--cpu-autocast on: runs bf16 or fp16, not {}", to_string(s.dtype)));
+  if (o.cpu_autocast && o.device != "cpu")
+    throw InputError(fmt::format("--cpu-autocast on: applies to --device cpu; on {} bf16 and fp16 run under autocast "
+                                 "anyway", o.device));
   check_divisible("heads", in.model.heads, s.tp);
   check_divisible("kv_heads", in.model.kv_heads, s.tp);
   check_divisible("ffn_hidden", in.model.ffn_hidden, s.tp);
@@ -350,6 +353,19 @@ void check_exec_request(const PlanInputs& in, const exec::ExecOptions& o, bool c
     if (rank >= ranks) {
       throw InputError(fmt::format("--{} {}: not a rank of the job, which has {} (0..{})", flag, rank, describe_ranks(s), ranks - 1));
     }
+  }
+  // A fault needs both its rank and its step: either alone never fires.
+  const bool fault_rank = o.faults.kill_rank >= 0 || o.faults.hang_rank >= 0 || o.faults.nan_rank >= 0 ||
+                          o.faults.alloc_rank >= 0;
+  for (const auto& [flag, rank] : {std::pair{"fault-kill-rank", o.faults.kill_rank}, std::pair{"fault-hang-rank", o.faults.hang_rank},
+                                   std::pair{"fault-nan-rank", o.faults.nan_rank}, std::pair{"fault-alloc-rank", o.faults.alloc_rank}}) {
+    if (rank >= 0 && o.faults.step < 0)
+      throw InputError(fmt::format("--{} {}: needs --fault-step N, the step it fires in (without it no fault fires)", flag, rank));
+  }
+  if (o.faults.step >= 0 && !fault_rank) {
+    throw InputError(fmt::format("--fault-step {}: needs --fault-kill-rank, --fault-hang-rank, --fault-nan-rank or "
+                                 "--fault-alloc-rank, the rank it fires on (without one no fault fires)",
+                                 o.faults.step));
   }
   if (o.faults.step >= o.warmup + o.steps) {
     throw InputError(fmt::format("--fault-step {}: the run has --warmup {} + --steps {} = {} steps, numbered from 0",
@@ -519,6 +535,13 @@ int cmd_exec(const Args& given, const Context& ctx) {
   // exec dispatches tokens by all-to-all whichever profile --software names for the prediction.
   if (!f.has("moe-dispatcher") && !f.has("plan")) in.strategy.dispatcher = Dispatcher::alltoall;
   const exec::ExecOptions o = read_exec_options(f, cuda);
+  // fp16's dynamic loss scaling is all these two flags set; another dtype runs none.
+  for (const char* flag : {"loss-scale", "loss-scale-window"}) {
+    if (f.has(flag) && in.strategy.dtype != Dtype::fp16)
+      throw InputError(fmt::format("--{} {}: sets fp16's dynamic loss scaling; the plan runs {}, which has none "
+                                   "(give --dtype fp16 or drop the flag)",
+                                   flag, *f.get(flag), to_string(in.strategy.dtype)));
+  }
   const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
   const auto json_path = files.wants("json") ? std::optional<std::string>(files.path("json")) : std::nullopt;
   f.finish();
