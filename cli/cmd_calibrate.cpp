@@ -188,6 +188,9 @@ void read_topology_flags(const Flags& f, bool cuda, const std::vector<int>& base
   // value outside is a unit mistake and would make the fp32 peak, and so MFU, absurd.
   if (f.has("peak-tflops")) in.peak_tflops = f.get_double("peak-tflops", 0, 0.01, 50000);
   if (cuda && in.peak_tflops) throw InputError("--peak-tflops: CUDA takes the datasheet peaks from --base");
+  // CPU-only figures: a GPU has no intra-op threads to set, and its node is --base's.
+  if (cuda && f.has("threads")) throw InputError("--threads: CPU only (the intra-op threads of one CPU rank)");
+  if (cuda && f.has("ranks-per-node")) throw InputError("--ranks-per-node: CPU only; on CUDA the node is --base's");
   o.threads = static_cast<int>(f.get_int("threads", 1, 1, 1024));
   in.ranks_per_node = static_cast<int>(f.get_int("ranks-per-node", 4, 1, 1024));
   // On CPU the node becomes --ranks-per-node ranks under the base's network tiers, which must span
@@ -203,6 +206,9 @@ void read_topology_flags(const Flags& f, bool cuda, const std::vector<int>& base
   if (f.has("power-w")) in.power_w = f.get_double("power-w", 0, 0, 1e6);
   in.cost_source = f.get_text("cost-source", "");
   if (cuda && (in.price_usd || in.power_w)) throw InputError("--price-usd/--power-w: CUDA takes price and power from --base");
+  // The file quotes --cost-source beside the price and power it cites, and nowhere else.
+  if (f.has("cost-source") && !in.price_usd && !in.power_w)
+    throw InputError("--cost-source: cites --price-usd and --power-w; give one of them (or drop it)");
 }
 
 // The written topology's gemm table must load (op_costs.hpp kMaxOpTableWork): refused now, not
@@ -237,6 +243,11 @@ void read_gemm_flags(const Flags& f, const Context& ctx, bool cuda, exec::Calibr
   std::vector<std::string> models;
   for (const std::string& item : split_list("model", f.get_or("model", cuda ? "llama2-7b,gpt3-175b" : "tiny-gpt,gpt2")))
     if (item != "none") models.push_back(item);
+  // --tokens and --tp-sizes shape the --model layers' GEMMs: without a model they shape nothing.
+  for (const char* flag : {"tokens", "tp-sizes"}) {
+    if (models.empty() && f.has(flag))
+      throw InputError(fmt::format("--{} {}: shapes the --model layers' GEMMs, and --model is none", flag, *f.get(flag)));
+  }
   std::vector<int> tokens, tp_sizes;
   for (double t : number_list(f, "tokens", 1, 1 << 20)) tokens.push_back(static_cast<int>(t));
   if (tokens.empty()) tokens = cuda ? std::vector<int>{512, 2048, 8192} : std::vector<int>{16, 64, 256};
@@ -388,8 +399,14 @@ int cmd_calibrate(const Args& args, const Context& ctx) {
   // Checked now, not when the measured topology is loaded back after minutes of measuring.
   in.name = f.get_text("name", cuda ? in.base_name + "-calibrated" : "cpu-local");
   read_topology_flags(f, cuda, base_spans, in, o);
+  if (cuda && f.has("link-ranks")) throw InputError("--link-ranks: CPU only; on CUDA the NCCL all-reduce runs over --gpus");
+  if (!cuda && f.has("gpus")) throw InputError("--gpus: CUDA only; on CPU the all-reduce test's processes are --link-ranks");
   const int gpus = static_cast<int>(f.get_int("gpus", 1, 1, 64));
   o.link_ranks = cuda ? (gpus >= 2 ? gpus : 0) : static_cast<int>(f.get_int("link-ranks", 2, 0, 64));
+  if (o.link_ranks == 0 && f.has("link-bytes")) {
+    throw InputError(fmt::format("--link-bytes {}: no all-reduce is measured ({}); its sizes would go unused",
+                                 *f.get("link-bytes"), cuda ? "--gpus 1" : "--link-ranks 0"));
+  }
   o.link_backend = cuda ? "nccl" : "gloo";
   read_gemm_flags(f, ctx, cuda, o);
   read_kernel_flags(f, o);
