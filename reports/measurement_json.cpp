@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "reports/schema_fields.hpp"
 #include "sim/check.hpp"
@@ -78,11 +79,15 @@ void read_run(const JsonObject& run, Measurement& m, bool ok) {
   run.finish();
 }
 
-std::vector<StepRecord> read_steps(const JsonObject& root, int measured_steps) {
+std::vector<StepRecord> read_steps(const JsonObject& root, int measured_steps, int warmup) {
   std::vector<StepRecord> out;
   for (const JsonObject& s : root.objects("steps", 1)) {
     StepRecord r;
     r.step = static_cast<int>(s.integer("step", 0, 1 << 30));
+    // The measured steps follow the warm-up ones: numbered warmup_steps, warmup_steps + 1, ...
+    if (r.step != warmup + static_cast<int>(out.size())) {
+      throw s.error("step", fmt::format("must be {} (run.warmup_steps + its index)", warmup + static_cast<int>(out.size())));
+    }
     r.wall = s.number("wall_s", kMinMeasuredStep, kInf);
     r.loss = s.number("loss", 0, kInf);  // cross-entropy: never negative
     r.phases = read_phases(s.object("phases"), true);
@@ -123,13 +128,44 @@ RankMeasurement read_rank(const JsonObject& r) {
   return rm;
 }
 
+// As exec writes them (sim/measurement.cpp summarize): the ranks in order, each at coordinates
+// inside the strategy's sizes; one stage entry per pipeline stage, in order, its peak the largest
+// of its ranks'; the peak the largest of the stages'.
 void read_memory(const JsonObject& mem, Measurement& m) {
+  const Strategy& s = m.strategy;
   m.peak_memory = mem.number("peak_bytes", 0, kInf);
-  for (const JsonObject& s : mem.objects("per_stage")) {
-    m.per_stage.push_back({static_cast<int>(s.integer("stage", 0, 1 << 24)), s.number("peak_bytes", 0, kInf)});
-    s.finish();
+  const std::vector<JsonObject> ranks = mem.objects("per_rank", 1);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    m.ranks.push_back(read_rank(ranks[i]));
+    const RankMeasurement& r = m.ranks.back();
+    if (r.rank != static_cast<int>(i)) throw ranks[i].error("rank", fmt::format("must be {} (the ranks in order)", i));
+    for (const auto& [key, at, size] : {std::tuple{"tp", r.coords.tp, s.tp}, std::tuple{"cp", r.coords.cp, s.cp},
+                                        std::tuple{"dp", r.coords.dp, s.dp}, std::tuple{"pp", r.coords.pp, s.pp}}) {
+      if (at >= size) {
+        throw InputError(fmt::format("{}: {}.{} = {}, must be below strategy.{} = {}", ranks[i].file(),
+                                     ranks[i].field("coords"), key, at, key, size));
+      }
+    }
   }
-  for (const JsonObject& r : mem.objects("per_rank")) m.ranks.push_back(read_rank(r));
+  const std::vector<JsonObject> stages = mem.objects("per_stage");
+  if (static_cast<long long>(stages.size()) != s.pp) {
+    throw mem.error("per_stage", fmt::format("has {} entries, must have one per pipeline stage (strategy.pp = {})",
+                                             stages.size(), s.pp));
+  }
+  double largest = 0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const JsonObject& o = stages[i];
+    const StagePeak p{static_cast<int>(o.integer("stage", 0, 1 << 24)), o.number("peak_bytes", 0, kInf)};
+    if (p.stage != static_cast<int>(i)) throw o.error("stage", fmt::format("must be {} (one entry per pipeline stage, in order)", i));
+    double ranks_peak = 0;
+    for (const RankMeasurement& r : m.ranks)
+      if (r.coords.pp == p.stage) ranks_peak = std::max(ranks_peak, r.peak_bytes());
+    check_consistent(o, "peak_bytes", p.peak, ranks_peak, "must equal the largest peak_bytes of the stage's per_rank entries");
+    o.finish();
+    m.per_stage.push_back(p);
+    largest = std::max(largest, p.peak);
+  }
+  check_consistent(mem, "peak_bytes", m.peak_memory, largest, "must equal the largest per_stage peak_bytes");
   mem.finish();
 }
 
@@ -145,8 +181,12 @@ MeasuredThroughput read_measured_throughput(const JsonObject& t) {
 
 // The figures of a successful run: steps, their spread, the phase medians, memory, throughput.
 void read_figures(const JsonObject& root, Measurement& m) {
-  m.per_step = read_steps(root, m.steps);
+  m.per_step = read_steps(root, m.steps, m.warmup);
   m.step_time = read_step_time(root.object("step_time"));
+  if (m.step_time.count != m.steps) {
+    throw InputError(fmt::format("{}: step_time.count = {}, must equal run.measured_steps = {}", root.file(),
+                                 m.step_time.count, m.steps));
+  }
   {
     const JsonObject t = root.object("time");
     m.breakdown = read_phases(t, false);

@@ -26,6 +26,9 @@
 // {"backend", "device", "warmup_steps", "seed", "requested_dtype" (as above)}, "environment",
 // "failure": {"rank", "step", "phase", "error", "memory": {"allocated_bytes", "reserved_bytes",
 // "capacity_bytes", "rss_bytes"}}}; rank, step and the memory figures are null where not known.
+// A successful run's steps are numbered from warmup_steps on, step_time.count is measured_steps,
+// per_rank lists the ranks in order (coords inside the strategy's sizes), per_stage one entry per
+// pipeline stage in order (the largest peak of its ranks) and memory.peak_bytes the largest of them.
 // Files written before "status" existed are successful runs; before per-rank DP traffic was
 // recorded they lack "dp_bytes_sent_per_step" (read as 0).
 #pragma once

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "reports/infeasible.hpp"
 #include "reports/schema_fields.hpp"
 #include "sim/search.hpp"
@@ -61,10 +63,29 @@ StageMemory read_stage_memory(const JsonObject& s, std::vector<int>& stage_layer
   return m;
 }
 
+// One entry per pipeline stage of the strategy, in order, the peak the largest total; none only in
+// an infeasible plan whose memory was never costed (a dtype the GPU lacks), whose peak is then 0.
 void read_memory(const JsonObject& mem, Estimate& e) {
   e.peak_memory = mem.number("peak_bytes", 0, kInf);
   e.capacity = mem.number("capacity_bytes", 0, kInf);
-  for (const JsonObject& s : mem.objects("per_stage")) e.per_stage.push_back(read_stage_memory(s, e.stage_layers));
+  const std::vector<JsonObject> stages = mem.objects("per_stage");
+  const int pp = e.strategy.pp;
+  if (!stages.empty() && static_cast<long long>(stages.size()) != pp) {
+    throw mem.error("per_stage", fmt::format("has {} entries, must have one per pipeline stage (strategy.pp = {})",
+                                             stages.size(), pp));
+  }
+  if (stages.empty() && e.feasible) {
+    throw mem.error("per_stage", fmt::format("is empty, must have one entry per pipeline stage (strategy.pp = {})", pp));
+  }
+  double largest = 0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    e.per_stage.push_back(read_stage_memory(stages[i], e.stage_layers));
+    if (e.per_stage.back().stage != static_cast<int>(i)) {
+      throw stages[i].error("stage", fmt::format("must be {} (one entry per pipeline stage, in order)", i));
+    }
+    largest = std::max(largest, e.per_stage.back().total());
+  }
+  schema::check_consistent(mem, "peak_bytes", e.peak_memory, largest, "must equal the largest per_stage total");
   mem.finish();
 }
 

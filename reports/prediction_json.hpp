@@ -26,7 +26,9 @@
 //  (simulate, reports/simulation_json.hpp), "rank" and "objective_value" (a search's top list)}
 // Predictions written before the allocator-aware memory model lack per_stage's weight_copies,
 // temporaries, allocator and runtime (read as 0) and "layers"; a stage's total is checked against
-// the sum of its parts.
+// the sum of its parts, per_stage has one entry per pipeline stage in order (none only in an
+// infeasible plan whose memory was never costed, whose peak_bytes is 0) and peak_bytes is the
+// largest total.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <optional>

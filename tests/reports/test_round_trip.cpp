@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -55,7 +56,7 @@ Strategy layout() {
 Estimate estimate_of(double x, const Strategy& s = layout()) {
   Estimate e;
   e.strategy = s;
-  e.peak_memory = e.capacity = x;
+  e.capacity = x;
   for (int st = 0; st < s.pp; ++st) {
     StageMemory m;
     m.stage = st;
@@ -63,6 +64,7 @@ Estimate estimate_of(double x, const Strategy& s = layout()) {
     m.weight_copies = m.temporaries = m.allocator = m.runtime = x;
     e.per_stage.push_back(m);
     e.stage_layers.push_back(6);
+    e.peak_memory = std::max(e.peak_memory, m.total());  // as predict sets it: the fullest stage's total
   }
   TimeBreakdown& t = e.time;
   t.step = t.compute = t.recompute = t.tp_comm = t.cp_comm = t.pp_comm = t.dp_comm = t.dp_comm_exposed = t.bubble =
