@@ -287,8 +287,21 @@ CapacityDoc capacity_from_json(const json& j, const std::string& file) {
   if (r.fastest_in_budget && !d.context.budget_usd) {
     throw root.error("fastest_within_budget", "must be null: budget_usd is null (no budget was asked)");
   }
+  // The picks and the front are chosen among the feasible options (sim/capacity.cpp pick_options),
+  // the front naming each once.
+  for (const auto& [key, pick] : {std::pair{"cheapest_within_deadline", r.cheapest_in_deadline},
+                                  std::pair{"fastest_within_budget", r.fastest_in_budget}}) {
+    if (pick && !r.options[*pick].feasible) {
+      throw root.error(key, fmt::format("must name a feasible option (options[{}] is infeasible)", *pick));
+    }
+  }
   for (long long i : schema::integers(root, "pareto", 0, static_cast<long long>(n) - 1)) {
-    r.pareto.push_back(static_cast<std::size_t>(i));
+    const std::size_t k = static_cast<std::size_t>(i);
+    if (!r.options[k].feasible || std::find(r.pareto.begin(), r.pareto.end(), k) != r.pareto.end()) {
+      throw root.error("pareto", fmt::format("must list distinct feasible options (options[{}] is {})", i,
+                                             r.options[k].feasible ? "listed twice" : "infeasible"));
+    }
+    r.pareto.push_back(k);
   }
   if (schema::has(root, "ranking")) read_ranking(root.object("ranking"), d);  // absent before the comparison existed
   r.elapsed_s = root.number("elapsed_s", 0, kInf);
