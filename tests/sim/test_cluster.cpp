@@ -57,7 +57,7 @@ TEST(Topologies, EveryShippedFileLoadsAndIsNamedLikeItsFile) {
   }
   EXPECT_EQ(builtin_clusters(kSource), std::vector<std::string>(names.begin(), names.end()));
   for (const char* required : {"dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-b300",
-                               "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x", "mi355x"}) {
+                               "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x", "mi350x", "mi355x"}) {
     EXPECT_TRUE(names.count(required)) << "topologies/" << required << ".json is missing";
   }
 }
@@ -441,7 +441,7 @@ TEST(DerivedOps, ShippedFilesScaleGemmsByPublishedAchievedRates) {
   EXPECT_NEAR(h.ops.best_gemm_rate(), 788.9e12, 0.05e12);
   const std::vector<std::tuple<const char*, double, double>> files = {
       {"dgx-b200", 1745.0, 3432.5}, {"gb200-nvl72", 1822.0, 3615.6}, {"dgx-b300", 1769.0, 3353.3},
-      {"mi300x", 668.4, 0}, {"mi325x", 784.9, 0}, {"mi355x", 1565.0, 0}};
+      {"mi300x", 668.4, 0}, {"mi325x", 784.9, 0}, {"mi350x", 1434.6, 0}, {"mi355x", 1565.0, 0}};
   for (const auto& [name, bf16, fp8] : files) {
     const Cluster c = load_cluster(name, kSource);
     const OpDerivation& d = c.ops.derivation;
