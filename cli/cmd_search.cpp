@@ -52,7 +52,8 @@ search:
   --attention flash|standard         attention kernel (default flash)
   --zero LIST               ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)
   --recompute LIST          from none,selective,full (default none,full with flash attention,
-                            where selective gives the figures of none; all three with standard)
+                            where selective keeps none's memory and adds the attention core's
+                            recomputation, so it never wins; all three with standard)
   --schedules LIST          from gpipe,1f1b,interleaved (default 1f1b,interleaved; gpipe predicts
                             the 1f1b step time with at least its memory)
   --max-tp T                largest tensor-parallel size (default: GPUs per scale-up domain)

@@ -81,9 +81,9 @@ std::pair<double, int> check_rows(const char* file, const KnownMissOf& known_mis
 // with the same tiles per SM and k-loop time on the H100 (Blackwell's faster SMs need larger GEMMs
 // to reach their best rate; 11.3% over the 13 rows then predicted) and giving MXFP8 the FP8 rate
 // x 0.953 that NVIDIA's B300 GEMM benchmark publishes, where the datasheet peaks made it faster
-// than FP8 (10.4% over all 17), moved every row the right way. The four Llama 3.1 405B rows at
-// pp 16 x vp 8 = 128 chunks (126 layers) run with the embedding and the loss counted as pipeline
-// layers, as the recipe sets (Strategy::pipeline_accounts). Nothing here was tuned on these rows.
+// than FP8 (10.4% over all 17), moved every row the right way. The eight Llama 3.1 405B rows
+// (pp 16 x vp 8 = 128 chunks or vp 4 = 64 for 126 layers) run with the embedding and the loss
+// counted as pipeline layers, as the recipe sets (Strategy::pipeline_accounts). Nothing here was tuned on these rows.
 // What is left: attention still assumes Blackwell reaches H100's fraction of peak (no published
 // rate of the stack's kernel on a named B200 or GB200 was found). No known misses.
 TEST(ValidationBlackwell, MegatronBridgeStepTimes) {
