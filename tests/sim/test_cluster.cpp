@@ -57,7 +57,7 @@ TEST(Topologies, EveryShippedFileLoadsAndIsNamedLikeItsFile) {
   }
   EXPECT_EQ(builtin_clusters(kSource), std::vector<std::string>(names.begin(), names.end()));
   for (const char* required : {"dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "dgx-h200", "dgx-b200", "dgx-b300",
-                               "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x", "mi350x", "mi355x"}) {
+                               "gb200-nvl72", "gb300-nvl72", "hgx-h800", "mi300x", "mi325x", "mi350x", "mi355x"}) {
     EXPECT_TRUE(names.count(required)) << "topologies/" << required << ".json is missing";
   }
 }
