@@ -56,7 +56,7 @@ void print_cost(std::ostream& os, const Estimate& e, const Cluster& cluster) {
 std::string layer_row_name(const LayerRow& r) {
   switch (r.kind) {
     case LayerRow::Kind::embedding: return "embedding";
-    case LayerRow::Kind::head: return "LM head";
+    case LayerRow::Kind::head: return r.mtp_layers > 0 ? fmt::format("LM head + {} MTP", r.mtp_layers) : "LM head";
     case LayerRow::Kind::layers: break;
   }
   const int last = r.first_layer + r.chunk_layers - 1;

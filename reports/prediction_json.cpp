@@ -199,6 +199,7 @@ json layer_row_json(const LayerRow& r) {
   if (r.ep_comm > 0) row["ep_comm_s"] = r.ep_comm;
   if (r.kind == LayerRow::Kind::layers && r.layer_kind != LayerKind{}) row["kind"] = to_string(r.layer_kind);
   if (r.kind == LayerRow::Kind::layers && r.chunk_layers > r.count) row["chunk_layers"] = r.chunk_layers;
+  if (r.kind == LayerRow::Kind::head && r.mtp_layers > 0) row["mtp_layers"] = r.mtp_layers;
   return row;
 }
 
@@ -228,6 +229,8 @@ LayerRow read_layer_row(const JsonObject& o) {
   if (schema::has(o, "ep_comm_s")) r.ep_comm = sec("ep_comm_s");
   if (r.kind == LayerRow::Kind::layers && schema::has(o, "kind")) r.layer_kind = read_layer_kind(o);
   r.chunk_layers = r.count;
+  if (r.kind == LayerRow::Kind::head && schema::has(o, "mtp_layers"))
+    r.mtp_layers = static_cast<int>(o.integer("mtp_layers", 1, 16));
   if (r.kind == LayerRow::Kind::layers && schema::has(o, "chunk_layers"))
     r.chunk_layers = static_cast<int>(o.integer("chunk_layers", r.count, kMaxRankCount));
   r.params = num("params");

@@ -65,6 +65,7 @@ std::vector<StageDetail> layer_detail(const StepCosts& costs) {
       if (c.has_head) {
         d.rows.push_back(make_row(LayerRow::Kind::head, costs.head, mm, i, one.head));
         d.rows.back().chunk = c.chunk;
+        d.rows.back().mtp_layers = costs.head_mtp_layers;
       }
     }
   }

@@ -28,6 +28,7 @@ struct LayerRow {
   // holds at the stage's peak: chunks in flight / vp x the stored bytes of one layer; for the
   // embedding its dropout masks, for the head the loss's logits and the head's input.
   Bytes weights = 0, gradients = 0, optimizer = 0, weight_copies = 0, activations = 0;
+  int mtp_layers = 0;   // head: the multi-token-prediction modules it includes (each with a layer)
 };
 
 struct StageDetail {

@@ -1033,6 +1033,7 @@ void set_step_facts(const LayerGraph& graph, const Cluster& cluster, const Softw
   };
   out.embedding = end_piece(p.pre);
   out.head = end_piece(p.post);
+  out.head_mtp_layers = graph.model().mtp_layers;
 }
 
 }  // namespace

@@ -131,6 +131,7 @@ struct StepCosts {
   std::array<LayerKind, LayerGraph::kMaxKinds> layer_kinds{};  // what each kind is (LayerGraph::kind)
   int kind_count = 1;
   ChunkCost embedding, head;
+  int head_mtp_layers = 0;  // the MTP modules `head` includes (ModelSpec::mtp_layers)
 };
 
 // What step_costs() may keep between calls to skip work whose inputs did not change, owned by the

@@ -211,6 +211,29 @@ TEST(LayerDetail, MixedKindsAreNamedByCountWithinTheChunk) {
   EXPECT_EQ(layer_row_name(one), "layers 3-60");
 }
 
+// DeepSeek-V3's multi-token-prediction module runs on the last stage beside the LM head and is
+// costed in the head's row, which says so (its parameters are the head's and the module's).
+TEST(LayerDetail, TheHeadRowNamesTheMtpModulesItIncludes) {
+  const ModelSpec m = load_model("deepseek-v3", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 4096);
+  Strategy s;
+  s.pp = 16;
+  s.dp = 16;
+  s.ep = 8;
+  s.zero = 1;
+  s.micro_batch = 1;
+  s.global_batch = 256;
+  s.seq_len = 4096;
+  const auto detail = layer_detail(step_costs(g, testing::builtin_cluster("dgx-h100"), s));
+  const LayerRow& head = detail.back().rows.back();
+  ASSERT_EQ(head.kind, LayerRow::Kind::head);
+  EXPECT_EQ(layer_row_name(head), "LM head + 1 MTP");
+  EXPECT_EQ(layer_detail_to_json(detail)["stages"].back()["rows"].back()["mtp_layers"], 1);
+  LayerRow plain;
+  plain.kind = LayerRow::Kind::head;
+  EXPECT_EQ(layer_row_name(plain), "LM head");
+}
+
 TEST(Cost, IsSearchsCostObjective) {
   const Plan p;
   const Estimate e = predict(p.graph, p.cluster, pipeline(2, 1, Recompute::none));
