@@ -186,18 +186,23 @@ TEST(LayerDetail, JsonCarriesEveryRow) {
 
 // A chunk whose layers are of several kinds (gpt-oss alternates sliding-window and full attention)
 // names each kind by its count within the chunk's range, not as a range of its own.
-TEST(LayerDetail, MixedKindsAreNamedByCountWithinTheChunk) {
-  const ModelSpec m = load_model("gpt-oss-120b", TRAINPLAN_SOURCE_DIR);
-  const LayerGraph g(m, 4096);
+// The per-layer detail of a built-in expert model at sequence 4096 on dgx-h100: pp stages, dp x ep
+// expert ranks (ZeRO-1, micro-batch 1, 8 micro-batches per replica).
+std::vector<StageDetail> moe_detail(const char* model, int pp, int dp, int ep) {
+  const LayerGraph g(load_model(model, TRAINPLAN_SOURCE_DIR), 4096);
   Strategy s;
-  s.dp = 8;
-  s.pp = 2;
-  s.ep = 8;
+  s.pp = pp;
+  s.dp = dp;
+  s.ep = ep;
   s.zero = 1;
   s.micro_batch = 1;
-  s.global_batch = 64;
+  s.global_batch = 8 * dp;
   s.seq_len = 4096;
-  const auto detail = layer_detail(step_costs(g, testing::builtin_cluster("dgx-h100"), s));
+  return layer_detail(step_costs(g, testing::builtin_cluster("dgx-h100"), s));
+}
+
+TEST(LayerDetail, MixedKindsAreNamedByCountWithinTheChunk) {
+  const auto detail = moe_detail("gpt-oss-120b", 2, 8, 8);
   std::vector<std::string> names;
   for (const LayerRow& r : detail[1].rows) names.push_back(layer_row_name(r));
   // (the split gives the last stage, which holds the 201k-token head, 17 layers: 19-35)
@@ -214,17 +219,7 @@ TEST(LayerDetail, MixedKindsAreNamedByCountWithinTheChunk) {
 // DeepSeek-V3's multi-token-prediction module runs on the last stage beside the LM head and is
 // costed in the head's row, which says so (its parameters are the head's and the module's).
 TEST(LayerDetail, TheHeadRowNamesTheMtpModulesItIncludes) {
-  const ModelSpec m = load_model("deepseek-v3", TRAINPLAN_SOURCE_DIR);
-  const LayerGraph g(m, 4096);
-  Strategy s;
-  s.pp = 16;
-  s.dp = 16;
-  s.ep = 8;
-  s.zero = 1;
-  s.micro_batch = 1;
-  s.global_batch = 256;
-  s.seq_len = 4096;
-  const auto detail = layer_detail(step_costs(g, testing::builtin_cluster("dgx-h100"), s));
+  const auto detail = moe_detail("deepseek-v3", 16, 16, 8);
   const LayerRow& head = detail.back().rows.back();
   ASSERT_EQ(head.kind, LayerRow::Kind::head);
   EXPECT_EQ(layer_row_name(head), "LM head + 1 MTP");
