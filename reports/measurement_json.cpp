@@ -148,15 +148,12 @@ void read_memory(const JsonObject& mem, Measurement& m) {
     }
   }
   const std::vector<JsonObject> stages = mem.objects("per_stage");
-  if (static_cast<long long>(stages.size()) != s.pp) {
-    throw mem.error("per_stage", fmt::format("has {} entries, must have one per pipeline stage (strategy.pp = {})",
-                                             stages.size(), s.pp));
-  }
+  schema::check_stage_count(mem, stages.size(), s.pp);
   double largest = 0;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const JsonObject& o = stages[i];
     const StagePeak p{static_cast<int>(o.integer("stage", 0, 1 << 24)), o.number("peak_bytes", 0, kInf)};
-    if (p.stage != static_cast<int>(i)) throw o.error("stage", fmt::format("must be {} (one entry per pipeline stage, in order)", i));
+    schema::check_stage_index(o, p.stage, i);
     double ranks_peak = 0;
     for (const RankMeasurement& r : m.ranks)
       if (r.coords.pp == p.stage) ranks_peak = std::max(ranks_peak, r.peak_bytes());

@@ -70,19 +70,14 @@ void read_memory(const JsonObject& mem, Estimate& e) {
   e.capacity = mem.number("capacity_bytes", 0, kInf);
   const std::vector<JsonObject> stages = mem.objects("per_stage");
   const int pp = e.strategy.pp;
-  if (!stages.empty() && static_cast<long long>(stages.size()) != pp) {
-    throw mem.error("per_stage", fmt::format("has {} entries, must have one per pipeline stage (strategy.pp = {})",
-                                             stages.size(), pp));
-  }
+  if (!stages.empty()) schema::check_stage_count(mem, stages.size(), pp);
   if (stages.empty() && e.feasible) {
     throw mem.error("per_stage", fmt::format("is empty, must have one entry per pipeline stage (strategy.pp = {})", pp));
   }
   double largest = 0;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     e.per_stage.push_back(read_stage_memory(stages[i], e.stage_layers));
-    if (e.per_stage.back().stage != static_cast<int>(i)) {
-      throw stages[i].error("stage", fmt::format("must be {} (one entry per pipeline stage, in order)", i));
-    }
+    schema::check_stage_index(stages[i], e.per_stage.back().stage, i);
     largest = std::max(largest, e.per_stage.back().total());
   }
   schema::check_consistent(mem, "peak_bytes", e.peak_memory, largest, "must equal the largest per_stage total");

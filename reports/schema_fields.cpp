@@ -139,6 +139,17 @@ void check_consistent(const JsonObject& o, const std::string& key, double stored
   if (!(std::fabs(stored - expected) <= tol)) throw o.error(key, rule);
 }
 
+void check_stage_count(const JsonObject& memory, std::size_t entries, int pp) {
+  if (static_cast<long long>(entries) != pp) {
+    throw memory.error("per_stage", fmt::format("has {} entries, must have one per pipeline stage (strategy.pp = {})",
+                                                entries, pp));
+  }
+}
+
+void check_stage_index(const JsonObject& entry, int stage, std::size_t i) {
+  if (stage != static_cast<int>(i)) throw entry.error("stage", fmt::format("must be {} (one entry per pipeline stage, in order)", i));
+}
+
 void check_schema(const JsonObject& root, const char* expected, const std::string& hint) {
   if (root.string("schema") != expected) throw root.error("schema", fmt::format("must be \"{}\" ({})", expected, hint));
 }
