@@ -76,18 +76,7 @@ std::vector<AttentionWindow> layer_types(const JsonObject& o, const char* key, i
   if (!v.is_array() || static_cast<int>(v.size()) != layers)
     throw o.error(key, fmt::format("must list one type per layer ({})", layers));
   std::vector<AttentionWindow> out;
-  for (const json& t : v) {
-    const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return t == n.first; });
-    if (it == names.end()) {
-      std::string list;
-      for (const auto& n : names) {
-        if (!list.empty()) list += '|';
-        list += n.first;
-      }
-      throw o.error(key, "must hold only " + list);
-    }
-    out.push_back(it->second);
-  }
+  for (const json& t : v) out.push_back(window_named(o, key, t, names));
   return out;
 }
 

@@ -91,10 +91,12 @@ void read_mla_object(const JsonObject& o, ModelSpec& m) {
   o.finish();
 }
 
-AttentionWindow window_named(const JsonObject& o, const std::string& key, const std::string& name,
+}  // namespace
+
+AttentionWindow window_named(const JsonObject& o, const std::string& key, const json& name,
                              std::initializer_list<std::pair<const char*, AttentionWindow>> names) {
   for (const auto& [n, w] : names)
-    if (name == n) return w;
+    if (name.is_string() && name == n) return w;
   std::string list;
   for (const auto& [n, w] : names) {
     if (!list.empty()) list += '|';
@@ -103,6 +105,8 @@ AttentionWindow window_named(const JsonObject& o, const std::string& key, const 
   throw o.error(key, fmt::format("must hold only {}", list));
 }
 
+namespace {
+
 std::vector<AttentionWindow> window_list(const JsonObject& o, const std::string& key,
                                          std::initializer_list<std::pair<const char*, AttentionWindow>> names) {
   const json& v = o.raw(key);
@@ -110,7 +114,7 @@ std::vector<AttentionWindow> window_list(const JsonObject& o, const std::string&
   std::vector<AttentionWindow> out;
   for (const json& x : v) {
     if (!x.is_string()) throw o.error(key, "must be an array of strings");
-    out.push_back(window_named(o, key, x.get<std::string>(), names));
+    out.push_back(window_named(o, key, x, names));
   }
   return out;
 }

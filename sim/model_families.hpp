@@ -30,6 +30,11 @@ void check_extensions(const ModelSpec& m, const JsonObject& o, const ExtensionKe
 // some layer is an MoE layer; `o` holds the two keys named.
 void check_moe(const ModelSpec& m, const JsonObject& o, const char* experts_key, const char* top_k_key);
 
+// The attention window `name` (a JSON value read under `key`) stands for among `names`; anything
+// else is refused naming the choices ("must hold only full|sliding").
+AttentionWindow window_named(const JsonObject& o, const std::string& key, const nlohmann::json& name,
+                             std::initializer_list<std::pair<const char*, AttentionWindow>> names);
+
 // A per-layer attention pattern as its shortest cycle ({sliding, full} x 18 -> {sliding, full}),
 // and none where every layer is full: one spelling for one architecture.
 void compact_attention_pattern(std::vector<AttentionWindow>& pattern);
@@ -45,11 +50,12 @@ int parse_extended_hf(const JsonObject& o, const std::string& type, ModelSpec& m
 // config relabelled "mistral" would otherwise load as a 7B dense model).
 void refuse_extended_keys(const JsonObject& o, const std::string& type);
 // The dense linears' biases of a config of `type` (transformers' modeling_<type>.py):
-//   llama (attention_bias: Q, K, V and O; mlp_bias), mistral, mixtral, qwen3_moe, llama4 and gpt_oss
-//   (attention_bias; GptOssConfig's default true); qwen2 and qwen2_moe: Q, K and V always, O and the
-//   MLP never (Qwen2Attention), no key; deepseek_v3 / kimi_k2: attention_bias (MLA's latent
-//   projections) true is refused, not modelled; gpt2, gpt_neox: every linear (the LayerNorm
-//   default), no key. A key the family does not read is refused where its value says otherwise.
+//   llama (attention_bias: Q, K, V and O; mlp_bias), qwen3_moe, llama4 and gpt_oss (attention_bias;
+//   GptOssConfig's default true); mistral and mixtral: none, no key; qwen2 and qwen2_moe: Q, K and V
+//   always, O and the MLP never (Qwen2Attention), no key; deepseek_v3 / kimi_k2: attention_bias
+//   (MLA's latent projections) true is refused, not modelled; gpt2, gpt_neox: every linear (the
+//   LayerNorm default), no key. A key the family does not read is refused where its value says
+//   otherwise.
 void read_linear_biases(const JsonObject& o, const std::string& type, ModelSpec& m);
 // The sliding window of a dense family's config: Mistral's "sliding_window" (every layer), Qwen2's
 // when "use_sliding_window" (layers from "max_window_layers" on). Null or absent: none.
