@@ -94,7 +94,8 @@ nlohmann::json cost_to_json(const Estimate& e, const Cluster& cluster);
 // "first_layer" (layers rows), "kind" and "chunk_layers" (layers rows of a kind other than dense
 // full attention / of a chunk mixing kinds: `count` of the chunk's `chunk_layers` from
 // `first_layer` on), "forward_s", "backward_s", "recompute_s", "tp_comm_s", "cp_comm_s",
-// "ep_comm_s" (where exposed), "mtp_layers" (a head row with MTP modules), "params", "weights", "gradients", "optimizer", "weight_copies", "activations"}], "total":
+// "ep_comm_s" (where exposed), "mtp_layers" (a head row with MTP modules), "params", "weights",
+// "gradients", "optimizer", "weight_copies", "activations"}], "total":
 // {"forward_s", "backward_s", "recompute_s", "tp_comm_s", "cp_comm_s"}}]}.
 nlohmann::json layer_detail_to_json(const std::vector<StageDetail>& stages);
 

@@ -221,6 +221,12 @@ void evaluate(const Problem& p, const Strategy& s, const LayerCosts& lc, WorkerR
   }
 }
 
+// SearchStats::least_memory_floor: the least of the memory floors `floor` seen so far (0: none yet,
+// and a 0 `floor` is none).
+void keep_least_floor(Bytes& least, Bytes floor) {
+  if (floor > 0 && (least == 0 || floor < least)) least = floor;
+}
+
 // All candidates of one (dp, tp, pp, cp) layout. The bounds are hoisted to the level of the
 // odometer they depend on (layout, micro-batch, schedule, setting), so whole subtrees are
 // skipped with one test; each level is a method.
@@ -266,10 +272,7 @@ class LayoutSearch {
 
   // A candidate proven out of memory by a floor of `bytes` per GPU: the least such floor is what
   // the report quotes when nothing fits.
-  void note_memory_floor(Bytes bytes) {
-    Bytes& least = w_.stats.least_memory_floor;
-    if (least == 0 || bytes < least) least = bytes;
-  }
+  void note_memory_floor(Bytes bytes) { keep_least_floor(w_.stats.least_memory_floor, bytes); }
 
   // Layout level: out of memory with the best ZeRO stage and no activations, or slower than the
   // thresholds with the smallest micro-batch and no bubble. True when that settles every candidate.
@@ -396,8 +399,7 @@ void merge(WorkerResult& into, WorkerResult&& w, const Problem& p) {
   st.evaluated += w.stats.evaluated;
   st.feasible += w.stats.feasible;
   st.pruned_out_of_memory += w.stats.pruned_out_of_memory;
-  if (w.stats.least_memory_floor > 0 && (st.least_memory_floor == 0 || w.stats.least_memory_floor < st.least_memory_floor))
-    st.least_memory_floor = w.stats.least_memory_floor;
+  keep_least_floor(st.least_memory_floor, w.stats.least_memory_floor);
   st.pruned_by_bound += w.stats.pruned_by_bound;
   for (const auto& [reason, n] : w.reasons) into.reasons[reason] += n;
   Thresholds& t = into.thresholds;
