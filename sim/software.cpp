@@ -32,6 +32,7 @@ MemOpImpl parse_mem_op(const JsonObject& o) {
 // them in the file's order, so the first bad field is the one named).
 void parse_host(JsonObject h, Software& s) {
   s.host_per_kernel = h.number("per_kernel_us", 0, 1e6) * kMicro;
+  (void)h.optional_string("source");  // where the figure comes from, for the reader
   h.finish();
 }
 

@@ -41,6 +41,7 @@
 #include "sim/model_spec.hpp"
 #include "sim/predict.hpp"
 #include "sim/software.hpp"
+#include "rank_correlation.hpp"
 #include "test_helpers.hpp"
 
 namespace trainplan {
@@ -75,33 +76,8 @@ ModelSpec llama_of(const std::string& set, int seq) {
   return {};
 }
 
-// Ranks (1-based, ties by their mean rank) and Spearman's rho as the Pearson correlation of ranks.
-std::vector<double> ranks(const std::vector<double>& v) {
-  std::vector<std::size_t> order(v.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return v[a] < v[b]; });
-  std::vector<double> r(v.size());
-  for (std::size_t i = 0; i < order.size();) {
-    std::size_t j = i;
-    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
-    for (std::size_t k = i; k <= j; ++k) r[order[k]] = (i + j) / 2.0 + 1;
-    i = j + 1;
-  }
-  return r;
-}
-
-double spearman(const std::vector<double>& a, const std::vector<double>& b) {
-  const std::vector<double> ra = ranks(a), rb = ranks(b);
-  const double n = static_cast<double>(a.size());
-  const double ma = std::accumulate(ra.begin(), ra.end(), 0.0) / n, mb = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
-  double sab = 0, saa = 0, sbb = 0;
-  for (std::size_t i = 0; i < ra.size(); ++i) {
-    sab += (ra[i] - ma) * (rb[i] - mb);
-    saa += (ra[i] - ma) * (ra[i] - ma);
-    sbb += (rb[i] - mb) * (rb[i] - mb);
-  }
-  return sab / std::sqrt(saa * sbb);
-}
+using testing::ranks;
+using testing::spearman;
 
 TEST(Spearman, HandWorkedValues) {
   EXPECT_DOUBLE_EQ(spearman({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
