@@ -101,10 +101,11 @@ std::vector<double> number_list(const Flags& f, const std::string& flag, double 
     if (!x || *x < lo || *x > hi) {
       throw InputError(fmt::format("--{} {}: each entry must be a decimal number in [{}, {}]", flag, *v, lo, hi));
     }
+    // Two spellings of one number (1e3,1000) name it twice, as the same text does (split_list).
+    if (std::find(out.begin(), out.end(), *x) != out.end()) throw repeated_item(flag, *v, item);
     out.push_back(*x);
   }
   std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
@@ -130,6 +131,10 @@ std::vector<exec::CalibrateOptions::Shape> shape_list(const Flags& f, const std:
     s.m = dims[0];
     s.n = dims[1];
     s.k = dims[2];
+    // Two spellings of one shape (8x8x8,08x8x8) name it twice, as the same text does (split_list).
+    for (const auto& o : out) {
+      if (o.m == s.m && o.n == s.n && o.k == s.k) throw repeated_item(flag, *v, item);
+    }
     out.push_back(s);
   }
   return out;

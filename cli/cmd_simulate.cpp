@@ -85,7 +85,7 @@ void print_usage_table(std::ostream& os, const Timeline& t, const std::vector<st
 }
 
 // --trace-ranks "0-7,64": `stage_ranks` with every rank not listed replaced by -1. InputError for a
-// malformed list, a rank outside 0..gpus-1, or a list naming none of `stage_ranks`.
+// malformed list, a rank outside 0..gpus-1 or named twice, or a list naming none of `stage_ranks`.
 std::vector<std::vector<int>> select_ranks(const std::string& list, int gpus,
                                            std::vector<std::vector<int>> stage_ranks) {
   std::vector<bool> keep(static_cast<std::size_t>(gpus), false);
@@ -102,7 +102,11 @@ std::vector<std::vector<int>> select_ranks(const std::string& list, int gpus,
     const int lo = rank(item.substr(0, dash));
     const int hi = dash == std::string::npos ? lo : rank(item.substr(dash + 1));
     if (hi < lo) throw bad(fmt::format("range {} must be lo-hi with lo <= hi", item));
-    for (int r = lo; r <= hi; ++r) keep[static_cast<std::size_t>(r)] = true;
+    // A rank in two items (0-3,2) is named twice, as the same item twice is (split_list).
+    for (int r = lo; r <= hi; ++r) {
+      if (keep[static_cast<std::size_t>(r)]) throw repeated_item("trace-ranks", list, std::to_string(r));
+      keep[static_cast<std::size_t>(r)] = true;
+    }
   }
   std::vector<int> all;
   for (const auto& stage : stage_ranks) all.insert(all.end(), stage.begin(), stage.end());

@@ -45,8 +45,13 @@ std::optional<long long> parse_integer(std::string_view text) {
   return x;
 }
 
+InputError repeated_item(const std::string& flag, const std::string& value, const std::string& item) {
+  return InputError(fmt::format("--{} {}: names {} twice", flag, value, item));
+}
+
 std::vector<std::string> split_list(const std::string& flag, const std::string& value) {
   std::vector<std::string> items;
+  std::set<std::string> seen;  // a set, not a scan of items: a 128 KiB argument stays fast
   std::size_t from = 0;
   for (;;) {
     const std::size_t comma = value.find(',', from);
@@ -54,6 +59,7 @@ std::vector<std::string> split_list(const std::string& flag, const std::string& 
     if (items.back().empty()) {
       throw InputError(fmt::format("--{} {}: empty item in the comma-separated list", flag, value));
     }
+    if (!seen.insert(items.back()).second) throw repeated_item(flag, value, items.back());
     if (comma == std::string::npos) return items;
     from = comma + 1;
   }

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/check.hpp"
+
 namespace trainplan::cli {
 
 // A number as a person writes it in decimal: an optional sign, digits with an optional fraction
@@ -22,8 +24,13 @@ std::optional<double> parse_decimal(std::string_view text);
 std::optional<long long> parse_integer(std::string_view text);
 
 // The items of a comma-separated flag value ("0,1,3"). InputError naming --flag for an empty
-// list or an empty item ("1,,2", "1,", ",1").
+// list or an empty item ("1,,2", "1,", ",1"), and for an item given twice ("0,0"; repeated_item):
+// every list flag names a set of choices, so a repeat is a slip, never a second meaning.
 std::vector<std::string> split_list(const std::string& flag, const std::string& value);
+
+// The one refusal of a list flag whose `value` names `item` twice: split_list's for the same text,
+// and a command's own for two spellings of one value ("--sizes 1e3,1000", "--trace-ranks 0-3,2").
+InputError repeated_item(const std::string& flag, const std::string& value, const std::string& item);
 
 class Flags {
  public:

@@ -93,8 +93,9 @@ void read_expert_space_flags(const Flags& flags, const ModelSpec& model, const S
 std::string expert_space_flags_help();
 
 // A comma-separated list flag (--zero 0,1, --schedules 1f1b,...): each item through `parse`
-// (std::nullopt: not one of `allowed`), duplicates dropped, `fallback` when the flag is absent.
-// Throws InputError naming the flag for an unknown or empty item (split_list).
+// (std::nullopt: not one of `allowed`), `fallback` when the flag is absent. Throws InputError
+// naming the flag for an unknown or empty item, and for one value named twice, as the same text
+// (split_list) or two spellings of it (powersgd:4,powersgd:04; repeated_item).
 template <class T, class Parse>
 std::vector<T> list_flag(const Flags& f, const std::string& flag, const std::string& allowed, Parse parse,
                          std::vector<T> fallback) {
@@ -104,7 +105,8 @@ std::vector<T> list_flag(const Flags& f, const std::string& flag, const std::str
   for (const std::string& item : split_list(flag, *v)) {
     auto x = parse(item);
     if (!x) throw InputError(fmt::format("--{} {}: '{}' is not one of {}", flag, *v, item, allowed));
-    if (std::find(out.begin(), out.end(), *x) == out.end()) out.push_back(*x);
+    if (std::find(out.begin(), out.end(), *x) != out.end()) throw repeated_item(flag, *v, item);
+    out.push_back(*x);
   }
   return out;
 }

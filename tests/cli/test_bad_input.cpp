@@ -295,6 +295,22 @@ TEST(SplitList, RefusesEmptyItems) {
   }
 }
 
+// List flags: an item given twice is refused, naming the flag, the list and the item (as capacity
+// --clusters always did); each list flag names a set of choices, so a repeat is a slip.
+TEST(SplitList, RefusesRepeatedItems) {
+  using trainplan::cli::split_list;
+  EXPECT_EQ(split_list("zero", "0,1"), (std::vector<std::string>{"0", "1"}));
+  for (const auto& [list, item] : std::vector<std::pair<std::string, std::string>>{
+           {"0,0", "0"}, {"0,1,2,1", "1"}, {"none,full,none", "none"}}) {
+    try {
+      split_list("zero", list);
+      ADD_FAILURE() << "accepted '" << list << "'";
+    } catch (const trainplan::InputError& e) {
+      EXPECT_EQ(std::string(e.what()), "--zero " + list + ": names " + item + " twice");
+    }
+  }
+}
+
 // A result figure that overflowed is refused, naming it, before anything is printed or written
 // (nlohmann would write it as null and the HTML page then refused it after --json was written).
 TEST(CheckFinite, NamesTheFirstNonFiniteFigure) {
