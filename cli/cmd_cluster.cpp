@@ -38,7 +38,8 @@ refuses such a file when its peak or bandwidth differs by more than 10%. Measuri
 (trainplan calibrate --device cuda --base FILE) replaces the derived tables with measured ones.
 
 required:
-  --from CLUSTER             measured cluster (built-in name or file) whose tables are scaled
+  --from CLUSTER             measured GPU cluster (built-in name or file) whose tables are
+                             scaled; not a derived one, nor a CPU host's (cpu-local)
   --name NAME                the new cluster's name
   --gpu-name GPU             the GPU's name (e.g. B200-SXM-180GB)
   --peak-bf16 T              dense (no sparsity) bf16 peak, TFLOP/s
@@ -160,6 +161,11 @@ int cluster_derive(const Args& args, const Context& ctx) {
   if (!src.ops.derivation.from.empty()) {
     throw InputError(fmt::format("--from {}: its tables are derived (from {}); derive from the measured cluster",
                                  from, src.ops.derivation.from));
+  }
+  if (is_cpu_host(src)) {
+    throw InputError(fmt::format("--from {}: is a CPU host ({}: fp32 tables, no bf16 or fp16 peak); derive from a "
+                                 "measured GPU cluster file",
+                                 from, src.gpu.name));
   }
   const std::filesystem::path src_path =
       from.find('/') == std::string::npos && std::filesystem::path(from).extension() != ".json"

@@ -51,6 +51,10 @@ BytesPerSecond BusBandwidthCurve::at(Bytes m) const {
 
 int Cluster::max_gpus() const { return network.empty() ? scale_up_gpus : network.back().span_gpus; }
 
+bool is_cpu_host(const Cluster& c) {
+  return c.ops.dtype == Dtype::fp32 && c.gpu.peak_bf16 == 0 && c.gpu.peak_fp16 == 0;
+}
+
 namespace {
 
 // Rates and sizes are bounded below as well as above: a positive 1e-300 GB/s is as much a mistake
@@ -101,7 +105,7 @@ GpuSpec parse_gpu(const JsonObject& g) {
 }
 
 // The cluster a derived file's "ops.derive.from" names: a built-in name, or a file (a relative
-// path is taken from the deriving file's folder). Its tables must be measured ones.
+// path is taken from the deriving file's folder). Its tables must be measured ones, on a GPU.
 Cluster parse_cluster_file(const json& j, const std::string& file, const std::filesystem::path& data_dir,
                            bool may_derive);
 
@@ -123,6 +127,11 @@ Cluster derivation_source(const JsonObject& d, const std::string& file, const st
     src = parse_cluster_file(read_json_file(path), path.string(), data_dir, false);
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: {} = {}: {}", file, d.field("from"), from, e.what()));
+  }
+  if (is_cpu_host(src)) {
+    throw InputError(fmt::format("{}: {} = {}: is a CPU host ({}: fp32 tables, no bf16 or fp16 peak); derive from a "
+                                 "measured GPU cluster",
+                                 file, d.field("from"), from, src.gpu.name));
   }
   return src;
 }

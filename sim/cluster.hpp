@@ -102,6 +102,12 @@ struct Cluster {
   int max_gpus() const;
 };
 
+// Whether the cluster's "GPU" is a CPU host, as `trainplan calibrate --cpu` writes one (cpu-local):
+// op tables measured in fp32 on a device with no 16-bit arithmetic (bf16 and fp16 peaks 0). A
+// cluster file has no device field, and every GPU states a bf16 or fp16 peak. A GPU's tables are
+// never derived from a CPU's: the rule assumes the same kernels at the same fraction of peak.
+bool is_cpu_host(const Cluster& c);
+
 // `data_dir` finds the built-in cluster a derived file's "ops.derive.from" names (empty: only
 // files can be named).
 Cluster parse_cluster(const nlohmann::json& j, const std::string& file, const std::filesystem::path& data_dir = {});

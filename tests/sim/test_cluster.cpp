@@ -34,6 +34,14 @@ const std::string kBad = std::string(TRAINPLAN_TEST_DATA_DIR) + "/bad/";
 
 // ---- the shipped topologies -------------------------------------------------------------------
 
+// cpu-local (trainplan calibrate --cpu: fp32 tables, no 16-bit peak) is the one CPU host shipped;
+// every GPU cluster, measured or derived, states a bf16 peak and is none.
+TEST(Topologies, OnlyCpuLocalIsACpuHost) {
+  for (const std::string& name : builtin_clusters(kSource)) {
+    EXPECT_EQ(is_cpu_host(load_cluster(name, kSource)), name == "cpu-local") << name;
+  }
+}
+
 TEST(Topologies, EveryShippedFileLoadsAndIsNamedLikeItsFile) {
   std::set<std::string> names;
   for (const auto& e : fs::directory_iterator(kSource / "topologies")) {
