@@ -344,8 +344,8 @@ std::string plan_flags_help() {
                             megatron-core (default: fused kernels, as the published large runs),
                             pytorch-eager, trainplan-exec (what `trainplan exec` launches),
                             llm-foundry (Composer + FSDP with flash-attn 2, as MosaicML's runs);
-                            stacks of published runs: megatron-lm-2021, deepspeed-zero3-2021,
-                            aleph-alpha-scaling, aleph-alpha-scaling-rms
+                            stacks of published runs: megatron-lm-2021, megatron-deepspeed,
+                            deepspeed-zero3-2021, aleph-alpha-scaling, aleph-alpha-scaling-rms
   --gpus N                  GPUs in the job; must equal dp x tp x pp x cp
   --tp T                    tensor-parallel size (default 1; must divide heads and kv_heads)
   --pp P                    pipeline stages (default 1)

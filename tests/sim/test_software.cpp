@@ -23,7 +23,8 @@ const fs::path kSource = TRAINPLAN_SOURCE_DIR;
 TEST(Software, TheShippedProfilesLoad) {
   EXPECT_EQ(builtin_software(kSource),
             (std::vector<std::string>{"aleph-alpha-scaling", "aleph-alpha-scaling-rms", "deepspeed-zero3-2021", "llm-foundry",
-                                      "megatron-core", "megatron-lm-2021", "pytorch-eager", "trainplan-exec"}));
+                                      "megatron-core", "megatron-deepspeed", "megatron-lm-2021", "pytorch-eager",
+                                      "trainplan-exec"}));
   for (const auto& name : builtin_software(kSource)) {
     SCOPED_TRACE(name);
     const Software s = load_software(name, kSource);
@@ -163,8 +164,8 @@ TEST(Software, BadProfilesNameTheField) {
             "s.json: schema = \"trainplan/software/v0\", must be \"trainplan/software/v1\"");
   EXPECT_EQ(input_error([&] { load_software("tensorflow", kSource); }),
             "--software tensorflow: not a built-in software profile (one of: aleph-alpha-scaling, aleph-alpha-scaling-rms, "
-            "deepspeed-zero3-2021, llm-foundry, megatron-core, megatron-lm-2021, pytorch-eager, trainplan-exec) and not a "
-            "file");
+            "deepspeed-zero3-2021, llm-foundry, megatron-core, megatron-deepspeed, megatron-lm-2021, pytorch-eager, "
+            "trainplan-exec) and not a file");
   j = read_json_file(p);
   j["attention"]["kernel"] = "flash 2";
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
