@@ -288,9 +288,9 @@ LayerCost layer_cost(const LayerInputs& x, int kind) {
   const LayerBoundaries& bounds = x.graph.boundaries(kind);
   TpTime tp = layer_tp_time(x, bounds);
   tp.backward += extra_input_gradient_reduces(x) * x.tp.all_reduce;
-  const double tp_rate = overlap_cost_rate(x.sw.overlap.tp, x.cluster.collectives.overlap_slowdown);
-  c.tp_forward = exposed_comm(tp.forward, c.forward, tp_rate);
-  c.tp_backward = exposed_comm(tp.backward, c.backward, tp_rate);
+  const double slowdown = x.cluster.collectives.overlap_slowdown;
+  c.tp_forward = exposed_comm(tp.forward, c.forward, overlap_cost_rate(x.sw.overlap.tp, slowdown));
+  c.tp_backward = exposed_comm(tp.backward, c.backward, overlap_cost_rate(x.sw.overlap.backward_tp(), slowdown));
   if (s.recompute == Recompute::full) {
     c.recompute = c.forward;
     c.recompute_flops = c.flops;

@@ -94,6 +94,7 @@ void parse_memory_bound_ops(JsonObject m, Software& s) {
 
 void parse_overlap(JsonObject v, Software& s) {
   s.overlap.tp = v.number("tp", 0, 1);
+  if (v.has("tp_backward")) s.overlap.tp_backward = v.number("tp_backward", 0, 1);
   s.overlap.dp = v.number("dp", 0, 1);
   s.overlap.param_gather = v.number("param_gather", 0, 1);
   s.overlap.zero3 = v.number("zero3", 0, 1);

@@ -6,6 +6,7 @@
 #pragma once
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,11 @@ struct MoeOps {
 // Share of a collective's time that the stack hides behind compute it can overlap with (0..1).
 struct Overlap {
   double tp = 0;            // tensor/sequence-parallel collectives inside a layer
+  // The backward's share where it differs (optional key "tp_backward"; unset: tp): Megatron's
+  // asynchronous input-gradient all-reduce of a column-parallel linear runs behind that linear's
+  // weight-gradient GEMM, while the forward's all-reduces stay inline.
+  std::optional<double> tp_backward;
+  double backward_tp() const { return tp_backward.value_or(tp); }
   double dp = 0;            // gradient reduction (all-reduce / reduce-scatter) during the backward
   double param_gather = 0;  // ZeRO-1/2 all-gather of updated parameters (next step's forward)
   double zero3 = 0;         // ZeRO-3 per-layer parameter gathers and gradient reduce-scatters

@@ -312,6 +312,30 @@ TEST(Predict, TpOverlapShareHidesTensorParallelCommBehindTheLayer) {
   EXPECT_LT(predict(g, c, half, s).time.tp_comm, predict(g, c, none, s).time.tp_comm);
 }
 
+TEST(Predict, TpBackwardShareHidesOnlyTheBackwardsCollectives) {
+  // overlap.tp_backward: Megatron's asynchronous input-gradient all-reduce hides the backward's TP
+  // collectives while the forward's stay inline; unset, the backward takes overlap.tp. With full
+  // recomputation the recomputed forward's collectives join the backward, inline like the forward's.
+  const Cluster c = testing::builtin_cluster("dgx-a100-80g");
+  const ModelSpec m = gpt(4, 8192, 64, 4096, 50304);
+  const LayerGraph g(m, 2048);
+  Software inline_tp = load_software("megatron-lm-2021", TRAINPLAN_SOURCE_DIR);
+  ASSERT_EQ(inline_tp.overlap.tp, 0);
+  ASSERT_EQ(inline_tp.overlap.backward_tp(), 0);  // unset: the forward's share
+  Software async = inline_tp;
+  async.overlap.tp_backward = 1;
+  Strategy s = layout(1, 8, 1, 1, 8, 2048);
+  const ChunkCost raw = step_costs(g, c, inline_tp, s).kinds[0], hidden = step_costs(g, c, async, s).kinds[0];
+  ASSERT_GT(raw.tp_backward, 0);
+  ASSERT_LT(raw.tp_backward, raw.backward);  // the collectives fit behind the backward's GEMMs
+  EXPECT_DOUBLE_EQ(hidden.tp_forward, raw.tp_forward);
+  EXPECT_NEAR(hidden.tp_backward, raw.tp_backward * c.collectives.overlap_slowdown, 1e-12);
+  s.recompute = Recompute::full;
+  const ChunkCost rc_raw = step_costs(g, c, inline_tp, s).kinds[0], rc_hidden = step_costs(g, c, async, s).kinds[0];
+  EXPECT_NEAR(rc_hidden.tp_backward, rc_raw.tp_forward + raw.tp_backward * c.collectives.overlap_slowdown, 1e-12);
+  EXPECT_LT(predict(g, c, async, s).time.step, predict(g, c, inline_tp, s).time.step);
+}
+
 TEST(Predict, ExposedCommIsTheSlowdownOrWhatOutlastsTheCompute) {
   // While a collective runs, compute advances at 1 - rate: a collective shorter than the compute
   // costs rate x its length; one that outlasts the compute sets the pace, and the excess shows.

@@ -149,6 +149,12 @@ TEST(Software, BadProfilesNameTheField) {
   j["overlap"]["dp"] = 1.5;
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: overlap.dp = 1.5, must be in [0, 1]");
   j = read_json_file(p);
+  j["overlap"]["tp_backward"] = -0.5;
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: overlap.tp_backward = -0.5, must be in [0, 1]");
+  j = read_json_file(p);
+  j["host"]["source"] = 3;
+  EXPECT_NE(input_error([&] { parse_software(j, "s.json"); }).find("host.source"), std::string::npos);
+  j = read_json_file(p);
   j["memory_bound"].erase("rope");
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: memory_bound.rope is missing (required key)");
   j = read_json_file(p);
