@@ -208,6 +208,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   CapacityRequest req;
   req.tokens = tokens;
   req.software = read_software_flag(f, ctx.data_dir);
+  req.attention = req.software.default_attention;
   req.clusters = read_clusters(f, ctx.data_dir);
   req.prices = read_prices(f, req.clusters);
   if (auto range = f.get("gpus-range")) std::tie(req.gpus_lo, req.gpus_hi) = parse_range(*range);

@@ -49,7 +49,9 @@ search:
   --exact-gpus              only layouts using exactly N GPUs
   --dtype bf16|fp16|fp8|fp32|mxfp8|nvfp4   training precision (default bf16; mxfp8 and nvfp4, the
                                      block-scaled formats, need a GPU with their peak: Blackwell)
-  --attention flash|standard         attention kernel (default flash)
+  --attention flash|standard         attention kernel (default: the software profile's:
+                                     standard for megatron-lm-2021 and megatron-deepspeed,
+                                     flash for the others)
   --zero LIST               ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)
   --recompute LIST          from none,selective,full (default none,full with flash attention,
                             where selective keeps none's memory and adds the attention core's
@@ -99,7 +101,8 @@ void draw_progress(std::ostream& err, std::int64_t done, std::int64_t total) {
 // The space to search: the cluster's defaults (default_space) narrowed by the flags.
 SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Cluster& cluster, const Software& software,
                              int gpus, int global_batch, int seq) {
-  const Attention attention = *parse_attention(f.get_choice("attention", "flash", {"flash", "standard"}));
+  const Attention attention =
+      *parse_attention(f.get_choice("attention", to_string(software.default_attention), {"flash", "standard"}));
   SearchSpace space = default_space(cluster, gpus, global_batch, seq, attention);
   space.exact_gpus = f.has("exact-gpus");
   if (space.exact_gpus && gpus > cluster.max_gpus()) {

@@ -267,7 +267,10 @@ PlanInputs read_plan_flags(const Flags& f, const std::filesystem::path& data_dir
   load_specs(f, data_dir, default_cluster, default_software, from_plan ? &*from_plan : nullptr, in);
   const bool have_plan = from_plan.has_value();
   Strategy s = have_plan ? from_plan->estimate.strategy : Strategy{};
-  if (!have_plan) s.dispatcher = default_dispatcher(in.model, in.software);
+  if (!have_plan) {
+    s.dispatcher = default_dispatcher(in.model, in.software);
+    s.attention = in.software.default_attention;
+  }
   if (!f.has("seq") && !have_plan) in.seq_note = sequence_note(in.model);
   read_layout_flags(f, in.model, have_plan, s);
   read_expert_flags(f, s);
@@ -364,7 +367,9 @@ std::string plan_flags_help() {
   --dtype bf16|fp16|fp8|fp32|mxfp8|nvfp4   training precision (default bf16): fp8 with one scale
                                     per tensor; mxfp8 (8-bit, a scale per 32) and nvfp4 (4-bit, a
                                     scale per 16) need a GPU with their peak (Blackwell)
-  --attention flash|standard        fused attention (default) or materialised scores
+  --attention flash|standard        fused attention or materialised scores (default: the
+                                    software profile's: standard for megatron-lm-2021 and
+                                    megatron-deepspeed, flash for the others)
   --fp32-grad-accum on|off          keep 4-byte gradients (default off)
   --rank-order tp,cp,dp,pp          rank order, fastest-varying first (default tp,cp,dp,pp)
   --pipeline-accounts LIST  count the embedding and/or the loss as one layer of the first / last

@@ -66,6 +66,7 @@ void parse_attention(JsonObject a, Software& s) {
                    [](unsigned char ch) { return std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.'; })) {
     throw a.error("kernel", "must be a kernel name of 1-64 letters, digits, '-', '_' or '.' (\"calibrated\": the cluster's measured attention table)");
   }
+  if (a.has("default")) s.default_attention = *trainplan::parse_attention(a.choice("default", {"flash", "standard"}));
   a.finish();
 }
 

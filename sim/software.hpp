@@ -214,6 +214,9 @@ struct Software {
   // Which attention kernel the stack runs: "calibrated" (the kernel of the cluster's measured
   // "ops.attention" table) or a name in the cluster's "ops.attention_kernels" (e.g. "flash2").
   std::string attention_kernel = "calibrated";
+  // The attention a plan runs where --attention is not given ("attention.default", optional): the
+  // stacks of 2021-2023 (megatron-lm-2021, megatron-deepspeed) materialised the scores.
+  Attention default_attention = Attention::flash;
   double fp8_quantize_passes = 0;  // fp8: add-kernel passes over each GEMM input to quantize it
   // fp8 (one scale per tensor): kernels per quantized GEMM input (Transformer Engine's current
   // scaling: zero the amax, the amax, the scale, the cast-transpose = 4); block-scaled formats

@@ -234,6 +234,28 @@ TEST_F(SearchCli, TheDispatcherDefaultsToTheSoftwareProfiles) {
   EXPECT_EQ(read(found).at("space").at("experts").at("moe_dispatcher"), "flex");
 }
 
+// The stacks that materialised the attention scores (megatron-lm-2021, megatron-deepspeed) run
+// standard attention where --attention is not given; the flag still decides, and the others
+// default to flash attention. Predict and search alike.
+TEST_F(SearchCli, TheAttentionDefaultsToTheSoftwareProfiles) {
+  auto attention_of = [&](const std::string& args) {
+    const fs::path out = dir_ / "p.json";
+    fs::remove(out);
+    const Result r = run("predict --model gpt3-5b --cluster dgx-a100-80g --gpus 8 --tp 8 --global-batch 16 " + args +
+                         " --json " + out.string());
+    EXPECT_EQ(r.code, 0) << args << ": " << r.err;
+    return fs::exists(out) ? read(out).at("strategy").at("attention").get<std::string>() : std::string();
+  };
+  EXPECT_EQ(attention_of("--software megatron-lm-2021"), "standard");
+  EXPECT_EQ(attention_of("--software megatron-deepspeed"), "standard");
+  EXPECT_EQ(attention_of("--software megatron-deepspeed --attention flash"), "flash");
+  EXPECT_EQ(attention_of(""), "flash");
+  const fs::path found = dir_ / "search.json";
+  ASSERT_EQ(run("search --model gpt3-5b --cluster dgx-a100-80g --gpus 8 --global-batch 16 --top 1 --software "
+                "megatron-lm-2021 --json " + found.string()).code, 0);
+  EXPECT_EQ(read(found).at("space").at("attention"), "standard");
+}
+
 // More pipeline chunks than layers by one or two (Llama 3.1 405B's 126 layers over pp 16 x vp 8,
 // as NVIDIA publishes it): without --pipeline-accounts the split counts the embedding and the loss
 // (or the loss alone) as layers, says so in a note, and the plan records it; --pipeline-accounts

@@ -149,6 +149,10 @@ TEST(Software, BadProfilesNameTheField) {
   j["overlap"]["dp"] = 1.5;
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: overlap.dp = 1.5, must be in [0, 1]");
   j = read_json_file(p);
+  j["attention"]["default"] = "sdpa";
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }),
+            "s.json: attention.default = \"sdpa\", must be one of flash|standard");
+  j = read_json_file(p);
   j["overlap"]["tp_backward"] = -0.5;
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: overlap.tp_backward = -0.5, must be in [0, 1]");
   j = read_json_file(p);
