@@ -158,14 +158,8 @@ int cluster_derive(const Args& args, const Context& ctx) {
   } catch (const InputError& e) {
     throw InputError(fmt::format("--from: {}", e.what()));
   }
-  if (!src.ops.derivation.from.empty()) {
-    throw InputError(fmt::format("--from {}: its tables are derived (from {}); derive from the measured cluster",
-                                 from, src.ops.derivation.from));
-  }
-  if (is_cpu_host(src)) {
-    throw InputError(fmt::format("--from {}: is a CPU host ({}: fp32 tables, no bf16 or fp16 peak); derive from a "
-                                 "measured GPU cluster file",
-                                 from, src.gpu.name));
+  if (const std::string why = not_a_derivation_source(src); !why.empty()) {
+    throw InputError(fmt::format("--from {}: {}", from, why));
   }
   const std::filesystem::path src_path =
       from.find('/') == std::string::npos && std::filesystem::path(from).extension() != ".json"

@@ -55,6 +55,17 @@ bool is_cpu_host(const Cluster& c) {
   return c.ops.dtype == Dtype::fp32 && c.gpu.peak_bf16 == 0 && c.gpu.peak_fp16 == 0;
 }
 
+std::string not_a_derivation_source(const Cluster& src) {
+  if (!src.ops.derivation.from.empty()) {
+    return fmt::format("its tables are derived (from {}); derive from the measured cluster", src.ops.derivation.from);
+  }
+  if (is_cpu_host(src)) {
+    return fmt::format("is a CPU host ({}: fp32 tables, no bf16 or fp16 peak); derive from a measured GPU cluster file",
+                       src.gpu.name);
+  }
+  return "";
+}
+
 namespace {
 
 // Rates and sizes are bounded below as well as above: a positive 1e-300 GB/s is as much a mistake
@@ -128,10 +139,8 @@ Cluster derivation_source(const JsonObject& d, const std::string& file, const st
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: {} = {}: {}", file, d.field("from"), from, e.what()));
   }
-  if (is_cpu_host(src)) {
-    throw InputError(fmt::format("{}: {} = {}: is a CPU host ({}: fp32 tables, no bf16 or fp16 peak); derive from a "
-                                 "measured GPU cluster",
-                                 file, d.field("from"), from, src.gpu.name));
+  if (const std::string why = not_a_derivation_source(src); !why.empty()) {
+    throw InputError(fmt::format("{}: {} = {}: {}", file, d.field("from"), from, why));
   }
   return src;
 }

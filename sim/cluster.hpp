@@ -108,6 +108,10 @@ struct Cluster {
 // never derived from a CPU's: the rule assumes the same kernels at the same fraction of peak.
 bool is_cpu_host(const Cluster& c);
 
+// Why a GPU's tables cannot be derived from `src` ("" where they can): its own tables are derived,
+// or it is a CPU host. The one rule of `cluster derive --from` and of a file's "ops.derive.from".
+std::string not_a_derivation_source(const Cluster& src);
+
 // `data_dir` finds the built-in cluster a derived file's "ops.derive.from" names (empty: only
 // files can be named).
 Cluster parse_cluster(const nlohmann::json& j, const std::string& file, const std::filesystem::path& data_dir = {});
