@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "sim/model_families.hpp"
 
@@ -332,11 +333,31 @@ int parse_extended_hf(const JsonObject& o, const std::string& type, ModelSpec& m
       m.explicit_head_dim = int_of(o, "head_dim", kHeads);
     }
     read_linear_biases(o, type, m);
+    check_layer_types_record(o, type, m);
     refuse_unread_layout_keys(o, "a " + type + " config");
   }
   compact_attention_pattern(m.layer_attention);
   if (m.layer_attention.empty()) m.sliding_window = m.attention_chunk = 0;  // every layer full
   return limit;
+}
+
+void check_layer_types_record(const JsonObject& o, const std::string& type, const ModelSpec& m) {
+  if (o.asked("layer_types") || !o.has_value("layer_types")) return;
+  const std::vector<AttentionWindow> said =
+      layer_types(o, "layer_types", m.layers,
+                  {{"full_attention", AttentionWindow::full}, {"sliding_attention", AttentionWindow::sliding},
+                   {"chunked_attention", AttentionWindow::chunked}});
+  for (int l = 0; l < m.layers; ++l) {
+    // The window the family's keys give layer l, however long the sequence.
+    const AttentionWindow runs = m.layer_attention_at(l, std::numeric_limits<int>::max());
+    if (said[static_cast<std::size_t>(l)] == runs) continue;
+    const bool windowed = type == "mistral" || type == "mixtral";
+    throw o.error("layer_types", fmt::format("names {} attention for layer {}, but a {} model runs {} attention there "
+                                             "({}; transformers does not read layer_types for it)",
+                                             to_string(said[static_cast<std::size_t>(l)]), l, type, to_string(runs),
+                                             windowed ? "sliding_window gives every layer one window"
+                                                      : "every layer attends over the whole sequence"));
+  }
 }
 
 void refuse_extended_keys(const JsonObject& o, const std::string& type) {

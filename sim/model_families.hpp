@@ -57,6 +57,12 @@ void refuse_extended_keys(const JsonObject& o, const std::string& type);
 //   LayerNorm default), no key. A key the family does not read is refused where its value says
 //   otherwise.
 void read_linear_biases(const JsonObject& o, const std::string& type, ModelSpec& m);
+// "layer_types" in a config whose family's model does not read it (llama, mistral, mixtral,
+// deepseek_v3, kimi_k2, gpt2, gpt_neox): transformers may save it as a record of each layer's
+// window (and warns for a mistral config that carries it). It is read and checked against the
+// windows the family's own keys give (`m.layer_attention`, sliding_window); a layer it names
+// otherwise is refused, never passed over. A reader that took the windows from it asked for it.
+void check_layer_types_record(const JsonObject& o, const std::string& type, const ModelSpec& m);
 // The sliding window of a dense family's config: Mistral's "sliding_window" (every layer), Qwen2's
 // when "use_sliding_window" (layers from "max_window_layers" on). Null or absent: none.
 void read_dense_sliding_window(const JsonObject& o, const std::string& type, ModelSpec& m);

@@ -181,6 +181,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     model_detail::refuse_extended_keys(o, type);
     model_detail::read_dense_sliding_window(o, type, m);
     model_detail::read_linear_biases(o, type, m);
+    model_detail::check_layer_types_record(o, type, m);
   }
   if (type == "gpt2" || type == "gpt_neox") {
     // Their attention has one key and value head per query head, of hidden / heads channels, and

@@ -281,6 +281,32 @@ TEST(HfMoe, QwenLayerTypesAreRead) {
   EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(q, "q.json"); }), "must hold only sliding_attention|full_attention"));
 }
 
+// A family whose model does not read layer_types (llama, mistral, mixtral, deepseek_v3) may still
+// carry it as a record of each layer's window: it must agree with what the other keys give.
+TEST(HfMoe, LayerTypesOfFamiliesThatDoNotReadItMustAgree) {
+  json l = read_json_file(kHf + "llama3-8b/config.json");
+  const int layers = l["num_hidden_layers"].get<int>();
+  l["layer_types"] = std::vector<std::string>(static_cast<std::size_t>(layers), "full_attention");
+  EXPECT_TRUE(parse_hf_config(l, "l.json").layer_attention.empty());
+  l["layer_types"][5] = "sliding_attention";
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(l, "l.json"); }),
+                       "names sliding attention for layer 5, but a llama model runs full attention there"));
+  l["layer_types"] = std::vector<std::string>(3, "full_attention");
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(l, "l.json"); }), "must list one type per layer"));
+
+  json m = read_json_file(kHf + "mistral-7b/config.json");
+  const int mistral_layers = m["num_hidden_layers"].get<int>();
+  m["layer_types"] = std::vector<std::string>(static_cast<std::size_t>(mistral_layers), "sliding_attention");
+  EXPECT_EQ(parse_hf_config(m, "m.json").layer_attention, std::vector<AttentionWindow>{AttentionWindow::sliding});
+  m["layer_types"][1] = "full_attention";  // alternating windows: transformers' Ministral, not Mistral
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(m, "m.json"); }),
+                       "names full attention for layer 1, but a mistral model runs sliding attention there"));
+
+  json x = read_json_file(kHf + "mixtral-8x7b/config.json");
+  x["layer_types"] = std::vector<std::string>(static_cast<std::size_t>(x["num_hidden_layers"].get<int>()), "chunked_attention");
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(x, "x.json"); }), "names chunked attention for layer 0"));
+}
+
 // The checks across Llama 4's text fields name them in text_config, where they are ("num_key_value_heads
 // must divide heads" named a top-level key the config does not have, without its value).
 TEST(HfMoe, Llama4ChecksNameTextConfigFields) {
