@@ -1,12 +1,14 @@
 #include "reports/prediction_json.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
 #include "reports/infeasible.hpp"
 #include "reports/schema_fields.hpp"
 #include "sim/search.hpp"
+#include "sim/simulate.hpp"
 
 namespace trainplan {
 
@@ -283,6 +285,33 @@ ParamCounts read_parameters(const JsonObject& o) {
 
 // --- the document ---
 
+// A simulation is of the document's layout: one entry per pipeline stage, in order, each holding
+// that stage's ranks in the first data-parallel replica (replica_stage_ranks, the rank layout's),
+// in the summary and in the timeline alike; its step is the time section's.
+void check_simulation_layout(const JsonObject& root, const SimulationDoc& sim, const Estimate& e) {
+  const JsonObject o = root.object("simulation");
+  const int pp = e.strategy.pp;
+  auto check_stages = [&](const JsonObject& section, const auto& stages) {
+    if (static_cast<long long>(stages.size()) != pp) {
+      throw section.error("stages", fmt::format("has {} entries, must have one per pipeline stage (strategy.pp = {})",
+                                                stages.size(), pp));
+    }
+    const std::vector<JsonObject> entries = section.objects("stages");
+    const std::vector<std::vector<int>> ranks = replica_stage_ranks(e.strategy);
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      schema::check_stage_index(entries[i], stages[i].stage, i);
+      if (stages[i].ranks != ranks[i]) {
+        throw entries[i].error("ranks", fmt::format("must be [{}], stage {}'s ranks in the first data-parallel replica "
+                                                    "of the strategy",
+                                                    fmt::join(ranks[i], ","), i));
+      }
+    }
+  };
+  check_stages(o, sim.stages);
+  if (sim.timeline) check_stages(o.object("timeline"), *sim.timeline);
+  schema::check_consistent(o, "step_s", sim.step, e.time.step, "must equal time.step_s (the step simulated)");
+}
+
 // The keys beside the figures: names, engine, cost, layer detail, simulation, search rank.
 void read_extras(const JsonObject& root, const json& j, PredictionDoc& d) {
   auto name = [&](const char* k) { return schema::has(root, k) ? root.string(k) : std::string(); };
@@ -295,7 +324,10 @@ void read_extras(const JsonObject& root, const json& j, PredictionDoc& d) {
   if (j.contains("cost")) d.cost = read_cost(root);
   if (schema::has(root, "layers")) d.layers = read_layers(root.object("layers"));
   if (schema::has(root, "parameters")) d.parameters = read_parameters(root.object("parameters"));
-  if (schema::has(root, "simulation")) d.simulation = simulation_from_json(root.object("simulation"));
+  if (schema::has(root, "simulation")) {
+    d.simulation = simulation_from_json(root.object("simulation"));
+    check_simulation_layout(root, *d.simulation, d.estimate);
+  }
   const bool ranked = schema::has(root, "rank");
   if (ranked != schema::has(root, "objective_value")) {
     throw root.error(ranked ? "rank" : "objective_value", "must come with rank and objective_value both");

@@ -236,6 +236,25 @@ TEST(Schema, TimelineEventsAreChecked) {
   expect_refused([&] { (void)prediction_from_json(sim, "s.json"); }, {"must have the same length"});
 }
 
+// The simulation must be of the document's layout: its stages, their ranks and its step.
+TEST(Schema, SimulationIsOfTheLayout) {
+  const json good = golden("simulate_gpt2_pp4.json");
+  EXPECT_NO_THROW((void)prediction_from_json(good, "s.json"));
+  json sim = good;
+  sim["simulation"]["stages"].erase(3);
+  expect_refused([&] { (void)prediction_from_json(sim, "s.json"); },
+                 {"simulation.stages", "has 3 entries, must have one per pipeline stage (strategy.pp = 4)"});
+  sim = good;
+  sim["simulation"]["timeline"]["stages"][1]["stage"] = 2;
+  expect_refused([&] { (void)prediction_from_json(sim, "s.json"); }, {"simulation.timeline.stages[1].stage = 2", "must be 1"});
+  sim = good;
+  sim["simulation"]["stages"][2]["ranks"] = json::array({7});
+  expect_refused([&] { (void)prediction_from_json(sim, "s.json"); }, {"simulation.stages[2].ranks", "must be ["});
+  sim = good;
+  sim["simulation"]["step_s"] = 2 * good["simulation"]["step_s"].get<double>();
+  expect_refused([&] { (void)prediction_from_json(sim, "s.json"); }, {"simulation.step_s", "must equal time.step_s"});
+}
+
 TEST(Schema, FailedRunsReadAsTheirFailure) {
   Measurement run;
   run.strategy.global_batch = 1;

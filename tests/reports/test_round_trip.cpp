@@ -28,6 +28,7 @@
 #include "sim/json_reader.hpp"
 #include "sim/measurement.hpp"
 #include "sim/model_spec.hpp"
+#include "sim/simulate.hpp"
 
 namespace trainplan {
 namespace {
@@ -391,19 +392,25 @@ Timeline timeline_edges(double end) {
 
 TEST_F(RoundTrip, SimulationEdges) {
   const std::string m = write("m.json", measurement_to_json(measurement_of(1, 1)));
+  Strategy three_stages = layout();  // as many stages as the timeline, two ranks each
+  three_stages.dp = 1;
+  three_stages.pp = 3;
+  const std::vector<std::vector<int>> ranks = replica_stage_ranks(three_stages);
+  ASSERT_EQ(ranks, (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}}));
   for (double end : {kHuge, kTiny, 0.0}) {
-    PredictionDoc d = prediction_doc(estimate_of(end == 0 ? 1 : end));
+    PredictionDoc d = prediction_doc(estimate_of(end == 0 ? 1 : end, three_stages));
     d.model = "gpt2";
     d.cluster = "dgx-h100";
     d.engine = "des";
-    const Timeline t = timeline_edges(end);
-    d.simulation = simulation_doc(t, {{0, 1}, {2, 3}, {4, 5}}, true);
+    Timeline t = timeline_edges(end);
+    t.step = d.estimate.time.step;  // simulation.step_s is time.step_s (compare needs a step above 0)
+    d.simulation = simulation_doc(t, ranks, true);
     const std::string f = write("sim.json", prediction_to_json(d));
     SCOPED_TRACE(end);
     expect_report(f);
     expect_plan(f);
     expect_compare(f, m);
-    d.simulation = simulation_doc(t, {}, false);  // the summary alone (no --json or --html)
+    d.simulation = simulation_doc(t, ranks, false);  // the summary alone (no --json or --html)
     expect_report(write("summary.json", prediction_to_json(d)));
   }
 }
