@@ -20,10 +20,12 @@
 // Tolerances: per model (and per single-node set of one model on one GPU count), Spearman >= 0.9
 // between predicted and measured step times and a mean absolute error of at most 15%; at most 12%
 // over each file. Models below the Spearman target today are listed in kKnownMisses with the floor
-// they are held to (the target is NOT met for them).
+// they are held to (the target is NOT met for them), and each says whether a smooth function of the
+// layout fitted to its measurements orders them past 0.9 (smooth_fit_ceiling; checked).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -138,16 +140,62 @@ const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
     {"175B",
      {0.8, "every run is predicted 6-15% slow and 17 of the 21 ran within 53.9-59.4 s: the tp 4 runs come out +8..+15% "
            "and the tp 8 runs +6..+12%, where the two fastest measured are tp 4 (pp 32 and 16), enough to swap "
-           "neighbours; the slow bias is the A100 GEMM rate (tables derived from H100's) as on the other sets"}},
+           "neighbours; the slow bias is the A100 GEMM rate (tables derived from H100's) as on the other sets. A smooth "
+           "function of the layout orders these runs (ceiling above 0.9): trainplan's miss"}},
     {"18.4B",
      {0.7, "every run within 16%, but ten of the fifteen ran within 9.6-11.0 s of each other: the tp 8 runs are "
-           "predicted -7..+9% and the tp 1-4 runs -15..+10%, enough to swap neighbours"}},
+           "predicted -7..+9% and the tp 1-4 runs -15..+10%, enough to swap neighbours. No smooth function of the "
+           "layout orders these runs (ceiling below 0.9)"}},
     {"39.1B",
      {0.6, "the tp 2 runs with 8 or 16 pipeline stages ran 19-27 s where the tp 4 runs of the same stages and "
            "micro-batch ran 14.5-20.0 s and tp 1 with 16 stages 20.0 s; trainplan puts tp 2 between tp 1 and tp 4 "
            "(-8..-33%). Nothing in the layout explains a tp 2 slower than tp 1 (the node's measured 2-GPU all-reduce "
-           "is as fast as its 4-GPU one); and the tp 8 runs are predicted 0-12% slow, more with larger micro-batches"}},
+           "is as fast as its 4-GPU one); and the tp 8 runs are predicted 0-12% slow, more with larger micro-batches. "
+           "No smooth function of the layout orders these runs (ceiling below 0.9)"}},
 };
+
+// Whether the measurements themselves are ordered by a smooth function of the layout: ln(step) fitted
+// by least squares, on the runs themselves, with a quadratic in ln tp, ln pp and ln micro-batch and
+// the 1F1B bubble share (pp - 1) / (m + pp - 1) -- 11 coefficients. The Spearman correlation of that
+// fit with the measured steps bounds what a planner whose step time varies smoothly with the layout
+// can reach; below 0.9 the order holds irregularities no such model reproduces.
+double smooth_fit_ceiling(const std::vector<MeasuredRun>& runs) {
+  constexpr std::size_t kTerms = 11;
+  std::vector<std::array<double, kTerms>> x;
+  std::vector<double> y, measured;
+  for (const MeasuredRun& r : runs) {
+    const double a = std::log(r.tp), b = std::log(r.pp), c = std::log(r.micro_batch);
+    const double m = static_cast<double>(r.global_batch) / (r.dp * r.micro_batch);
+    x.push_back({1, a, b, c, a * a, b * b, c * c, a * b, a * c, b * c, (r.pp - 1) / (m + r.pp - 1)});
+    y.push_back(std::log(r.step_s));
+    measured.push_back(r.step_s);
+  }
+  // Normal equations, solved by Gaussian elimination with partial pivoting.
+  std::array<std::array<double, kTerms + 1>, kTerms> a{};
+  for (std::size_t i = 0; i < x.size(); ++i)
+    for (std::size_t j = 0; j < kTerms; ++j) {
+      for (std::size_t k = 0; k < kTerms; ++k) a[j][k] += x[i][j] * x[i][k];
+      a[j][kTerms] += x[i][j] * y[i];
+    }
+  for (std::size_t col = 0; col < kTerms; ++col) {
+    std::size_t pivot = col;
+    for (std::size_t r = col + 1; r < kTerms; ++r)
+      if (std::abs(a[r][col]) > std::abs(a[pivot][col])) pivot = r;
+    std::swap(a[col], a[pivot]);
+    for (std::size_t r = 0; r < kTerms; ++r) {
+      if (r == col) continue;
+      const double f = a[r][col] / a[col][col];
+      for (std::size_t k = col; k <= kTerms; ++k) a[r][k] -= f * a[col][k];
+    }
+  }
+  std::vector<double> fitted;
+  for (const auto& row : x) {
+    double v = 0;
+    for (std::size_t j = 0; j < kTerms; ++j) v += row[j] * a[j][kTerms] / a[j][j];
+    fitted.push_back(v);
+  }
+  return testing::spearman(fitted, measured);
+}
 
 void check_models(const std::map<std::string, Set>& by_model, const char* what) {
   for (const auto& [model, set] : by_model) {
@@ -177,6 +225,15 @@ TEST(ValidationVTrain, MultiNodeLayoutOrderPerModel) {
   const auto by_model = predict_runs(runs, [](const MeasuredRun& r) { return r.model; });
   ASSERT_EQ(by_model.size(), 4u);
   check_models(by_model, "multi-node ");
+  // A known miss says whether the measured order is a smooth function of the layout; that is checked.
+  std::map<std::string, std::vector<MeasuredRun>> runs_of;
+  for (const MeasuredRun& r : runs) runs_of[r.model].push_back(r);
+  for (const auto& [model, miss] : kKnownMisses) {
+    const double ceiling = smooth_fit_ceiling(runs_of.at(model));
+    std::cout << fmt::format("multi-node  {:10s} smooth-fit ceiling {:.3f}\n", model, ceiling);
+    const bool data_limited = std::string(miss.second).find("ceiling below 0.9") != std::string::npos;
+    EXPECT_EQ(ceiling < 0.9, data_limited) << model << ": " << ceiling;
+  }
   const double err = overall_error(by_model);
   std::cout << fmt::format("multi-node: mean absolute step error {:.1f}% over {} runs (bound 12%)\n", 100 * err, runs.size());
   EXPECT_LE(err, 0.12);
