@@ -206,6 +206,16 @@ std::optional<std::string> validate_dense_experts(const Strategy& s) {
   return std::nullopt;
 }
 
+// The experts fold over a pipeline stage's ranks (RankLayout): etp x ep must divide tp x cp x dp. A
+// rule of the layout alone, whatever the model: the rule broken, or none.
+std::optional<std::string> expert_fold_error(const Strategy& s) {
+  const long long dense = static_cast<long long>(s.tp) * s.cp * s.dp, expert = static_cast<long long>(s.etp) * s.ep;
+  if (dense % expert == 0) return std::nullopt;
+  return fmt::format("etp x ep ({} x {}) must divide a pipeline stage's tp x cp x dp ({} x {} x {}): the experts fold "
+                     "over its ranks, edp = tp x cp x dp / (etp x ep)",
+                     s.etp, s.ep, s.tp, s.cp, s.dp);
+}
+
 // Megatron-core's two rank generators (parallel_state.py) must give the same pipeline groups: the
 // ranks laid out before pp in --rank-order number tp x cp x dp dense and etp x ep x edp expert
 // (tp -> etp, cp -> 1, dp -> ep x edp), so those products must agree.
@@ -238,13 +248,7 @@ std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& 
   if (s.etp < 1) return bad_flag("--etp", std::to_string(s.etp), "must be >= 1");
   if (m.moe.experts % s.ep != 0)
     return bad_flag("--ep", std::to_string(s.ep), fmt::format("must divide the model's experts ({})", m.moe.experts));
-  const long long dense = static_cast<long long>(s.tp) * s.cp * s.dp, expert = static_cast<long long>(s.etp) * s.ep;
-  if (dense % expert != 0) {
-    return bad_flag("--ep", std::to_string(s.ep),
-                    fmt::format("etp x ep ({} x {}) must divide a pipeline stage's tp x cp x dp ({} x {} x {}): the "
-                                "experts fold over its ranks, edp = tp x cp x dp / (etp x ep)",
-                                s.etp, s.ep, s.tp, s.cp, s.dp));
-  }
+  if (auto rule = expert_fold_error(s)) return bad_flag("--ep", std::to_string(s.ep), *rule);
   if (m.moe.expert_ffn % s.etp != 0)
     return bad_flag("--etp", std::to_string(s.etp), fmt::format("must divide the experts' width ({})", m.moe.expert_ffn));
   const long long shared = static_cast<long long>(m.moe.shared_experts) * m.moe.shared_ffn;
@@ -509,6 +513,7 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
     s.grad_compression = *parsed;
   }
   read_expert_fields(o, s);
+  if (auto rule = expert_fold_error(s)) throw o.error("ep", *rule);
   if (auto a = o.optional_string("pipeline_accounts")) {
     auto parsed = parse_pipeline_accounts(*a);
     if (!parsed) throw o.error("pipeline_accounts", "must list embedding, loss (comma-separated), or be layers or none");

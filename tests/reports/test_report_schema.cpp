@@ -253,6 +253,10 @@ TEST(Schema, SimulationIsOfTheLayout) {
   sim = good;
   sim["simulation"]["step_s"] = 2 * good["simulation"]["step_s"].get<double>();
   expect_refused([&] { (void)prediction_from_json(sim, "s.json"); }, {"simulation.step_s", "must equal time.step_s"});
+  // Expert ranks that cannot fold over a stage's ranks have no rank layout to check against.
+  sim = good;
+  sim["strategy"]["ep"] = 3;
+  expect_refused([&] { (void)prediction_from_json(sim, "s.json"); }, {"strategy.ep = 3", "must divide"});
 }
 
 TEST(Schema, FailedRunsReadAsTheirFailure) {
