@@ -368,6 +368,13 @@ void refuse_extended_keys(const JsonObject& o, const std::string& type) {
                                    "kimi_k2|gpt_oss|llama4 and will not load this one as a dense model",
                                    type));
   }
+  refuse_unread_layout_keys(o, "a " + type + " config");
+  // A window where the family's model has none: transformers passes over the key for this type.
+  const bool windowed = type == "mistral" || type == "qwen2";
+  if (!windowed && o.has_value("sliding_window") && !absent_value(o.raw("sliding_window")))
+    throw o.error("sliding_window", fmt::format("is not read by a {} model, which attends over the whole sequence on "
+                                                "every layer; model_type mistral or qwen2 reads it",
+                                                type));
 }
 
 void read_linear_biases(const JsonObject& o, const std::string& type, ModelSpec& m) {

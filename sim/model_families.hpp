@@ -47,7 +47,9 @@ bool is_extended_hf_type(const std::string& type);
 int parse_extended_hf(const JsonObject& o, const std::string& type, ModelSpec& m, std::string& limit_key);
 // A dense family's config (llama, mistral, qwen2, gpt2, gpt_neox) must carry no expert or latent-
 // attention key: such a key is refused with the families that have it, never ignored (a Mixtral
-// config relabelled "mistral" would otherwise load as a 7B dense model).
+// config relabelled "mistral" would otherwise load as a 7B dense model). So are the other families'
+// layout keys (Llama 4's chunks, DeepSeek's head widths and groups, Qwen's dense-layer list) and a
+// sliding_window under a family whose model has no window (llama, gpt2, gpt_neox).
 void refuse_extended_keys(const JsonObject& o, const std::string& type);
 // The dense linears' biases of a config of `type` (transformers' modeling_<type>.py):
 //   llama (attention_bias: Q, K, V and O; mlp_bias), qwen3_moe, llama4 and gpt_oss (attention_bias;

@@ -219,6 +219,16 @@ TEST(HfMoe, AnotherFamilysKeysAreRefused) {
                        "q.json: shared_expert_intermediate_size = 4096, is not a key of a qwen3_moe config"));
   q["shared_expert_intermediate_size"] = 0;
   EXPECT_EQ(parse_hf_config(q, "q.json").moe.shared_experts, 0);
+  // Nor is a window under a family without one, or another family's layout key.
+  json w = read_json_file(kHf + "llama3-8b/config.json");
+  w["sliding_window"] = nullptr;
+  EXPECT_NO_THROW(parse_hf_config(w, "w.json"));
+  w["sliding_window"] = 4096;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(w, "w.json"); }), "sliding_window = 4096, is not read by a llama model"));
+  w.erase("sliding_window");
+  w["attention_chunk_size"] = 8192;
+  EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(w, "w.json"); }), "attention_chunk_size = 8192, is not a key of a llama config"));
+
   json x = read_json_file(kHf + "mixtral-8x7b/config.json");
   x["first_k_dense_replace"] = 3;
   EXPECT_TRUE(Contains(input_error([&] { parse_hf_config(x, "x.json"); }), "x.json: first_k_dense_replace = 3"));
