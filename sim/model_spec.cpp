@@ -194,6 +194,12 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
     if (o.has_value("head_dim") && m.hidden % m.heads == 0 && o.integer("head_dim", 1, kHeads) != m.hidden / m.heads) {
       throw o.error("head_dim", fmt::format("is not a key of a {} config, whose head size is hidden / heads", type));
     }
+    // GPT2Block adds a cross-attention over an encoder's states where add_cross_attention is true:
+    // the decoder of an encoder-decoder model, which trainplan does not model.
+    if (type == "gpt2" && o.has_value("add_cross_attention") && o.boolean("add_cross_attention")) {
+      throw o.error("add_cross_attention", "gives every layer a cross-attention over an encoder's output (an "
+                                           "encoder-decoder's decoder), which trainplan does not model");
+    }
   } else if (!extended) {
     // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
     m.explicit_head_dim = read_head_dim(o, true);
