@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <string>
@@ -113,6 +114,7 @@ const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
 
 struct SetResult {
   std::vector<double> predicted, measured;
+  std::vector<bool> predicted_fits;  // per ranked run: the plan is predicted to fit in memory
   int verdicts = 0, agree = 0, ran = 0, ran_predicted_oom = 0;
   double gpu_s_per_token = 0;  // GPUs / tokens per step: a step time in GPU-seconds per token
 };
@@ -160,6 +162,7 @@ std::map<std::string, SetResult> predict_sets(const ColumnProfile& profile_of) {
     out.ran_predicted_oom += !e.feasible;
     out.predicted.push_back(e.time.step);
     out.measured.push_back(r.at("step_time_s"));
+    out.predicted_fits.push_back(e.feasible);
     out.gpu_s_per_token = static_cast<double>(s.gpus()) / (static_cast<double>(s.global_batch) * seq);
   }
   return sets;
@@ -203,6 +206,34 @@ TEST(ValidationRanking, Hagemann2023LayoutOrderPerSet) {
               "predicted out of memory\n", met, sets.size(), agree, verdicts, ran_predicted_oom, ran);
   EXPECT_GE(agree, 0.85 * verdicts);
   EXPECT_LE(ran_predicted_oom, 0.06 * ran);
+}
+
+// What a planner's user acts on: its first few layouts. Of the runs predicted to fit, the `top`
+// fastest predicted; their best measured step against the set's measured best (0: among them).
+double top_regret(const SetResult& r, std::size_t top) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < r.predicted.size(); ++i)
+    if (r.predicted_fits[i]) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return r.predicted[a] < r.predicted[b]; });
+  double picked = std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < std::min(top, order.size()); ++k) picked = std::min(picked, r.measured[order[k]]);
+  return picked / *std::min_element(r.measured.begin(), r.measured.end()) - 1;
+}
+
+// Tolerance: in at least 8 of the 10 sets, one of the three layouts trainplan ranks first ran within
+// 3% of the set's measured best (9 today; the exception, 13B at 2k on 32 GPUs, loses its two fastest
+// layouts to the memory model, which predicts them out of memory at 88.6 GB though they ran).
+TEST(ValidationRanking, Hagemann2023TopLayoutsRunNearTheBest) {
+  const std::map<std::string, SetResult> sets = predict_ranked_sets();
+  int near = 0;
+  for (const auto& [set, r] : sets) {
+    const double first = top_regret(r, 1), three = top_regret(r, 3);
+    std::printf("%-40s first-ranked layout %5.1f%% slower than the measured best; best of the top 3 %5.1f%%\n",
+                set.c_str(), 100 * first, 100 * three);
+    near += three <= 0.03;
+  }
+  std::printf("%d of %zu sets: one of the top 3 within 3%% of the measured best (bound: 8)\n", near, sets.size());
+  EXPECT_GE(near, 8);
 }
 
 // Per model, as a planner compares the layouts of one model across the GPU counts and sequence
