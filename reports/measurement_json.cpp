@@ -148,7 +148,7 @@ void read_memory(const JsonObject& mem, Measurement& m) {
     }
   }
   const std::vector<JsonObject> stages = mem.objects("per_stage");
-  schema::check_stage_count(mem, stages.size(), s.pp);
+  schema::check_stage_count(mem, "per_stage", stages.size(), s.pp);
   double largest = 0;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const JsonObject& o = stages[i];

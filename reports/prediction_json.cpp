@@ -72,7 +72,7 @@ void read_memory(const JsonObject& mem, Estimate& e) {
   e.capacity = mem.number("capacity_bytes", 0, kInf);
   const std::vector<JsonObject> stages = mem.objects("per_stage");
   const int pp = e.strategy.pp;
-  if (!stages.empty()) schema::check_stage_count(mem, stages.size(), pp);
+  if (!stages.empty()) schema::check_stage_count(mem, "per_stage", stages.size(), pp);
   if (stages.empty() && e.feasible) {
     throw mem.error("per_stage", fmt::format("is empty, must have one entry per pipeline stage (strategy.pp = {})", pp));
   }
@@ -291,13 +291,12 @@ ParamCounts read_parameters(const JsonObject& o) {
 void check_simulation_layout(const JsonObject& root, const SimulationDoc& sim, const Estimate& e) {
   const JsonObject o = root.object("simulation");
   const int pp = e.strategy.pp;
+  schema::check_stage_count(o, "stages", sim.stages.size(), pp);
+  if (sim.timeline) schema::check_stage_count(o.object("timeline"), "stages", sim.timeline->size(), pp);
+  // Counted first: the rank layout is built for as many stages as the file lists, never more.
+  const std::vector<std::vector<int>> ranks = replica_stage_ranks(e.strategy);
   auto check_stages = [&](const JsonObject& section, const auto& stages) {
-    if (static_cast<long long>(stages.size()) != pp) {
-      throw section.error("stages", fmt::format("has {} entries, must have one per pipeline stage (strategy.pp = {})",
-                                                stages.size(), pp));
-    }
     const std::vector<JsonObject> entries = section.objects("stages");
-    const std::vector<std::vector<int>> ranks = replica_stage_ranks(e.strategy);
     for (std::size_t i = 0; i < stages.size(); ++i) {
       schema::check_stage_index(entries[i], stages[i].stage, i);
       if (stages[i].ranks != ranks[i]) {

@@ -139,10 +139,9 @@ void check_consistent(const JsonObject& o, const std::string& key, double stored
   if (!(std::fabs(stored - expected) <= tol)) throw o.error(key, rule);
 }
 
-void check_stage_count(const JsonObject& memory, std::size_t entries, int pp) {
+void check_stage_count(const JsonObject& section, const std::string& key, std::size_t entries, int pp) {
   if (static_cast<long long>(entries) != pp) {
-    throw memory.error("per_stage", fmt::format("has {} entries, must have one per pipeline stage (strategy.pp = {})",
-                                                entries, pp));
+    throw section.error(key, fmt::format("has {} entries, must have one per pipeline stage (strategy.pp = {})", entries, pp));
   }
 }
 

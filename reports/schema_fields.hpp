@@ -55,10 +55,11 @@ std::string nested(const JsonObject& o, const std::string& key);
 void check_consistent(const JsonObject& o, const std::string& key, double stored, double expected,
                       const std::string& rule);
 
-// A memory section's "per_stage" list holds one entry per pipeline stage of the strategy, in
-// order: `entries` of them for `pp` stages (check_stage_count, on the section), and entry i is
-// stage i (check_stage_index, on the entry).
-void check_stage_count(const JsonObject& memory, std::size_t entries, int pp);
+// A per-stage list (a memory section's "per_stage", a simulation's "stages") holds one entry per
+// pipeline stage of the strategy, in order: `entries` of them under `key` for `pp` stages
+// (check_stage_count, on the section holding the list), and entry i is stage i
+// (check_stage_index, on the entry).
+void check_stage_count(const JsonObject& section, const std::string& key, std::size_t entries, int pp);
 void check_stage_index(const JsonObject& entry, int stage, std::size_t i);
 
 // The document's "schema" must be `expected`; `hint` ends the message (e.g. "is this a
