@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -35,6 +36,20 @@ inline double spearman(const std::vector<double>& a, const std::vector<double>& 
     sbb += (rb[i] - mb) * (rb[i] - mb);
   }
   return sab / std::sqrt(saa * sbb);
+}
+
+// What a planner's user acts on: its first `top` layouts. Among the runs `eligible` (empty: all;
+// a planner drops those it predicts out of memory), the `top` fastest predicted; their best
+// measured step against the fastest measured run, minus one (0: the fastest is among them).
+inline double top_regret(const std::vector<double>& predicted, const std::vector<double>& measured, std::size_t top,
+                         const std::vector<bool>& eligible = {}) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < predicted.size(); ++i)
+    if (eligible.empty() || eligible[i]) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return predicted[a] < predicted[b]; });
+  double picked = std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < std::min(top, order.size()); ++k) picked = std::min(picked, measured[order[k]]);
+  return picked / *std::min_element(measured.begin(), measured.end()) - 1;
 }
 
 }  // namespace trainplan::testing
