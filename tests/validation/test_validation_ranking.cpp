@@ -22,10 +22,13 @@
 //
 // Tolerance: per set, Spearman >= 0.9. Sets the model misses today are listed in kKnownMisses
 // with what is not modelled and a floor they must stay above (the target is NOT met for them).
-// Memory: the verdicts agree on at least 85% of the ok and oom rows, and at most 6% of the runs
-// that ran are predicted out of memory (a planner that drops a layout that runs loses it; today 12
-// of 207: layouts with few model-parallel ranks per parameter, tp x pp of 1-4, and four large
-// micro-batch 65B layouts, all near the 80 GB).
+// Memory: the verdicts agree on at least 90% of the ok and oom rows (426 of 466 today), and at most
+// 6% of the runs that ran are predicted out of memory (a planner that drops a layout that runs
+// loses it; today 12 of 207: layouts with few model-parallel ranks per parameter, tp x pp of 1-4,
+// and four large micro-batch 65B layouts, all near the 80 GB). The other disagreements (28 of the
+// 259 oom rows predicted to fit) are printed: there the sweep's own sets disagree with each other (65B at
+// tp 8 pp 8, micro-batch 4, fused RMSNorm, no recomputation: ran with one data-parallel replica on 64
+// GPUs, trial 132978, and ran out of memory with two on 128, trial 132252, where each GPU holds less).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -114,7 +117,7 @@ const std::map<std::string, std::pair<double, const char*>> kKnownMisses = {
 struct SetResult {
   std::vector<double> predicted, measured;
   std::vector<bool> predicted_fits;  // per ranked run: the plan is predicted to fit in memory
-  int verdicts = 0, agree = 0, ran = 0, ran_predicted_oom = 0;
+  int verdicts = 0, agree = 0, ran = 0, ran_predicted_oom = 0, oom_predicted_fit = 0;
   double gpu_s_per_token = 0;  // GPUs / tokens per step: a step time in GPU-seconds per token
 };
 
@@ -156,7 +159,10 @@ std::map<std::string, SetResult> predict_sets(const ColumnProfile& profile_of) {
     SetResult& out = sets[set];
     out.verdicts += 1;
     out.agree += e.feasible == (outcome == "ok");
-    if (outcome != "ok") continue;
+    if (outcome != "ok") {
+      out.oom_predicted_fit += e.feasible;
+      continue;
+    }
     out.ran += 1;
     out.ran_predicted_oom += !e.feasible;
     out.predicted.push_back(e.time.step);
@@ -185,7 +191,7 @@ double mean_abs_error(const SetResult& r) {
 TEST(ValidationRanking, Hagemann2023LayoutOrderPerSet) {
   const std::map<std::string, SetResult> sets = predict_ranked_sets();
   ASSERT_EQ(sets.size(), 10u);
-  int verdicts = 0, agree = 0, ran = 0, ran_predicted_oom = 0, met = 0;
+  int verdicts = 0, agree = 0, ran = 0, ran_predicted_oom = 0, oom_predicted_fit = 0, met = 0;
   for (const auto& [set, r] : sets) {
     ASSERT_GE(r.predicted.size(), 7u) << set;
     const double rho = spearman(r.predicted, r.measured);
@@ -200,10 +206,12 @@ TEST(ValidationRanking, Hagemann2023LayoutOrderPerSet) {
     agree += r.agree;
     ran += r.ran;
     ran_predicted_oom += r.ran_predicted_oom;
+    oom_predicted_fit += r.oom_predicted_fit;
   }
   std::printf("%d of %zu sets at Spearman >= 0.9; memory verdicts agree on %d of %d rows; %d of %d runs that ran "
-              "predicted out of memory\n", met, sets.size(), agree, verdicts, ran_predicted_oom, ran);
-  EXPECT_GE(agree, 0.85 * verdicts);
+              "predicted out of memory; %d of %d that ran out of memory predicted to fit\n",
+              met, sets.size(), agree, verdicts, ran_predicted_oom, ran, oom_predicted_fit, verdicts - ran);
+  EXPECT_GE(agree, 0.9 * verdicts);
   EXPECT_LE(ran_predicted_oom, 0.06 * ran);
 }
 
