@@ -37,6 +37,13 @@ std::optional<Objective> parse_objective(const std::string& s) {
   return std::nullopt;
 }
 
+unsigned recomputable_modules(const ModelSpec& m) {
+  unsigned modules = 0;
+  if (m.moe.on()) modules |= kRecomputeMoeAct | kRecomputeLayernorm;
+  if (m.mla.on()) modules |= kRecomputeMlaUpProj | kRecomputeLayernorm;
+  return modules;
+}
+
 SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_len, Attention attention) {
   SearchSpace s;
   s.attention = attention;
@@ -95,7 +102,9 @@ class Worker {
 
   // predict's scratch for a strategy: one per layer variant -- the settings' innermost digits, so
   // that each sees one layer-cost setting under the ZeRO stages in turn (its StepMemo).
-  PredictScratch& costs(const Strategy& s) { return costs_[LayerVariant{s.recompute, s.sequence_parallel}]; }
+  PredictScratch& costs(const Strategy& s) {
+    return costs_[LayerVariant{s.recompute, s.sequence_parallel, s.recompute_modules}];
+  }
   Estimate estimate;  // the last prediction
 
  private:

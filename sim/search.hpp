@@ -48,7 +48,9 @@ std::optional<Objective> parse_objective(const std::string& s);
 // fold over a layout (etp x ep divides tp x cp x dp), each with etp 1 (etp_one) and etp = tp
 // (etp_tp); and what every candidate shares (strategy.hpp): the routing imbalance (candidates with
 // ep below it are not enumerated; ep 1 is balanced), capacity factor, dispatcher, all-to-all
-// overlap (ep > 1 only) and module recomputation.
+// overlap (ep > 1 only). Module recomputation: the modules a candidate may recompute with
+// recomputation none or selective; every subset of them is a setting of its own (the empty set,
+// none, included), so the search picks which to recompute.
 struct ExpertSpace {
   int max_ep = 0;
   bool etp_one = true, etp_tp = true;
@@ -58,6 +60,12 @@ struct ExpertSpace {
   unsigned recompute_modules = 0;
   bool operator==(const ExpertSpace&) const = default;
 };
+
+// The modules of `m` that Megatron-core's module recomputation applies to (strategy.hpp,
+// RecomputeModule): moe_act and layernorm with experts; mla_up_proj and layernorm with multi-head
+// latent attention; none for a dense model without MLA. ExpertSpace::recompute_modules takes
+// these where a caller searches them all.
+unsigned recomputable_modules(const ModelSpec& m);
 
 // What to enumerate. Limits of 0 mean "no limit beyond what validate() allows".
 struct SearchSpace {

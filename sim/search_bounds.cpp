@@ -21,30 +21,35 @@ Bytes least_layer_activation(const LayerGraph& g, const Strategy& s) {
   return least;
 }
 
+// The strategy one layer's stored activations are figured for: layer shape `at`, variant `v`, the
+// space's batch, format and expert settings.
+Strategy layer_strategy(const Problem& p, const LayerShape& at, LayerVariant v) {
+  Strategy s;
+  s.tp = p.tps[at.tp], s.cp = p.cps[at.cp], s.micro_batch = p.micro_batches[at.mb];
+  s.global_batch = p.space.global_batch, s.seq_len = p.space.seq_len;
+  s.recompute = v.recompute, s.sequence_parallel = v.sp && s.tp > 1, s.recompute_modules = v.modules;
+  s.dtype = p.space.dtype, s.attention = p.space.attention;
+  s.ep = p.expert_layouts[at.ex].ep, s.etp = p.expert_layouts[at.ex].etp;
+  if (p.graph.model().moe.on()) {
+    s.moe_imbalance = s.ep > 1 ? p.space.experts.moe_imbalance : 1.0;
+    s.capacity_factor = p.space.experts.capacity_factor;
+  }
+  return s;
+}
+
 // The stored activation bytes per layer (the least of the layer kinds') of every (tp, cp,
-// micro-batch, expert layout, recompute, sp); sp only where tp > 1 (the tp == 1 entries with sp on
-// hold the figure without it).
+// micro-batch, expert layout) and layer variant the space has; sp only where tp > 1 (the tp == 1
+// entries with sp on hold the figure without it).
 LayerTable<Bytes> activation_table(const Problem& p) {
   LayerTable<Bytes> t(p.tps.size(), p.cps.size(), p.micro_batches.size(), p.expert_layouts.size(), 0.0);
+  const std::vector<LayerVariant> variants = layer_variants(p.space);
   for (std::size_t ti = 0; ti < p.tps.size(); ++ti)
     for (std::size_t ci = 0; ci < p.cps.size(); ++ci)
       for (std::size_t mi = 0; mi < p.micro_batches.size(); ++mi)
-        for (std::size_t xi = 0; xi < p.expert_layouts.size(); ++xi)
-          for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-            for (bool sp : {false, true}) {
-              Strategy s;
-              s.tp = p.tps[ti], s.cp = p.cps[ci], s.micro_batch = p.micro_batches[mi];
-              s.global_batch = p.space.global_batch, s.seq_len = p.space.seq_len;
-              s.recompute = r, s.sequence_parallel = sp && s.tp > 1;
-              s.dtype = p.space.dtype, s.attention = p.space.attention;
-              s.ep = p.expert_layouts[xi].ep, s.etp = p.expert_layouts[xi].etp;
-              if (p.graph.model().moe.on()) {
-                s.moe_imbalance = s.ep > 1 ? p.space.experts.moe_imbalance : 1.0;
-                s.capacity_factor = p.space.experts.capacity_factor;
-                s.recompute_modules = r == Recompute::full ? 0u : p.space.experts.recompute_modules;
-              }
-              t[{ti, ci, mi, xi}][LayerVariant{r, sp}] = least_layer_activation(p.graph, s);
-            }
+        for (std::size_t xi = 0; xi < p.expert_layouts.size(); ++xi) {
+          const LayerShape at{ti, ci, mi, xi};
+          for (LayerVariant v : variants) t[at][v] = least_layer_activation(p.graph, layer_strategy(p, at, v));
+        }
   return t;
 }
 

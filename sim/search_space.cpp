@@ -111,7 +111,28 @@ bool valid_combination(const SearchSpace& sp, const ZeroPolicy& z, DpAlgorithm a
   return !(gc.kind == CompressionKind::bf16 && sp.dtype != Dtype::fp32 && !sp.fp32_grad_accum);
 }
 
-// The settings, in enumeration order (ZeRO stage, recompute, sp, DP algorithm, compression).
+}  // namespace
+
+std::vector<unsigned> module_sets(const SearchSpace& sp, Recompute r) {
+  const unsigned allowed = r == Recompute::full ? 0u : sp.experts.recompute_modules;
+  std::vector<unsigned> sets;
+  for (unsigned m = 0; m < LayerVariant::kModuleSets; ++m)
+    if ((m & allowed) == m) sets.push_back(m);
+  return sets;
+}
+
+std::vector<LayerVariant> layer_variants(const SearchSpace& sp) {
+  std::vector<LayerVariant> out;
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+    for (unsigned modules : module_sets(sp, r))
+      for (bool on : {false, true}) out.push_back({r, on, modules});
+  return out;
+}
+
+namespace {
+
+// The settings, in enumeration order (ZeRO stage, recompute, recomputed modules, sp, DP algorithm,
+// compression).
 // Sequence parallelism is a setting only with tp > 1. Throws InputError when the flags leave no
 // valid combination: that is bad input, not a search that found no layout.
 void add_settings(Problem& p) {
@@ -119,19 +140,18 @@ void add_settings(Problem& p) {
   for (int stage : sp.zero_stages) {
     const ZeroPolicy z = ZeroPolicy::of(stage);
     for (Recompute r : sp.recompute)
-      for (bool on : sp.sequence_parallel) {
-        // Module recomputation is refused with full recomputation (validate()).
-        if (sp.experts.recompute_modules != 0 && r == Recompute::full) continue;
-        for (DpAlgorithm a : sp.dp_algorithms)
-          for (const GradCompression& gc : sp.grad_compressions) {
-            if (!valid_combination(sp, z, a, gc)) continue;
-            const Setting st{z, LayerVariant{r, on}, a, gc};
-            if (!on) p.settings_tp1.push_back(st);
-            // An MoE model with TP needs sequence parallelism (validate()).
-            if (!on && p.graph.model().moe.on()) continue;
-            p.settings_tp.push_back(st);
-          }
-      }
+      for (unsigned modules : module_sets(sp, r))
+        for (bool on : sp.sequence_parallel) {
+          for (DpAlgorithm a : sp.dp_algorithms)
+            for (const GradCompression& gc : sp.grad_compressions) {
+              if (!valid_combination(sp, z, a, gc)) continue;
+              const Setting st{z, LayerVariant{r, on, modules}, a, gc};
+              if (!on) p.settings_tp1.push_back(st);
+              // An MoE model with TP needs sequence parallelism (validate()).
+              if (!on && p.graph.model().moe.on()) continue;
+              p.settings_tp.push_back(st);
+            }
+        }
   }
   if (!p.settings_tp.empty() || !p.settings_tp1.empty()) return;
   auto list = [](const auto& items) {
@@ -265,8 +285,8 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
     s.capacity_factor = p.space.experts.capacity_factor;
     s.dispatcher = p.space.experts.dispatcher;
     s.moe_a2a_overlap = l.ep > 1 && p.space.experts.moe_a2a_overlap;
-    s.recompute_modules = p.space.experts.recompute_modules;
   }
+  s.recompute_modules = st.variant.modules;
   if (s.uses_ps()) {
     s.ps_servers = p.space.ps_servers;
     s.ps_placement = p.space.ps_placement;

@@ -21,13 +21,18 @@
 
 namespace trainplan::search_detail {
 
-// (recompute, sequence parallelism): the two setting digits one layer's costs and stored
-// activations depend on (with the layer shape).
+// (recompute, sequence parallelism, recomputed modules): the setting digits one layer's costs and
+// stored activations depend on (with the layer shape).
 struct LayerVariant {
   Recompute recompute = Recompute::none;
   bool sp = false;
-  static constexpr std::size_t kCount = 3 * 2;  // Recompute's three values x sp off/on
-  constexpr std::size_t index() const { return static_cast<std::size_t>(recompute) * 2 + (sp ? 1 : 0); }
+  unsigned modules = 0;  // RecomputeModule bits (strategy.hpp)
+  static constexpr std::size_t kModuleSets = 8;  // every subset of the three RecomputeModule bits
+  static_assert((kRecomputeMoeAct | kRecomputeMlaUpProj | kRecomputeLayernorm) < kModuleSets);
+  static constexpr std::size_t kCount = 3 * 2 * kModuleSets;  // Recompute's three values x sp off/on x modules
+  constexpr std::size_t index() const {
+    return (static_cast<std::size_t>(recompute) * 2 + (sp ? 1 : 0)) * kModuleSets + modules;
+  }
 };
 
 // A T for each LayerVariant.
@@ -42,6 +47,15 @@ class ByVariant {
  private:
   std::array<T, LayerVariant::kCount> cells_{};
 };
+
+// The module sets a candidate with recomputation `r` may recompute: every subset of the space's
+// recompute_modules (the empty set first) with none or selective recomputation; none with full
+// recomputation, which recomputes every module already.
+std::vector<unsigned> module_sets(const SearchSpace& sp, Recompute r);
+
+// Every layer variant of the space: each recomputation (none, selective, full) with its module
+// sets, sequence parallelism off and on.
+std::vector<LayerVariant> layer_variants(const SearchSpace& sp);
 
 // One per-rank layer shape of the space: tp, cp, micro-batch and expert layout (ep, etp), as
 // indices into Problem::tps, Problem::cps, Problem::micro_batches and Problem::expert_layouts.

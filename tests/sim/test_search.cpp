@@ -2,7 +2,9 @@
 // Pareto front and the bookkeeping of counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <tuple>
 
 #include <set>
@@ -14,6 +16,7 @@
 #include "sim/predict.hpp"
 #include "sim/search.hpp"
 #include "sim/simulate.hpp"
+#include "sim/software.hpp"
 #include "default_software.hpp"
 
 namespace {
@@ -411,6 +414,12 @@ ExpertSpace dropping_flex() {
   return x;
 }
 
+ExpertSpace every_module(const ModelSpec& m) {
+  ExpertSpace x;
+  x.recompute_modules = recomputable_modules(m);
+  return x;
+}
+
 ModelSpec mixtral() { return model("mixtral-8x7b"); }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -420,8 +429,69 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeSpace{"SmallDeepSeekImbalanced", small_deepseek, "dgx-a100-80g", 16, 16, 4096,
                                imbalanced_capped(), Objective::time},
                       MoeSpace{"SmallDeepSeekDropping", small_deepseek, "dgx-h100", 16, 16, 4096, dropping_flex(),
-                               Objective::throughput}),
+                               Objective::throughput},
+                      MoeSpace{"SmallDeepSeekEveryModule", small_deepseek, "dgx-h100", 16, 32, 4096,
+                               every_module(small_deepseek()), Objective::throughput}),
     [](const ::testing::TestParamInfo<MoeSpace>& i) { return std::string(i.param.name); });
+
+// The modules a space lets candidates recompute are searched subset by subset: with recomputation
+// none every subset of them (none included) is a setting of its own, with full recomputation only
+// the empty set (full recomputes every module already); each candidate validates.
+TEST(Search, TriesEverySubsetOfTheRecomputableModules) {
+  const ModelSpec m = small_deepseek();
+  EXPECT_EQ(recomputable_modules(m), kRecomputeMoeAct | kRecomputeLayernorm | kRecomputeMlaUpProj);
+  EXPECT_EQ(recomputable_modules(model("mixtral-8x7b")), kRecomputeMoeAct | kRecomputeLayernorm);
+  EXPECT_EQ(recomputable_modules(model("llama3-8b")), 0u);
+  const Cluster cl = load_cluster("dgx-h100", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 4096);
+  SearchSpace sp = default_space(cl, 16, 32, 4096);
+  const std::vector<Strategy> plain = enumerate_space(g, cl, sp);
+  sp.experts.recompute_modules = kRecomputeMoeAct | kRecomputeLayernorm;
+  const std::vector<Strategy> every = enumerate_space(g, cl, sp);
+  std::map<unsigned, int> none_by_modules;
+  int full = 0;
+  for (const Strategy& s : every) {
+    ASSERT_FALSE(validate(s, m).has_value()) << describe(s);
+    if (s.recompute == Recompute::full) {
+      EXPECT_EQ(s.recompute_modules, 0u) << describe(s);
+      ++full;
+    } else {
+      ++none_by_modules[s.recompute_modules];
+    }
+  }
+  // {}, {moe_act}, {layernorm}, {moe_act, layernorm}, each with as many candidates as the plain space.
+  ASSERT_EQ(none_by_modules.size(), 4u);
+  const int plain_none = static_cast<int>(std::count_if(plain.begin(), plain.end(),
+                                                        [](const Strategy& s) { return s.recompute != Recompute::full; }));
+  for (const auto& [modules, n] : none_by_modules) EXPECT_EQ(n, plain_none) << recompute_modules_string(modules);
+  EXPECT_EQ(full, static_cast<int>(plain.size()) - plain_none);
+  EXPECT_EQ(every.size(), plain.size() + 3 * static_cast<std::size_t>(plain_none));
+}
+
+// Where memory binds, recomputing modules lets a faster layout fit: DeepSeek-V3 on 256 H100s
+// without module recomputation fits only with full recomputation or at ZeRO-3 (about 16.3 s a
+// step); recomputing MLA's up projections fits a layout without full recomputation (about
+// 13.8 s). The search over the module sets finds it; without them it cannot.
+TEST(Search, ModuleRecomputationFindsAFasterLayoutThatFits) {
+  const ModelSpec m = model("deepseek-v3");
+  const Cluster cl = load_cluster("dgx-h100", TRAINPLAN_SOURCE_DIR);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 4096);
+  SearchSpace sp = default_space(cl, 256, 1024, 4096);
+  sp.experts.dispatcher = sw.moe.dispatcher;
+  SearchOptions o;
+  o.threads = 2;
+  const SearchResult without = search(g, cl, sw, sp, o);
+  sp.experts.recompute_modules = recomputable_modules(m);
+  const SearchResult with = search(g, cl, sw, sp, o);
+  ASSERT_FALSE(without.top.empty());
+  ASSERT_FALSE(with.top.empty());
+  EXPECT_EQ(without.top[0].strategy.recompute_modules, 0u);
+  EXPECT_NE(with.top[0].strategy.recompute_modules, 0u) << describe(with.top[0].strategy);
+  EXPECT_NE(with.top[0].strategy.recompute, Recompute::full) << describe(with.top[0].strategy);
+  EXPECT_LT(with.top[0].time.step, 0.9 * without.top[0].time.step)
+      << describe(with.top[0].strategy) << " vs " << describe(without.top[0].strategy);
+}
 
 TEST(Search, PrunedEqualsBruteForceOffTheDefaults) {
   // Standard attention (selective recomputation differs from none), every schedule including
