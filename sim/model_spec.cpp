@@ -104,6 +104,166 @@ static model_detail::ExtensionKeys hf_extension_keys(const std::string& type) {
   return k;
 }
 
+namespace {
+
+// The bounds of a trainplan model file's keys (parse_model): 2^24 layers took minutes to lay out.
+enum HfBound {
+  kLayers = 100000, kHidden = 1 << 20, kHeads = 1 << 16, kFfn = 1 << 22, kVocab = 1 << 24, kSeq = 1 << 24
+};
+
+// What reading a family's keys tells the checks after it: the keys that gave the head count and
+// the position limit (messages name them), and that limit (the longest sequence the positions
+// allow, not the training length).
+struct HfKeysRead {
+  std::string heads_key;
+  std::string limit_key;
+  int position_limit = 0;
+};
+
+}  // namespace
+
+// A config's whole-number `key`, in [1, hi].
+static int hf_int(const JsonObject& o, const char* key, HfBound hi) { return static_cast<int>(o.integer(key, 1, hi)); }
+
+// Llama, Mistral and Qwen2: SwiGLU, RMSNorm and RoPE; grouped-query attention where
+// num_key_value_heads says so; embeddings untied unless tie_word_embeddings says otherwise.
+// Returns the position limit.
+static int read_llama_family(const JsonObject& o, ModelSpec& m) {
+  m.layers = hf_int(o, "num_hidden_layers", kLayers);
+  m.hidden = hf_int(o, "hidden_size", kHidden);
+  m.heads = hf_int(o, "num_attention_heads", kHeads);
+  m.kv_heads = o.has_value("num_key_value_heads") ? hf_int(o, "num_key_value_heads", kHeads) : m.heads;
+  m.ffn_hidden = hf_int(o, "intermediate_size", kFfn);
+  m.vocab = hf_int(o, "vocab_size", kVocab);
+  const int position_limit = hf_int(o, "max_position_embeddings", kSeq);
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.position = Position::rope;
+  m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
+  return position_limit;
+}
+
+// GPT2Config maps hidden_size, num_hidden_layers, num_attention_heads and max_position_embeddings
+// onto n_embd, n_layer, n_head and n_positions (attribute_map; the mapped name wins where both
+// are given): either name is read into `out`, and both given must agree. Returns the key read.
+static const char* read_gpt2_int(const JsonObject& o, const char* key, const char* alias, HfBound hi, int& out) {
+  if (!o.has_value(key) && o.has_value(alias)) {
+    out = hf_int(o, alias, hi);
+    return alias;
+  }
+  out = hf_int(o, key, hi);
+  if (o.has_value(alias) && o.integer(alias, 1, hi) != out) {
+    throw o.error(alias, fmt::format("must equal {} ({}) where both are given (GPT2Config reads {} as {})", key, out,
+                                     alias, key));
+  }
+  return key;
+}
+
+// GPT-2: GELU, LayerNorm and learned positions, one key and value head per query head, a 4 x hidden
+// MLP unless n_inner says otherwise. Sets the keys that gave the heads and the position limit.
+static void read_gpt2(const JsonObject& o, ModelSpec& m, HfKeysRead& keys) {
+  read_gpt2_int(o, "n_layer", "num_hidden_layers", kLayers, m.layers);
+  read_gpt2_int(o, "n_embd", "hidden_size", kHidden, m.hidden);
+  keys.heads_key = read_gpt2_int(o, "n_head", "num_attention_heads", kHeads, m.heads);
+  m.kv_heads = m.heads;
+  m.ffn_hidden = o.has_value("n_inner") ? hf_int(o, "n_inner", kFfn) : 4 * m.hidden;
+  m.vocab = hf_int(o, "vocab_size", kVocab);
+  keys.limit_key = read_gpt2_int(o, "n_positions", "max_position_embeddings", kSeq, keys.position_limit);
+  m.activation = Activation::gelu;
+  m.norm = Norm::layernorm;
+  m.position = Position::learned;
+  // GPT2LMHeadModel ties the LM head to the token embedding unless tie_word_embeddings is false
+  // (PretrainedConfig's default is true).
+  m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : true;
+}
+
+// GPT-NeoX (Pythia): GELU, LayerNorm and RoPE, one key and value head per query head, embeddings
+// untied unless tie_word_embeddings says otherwise. Returns the position limit.
+static int read_gpt_neox(const JsonObject& o, ModelSpec& m) {
+  m.layers = hf_int(o, "num_hidden_layers", kLayers);
+  m.hidden = hf_int(o, "hidden_size", kHidden);
+  m.heads = hf_int(o, "num_attention_heads", kHeads);
+  m.kv_heads = m.heads;
+  m.ffn_hidden = hf_int(o, "intermediate_size", kFfn);
+  m.vocab = hf_int(o, "vocab_size", kVocab);
+  const int position_limit = hf_int(o, "max_position_embeddings", kSeq);
+  m.activation = Activation::gelu;
+  m.norm = Norm::layernorm;
+  m.position = Position::rope;
+  m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
+  return position_limit;
+}
+
+// GPT-2's and GPT-NeoX's attention has one key and value head per query head, of hidden / heads
+// channels, and their configs no head_dim or num_key_value_heads (transformers passes over both):
+// one that says otherwise is refused rather than read or ignored.
+static void check_gpt_head_keys(const JsonObject& o, const std::string& type, const ModelSpec& m) {
+  if (o.has_value("num_key_value_heads") && o.integer("num_key_value_heads", 1, kHeads) != m.heads) {
+    throw o.error("num_key_value_heads", fmt::format("is not a key of a {} config, whose attention has one key and "
+                                                     "value head per query head ({})", type, m.heads));
+  }
+  if (o.has_value("head_dim") && m.hidden % m.heads == 0 && o.integer("head_dim", 1, kHeads) != m.hidden / m.heads) {
+    throw o.error("head_dim", fmt::format("is not a key of a {} config, whose head size is hidden / heads", type));
+  }
+  // GPT2Block adds a cross-attention over an encoder's states where add_cross_attention is true:
+  // the decoder of an encoder-decoder model, which trainplan does not model.
+  if (type == "gpt2" && o.has_value("add_cross_attention") && o.boolean("add_cross_attention")) {
+    throw o.error("add_cross_attention", "gives every layer a cross-attention over an encoder's output (an "
+                                         "encoder-decoder's decoder), which trainplan does not model");
+  }
+}
+
+// A dense family's config (llama, mistral, qwen2, gpt2, gpt_neox) into `m`: its own keys, then the
+// checks and optional keys all dense families share. Any other model_type is refused here.
+static void read_dense_hf(const JsonObject& o, const std::string& type, ModelSpec& m, HfKeysRead& keys) {
+  if (type == "llama" || type == "mistral" || type == "qwen2") {
+    keys.position_limit = read_llama_family(o, m);
+  } else if (type == "gpt2") {
+    read_gpt2(o, m, keys);
+  } else if (type == "gpt_neox") {
+    keys.position_limit = read_gpt_neox(o, m);
+  } else {
+    throw o.error("model_type", fmt::format("must be one of {}", hf_model_types()));
+  }
+  model_detail::refuse_extended_keys(o, type);
+  model_detail::read_dense_sliding_window(o, type, m);
+  model_detail::read_linear_biases(o, type, m);
+  model_detail::check_layer_types_record(o, type, m);
+  if (type == "gpt2" || type == "gpt_neox") {
+    check_gpt_head_keys(o, type, m);
+  } else {
+    // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
+    m.explicit_head_dim = read_head_dim(o, true);
+  }
+}
+
+// Dropout: the largest of the config's dropout probabilities (absent or null: none) and `m`'s.
+static void read_hf_dropout(const JsonObject& arch, ModelSpec& m) {
+  for (const char* key : {"attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"}) {
+    if (!arch.has_value(key)) continue;
+    const double p = arch.number(key, 0, 1);
+    // Named by its own key: the config has no "dropout" key to point at.
+    if (p >= 1) throw arch.error(key, "must be below 1 (a probability of dropping an element)");
+    m.dropout = std::max(m.dropout, p);
+  }
+}
+
+// The model's name: "_name_or_path" when the config carries a non-empty one; else the folder of a
+// "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
+static std::string hf_model_name(const JsonObject& o, const std::string& file, const std::string& type) {
+  const std::filesystem::path p(file);
+  std::string name;
+  if (o.has_value("_name_or_path") && o.raw("_name_or_path") != "") {
+    name = o.string("_name_or_path");
+  } else {
+    name = p.filename() == "config.json" ? folder_name(p.parent_path()) : p.stem().string();
+  }
+  // A file name may hold any byte but a slash; a name that would be printed must be printable.
+  const bool printable =
+      std::all_of(name.begin(), name.end(), [](unsigned char ch) { return ch >= 0x20 && ch != 0x7f; });
+  return name.empty() || !printable ? type : name;
+}
+
 // Hugging Face configs carry many keys we do not need (dropout, init, token ids); only the
 // architecture keys are read, but each one read is type- and range-checked. transformers writes
 // an unset optional key as null ("head_dim": null, "num_key_value_heads": null), so here an
@@ -112,121 +272,19 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   JsonObject o(j, file);
   const std::string type = o.string("model_type");
   ModelSpec m;
-  // The bounds of a trainplan model file's keys (parse_model): 2^24 layers took minutes to lay out.
-  enum Bound { kLayers = 100000, kHidden = 1 << 20, kHeads = 1 << 16, kFfn = 1 << 22, kVocab = 1 << 24, kSeq = 1 << 24 };
-  auto int_of = [&](const char* key, Bound hi) { return static_cast<int>(o.integer(key, 1, hi)); };
-  int position_limit = 0;  // the longest sequence the positions allow, not the training length
-  std::string limit_key = type == "gpt2" ? "n_positions" : "max_position_embeddings";
-  std::string heads_key = type == "gpt2" ? "n_head" : "num_attention_heads";
-  const bool extended = model_detail::is_extended_hf_type(type);
-  if (extended) {
-    position_limit = model_detail::parse_extended_hf(o, type, m, limit_key);
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
-    m.layers = int_of("num_hidden_layers", kLayers);
-    m.hidden = int_of("hidden_size", kHidden);
-    m.heads = int_of("num_attention_heads", kHeads);
-    m.kv_heads = o.has_value("num_key_value_heads") ? int_of("num_key_value_heads", kHeads) : m.heads;
-    m.ffn_hidden = int_of("intermediate_size", kFfn);
-    m.vocab = int_of("vocab_size", kVocab);
-    position_limit = int_of("max_position_embeddings", kSeq);
-    m.activation = Activation::swiglu;
-    m.norm = Norm::rmsnorm;
-    m.position = Position::rope;
-    m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
-  } else if (type == "gpt2") {
-    // GPT2Config maps hidden_size, num_hidden_layers, num_attention_heads and max_position_embeddings
-    // onto n_embd, n_layer, n_head and n_positions (attribute_map; the mapped name wins where both
-    // are given): either name is read, and both given must agree. Returns the key read.
-    auto gpt2_int = [&](const char* key, const char* alias, Bound hi, int& out) -> const char* {
-      if (!o.has_value(key) && o.has_value(alias)) {
-        out = int_of(alias, hi);
-        return alias;
-      }
-      out = int_of(key, hi);
-      if (o.has_value(alias) && o.integer(alias, 1, hi) != out) {
-        throw o.error(alias, fmt::format("must equal {} ({}) where both are given (GPT2Config reads {} as {})", key,
-                                         out, alias, key));
-      }
-      return key;
-    };
-    gpt2_int("n_layer", "num_hidden_layers", kLayers, m.layers);
-    gpt2_int("n_embd", "hidden_size", kHidden, m.hidden);
-    heads_key = gpt2_int("n_head", "num_attention_heads", kHeads, m.heads);
-    m.kv_heads = m.heads;
-    m.ffn_hidden = o.has_value("n_inner") ? int_of("n_inner", kFfn) : 4 * m.hidden;
-    m.vocab = int_of("vocab_size", kVocab);
-    limit_key = gpt2_int("n_positions", "max_position_embeddings", kSeq, position_limit);
-    m.activation = Activation::gelu;
-    m.norm = Norm::layernorm;
-    m.position = Position::learned;
-    // GPT2LMHeadModel ties the LM head to the token embedding unless tie_word_embeddings is false
-    // (PretrainedConfig's default is true).
-    m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : true;
-  } else if (type == "gpt_neox") {
-    m.layers = int_of("num_hidden_layers", kLayers);
-    m.hidden = int_of("hidden_size", kHidden);
-    m.heads = int_of("num_attention_heads", kHeads);
-    m.kv_heads = m.heads;
-    m.ffn_hidden = int_of("intermediate_size", kFfn);
-    m.vocab = int_of("vocab_size", kVocab);
-    position_limit = int_of("max_position_embeddings", kSeq);
-    m.activation = Activation::gelu;
-    m.norm = Norm::layernorm;
-    m.position = Position::rope;
-    m.tied_embeddings = o.has_value("tie_word_embeddings") ? o.boolean("tie_word_embeddings") : false;
+  HfKeysRead keys{type == "gpt2" ? "n_head" : "num_attention_heads",
+                  type == "gpt2" ? "n_positions" : "max_position_embeddings"};
+  if (model_detail::is_extended_hf_type(type)) {
+    keys.position_limit = model_detail::parse_extended_hf(o, type, m, keys.limit_key);
   } else {
-    throw o.error("model_type", fmt::format("must be one of {}", hf_model_types()));
-  }
-  if (!extended) {
-    model_detail::refuse_extended_keys(o, type);
-    model_detail::read_dense_sliding_window(o, type, m);
-    model_detail::read_linear_biases(o, type, m);
-    model_detail::check_layer_types_record(o, type, m);
-  }
-  if (type == "gpt2" || type == "gpt_neox") {
-    // Their attention has one key and value head per query head, of hidden / heads channels, and
-    // their configs no head_dim or num_key_value_heads (transformers passes over both): one that
-    // says otherwise is refused rather than read or ignored.
-    if (o.has_value("num_key_value_heads") && o.integer("num_key_value_heads", 1, kHeads) != m.heads) {
-      throw o.error("num_key_value_heads", fmt::format("is not a key of a {} config, whose attention has one key and "
-                                                       "value head per query head ({})", type, m.heads));
-    }
-    if (o.has_value("head_dim") && m.hidden % m.heads == 0 && o.integer("head_dim", 1, kHeads) != m.hidden / m.heads) {
-      throw o.error("head_dim", fmt::format("is not a key of a {} config, whose head size is hidden / heads", type));
-    }
-    // GPT2Block adds a cross-attention over an encoder's states where add_cross_attention is true:
-    // the decoder of an encoder-decoder model, which trainplan does not model.
-    if (type == "gpt2" && o.has_value("add_cross_attention") && o.boolean("add_cross_attention")) {
-      throw o.error("add_cross_attention", "gives every layer a cross-attention over an encoder's output (an "
-                                           "encoder-decoder's decoder), which trainplan does not model");
-    }
-  } else if (!extended) {
-    // head_dim (Mistral-NeMo, Gemma): the attention width heads x head_dim may differ from hidden.
-    m.explicit_head_dim = read_head_dim(o, true);
+    read_dense_hf(o, type, m, keys);
   }
   // The object holding the text model's keys, which the checks below name: Llama 4's text_config.
   const JsonObject arch = type == "llama4" ? o.object("text_config") : o;
-  // Dropout: the largest of the config's dropout probabilities (absent or null: none).
-  for (const char* key : {"attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"}) {
-    if (!arch.has_value(key)) continue;
-    const double p = arch.number(key, 0, 1);
-    // Named by its own key: the config has no "dropout" key to point at.
-    if (p >= 1) throw arch.error(key, "must be below 1 (a probability of dropping an element)");
-    m.dropout = std::max(m.dropout, p);
-  }
-  set_hf_training_seq_len(m, type, position_limit, limit_key.c_str());
-  // Name: "_name_or_path" when the config carries a non-empty one; else the folder of a
-  // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
-  const std::filesystem::path p(file);
-  if (o.has_value("_name_or_path") && o.raw("_name_or_path") != "") {
-    m.name = o.string("_name_or_path");
-  } else {
-    m.name = p.filename() == "config.json" ? folder_name(p.parent_path()) : p.stem().string();
-  }
-  // A file name may hold any byte but a slash; a name that would be printed must be printable.
-  const bool printable = std::all_of(m.name.begin(), m.name.end(), [](unsigned char ch) { return ch >= 0x20 && ch != 0x7f; });
-  if (m.name.empty() || !printable) m.name = type;
-  check_shape(m, arch, heads_key.c_str(), "num_key_value_heads");
+  read_hf_dropout(arch, m);
+  set_hf_training_seq_len(m, type, keys.position_limit, keys.limit_key.c_str());
+  m.name = hf_model_name(o, file, type);
+  check_shape(m, arch, keys.heads_key.c_str(), "num_key_value_heads");
   model_detail::check_extensions(m, arch, hf_extension_keys(type));
   return m;
 }
