@@ -307,12 +307,14 @@ std::optional<std::string> validate_pipeline_split(const Strategy& s, const Mode
   return std::nullopt;
 }
 
-}  // namespace
+// "--flag value: rule", the message of a broken rule (the value formatted as fmt prints it).
+template <class Value>
+std::optional<std::string> bad(const char* flag, const Value& value, const std::string& rule) {
+  return fmt::format("{} {}: {}", flag, value, rule);
+}
 
-std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
-  auto bad = [](const char* flag, auto value, const std::string& rule) {
-    return std::optional<std::string>(fmt::format("{} {}: {}", flag, value, rule));
-  };
+// Every size and count is positive, and ZeRO a known stage.
+std::optional<std::string> validate_sizes(const Strategy& s) {
   if (s.dp < 1) return bad("--dp", s.dp, "must be >= 1");
   if (s.tp < 1) return bad("--tp", s.tp, "must be >= 1");
   if (s.pp < 1) return bad("--pp", s.pp, "must be >= 1");
@@ -322,19 +324,31 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   if (s.micro_batch < 1) return bad("--micro-batch", s.micro_batch, "must be >= 1");
   if (s.global_batch < 1) return bad("--global-batch", s.global_batch, "must be >= 1");
   if (s.seq_len < 1) return bad("--seq", s.seq_len, "must be >= 1");
+  return std::nullopt;
+}
+
+// The GPU count and the tokens per step stay within their bounds.
+std::optional<std::string> validate_totals(const Strategy& s) {
   // Products in 64 bits before anything divides by them (dp x micro-batch wrapping to 0 was an FPE),
   // stopped once past the bound: four factors of up to 2^24 (a --plan file's) overflow 64 bits too.
   long long gpus = s.dp;
   for (long long factor : {s.tp, s.pp, s.cp}) gpus = gpus > kMaxGpus ? gpus : gpus * factor;
   if (gpus > kMaxGpus) {
-    return bad("--gpus", fmt::format("{:.0f}", static_cast<double>(s.dp) * s.tp * s.pp * s.cp), fmt::format("dp x tp x pp x cp ({} x {} x {} x {}) must be at most {}", s.dp, s.tp, s.pp,
-                                           s.cp, kMaxGpus));
+    return bad("--gpus", fmt::format("{:.0f}", static_cast<double>(s.dp) * s.tp * s.pp * s.cp),
+               fmt::format("dp x tp x pp x cp ({} x {} x {} x {}) must be at most {}", s.dp, s.tp, s.pp, s.cp, kMaxGpus));
   }
   if (static_cast<long long>(s.global_batch) * s.seq_len > kMaxTokensPerStep) {
     return bad("--global-batch", s.global_batch,
                fmt::format("global batch x sequence length ({} x {}) must be at most 2^40 tokens per step",
                            s.global_batch, s.seq_len));
   }
+  return std::nullopt;
+}
+
+// Tensor parallelism splits the heads, kv_heads and MLP evenly; the batch splits evenly over the
+// replicas' micro-batches; context parallelism splits the sequence into 2 x cp chunks; sequence
+// parallelism needs tensor parallelism.
+std::optional<std::string> validate_splits(const Strategy& s, const ModelSpec& m) {
   if (m.heads % s.tp != 0) return bad("--tp", s.tp, fmt::format("must divide the model's heads ({})", m.heads));
   if (m.kv_heads % s.tp != 0)
     return bad("--tp", s.tp, fmt::format("must divide the model's kv_heads ({})", m.kv_heads));
@@ -347,6 +361,12 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   if (s.cp > 1 && s.seq_len % (2 * s.cp) != 0)
     return bad("--cp", s.cp, fmt::format("2 x cp must divide the sequence length ({})", s.seq_len));
   if (s.sequence_parallel && s.tp == 1) return bad("--sequence-parallel", "on", "needs --tp > 1");
+  return std::nullopt;
+}
+
+// Virtual stages only with the interleaved schedule, which needs them, two stages or more, and
+// micro-batches that fill whole rounds of the pipeline.
+std::optional<std::string> validate_schedule(const Strategy& s) {
   if (s.schedule == ScheduleKind::interleaved) {
     if (s.pp < 2) return bad("--schedule", "interleaved", "needs --pp >= 2");
     if (s.vp < 2) return bad("--vp", s.vp, "must be >= 2 with the interleaved schedule");
@@ -358,8 +378,12 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   } else if (s.vp != 1) {
     return bad("--vp", s.vp, "must be 1 unless --schedule interleaved");
   }
-  if (auto split = validate_pipeline_split(s, m)) return split;
-  if (auto moe = validate_experts(s, m)) return moe;
+  return std::nullopt;
+}
+
+// The parameter-server flags only with a parameter-server algorithm, which holds the optimizer
+// states itself (no ZeRO sharding of them).
+std::optional<std::string> validate_parameter_servers(const Strategy& s) {
   if (s.ps_servers < 1) return bad("--ps-servers", s.ps_servers, "must be >= 1");
   if (!s.uses_ps()) {
     if (s.ps_servers != 1) return bad("--ps-servers", s.ps_servers, "needs --dp-algorithm ps or ps-async");
@@ -368,6 +392,12 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   } else if (ZeroPolicy::of(s.zero).shards_optimizer) {
     return bad("--dp-algorithm", to_string(s.dp_algorithm), "needs --zero 0 (the servers hold the optimizer states)");
   }
+  return std::nullopt;
+}
+
+// Gradient compression: PowerSGD with a rank and over an all-reduce; bf16 only where the
+// gradients are wider than 16 bits.
+std::optional<std::string> validate_grad_compression(const Strategy& s) {
   const GradCompression& g = s.grad_compression;
   if (g.kind == CompressionKind::powersgd) {
     if (g.rank < 1) return bad("--grad-compression", to_string(g), "PowerSGD rank must be >= 1");
@@ -380,6 +410,20 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   if (g.kind == CompressionKind::bf16 && s.dtype != Dtype::fp32 && !s.fp32_grad_accum)
     return bad("--grad-compression", "bf16", "gradients are already 16-bit; needs --fp32-grad-accum on or --dtype fp32");
   return std::nullopt;
+}
+
+}  // namespace
+
+// The rules by topic, in a fixed order: the first broken rule is the one reported.
+std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
+  if (auto rule = validate_sizes(s)) return rule;
+  if (auto rule = validate_totals(s)) return rule;
+  if (auto rule = validate_splits(s, m)) return rule;
+  if (auto rule = validate_schedule(s)) return rule;
+  if (auto rule = validate_pipeline_split(s, m)) return rule;
+  if (auto rule = validate_experts(s, m)) return rule;
+  if (auto rule = validate_parameter_servers(s)) return rule;
+  return validate_grad_compression(s);
 }
 
 int job_nodes(const Strategy& s, const Cluster& c) {
