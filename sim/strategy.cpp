@@ -499,23 +499,23 @@ void read_expert_fields(const JsonObject& o, Strategy& s) {
   }
 }
 
-}  // namespace
+// A size or count of a strategy object: a whole number in [1, 2^24].
+int size_field(const JsonObject& o, const char* key) { return static_cast<int>(o.integer(key, 1, 1 << 24)); }
 
-Strategy strategy_from_json(const json& j, const std::string& file) {
-  JsonObject o(j, file, "strategy");
-  Strategy s;
-  auto i = [&](const char* k) { return static_cast<int>(o.integer(k, 1, 1 << 24)); };
-  s.dp = i("dp");
-  s.tp = i("tp");
-  s.pp = i("pp");
-  s.cp = i("cp");
-  s.vp = i("vp");
+// The parallel sizes, ZeRO stage and batch of a strategy object, and the products every reader
+// forms from them (gpus(), micro_batches()), which must be defined: four sizes of up to 2^24
+// overflowed int (and long long), and a batch not divisible by dp x micro_batch gave 0
+// micro-batches. "micro_batches" (to_json writes it) must be the count the batch gives.
+void read_sizes_and_batch(const JsonObject& o, Strategy& s) {
+  s.dp = size_field(o, "dp");
+  s.tp = size_field(o, "tp");
+  s.pp = size_field(o, "pp");
+  s.cp = size_field(o, "cp");
+  s.vp = size_field(o, "vp");
   s.zero = static_cast<int>(o.integer("zero", 0, 3));
-  s.micro_batch = i("micro_batch");
-  s.global_batch = i("global_batch");
-  // The products every reader forms (gpus(), micro_batches()) must be defined: four sizes of up to
-  // 2^24 overflowed int (and long long), and a batch not divisible by dp x micro_batch gave 0
-  // micro-batches. Each partial product is at most 2^24 x 2^24 here.
+  s.micro_batch = size_field(o, "micro_batch");
+  s.global_batch = size_field(o, "global_batch");
+  // Each partial product is at most 2^24 x 2^24 here.
   long long gpus = s.dp;
   for (int factor : {s.tp, s.pp, s.cp}) {
     gpus *= factor;
@@ -532,22 +532,26 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
     throw o.error("micro_batches", fmt::format("must equal global_batch / (dp x micro_batch) = {} / ({} x {}) = {}",
                                                s.global_batch, s.dp, s.micro_batch, s.global_batch / replica_batch));
   }
-  s.seq_len = i("seq_len");
-  s.recompute = *parse_recompute(o.choice("recompute", {"none", "selective", "full"}));
-  s.sequence_parallel = o.boolean("sequence_parallel");
-  s.schedule = *parse_schedule(o.choice("schedule", {"gpipe", "1f1b", "interleaved"}));
-  s.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
-  s.attention = *parse_attention(o.choice("attention", {"flash", "standard"}));
-  s.fp32_grad_accum = o.boolean("fp32_grad_accum");
+}
+
+// "rank_order": tp, cp, dp and pp, each once, fastest-varying first.
+std::array<Dim, 4> read_rank_order(const JsonObject& o) {
   const json& order = o.raw("rank_order");
   if (!order.is_array() || order.size() != 4) throw o.error("rank_order", "must list tp, cp, dp, pp once each");
+  std::array<Dim, 4> out{};
   bool used[4] = {false, false, false, false};
   for (std::size_t k = 0; k < 4; ++k) {
     auto d = order[k].is_string() ? parse_dim(order[k].get<std::string>()) : std::nullopt;
     if (!d || used[static_cast<int>(*d)]) throw o.error("rank_order", "must list tp, cp, dp, pp once each");
     used[static_cast<int>(*d)] = true;
-    s.order[k] = *d;
+    out[k] = *d;
   }
+  return out;
+}
+
+// The optional data-parallel keys (to_json writes them where not the default): the parameter
+// servers and the gradient compression.
+void read_data_parallel_fields(const JsonObject& o, Strategy& s) {
   if (o.has("dp_algorithm")) s.dp_algorithm = *parse_dp_algorithm(o.choice("dp_algorithm", {"allreduce", "ps", "ps-async"}));
   if (o.has("ps_servers")) s.ps_servers = static_cast<int>(o.integer("ps_servers", 1, 1 << 20));
   if (o.has("ps_placement")) s.ps_placement = *parse_ps_placement(o.choice("ps_placement", {"dedicated", "colocated"}));
@@ -556,13 +560,35 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
     if (!parsed) throw o.error("grad_compression", "must be none, bf16 or powersgd:R with R >= 1");
     s.grad_compression = *parsed;
   }
-  read_expert_fields(o, s);
-  if (auto rule = expert_fold_error(s)) throw o.error("ep", *rule);
+}
+
+// The optional "pipeline_accounts" key (to_json writes it where not none).
+void read_pipeline_accounts(const JsonObject& o, Strategy& s) {
   if (auto a = o.optional_string("pipeline_accounts")) {
     auto parsed = parse_pipeline_accounts(*a);
     if (!parsed) throw o.error("pipeline_accounts", "must list embedding, loss (comma-separated), or be layers or none");
     s.pipeline_accounts = *parsed;
   }
+}
+
+}  // namespace
+
+Strategy strategy_from_json(const json& j, const std::string& file) {
+  JsonObject o(j, file, "strategy");
+  Strategy s;
+  read_sizes_and_batch(o, s);
+  s.seq_len = size_field(o, "seq_len");
+  s.recompute = *parse_recompute(o.choice("recompute", {"none", "selective", "full"}));
+  s.sequence_parallel = o.boolean("sequence_parallel");
+  s.schedule = *parse_schedule(o.choice("schedule", {"gpipe", "1f1b", "interleaved"}));
+  s.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
+  s.attention = *parse_attention(o.choice("attention", {"flash", "standard"}));
+  s.fp32_grad_accum = o.boolean("fp32_grad_accum");
+  s.order = read_rank_order(o);
+  read_data_parallel_fields(o, s);
+  read_expert_fields(o, s);
+  if (auto rule = expert_fold_error(s)) throw o.error("ep", *rule);
+  read_pipeline_accounts(o, s);
   o.finish();
   return s;
 }
