@@ -141,16 +141,33 @@ void check_trace_size(const Strategy& s, const std::vector<std::vector<int>>& st
                                shown_ranks(stage_ranks), simulated_slots(s) / s.pp, rank_slots, kMaxTraceRankSlots));
 }
 
-// The outputs of a plan that cannot be simulated still say so (as predict's do), rather than
-// leave an earlier run's files looking current: the analytic prediction, and an empty trace.
-void stage_not_simulated(CommandFiles& files, const Estimate& analytic, const PlanInputs& in, const std::string& title) {
-  PredictionDoc prediction = prediction_doc(analytic);
+// With --trace: the ranks the trace shows per stage, data-parallel replica 0's (with --trace-ranks
+// LIST only those listed, the others -1), checked to make a trace of bounded size. Without: none.
+std::vector<std::vector<int>> traced_stage_ranks(const std::optional<std::string>& list, bool tracing,
+                                                 const Strategy& s) {
+  if (!tracing) return {};
+  std::vector<std::vector<int>> traced = list ? select_ranks(*list, s.gpus(), replica_stage_ranks(s))
+                                              : replica_stage_ranks(s);
+  check_trace_size(s, traced);
+  return traced;
+}
+
+// The prediction document simulate writes for `e`: the model, cluster and software it is for, and
+// the discrete-event simulator as its engine.
+PredictionDoc des_prediction(const Estimate& e, const PlanInputs& in) {
+  PredictionDoc prediction = prediction_doc(e);
   prediction.model = in.model.name;
   prediction.model_spec = in.model;
   prediction.cluster = in.cluster.name;
   prediction.software = in.software.name;
   prediction.engine = "des";
-  const auto doc = prediction_to_json(prediction);
+  return prediction;
+}
+
+// The outputs of a plan that cannot be simulated still say so (as predict's do), rather than
+// leave an earlier run's files looking current: the analytic prediction, and an empty trace.
+void stage_not_simulated(CommandFiles& files, const Estimate& analytic, const PlanInputs& in, const std::string& title) {
+  const auto doc = prediction_to_json(des_prediction(analytic, in));
   check_finite(doc);
   if (files.wants("json")) files.stage_json("json", doc);
   if (files.wants("html")) files.stage("html", html_page(doc, title + " -- not simulated"));
@@ -159,6 +176,55 @@ void stage_not_simulated(CommandFiles& files, const Estimate& analytic, const Pl
       write_chrome_trace(os, Timeline{}, {}, title + " -- not simulated: the plan is infeasible");
     });
   }
+}
+
+// One simulated step: its timeline, the estimate refined by it, and the ranks of each pipeline
+// stage of data-parallel replica 0, which the timeline stands for.
+struct SimulatedStep {
+  Timeline timeline;
+  Estimate estimate;
+  std::vector<std::vector<int>> ranks;
+};
+
+SimulatedStep simulate_step(const StepCosts& costs, const Estimate& analytic, const Strategy& s) {
+  SimulatedStep step;
+  const Schedule schedule = schedule_for(s);
+  step.timeline = simulate(costs, schedule);
+  step.estimate = refine_with_simulation(analytic, step.timeline);
+  step.ranks = replica_stage_ranks(s);
+  return step;
+}
+
+// Stages the outputs of a simulated step, before anything is printed: the JSON and HTML reports
+// (with the parameter counts and the simulation) and the trace of the `traced` ranks.
+void stage_simulated(CommandFiles& files, const PlanInputs& in, const LayerGraph& graph, const SimulatedStep& step,
+                     const std::vector<std::vector<int>>& traced, const std::string& title) {
+  PredictionDoc prediction = des_prediction(step.estimate, in);
+  prediction.parameters = parameter_counts(graph);
+  // Every event only for the outputs that carry it: large.
+  prediction.simulation = simulation_doc(step.timeline, step.ranks, files.wants("json") || files.wants("html"));
+  const auto doc = prediction_to_json(prediction);
+  check_finite(doc);
+  if (files.wants("json")) files.stage_json("json", doc);
+  if (files.wants("html")) files.stage("html", html_page(doc, title + " -- simulated step"));
+  // Written to its file as it is formatted: a trace of many ranks is never held in memory.
+  if (files.wants("trace")) {
+    files.stage("trace", [&](std::ostream& os) { write_chrome_trace(os, step.timeline, traced, title); });
+  }
+}
+
+// The simulated step on the console: the estimate it refines, its time against the analytic
+// estimate's, and each stage's compute stream.
+void print_simulated_step(std::ostream& os, const SimulatedStep& step, const Estimate& analytic, const Strategy& s,
+                          const std::string& title) {
+  const Timeline& timeline = step.timeline;
+  print_prediction(os, step.estimate, title + " -- simulated step (discrete-event)");
+  os << fmt::format("\nsimulated step time: {} ({} schedule, {} stage(s) x {} chunk(s), {} micro-batches); "
+                    "analytic estimate {} (simulated {:+.1f}%)\n",
+                    format_seconds(timeline.step), to_string(s.schedule), s.pp, s.vp, s.micro_batches(),
+                    format_seconds(analytic.time.step),
+                    100 * (timeline.step - analytic.time.step) / analytic.time.step);
+  print_usage_table(os, timeline, step.ranks);
 }
 
 }  // namespace
@@ -180,10 +246,7 @@ int cmd_simulate(const Args& args, const Context& ctx) {
   if (auto too_large = simulation_size_error(in.strategy)) throw InputError(*too_large);
 
   const Strategy& s = in.strategy;
-  // The trace's ranks per stage; with --trace-ranks, the others are -1 (left out).
-  std::vector<std::vector<int>> traced;
-  if (trace_ranks) traced = select_ranks(*trace_ranks, s.gpus(), replica_stage_ranks(s));
-  if (tracing) check_trace_size(s, trace_ranks ? traced : replica_stage_ranks(s));
+  const std::vector<std::vector<int>> traced = traced_stage_ranks(trace_ranks, tracing, s);
   const LayerGraph graph(in.model, s.seq_len);
   // Step costs computed once: the closed form and the simulator both read them.
   std::optional<StepCosts> costs;
@@ -198,44 +261,18 @@ int cmd_simulate(const Args& args, const Context& ctx) {
     files.commit();
     return 3;
   }
-  const Schedule schedule = schedule_for(s);
-  const Timeline timeline = simulate(*costs, schedule);
-  const Estimate e = refine_with_simulation(analytic, timeline);
-  const auto ranks = replica_stage_ranks(s);
-
+  const SimulatedStep step = simulate_step(*costs, analytic, s);
   // Everything is computed and rendered before the first line is printed or file written.
-  PredictionDoc prediction = prediction_doc(e);
-  prediction.model = in.model.name;
-  prediction.model_spec = in.model;
-  prediction.cluster = in.cluster.name;
-  prediction.software = in.software.name;
-  prediction.engine = "des";
-  prediction.parameters = parameter_counts(graph);
-  // Every event only for the outputs that carry it: large.
-  prediction.simulation = simulation_doc(timeline, ranks, files.wants("json") || files.wants("html"));
-  const auto doc = prediction_to_json(prediction);
-  check_finite(doc);
-  if (files.wants("json")) files.stage_json("json", doc);
-  if (files.wants("html")) files.stage("html", html_page(doc, title + " -- simulated step"));
-  // Written to its file as it is formatted: a trace of many ranks is never held in memory.
-  if (tracing) files.stage("trace", [&](std::ostream& os) { write_chrome_trace(os, timeline, trace_ranks ? traced : ranks, title); });
-
+  stage_simulated(files, in, graph, step, traced, title);
   print_note();
-  print_prediction(ctx.out, e, title + " -- simulated step (discrete-event)");
-  ctx.out << fmt::format("\nsimulated step time: {} ({} schedule, {} stage(s) x {} chunk(s), {} micro-batches); "
-                         "analytic estimate {} (simulated {:+.1f}%)\n",
-                         format_seconds(timeline.step), to_string(s.schedule), s.pp, s.vp, s.micro_batches(),
-                         format_seconds(analytic.time.step),
-                         100 * (timeline.step - analytic.time.step) / analytic.time.step);
-  print_usage_table(ctx.out, timeline, ranks);
-
+  print_simulated_step(ctx.out, step, analytic, s, title);
   if (tracing) {
-    const long long shown = shown_ranks(trace_ranks ? traced : ranks);
+    const long long shown = shown_ranks(traced);
     ctx.out << fmt::format("\ntrace: {} ({} rank{} x {} streams)\n", printable(files.path("trace")), shown,
-                           shown == 1 ? "" : "s", timeline.rank_streams());
+                           shown == 1 ? "" : "s", step.timeline.rank_streams());
   }
   files.commit();
-  return e.feasible ? 0 : 3;
+  return step.estimate.feasible ? 0 : 3;
 }
 
 }  // namespace trainplan::cli
