@@ -132,6 +132,68 @@ std::string memory_hint(const Estimate& e) {
                      "same model, cluster and batch ranks the layouts that fit\n", oom->stage, part, list);
 }
 
+// Memory per stage, part by part, under the peak of the fullest stage.
+void print_memory_table(std::ostream& os, const Estimate& e) {
+  os << fmt::format("\nmemory per GPU (peak {} of {}):\n", format_bytes(e.peak_memory), format_bytes(e.capacity));
+  os << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage",
+                    "layers", "weights", "gradients", "optimizer", "activations", "w.copies", "temporary",
+                    "other", "allocator", "runtime", "total");
+  for (std::size_t i = 0; i < e.per_stage.size(); ++i) {
+    const StageMemory& m = e.per_stage[i];
+    os << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+                      m.stage, i < e.stage_layers.size() ? e.stage_layers[i] : 0, format_bytes(m.weights),
+                      format_bytes(m.gradients), format_bytes(m.optimizer), format_bytes(m.activations),
+                      format_bytes(m.weight_copies), format_bytes(m.temporaries), format_bytes(m.other),
+                      format_bytes(m.allocator), format_bytes(m.runtime), format_bytes(m.total()));
+  }
+}
+
+// The step time and its parts, each with its share of the step.
+void print_step_time(std::ostream& os, const TimeBreakdown& t) {
+  auto row = [&](const char* name, double v) {
+    os << fmt::format("  {:<26} {:>12} {:>6.1f}%\n", name, format_seconds(v), t.step > 0 ? 100 * v / t.step : 0.0);
+  };
+  os << fmt::format("\nstep time {} (busiest pipeline stage):\n", format_seconds(t.step));
+  row("compute (fwd+bwd)", t.compute);
+  row("recompute", t.recompute);
+  row("tensor-parallel comm", t.tp_comm);
+  row("context-parallel comm", t.cp_comm);
+  if (t.ep_comm > 0) row("expert all-to-all", t.ep_comm);
+  row("pipeline send/recv", t.pp_comm);
+  row("pipeline bubble", t.bubble);
+  row("data-parallel comm exposed", t.dp_comm_exposed);
+  row("optimizer", t.optimizer);
+  os << fmt::format("  (data-parallel comm total {}, the rest overlapped with backward)\n", format_seconds(t.dp_comm));
+}
+
+// Tokens per second, and TFLOP/s, MFU and HFU per GPU.
+void print_throughput(std::ostream& os, const Throughput& p) {
+  os << fmt::format("\nthroughput: {:.0f} tokens/s ({:.1f} tokens/s/GPU)\n", p.tokens_per_s, p.tokens_per_s_per_gpu);
+  os << fmt::format("per GPU: {:.1f} model TFLOP/s, {:.1f} hardware TFLOP/s; MFU {:.1f}%, HFU {:.1f}%\n",
+                    p.model_tflops_per_gpu, p.hardware_tflops_per_gpu, 100 * p.mfu, 100 * p.hfu);
+  os << fmt::format("  (causal attention as computed, half the score matrix; counting full attention as Megatron-LM "
+                    "and NeMo publish MFU: MFU {:.1f}%)\n",
+                    100 * p.mfu_full_attention);
+  if (p.mfu > 1 || p.hfu > 1) {
+    os << "  (above 100%: against a peak that is a measured matmul rate, as `trainplan calibrate` writes for a "
+          "CPU unless given --peak-tflops, a step can run faster than that rate)\n";
+  }
+}
+
+// The parameter servers and the gradient compression, where the layout uses them.
+void print_gradient_exchange(std::ostream& os, const Estimate& e) {
+  const Strategy& s = e.strategy;
+  if (s.uses_ps()) {
+    os << fmt::format("parameter servers: {} {} ({}), {} workers; {:.2f} updates/s, expected staleness {:g} updates\n",
+                      s.ps_servers, s.ps_placement == PsPlacement::dedicated ? "dedicated" : "colocated",
+                      s.dp_algorithm == DpAlgorithm::ps_async ? "asynchronous" : "synchronous", e.ps.workers,
+                      e.ps.updates_per_s, e.ps.staleness);
+  }
+  if (s.grad_compression.kind != CompressionKind::none) {
+    os << fmt::format("gradient compression: {} (its kernels are in the optimizer row)\n", to_string(s.grad_compression));
+  }
+}
+
 }  // namespace
 
 void print_prediction(std::ostream& os, const Estimate& e, const std::string& title) {
@@ -147,53 +209,10 @@ void print_prediction(std::ostream& os, const Estimate& e, const std::string& ti
     os << memory_hint(e);
     if (e.per_stage.empty()) return;
   }
-  os << fmt::format("\nmemory per GPU (peak {} of {}):\n", format_bytes(e.peak_memory), format_bytes(e.capacity));
-  os << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "stage",
-                    "layers", "weights", "gradients", "optimizer", "activations", "w.copies", "temporary",
-                    "other", "allocator", "runtime", "total");
-  for (std::size_t i = 0; i < e.per_stage.size(); ++i) {
-    const StageMemory& m = e.per_stage[i];
-    os << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
-                      m.stage, i < e.stage_layers.size() ? e.stage_layers[i] : 0, format_bytes(m.weights),
-                      format_bytes(m.gradients), format_bytes(m.optimizer), format_bytes(m.activations),
-                      format_bytes(m.weight_copies), format_bytes(m.temporaries), format_bytes(m.other),
-                      format_bytes(m.allocator), format_bytes(m.runtime), format_bytes(m.total()));
-  }
-  const TimeBreakdown& t = e.time;
-  auto row = [&](const char* name, double v) {
-    os << fmt::format("  {:<26} {:>12} {:>6.1f}%\n", name, format_seconds(v), t.step > 0 ? 100 * v / t.step : 0.0);
-  };
-  os << fmt::format("\nstep time {} (busiest pipeline stage):\n", format_seconds(t.step));
-  row("compute (fwd+bwd)", t.compute);
-  row("recompute", t.recompute);
-  row("tensor-parallel comm", t.tp_comm);
-  row("context-parallel comm", t.cp_comm);
-  if (t.ep_comm > 0) row("expert all-to-all", t.ep_comm);
-  row("pipeline send/recv", t.pp_comm);
-  row("pipeline bubble", t.bubble);
-  row("data-parallel comm exposed", t.dp_comm_exposed);
-  row("optimizer", t.optimizer);
-  os << fmt::format("  (data-parallel comm total {}, the rest overlapped with backward)\n", format_seconds(t.dp_comm));
-  const Throughput& p = e.throughput;
-  os << fmt::format("\nthroughput: {:.0f} tokens/s ({:.1f} tokens/s/GPU)\n", p.tokens_per_s, p.tokens_per_s_per_gpu);
-  os << fmt::format("per GPU: {:.1f} model TFLOP/s, {:.1f} hardware TFLOP/s; MFU {:.1f}%, HFU {:.1f}%\n",
-                    p.model_tflops_per_gpu, p.hardware_tflops_per_gpu, 100 * p.mfu, 100 * p.hfu);
-  os << fmt::format("  (causal attention as computed, half the score matrix; counting full attention as Megatron-LM "
-                    "and NeMo publish MFU: MFU {:.1f}%)\n",
-                    100 * p.mfu_full_attention);
-  if (p.mfu > 1 || p.hfu > 1) {
-    os << "  (above 100%: against a peak that is a measured matmul rate, as `trainplan calibrate` writes for a "
-          "CPU unless given --peak-tflops, a step can run faster than that rate)\n";
-  }
-  if (s.uses_ps()) {
-    os << fmt::format("parameter servers: {} {} ({}), {} workers; {:.2f} updates/s, expected staleness {:g} updates\n",
-                      s.ps_servers, s.ps_placement == PsPlacement::dedicated ? "dedicated" : "colocated",
-                      s.dp_algorithm == DpAlgorithm::ps_async ? "asynchronous" : "synchronous", e.ps.workers,
-                      e.ps.updates_per_s, e.ps.staleness);
-  }
-  if (s.grad_compression.kind != CompressionKind::none) {
-    os << fmt::format("gradient compression: {} (its kernels are in the optimizer row)\n", to_string(s.grad_compression));
-  }
+  print_memory_table(os, e);
+  print_step_time(os, e.time);
+  print_throughput(os, e.throughput);
+  print_gradient_exchange(os, e);
 }
 
 }  // namespace trainplan
