@@ -34,6 +34,74 @@ void print_counts(std::ostream& os, const SearchStats& st) {
   }
 }
 
+// The layout column: 52 characters, or the longest layout printed (expert and pipeline-split
+// settings make long ones), so that the columns after it stay aligned.
+std::size_t layout_width(const SearchResult& r) {
+  std::size_t w = 52;
+  for (const auto* list : {&r.top, &r.infeasible, &r.pareto})
+    for (const Estimate& e : *list) w = std::max(w, describe(e.strategy).size());
+  return w;
+}
+
+// The ranked top list, with the cost per step when the objective is cost.
+void print_top(std::ostream& os, const SearchResult& r, const SearchContext& ctx, std::size_t w) {
+  // One engine per column: the refined top list shows simulated step times (labelled), the lists
+  // below analytic ones, so the same layout can show two figures.
+  os << fmt::format("{:>4}  {:<{}} {:>5} {:>19} {:>10} {:>11} {:>6}", "rank", "layout", w, "GPUs", "peak memory",
+                    r.stats.refined > 0 ? "sim step" : "step", "tokens/s", "MFU %");
+  if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", "USD/step");
+  os << "\n";
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    const Estimate& e = r.top[i];
+    os << fmt::format("{:>4}  {:<{}} {:>5} {:>19} {:>10} {:>11.0f} {:>6.1f}", i + 1, describe(e.strategy), w,
+                      e.strategy.gpus(), format_bytes(e.peak_memory) + " / " + format_bytes(e.capacity),
+                      format_seconds(e.time.step), e.throughput.tokens_per_s, 100 * e.throughput.mfu);
+    if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", format_usd(r.top_value[i]));
+    os << "\n";
+  }
+}
+
+// Why the top list is empty: no valid layout in the space, or none that fits (with the least
+// memory the layouts proven out of memory need, where the bound gave one).
+void print_no_layout(std::ostream& os, const SearchResult& r, const SearchContext& ctx) {
+  if (r.stats.candidates == 0) {
+    os << "no valid layout in this space: dp x micro-batch must divide the global batch, tp the heads, kv_heads\n"
+          "and ffn_hidden, and the GPU count must fit --gpus (or equal it with --exact-gpus) and the --max-* limits.\n";
+    return;
+  }
+  os << "no feasible layout.\n";
+  if (r.stats.least_memory_floor > 0) {
+    os << fmt::format("the {} layouts proven out of memory without a prediction need at least {} per GPU (model "
+                      "states as sharded as the space allows, the fewest activations){}: more GPUs (--gpus) or a "
+                      "GPU with more memory\n",
+                      r.stats.pruned_out_of_memory, format_bytes(r.stats.least_memory_floor),
+                      ctx.gpu_memory > 0 ? fmt::format(", where {} has {}", printable(ctx.cluster),
+                                                       format_bytes(ctx.gpu_memory))
+                                         : "");
+  }
+}
+
+// The fastest infeasible candidates, each with its first reason.
+void print_infeasible_candidates(std::ostream& os, const SearchResult& r, std::size_t w) {
+  if (r.infeasible.empty()) return;
+  os << "\nfastest infeasible candidates (among those predicted; analytic step time):\n";
+  for (const Estimate& e : r.infeasible) {
+    os << fmt::format("  {:<{}} {:>10}  {}\n", describe(e.strategy), w, format_seconds(e.time.step),
+                      e.infeasible.empty() ? "" : describe(e.infeasible.front(), e.strategy));
+  }
+}
+
+// The Pareto front of step time against peak memory, where it holds more than one layout.
+void print_pareto_front(std::ostream& os, const SearchResult& r, const SearchContext& ctx, std::size_t w) {
+  if (r.pareto.size() <= 1) return;
+  os << fmt::format("\nPareto front, analytic step time vs peak memory (exact within {:g}x the best step time):\n",
+                    ctx.pareto_window);
+  for (const Estimate& e : r.pareto) {
+    os << fmt::format("  {:<{}} {:>10} {:>10}\n", describe(e.strategy), w, format_seconds(e.time.step),
+                      format_bytes(e.peak_memory));
+  }
+}
+
 }  // namespace
 
 void print_search(std::ostream& os, const SearchResult& r, const SearchContext& ctx) {
@@ -44,56 +112,14 @@ void print_search(std::ostream& os, const SearchResult& r, const SearchContext& 
     os << fmt::format("(--gpus {} is more than {} has; layouts use at most {})\n\n", sp.gpus, printable(ctx.cluster),
                       r.stats.max_gpus_considered);
   }
-  // The layout column: 52 characters, or the longest layout printed (expert and pipeline-split
-  // settings make long ones), so that the columns after it stay aligned.
-  std::size_t w = 52;
-  for (const auto* list : {&r.top, &r.infeasible, &r.pareto})
-    for (const Estimate& e : *list) w = std::max(w, describe(e.strategy).size());
+  const std::size_t w = layout_width(r);
   if (!r.top.empty()) {
-    // One engine per column: the refined top list shows simulated step times (labelled), the lists
-    // below analytic ones, so the same layout can show two figures.
-    os << fmt::format("{:>4}  {:<{}} {:>5} {:>19} {:>10} {:>11} {:>6}", "rank", "layout", w, "GPUs", "peak memory",
-                      r.stats.refined > 0 ? "sim step" : "step", "tokens/s", "MFU %");
-    if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", "USD/step");
-    os << "\n";
-    for (std::size_t i = 0; i < r.top.size(); ++i) {
-      const Estimate& e = r.top[i];
-      os << fmt::format("{:>4}  {:<{}} {:>5} {:>19} {:>10} {:>11.0f} {:>6.1f}", i + 1, describe(e.strategy), w,
-                        e.strategy.gpus(), format_bytes(e.peak_memory) + " / " + format_bytes(e.capacity),
-                        format_seconds(e.time.step), e.throughput.tokens_per_s, 100 * e.throughput.mfu);
-      if (ctx.objective == Objective::cost) os << fmt::format(" {:>10}", format_usd(r.top_value[i]));
-      os << "\n";
-    }
-  } else if (r.stats.candidates == 0) {
-    os << "no valid layout in this space: dp x micro-batch must divide the global batch, tp the heads, kv_heads\n"
-          "and ffn_hidden, and the GPU count must fit --gpus (or equal it with --exact-gpus) and the --max-* limits.\n";
+    print_top(os, r, ctx, w);
   } else {
-    os << "no feasible layout.\n";
-    if (r.stats.least_memory_floor > 0) {
-      os << fmt::format("the {} layouts proven out of memory without a prediction need at least {} per GPU (model "
-                        "states as sharded as the space allows, the fewest activations){}: more GPUs (--gpus) or a "
-                        "GPU with more memory\n",
-                        r.stats.pruned_out_of_memory, format_bytes(r.stats.least_memory_floor),
-                        ctx.gpu_memory > 0 ? fmt::format(", where {} has {}", printable(ctx.cluster),
-                                                         format_bytes(ctx.gpu_memory))
-                                           : "");
-    }
+    print_no_layout(os, r, ctx);
   }
-  if (!r.infeasible.empty()) {
-    os << "\nfastest infeasible candidates (among those predicted; analytic step time):\n";
-    for (const Estimate& e : r.infeasible) {
-      os << fmt::format("  {:<{}} {:>10}  {}\n", describe(e.strategy), w, format_seconds(e.time.step),
-                        e.infeasible.empty() ? "" : describe(e.infeasible.front(), e.strategy));
-    }
-  }
-  if (r.pareto.size() > 1) {
-    os << fmt::format("\nPareto front, analytic step time vs peak memory (exact within {:g}x the best step time):\n",
-                      ctx.pareto_window);
-    for (const Estimate& e : r.pareto) {
-      os << fmt::format("  {:<{}} {:>10} {:>10}\n", describe(e.strategy), w, format_seconds(e.time.step),
-                        format_bytes(e.peak_memory));
-    }
-  }
+  print_infeasible_candidates(os, r, w);
+  print_pareto_front(os, r, ctx, w);
   os << "\n";
   print_counts(os, r.stats);
 }
