@@ -514,14 +514,70 @@ int run_this_rank(const Context& ctx, const exec::ExecPlan& plan, const exec::Ex
   }
 }
 
-}  // namespace
-
-int cmd_exec(const Args& given, const Context& ctx) {
+// The arguments as given, with --gpus added where exec chooses it (default_gpus).
+Args with_default_gpus(const Args& given) {
   Args args = given;
   if (const auto g = default_gpus(given)) {
     args.push_back("--gpus");
     args.push_back(*g);
   }
+  return args;
+}
+
+// fp16's dynamic loss scaling is all --loss-scale and --loss-scale-window set; another dtype runs
+// none, so either flag with it is refused.
+void check_loss_scale_flags(const Flags& f, Dtype dtype) {
+  for (const char* flag : {"loss-scale", "loss-scale-window"}) {
+    if (f.has(flag) && dtype != Dtype::fp16)
+      throw InputError(fmt::format("--{} {}: sets fp16's dynamic loss scaling; the plan runs {}, which has none "
+                                   "(give --dtype fp16 or drop the flag)",
+                                   flag, *f.get(flag), to_string(dtype)));
+  }
+}
+
+// The run's notes, printed once nothing can be refused any more (just before the run): a refusal is
+// exactly one line. A rank the local launcher spawned prints none (its launcher did).
+void print_exec_notes(const Context& ctx, const PlanInputs& in, const Launch& launch) {
+  if (launch.spawned) return;
+  const std::string dropout =
+      in.model.dropout > 0 ? fmt::format("{} has dropout {}; trainplan exec trains without dropout (as its software "
+                                         "profile, trainplan-exec, predicts)",
+                                         in.model.name, in.model.dropout)
+                           : "";
+  print_notes(ctx.err, "exec", {in.seq_note, in.split_note, dropout});
+}
+
+// --nproc: starts the job's ranks on this machine (each a `trainplan exec` with the same arguments)
+// and waits for them; a failed job's description goes to --json.
+int run_local_job(const Context& ctx, const Args& given, const PlanInputs& in, const exec::ExecPlan& plan,
+                  const exec::ExecOptions& o, const Launch& launch, long long nproc,
+                  const std::optional<std::string>& json_path) {
+  const Strategy& s = in.strategy;
+  if (nproc != job_ranks(s)) throw InputError(fmt::format("--nproc {}: the plan has {}", nproc, describe_ranks(s)));
+  const std::optional<JsonOutput> out = open_json_output("json", json_path);  // an unwritable path: now
+  std::vector<std::string> argv{"trainplan", "exec"};
+  argv.insert(argv.end(), given.begin(), given.end());
+  const Measurement run = run_description(plan, o, o.backend == "nccl", nproc);
+  print_exec_notes(ctx, in, launch);
+  return exec::launch_local(nproc, argv, env_port(0, true), ctx.err, [&](const RunFailure& fail) {
+    if (out) out->write(failed_measurement_to_json(run, fail));
+  });
+}
+
+// This process as one rank of the job (rank_env); rank 0 writes --json.
+int run_as_rank(const Context& ctx, const PlanInputs& in, const exec::ExecPlan& plan, const exec::ExecOptions& o,
+                const Launch& launch, const std::optional<std::string>& json_path) {
+  const exec::RankEnv env = rank_env(in.strategy, launch);
+  std::optional<JsonOutput> json_out;
+  if (env.rank == 0) json_out = open_json_output("json", json_path);
+  print_exec_notes(ctx, in, launch);
+  return run_this_rank(ctx, plan, o, env, json_out);
+}
+
+}  // namespace
+
+int cmd_exec(const Args& given, const Context& ctx) {
+  const Args args = with_default_gpus(given);
   Flags f(args, "exec");
   if (f.help()) {
     ctx.out << kHelp << plan_flags_help() << kExecFlags;
@@ -535,51 +591,19 @@ int cmd_exec(const Args& given, const Context& ctx) {
   // exec dispatches tokens by all-to-all whichever profile --software names for the prediction.
   if (!f.has("moe-dispatcher") && !f.has("plan")) in.strategy.dispatcher = Dispatcher::alltoall;
   const exec::ExecOptions o = read_exec_options(f, cuda);
-  // fp16's dynamic loss scaling is all these two flags set; another dtype runs none.
-  for (const char* flag : {"loss-scale", "loss-scale-window"}) {
-    if (f.has(flag) && in.strategy.dtype != Dtype::fp16)
-      throw InputError(fmt::format("--{} {}: sets fp16's dynamic loss scaling; the plan runs {}, which has none "
-                                   "(give --dtype fp16 or drop the flag)",
-                                   flag, *f.get(flag), to_string(in.strategy.dtype)));
-  }
+  check_loss_scale_flags(f, in.strategy.dtype);
   const auto nproc = f.get_optional_int("nproc", 1, 1 << 20);
   const auto json_path = files.wants("json") ? std::optional<std::string>(files.path("json")) : std::nullopt;
   f.finish();
   Launch launch;
   launch.local = nproc && !launch.spawned && !launch.torchrun && !launch.slurm;
-  // Notes only once nothing can be refused any more (just before the run): a refusal is exactly one line.
-  auto print_exec_notes = [&] {
-    if (launch.spawned) return;
-    const std::string dropout =
-        in.model.dropout > 0 ? fmt::format("{} has dropout {}; trainplan exec trains without dropout (as its software "
-                                           "profile, trainplan-exec, predicts)",
-                                           in.model.name, in.model.dropout)
-                             : "";
-    print_notes(ctx.err, "exec", {in.seq_note, in.split_note, dropout});
-  };
   check_exec_request(in, o, cuda);
   // The profile that describes what exec launches, unless --software names another.
   in.software = read_software_flag(f, ctx.data_dir, "trainplan-exec");
   const exec::ExecPlan plan = exec_plan(in);
   if (!launch.spawned) check_before_start(in, o, launch, nproc);
-
-  const Strategy& s = in.strategy;
-  if (launch.local) {
-    if (*nproc != job_ranks(s)) throw InputError(fmt::format("--nproc {}: the plan has {}", *nproc, describe_ranks(s)));
-    const std::optional<JsonOutput> out = open_json_output("json", json_path);  // an unwritable path: now
-    std::vector<std::string> argv{"trainplan", "exec"};
-    argv.insert(argv.end(), given.begin(), given.end());
-    const Measurement run = run_description(plan, o, o.backend == "nccl", *nproc);
-    print_exec_notes();
-    return exec::launch_local(*nproc, argv, env_port(0, true), ctx.err, [&](const RunFailure& fail) {
-      if (out) out->write(failed_measurement_to_json(run, fail));
-    });
-  }
-  const exec::RankEnv env = rank_env(s, launch);
-  std::optional<JsonOutput> json_out;
-  if (env.rank == 0) json_out = open_json_output("json", json_path);
-  print_exec_notes();
-  return run_this_rank(ctx, plan, o, env, json_out);
+  if (launch.local) return run_local_job(ctx, given, in, plan, o, launch, *nproc, json_path);
+  return run_as_rank(ctx, in, plan, o, launch, json_path);
 }
 
 }  // namespace trainplan::cli
