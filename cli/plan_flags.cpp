@@ -170,8 +170,8 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
   }
   if (auto order = f.get("rank-order")) read_rank_order(*order, s);
   if (auto a = f.get("pipeline-accounts")) {
-    (void)split_list("pipeline-accounts", *a);  // no empty or repeated item, as every list flag
-    auto parsed = parse_pipeline_accounts(*a);
+    // Split once: split_list refuses an empty or repeated item, as for every list flag.
+    auto parsed = parse_pipeline_account_items(split_list("pipeline-accounts", *a));
     if (!parsed) {
       throw InputError(
           fmt::format("--pipeline-accounts {}: must be none, layers, or a comma-separated list of embedding, loss", *a));
@@ -191,8 +191,8 @@ void read_moe_settings(const Flags& f, Settings& x) {
   x.moe_a2a_overlap = on_off(f, "moe-a2a-overlap", x.moe_a2a_overlap);
   x.capacity_factor = f.get_double("capacity-factor", x.capacity_factor, 0, 1 << 16);
   if (auto r = f.get("recompute-modules")) {
-    (void)split_list("recompute-modules", *r);  // no empty or repeated item, as every list flag
-    auto parsed = parse_recompute_modules(*r);
+    // Split once: split_list refuses an empty or repeated item, as for every list flag.
+    auto parsed = parse_recompute_module_items(split_list("recompute-modules", *r));
     if (!parsed) {
       throw InputError(fmt::format(
           "--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj, layernorm", *r));

@@ -89,29 +89,49 @@ std::string bits_string(unsigned bits, std::span<const NamedBit> names) {
   return out;
 }
 
-// A comma-separated list of the table's names ("none" or "": no bit); nullopt for another name.
-std::optional<unsigned> parse_bits(const std::string& s, std::span<const NamedBit> names) {
-  if (s.empty() || s == "none") return 0u;
-  unsigned out = 0;
+// The items of a comma-separated list, empty ones included ("a,,b" has three).
+std::vector<std::string> comma_items(const std::string& s) {
+  std::vector<std::string> items;
   std::size_t start = 0;
   while (start <= s.size()) {
     const std::size_t end = std::min(s.find(',', start), s.size());
-    const std::string item = s.substr(start, end - start);
+    items.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return items;
+}
+
+// The bits of a list of the table's names ({"none"}: no bit); nullopt for another name.
+std::optional<unsigned> parse_bit_items(const std::vector<std::string>& items, std::span<const NamedBit> names) {
+  if (items.size() == 1 && items[0] == "none") return 0u;
+  unsigned out = 0;
+  for (const std::string& item : items) {
     bool known = false;
     for (const auto& [name, bit] : names) {
       if (item == name) out |= bit, known = true;
     }
     if (!known) return std::nullopt;
-    start = end + 1;
   }
   return out;
+}
+
+// A comma-separated list of the table's names ("none" or "": no bit); nullopt for another name.
+std::optional<unsigned> parse_bits(const std::string& s, std::span<const NamedBit> names) {
+  if (s.empty()) return 0u;
+  return parse_bit_items(comma_items(s), names);
 }
 }  // namespace
 
 std::string recompute_modules_string(unsigned modules) { return bits_string(modules, kRecomputeModules); }
 std::optional<unsigned> parse_recompute_modules(const std::string& s) { return parse_bits(s, kRecomputeModules); }
+std::optional<unsigned> parse_recompute_module_items(const std::vector<std::string>& items) {
+  return parse_bit_items(items, kRecomputeModules);
+}
 std::string pipeline_accounts_string(unsigned accounts) { return bits_string(accounts, kPipelineAccounts); }
 std::optional<unsigned> parse_pipeline_accounts(const std::string& s) { return parse_bits(s, kPipelineAccounts); }
+std::optional<unsigned> parse_pipeline_account_items(const std::vector<std::string>& items) {
+  return parse_bit_items(items, kPipelineAccounts);
+}
 int counted_modules(unsigned accounts) { return std::popcount(accounts & (kAccountEmbedding | kAccountLoss)); }
 
 std::optional<Dispatcher> parse_dispatcher(const std::string& s) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sim/units.hpp"
 
@@ -158,6 +159,10 @@ std::optional<Dispatcher> parse_dispatcher(const std::string& s);
 std::optional<unsigned> parse_recompute_modules(const std::string& s);
 // A comma-separated list of embedding, loss ("none" or "": neither); nullopt for another name.
 std::optional<unsigned> parse_pipeline_accounts(const std::string& s);
+// parse_recompute_modules and parse_pipeline_accounts over a list already split at its commas (the
+// command line splits it once, refusing an empty or repeated item there): {"none"} names nothing.
+std::optional<unsigned> parse_recompute_module_items(const std::vector<std::string>& items);
+std::optional<unsigned> parse_pipeline_account_items(const std::vector<std::string>& items);
 
 // Serialises in the "strategy" object of trainplan/prediction/v1. The data-parallel algorithm keys
 // (dp_algorithm, ps_servers, ps_placement, grad_compression) and the expert keys (ep, etp,

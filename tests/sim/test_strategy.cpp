@@ -335,6 +335,13 @@ TEST(StrategyExperts, JsonCarriesTheExpertFieldsOnlyWhenSet) {
             "p.json: strategy.recompute_modules = \"moe_act,core\", must list moe_act, mla_up_proj, layernorm (comma-separated)");
   EXPECT_EQ(parse_recompute_modules("none"), 0u);
   EXPECT_FALSE(parse_recompute_modules("moe_act,"));
+  // The same list split at its commas (as the command line splits it): "none" only alone.
+  EXPECT_EQ(parse_recompute_module_items({"none"}), 0u);
+  EXPECT_EQ(parse_recompute_module_items({"layernorm", "moe_act"}), kRecomputeMoeAct | kRecomputeLayernorm);
+  EXPECT_FALSE(parse_recompute_module_items({"none", "moe_act"}));
+  EXPECT_FALSE(parse_recompute_module_items({"moe_act", ""}));
+  EXPECT_EQ(parse_pipeline_account_items({"loss", "embedding"}), kAccountEmbedding | kAccountLoss);
+  EXPECT_FALSE(parse_pipeline_account_items({"embedding", "core"}));
 }
 
 }  // namespace
