@@ -114,6 +114,8 @@ SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Clust
   space.schedules = list_flag<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);
   read_dp_space_flags(f, space);
   read_expert_space_flags(f, model, software, space.experts);
+  // Full recomputation recomputes every module: a space of it alone has no module sets to try.
+  if (only_full_recompute(space) && !f.has("recompute-modules")) space.experts.recompute_modules = 0;
   space.max_tp = static_cast<int>(f.get_int("max-tp", space.max_tp, 1, 1 << 16));
   space.max_pp = static_cast<int>(f.get_int("max-pp", model.layers, 1, 1 << 16));
   space.max_cp = static_cast<int>(f.get_int("max-cp", space.max_cp, 1, 1 << 16));

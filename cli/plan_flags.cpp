@@ -303,6 +303,7 @@ void read_dp_space_flags(const Flags& f, SearchSpace& space) {
 
 void read_expert_space_flags(const Flags& f, const ModelSpec& model, const Software& software, ExpertSpace& x) {
   x.dispatcher = default_dispatcher(model, software);
+  x.recompute_modules = recomputable_modules(model);  // each subset is searched (search.hpp)
   if (auto e = f.get_optional_int("max-ep", 1, 1 << 16)) x.max_ep = static_cast<int>(*e);
   const std::vector<std::string> etps = list_flag<std::string>(
       f, "etp", "1,tp", [](const std::string& v) { return v == "1" || v == "tp" ? std::optional(v) : std::nullopt; },
@@ -313,7 +314,7 @@ void read_expert_space_flags(const Flags& f, const ModelSpec& model, const Softw
 }
 
 std::string expert_space_flags_help() {
-  return R"(experts (models with experts; every candidate shares all but ep and etp):
+  return R"(experts (models with experts or MLA; every candidate shares all but ep, etp and its modules):
   --max-ep E                largest expert-parallel size (default: the experts); ep takes every
                             divisor of the experts with etp x ep dividing a stage's tp x cp x dp
   --etp LIST                expert-tensor-parallel sizes, from 1,tp (default 1,tp)
@@ -323,7 +324,10 @@ std::string expert_space_flags_help() {
                             megatron-core flex, the others alltoall)
   --moe-a2a-overlap on|off  hide the all-to-all behind another micro-batch's compute (ep > 1)
   --capacity-factor C       cap (and pad) each expert's tokens (default 0: dropless)
-  --recompute-modules LIST  moe_act, mla_up_proj, layernorm or none (with recompute none or selective)
+  --recompute-modules LIST  modules a candidate without full recomputation may recompute, each
+                            subset of them searched, none included: from moe_act, mla_up_proj,
+                            layernorm, or none (default: every one the model has; moe_act and
+                            layernorm with experts, mla_up_proj and layernorm with MLA)
 )";
 }
 

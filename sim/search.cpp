@@ -44,6 +44,10 @@ unsigned recomputable_modules(const ModelSpec& m) {
   return modules;
 }
 
+bool only_full_recompute(const SearchSpace& space) {
+  return std::all_of(space.recompute.begin(), space.recompute.end(), [](Recompute r) { return r == Recompute::full; });
+}
+
 SearchSpace default_space(const Cluster& c, int gpus, int global_batch, int seq_len, Attention attention) {
   SearchSpace s;
   s.attention = attention;

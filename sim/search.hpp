@@ -67,6 +67,11 @@ struct ExpertSpace {
 // these where a caller searches them all.
 unsigned recomputable_modules(const ModelSpec& m);
 
+struct SearchSpace;
+// Whether every candidate of the space recomputes whole layers (its recompute list holds full
+// alone): none has modules left to recompute.
+bool only_full_recompute(const SearchSpace& space);
+
 // What to enumerate. Limits of 0 mean "no limit beyond what validate() allows".
 struct SearchSpace {
   int gpus = 1;                 // GPUs available

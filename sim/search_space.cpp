@@ -93,8 +93,7 @@ void check_space(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, c
     }
   }
   check_expert_space(g.model(), sp.experts);
-  const bool only_full = std::all_of(sp.recompute.begin(), sp.recompute.end(), [](Recompute r) { return r == Recompute::full; });
-  if (sp.experts.recompute_modules != 0 && only_full) {
+  if (sp.experts.recompute_modules != 0 && only_full_recompute(sp)) {
     throw InputError(fmt::format("--recompute-modules {}: needs --recompute none or selective in the space (full "
                                  "recomputation already recomputes every module)",
                                  recompute_modules_string(sp.experts.recompute_modules)));

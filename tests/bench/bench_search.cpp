@@ -14,6 +14,7 @@
 #include "sim/layer_graph.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/search.hpp"
+#include "sim/software.hpp"
 #include "default_software.hpp"
 
 namespace {
@@ -100,5 +101,25 @@ void BM_Search530BRefined(benchmark::State& state) {
   report(state, total);
 }
 BENCHMARK(BM_Search530BRefined)->Arg(1)->Arg(10)->Unit(benchmark::kMillisecond);
+
+// DeepSeek-V3 on up to 256 H100s as `trainplan search` runs it by default (README): megatron-core,
+// its flex dispatcher, every subset of the model's recomputable modules, refinement; one thread.
+void BM_SearchDeepSeekV3(benchmark::State& state) {
+  const Cluster c = load_cluster("dgx-h100", TRAINPLAN_SOURCE_DIR);
+  const ModelSpec m = load_model("deepseek-v3", TRAINPLAN_SOURCE_DIR);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 4096);
+  SearchSpace sp = default_space(c, 256, 4096, 4096);
+  sp.experts.dispatcher = sw.moe.dispatcher;
+  sp.experts.recompute_modules = recomputable_modules(m);
+  SearchOptions o;
+  o.threads = 1;
+  o.refine = true;
+  o.top_k = 3;
+  SearchStats total;
+  for (auto _ : state) accumulate(total, search(g, c, sw, sp, o).stats);
+  report(state, total);
+}
+BENCHMARK(BM_SearchDeepSeekV3)->Unit(benchmark::kMillisecond);
 
 }  // namespace
