@@ -43,6 +43,16 @@ std::size_t layout_width(const SearchResult& r) {
   return w;
 }
 
+// The same for the capacity tables: the best layout of every option and of its elastic restart.
+std::size_t layout_width(const CapacityResult& r) {
+  std::size_t w = 52;
+  for (const CapacityOption& o : r.options) {
+    if (o.feasible) w = std::max(w, describe(o.best.strategy).size());
+    if (o.elastic && o.elastic->feasible) w = std::max(w, describe(o.elastic->best.strategy).size());
+  }
+  return w;
+}
+
 // The ranked top list, with the cost per step when the objective is cost.
 void print_top(std::ostream& os, const SearchResult& r, const SearchContext& ctx, std::size_t w) {
   // One engine per column: the refined top list shows simulated step times (labelled), the lists
@@ -169,7 +179,8 @@ void print_failures(std::ostream& os, const CapacityResult& r) {
   for (const CapacityOption& o : r.options) any_elastic |= o.elastic.has_value();
   if (!any_elastic) return;
   os << "\nafter losing one node (elastic restart on the GPUs left):\n";
-  os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52} {:>12} {:>10}\n", "cluster", "GPUs", "left", "used", "best layout",
+  const std::size_t w = layout_width(r);
+  os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<{}} {:>12} {:>10}\n", "cluster", "GPUs", "left", "used", "best layout", w,
                     "throughput", "resume s");
   for (const CapacityOption& o : r.options) {
     if (!o.elastic) continue;
@@ -178,8 +189,8 @@ void print_failures(std::ostream& os, const CapacityResult& r) {
       os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52}\n", printable(o.cluster), o.gpus, e.gpus, "-", printable("infeasible: " + e.why));
       continue;
     }
-    os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<52} {:>11.1f}% {:>10.0f}\n", printable(o.cluster), o.gpus, e.gpus,
-                      e.best.strategy.gpus(), describe(e.best.strategy), 100 * e.throughput_share, e.resume);
+    os << fmt::format("{:<14} {:>6} {:>6} {:>6}  {:<{}} {:>11.1f}% {:>10.0f}\n", printable(o.cluster), o.gpus, e.gpus,
+                      e.best.strategy.gpus(), describe(e.best.strategy), w, 100 * e.throughput_share, e.resume);
   }
 }
 
@@ -203,15 +214,16 @@ void print_ranking(std::ostream& os, const CapacityResult& r, const CapacityCont
   else if (ctx.budget_usd) rule = fmt::format("fastest option within ${:.0f}, by time", *ctx.budget_usd);
   os << fmt::format("\nbuyer's comparison: each cluster's {}{}:\n", rule,
                     r.reliability ? " (days, cost and energy with failures)" : "");
-  os << fmt::format("{:>4} {:<14} {:>6}  {:<52} {:>7} {:>10} {:>7} {:>9} {:>8} {:>6}\n", "rank", "cluster", "GPUs",
-                    "best layout", "days", "cost $M", "$/GPU-h", "MWh", "goodput", "MFU %");
+  const std::size_t w = layout_width(r);
+  os << fmt::format("{:>4} {:<14} {:>6}  {:<{}} {:>7} {:>10} {:>7} {:>9} {:>8} {:>6}\n", "rank", "cluster", "GPUs",
+                    "best layout", w, "days", "cost $M", "$/GPU-h", "MWh", "goodput", "MFU %");
   std::vector<std::string> ranked;
   for (std::size_t k = 0; k < r.ranking.size(); ++k) {
     const CapacityOption& o = r.options[r.ranking[k]];
     ranked.push_back(o.cluster);
     const bool f = o.with_failures;
-    os << fmt::format("{:>4} {:<14} {:>6}  {:<52} {:>7.1f} {:>10.2f} {:>7.2f} {:>9.0f} {:>8} {:>6.1f}\n", k + 1,
-                      o.cluster, o.gpus, describe(o.best.strategy), f ? o.days_with_failures : o.days,
+    os << fmt::format("{:>4} {:<14} {:>6}  {:<{}} {:>7.1f} {:>10.2f} {:>7.2f} {:>9.0f} {:>8} {:>6.1f}\n", k + 1,
+                      o.cluster, o.gpus, describe(o.best.strategy), w, f ? o.days_with_failures : o.days,
                       (f ? o.cost_usd_with_failures : o.cost_usd) / 1e6, o.price_per_gpu_hour,
                       (f ? o.energy_kwh_with_failures : o.energy_kwh) / 1e3,
                       f ? fmt::format("{:.1f}%", 100 * o.goodput.goodput) : std::string("-"), 100 * o.best.throughput.mfu);
@@ -232,15 +244,16 @@ void print_ranking(std::ostream& os, const CapacityResult& r, const CapacityCont
 void print_capacity(std::ostream& os, const CapacityResult& r, const CapacityContext& ctx) {
   os << fmt::format("{}: {} tokens, global batch {} x {} tokens; fastest layout per cluster and size\n\n", printable(ctx.model),
                     tokens_text(ctx.tokens), ctx.global_batch, ctx.seq_len);
-  os << fmt::format("{:<14} {:>6}  {:<52} {:>6} {:>9} {:>12} {:>14} {:>12}\n", "cluster", "GPUs", "best layout",
+  const std::size_t w = layout_width(r);
+  os << fmt::format("{:<14} {:>6}  {:<{}} {:>6} {:>9} {:>12} {:>14} {:>12}\n", "cluster", "GPUs", "best layout", w,
                     "MFU %", "days", "GPU-hours", "cost USD", "energy kWh");
   for (const CapacityOption& o : r.options) {
     if (!o.feasible) {
       os << fmt::format("{:<14} {:>6}  {:<52}\n", printable(o.cluster), o.gpus, printable("infeasible: " + o.why));
       continue;
     }
-    os << fmt::format("{:<14} {:>6}  {:<52} {:>6.1f} {:>9.1f} {:>12.0f} {:>14.0f} {:>12.0f}\n", printable(o.cluster), o.gpus,
-                      describe(o.best.strategy), 100 * o.best.throughput.mfu, o.days, o.gpu_hours, o.cost_usd,
+    os << fmt::format("{:<14} {:>6}  {:<{}} {:>6.1f} {:>9.1f} {:>12.0f} {:>14.0f} {:>12.0f}\n", printable(o.cluster), o.gpus,
+                      describe(o.best.strategy), w, 100 * o.best.throughput.mfu, o.days, o.gpu_hours, o.cost_usd,
                       o.energy_kwh);
   }
   os << "\n";

@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli_fixture.hpp"
 #include "sim/check.hpp"
@@ -450,6 +452,28 @@ TEST(Cli, MemoryBudget_ReportDrawsAThinnedScatter) {
   EXPECT_LT(page.size(), 2u << 20);
   EXPECT_NE(page.find(" of " + std::to_string(n) + " predicted feasible candidates drawn (dominated points thinned"),
             std::string::npos);
+}
+
+// The capacity tables keep their columns aligned when a layout is longer than the usual column
+// (expert layouts with recomputed modules): every row of a table is as long as its header.
+TEST(Cli, CapacityTablesStayAlignedWithLongLayouts) {
+  auto r = run_merged("capacity --model deepseek-v3 --tokens 1T --clusters dgx-h100 --gpus-range 256..256 --threads 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::vector<std::string> lines;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::size_t tables = 0, longest_layout = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const std::size_t col = lines[i].find("best layout");
+    if (col == std::string::npos) continue;
+    ++tables;
+    for (std::size_t k = i + 1; k < lines.size() && !lines[k].empty() && lines[k].find("price per") != 0; ++k) {
+      EXPECT_EQ(lines[k].size(), lines[i].size()) << lines[i] << "\n" << lines[k];
+      longest_layout = std::max(longest_layout, lines[k].find("  ", col) - col);
+    }
+  }
+  EXPECT_EQ(tables, 2u) << r.output;  // the options and the buyer's comparison
+  EXPECT_GT(longest_layout, 52u) << "the case should print a layout longer than the default column";
 }
 
 }  // namespace
