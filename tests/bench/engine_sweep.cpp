@@ -7,7 +7,8 @@
 // and 10%, the range of simulated / analytic - 1, and the layouts past 10%. A combination a
 // cluster cannot run (a dtype without a peak there) is skipped. Models with experts are swept over
 // every expert layout search enumerates, with the default expert settings and again with an
-// imbalanced (1.5), overlapped all-to-all; their spread is printed apart, 1F1B and interleaved.
+// imbalanced (1.5), overlapped all-to-all and the module sets search tries by default; their
+// spread is printed apart, 1F1B and interleaved.
 // Not a test: the bounds the project holds the engines to are in tests/sim/test_engine_agreement.cpp.
 #include <algorithm>
 #include <cmath>
@@ -61,6 +62,7 @@ int main() {
             SearchSpace space = default_space(c, cluster == "cpu-local" ? 4 : 64, 256, seq, attention);
             space.dtype = dtype;
             if (variant >= 2) space.experts = overlapped;
+            if (variant >= 2) space.experts.recompute_modules = recomputable_modules(m);  // search's default
             std::vector<Strategy> layouts;
             try {
               layouts = enumerate_space(g, c, space);
