@@ -125,17 +125,25 @@ struct HfKeysRead {
 // A config's whole-number `key`, in [1, hi].
 static int hf_int(const JsonObject& o, const char* key, HfBound hi) { return static_cast<int>(o.integer(key, 1, hi)); }
 
+// The sizes Llama-style and GPT-NeoX configs name alike (num_hidden_layers, hidden_size,
+// num_attention_heads, intermediate_size, vocab_size), read in that order with the key and value
+// heads after the query heads: num_key_value_heads where `grouped_kv` and given, else one per
+// query head. Returns the position limit (max_position_embeddings).
+static int read_hf_sizes(const JsonObject& o, ModelSpec& m, bool grouped_kv) {
+  m.layers = hf_int(o, "num_hidden_layers", kLayers);
+  m.hidden = hf_int(o, "hidden_size", kHidden);
+  m.heads = hf_int(o, "num_attention_heads", kHeads);
+  m.kv_heads = grouped_kv && o.has_value("num_key_value_heads") ? hf_int(o, "num_key_value_heads", kHeads) : m.heads;
+  m.ffn_hidden = hf_int(o, "intermediate_size", kFfn);
+  m.vocab = hf_int(o, "vocab_size", kVocab);
+  return hf_int(o, "max_position_embeddings", kSeq);
+}
+
 // Llama, Mistral and Qwen2: SwiGLU, RMSNorm and RoPE; grouped-query attention where
 // num_key_value_heads says so; embeddings untied unless tie_word_embeddings says otherwise.
 // Returns the position limit.
 static int read_llama_family(const JsonObject& o, ModelSpec& m) {
-  m.layers = hf_int(o, "num_hidden_layers", kLayers);
-  m.hidden = hf_int(o, "hidden_size", kHidden);
-  m.heads = hf_int(o, "num_attention_heads", kHeads);
-  m.kv_heads = o.has_value("num_key_value_heads") ? hf_int(o, "num_key_value_heads", kHeads) : m.heads;
-  m.ffn_hidden = hf_int(o, "intermediate_size", kFfn);
-  m.vocab = hf_int(o, "vocab_size", kVocab);
-  const int position_limit = hf_int(o, "max_position_embeddings", kSeq);
+  const int position_limit = read_hf_sizes(o, m, true);
   m.activation = Activation::swiglu;
   m.norm = Norm::rmsnorm;
   m.position = Position::rope;
@@ -180,13 +188,7 @@ static void read_gpt2(const JsonObject& o, ModelSpec& m, HfKeysRead& keys) {
 // GPT-NeoX (Pythia): GELU, LayerNorm and RoPE, one key and value head per query head, embeddings
 // untied unless tie_word_embeddings says otherwise. Returns the position limit.
 static int read_gpt_neox(const JsonObject& o, ModelSpec& m) {
-  m.layers = hf_int(o, "num_hidden_layers", kLayers);
-  m.hidden = hf_int(o, "hidden_size", kHidden);
-  m.heads = hf_int(o, "num_attention_heads", kHeads);
-  m.kv_heads = m.heads;
-  m.ffn_hidden = hf_int(o, "intermediate_size", kFfn);
-  m.vocab = hf_int(o, "vocab_size", kVocab);
-  const int position_limit = hf_int(o, "max_position_embeddings", kSeq);
+  const int position_limit = read_hf_sizes(o, m, false);
   m.activation = Activation::gelu;
   m.norm = Norm::layernorm;
   m.position = Position::rope;
