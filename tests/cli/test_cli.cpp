@@ -476,4 +476,22 @@ TEST(Cli, CapacityTablesStayAlignedWithLongLayouts) {
   EXPECT_GT(longest_layout, 52u) << "the case should print a layout longer than the default column";
 }
 
+// An interleaved plan whose chunks do unequal work (gpt-oss-120b's 36 layers and its 201k-token LM
+// head over 8 x 2 chunks) stalls its schedule more than the closed form charges: predict runs the
+// step simulator beside it and says how far apart they are; a 1F1B plan, where the two agree
+// within 3%, gets no such note.
+TEST(Cli, PredictNotesWhereTheSimulatorDisagreesOnAnInterleavedPlan) {
+  const std::string layout =
+      "predict --model gpt-oss-120b --cluster dgx-h100 --gpus 32 --tp 4 --pp 8 --dp 1 --micro-batch 16 "
+      "--global-batch 256 --seq 4096 --ep 2 --sequence-parallel on";
+  auto interleaved = run_merged(layout + " --vp 2");
+  ASSERT_TRUE(interleaved.code == 0 || interleaved.code == 3) << interleaved.output;
+  EXPECT_NE(interleaved.output.find("note: the step simulator gives"), std::string::npos) << interleaved.output;
+  auto des = run_merged(layout + " --vp 2 --engine des");
+  EXPECT_EQ(des.output.find("note: the step simulator gives"), std::string::npos) << des.output;
+  auto one_f_one_b = run_merged(layout);
+  ASSERT_TRUE(one_f_one_b.code == 0 || one_f_one_b.code == 3) << one_f_one_b.output;
+  EXPECT_EQ(one_f_one_b.output.find("note: the step simulator gives"), std::string::npos) << one_f_one_b.output;
+}
+
 }  // namespace
