@@ -209,20 +209,22 @@ std::optional<Dim> parse_dim(const std::string& s) {
 
 namespace {
 
-std::optional<std::string> bad_flag(const char* flag, const std::string& value, const std::string& rule) {
+// "--flag value: rule", the message of a broken rule (the value formatted as fmt prints it).
+template <class Value>
+std::optional<std::string> bad(const char* flag, const Value& value, const std::string& rule) {
   return fmt::format("{} {}: {}", flag, value, rule);
 }
 
 // The expert flags of a dense model: each must keep its default (a flag is never silently ignored).
 std::optional<std::string> validate_dense_experts(const Strategy& s) {
   const char* rule = "needs a model with experts (the model is dense)";
-  if (s.ep != 1) return bad_flag("--ep", std::to_string(s.ep), rule);
-  if (s.etp != 1) return bad_flag("--etp", std::to_string(s.etp), rule);
-  if (s.moe_imbalance != 1) return bad_flag("--moe-imbalance", fmt::format("{}", s.moe_imbalance), rule);
-  if (s.capacity_factor != 0) return bad_flag("--capacity-factor", fmt::format("{}", s.capacity_factor), rule);
-  if (s.dispatcher != Dispatcher::alltoall) return bad_flag("--moe-dispatcher", to_string(s.dispatcher), rule);
-  if (s.recompute_modules & kRecomputeMoeAct) return bad_flag("--recompute-modules", "moe_act", rule);
-  if (s.moe_a2a_overlap) return bad_flag("--moe-a2a-overlap", "on", rule);
+  if (s.ep != 1) return bad("--ep", s.ep, rule);
+  if (s.etp != 1) return bad("--etp", s.etp, rule);
+  if (s.moe_imbalance != 1) return bad("--moe-imbalance", s.moe_imbalance, rule);
+  if (s.capacity_factor != 0) return bad("--capacity-factor", s.capacity_factor, rule);
+  if (s.dispatcher != Dispatcher::alltoall) return bad("--moe-dispatcher", to_string(s.dispatcher), rule);
+  if (s.recompute_modules & kRecomputeMoeAct) return bad("--recompute-modules", "moe_act", rule);
+  if (s.moe_a2a_overlap) return bad("--moe-a2a-overlap", "on", rule);
   return std::nullopt;
 }
 
@@ -257,41 +259,41 @@ constexpr const char* kLayernormRule =
 // The expert rules (Megatron-LM megatron/training/arguments.py and parallel_state.py).
 std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& m) {
   if (s.recompute_modules & kRecomputeMlaUpProj && !m.mla.on())
-    return bad_flag("--recompute-modules", "mla_up_proj", "needs a model with multi-head latent attention");
+    return bad("--recompute-modules", "mla_up_proj", "needs a model with multi-head latent attention");
   if (s.recompute_modules & kRecomputeLayernorm && !m.mla.on() && !m.moe.on())
-    return bad_flag("--recompute-modules", "layernorm", kLayernormRule);
+    return bad("--recompute-modules", "layernorm", kLayernormRule);
   if (s.recompute_modules && s.recompute == Recompute::full)
-    return bad_flag("--recompute-modules", recompute_modules_string(s.recompute_modules),
-                    "full recomputation already recomputes every module");
+    return bad("--recompute-modules", recompute_modules_string(s.recompute_modules),
+               "full recomputation already recomputes every module");
   if (!m.moe.on()) return validate_dense_experts(s);
-  if (s.ep < 1) return bad_flag("--ep", std::to_string(s.ep), "must be >= 1");
-  if (s.etp < 1) return bad_flag("--etp", std::to_string(s.etp), "must be >= 1");
+  if (s.ep < 1) return bad("--ep", s.ep, "must be >= 1");
+  if (s.etp < 1) return bad("--etp", s.etp, "must be >= 1");
   if (m.moe.experts % s.ep != 0)
-    return bad_flag("--ep", std::to_string(s.ep), fmt::format("must divide the model's experts ({})", m.moe.experts));
-  if (auto rule = expert_fold_error(s)) return bad_flag("--ep", std::to_string(s.ep), *rule);
+    return bad("--ep", s.ep, fmt::format("must divide the model's experts ({})", m.moe.experts));
+  if (auto rule = expert_fold_error(s)) return bad("--ep", s.ep, *rule);
   if (m.moe.expert_ffn % s.etp != 0)
-    return bad_flag("--etp", std::to_string(s.etp), fmt::format("must divide the experts' width ({})", m.moe.expert_ffn));
+    return bad("--etp", s.etp, fmt::format("must divide the experts' width ({})", m.moe.expert_ffn));
   const long long shared = static_cast<long long>(m.moe.shared_experts) * m.moe.shared_ffn;
   if (shared % s.tp != 0)
-    return bad_flag("--tp", std::to_string(s.tp), fmt::format("must divide the shared experts' width ({})", shared));
+    return bad("--tp", s.tp, fmt::format("must divide the shared experts' width ({})", shared));
   if (s.tp > 1 && !s.sequence_parallel)
-    return bad_flag("--sequence-parallel", "off", "an MoE model with --tp > 1 needs sequence parallelism (Megatron-LM)");
+    return bad("--sequence-parallel", "off", "an MoE model with --tp > 1 needs sequence parallelism (Megatron-LM)");
   if (s.ep > 1 && s.dtype == Dtype::fp16)
-    return bad_flag("--dtype", "fp16", "expert parallelism is not supported with fp16 (Megatron-LM); use bf16");
+    return bad("--dtype", "fp16", "expert parallelism is not supported with fp16 (Megatron-LM); use bf16");
   if (!(s.moe_imbalance >= 1 && s.moe_imbalance <= s.ep))
-    return bad_flag("--moe-imbalance", fmt::format("{}", s.moe_imbalance),
-                    fmt::format("must be in [1, ep] = [1, {}] (max / mean tokens per expert-parallel rank)", s.ep));
+    return bad("--moe-imbalance", s.moe_imbalance,
+               fmt::format("must be in [1, ep] = [1, {}] (max / mean tokens per expert-parallel rank)", s.ep));
   const double max_capacity = static_cast<double>(m.moe.experts) / m.moe.top_k;
   if (s.capacity_factor != 0 && !(s.capacity_factor > 0 && s.capacity_factor <= max_capacity))
-    return bad_flag("--capacity-factor", fmt::format("{}", s.capacity_factor),
-                    fmt::format("must be in (0, experts / top_k] = (0, {}] (0: dropless)", max_capacity));
+    return bad("--capacity-factor", s.capacity_factor,
+               fmt::format("must be in (0, experts / top_k] = (0, {}] (0: dropless)", max_capacity));
   if (s.moe_a2a_overlap && s.ep == 1)
-    return bad_flag("--moe-a2a-overlap", "on", "needs --ep > 1 (there is no expert all-to-all to overlap)");
+    return bad("--moe-a2a-overlap", "on", "needs --ep > 1 (there is no expert all-to-all to overlap)");
   if (!same_pipeline_groups(s))
-    return bad_flag("--rank-order", fmt::format("{},{},{},{}", to_string(s.order[0]), to_string(s.order[1]),
-                                                to_string(s.order[2]), to_string(s.order[3])),
-                    "the expert ranks (etp x ep x edp) must give the same pipeline groups as the "
-                                        "dense ones (Megatron-core): order pp after tp, cp and dp");
+    return bad("--rank-order", fmt::format("{},{},{},{}", to_string(s.order[0]), to_string(s.order[1]),
+                                           to_string(s.order[2]), to_string(s.order[3])),
+               "the expert ranks (etp x ep x edp) must give the same pipeline groups as the dense ones "
+               "(Megatron-core): order pp after tp, cp and dp");
   return std::nullopt;
 }
 
@@ -325,12 +327,6 @@ std::optional<std::string> validate_pipeline_split(const Strategy& s, const Mode
                        m.layers, counted, m.layers + counted, chunks);
   }
   return std::nullopt;
-}
-
-// "--flag value: rule", the message of a broken rule (the value formatted as fmt prints it).
-template <class Value>
-std::optional<std::string> bad(const char* flag, const Value& value, const std::string& rule) {
-  return fmt::format("{} {}: {}", flag, value, rule);
 }
 
 // Every size and count is positive, and ZeRO a known stage.
