@@ -37,13 +37,6 @@ std::optional<Objective> parse_objective(const std::string& s) {
   return std::nullopt;
 }
 
-unsigned recomputable_modules(const ModelSpec& m) {
-  unsigned modules = 0;
-  if (m.moe.on()) modules |= kRecomputeMoeAct | kRecomputeLayernorm;
-  if (m.mla.on()) modules |= kRecomputeMlaUpProj | kRecomputeLayernorm;
-  return modules;
-}
-
 bool only_full_recompute(const SearchSpace& space) {
   return std::all_of(space.recompute.begin(), space.recompute.end(), [](Recompute r) { return r == Recompute::full; });
 }

@@ -61,12 +61,6 @@ struct ExpertSpace {
   bool operator==(const ExpertSpace&) const = default;
 };
 
-// The modules of `m` that Megatron-core's module recomputation applies to (strategy.hpp,
-// RecomputeModule): moe_act and layernorm with experts; mla_up_proj and layernorm with multi-head
-// latent attention; none for a dense model without MLA. ExpertSpace::recompute_modules takes
-// these where a caller searches them all.
-unsigned recomputable_modules(const ModelSpec& m);
-
 struct SearchSpace;
 // Whether every candidate of the space recomputes whole layers (its recompute list holds full
 // alone): none has modules left to recompute.

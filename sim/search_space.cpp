@@ -42,13 +42,13 @@ void check_expert_space(const ModelSpec& m, const ExpertSpace& x) {
     if (x.dispatcher != Dispatcher::alltoall)
       throw InputError(fmt::format("--moe-dispatcher {}: {}", to_string(x.dispatcher), rule));
     if (x.moe_a2a_overlap) throw InputError(fmt::format("--moe-a2a-overlap on: {}", rule));
-    if (x.recompute_modules & kRecomputeMoeAct) throw InputError(fmt::format("--recompute-modules moe_act: {}", rule));
   }
-  if ((x.recompute_modules & kRecomputeMlaUpProj) && !m.mla.on())
-    throw InputError("--recompute-modules mla_up_proj: needs a model with multi-head latent attention");
-  if ((x.recompute_modules & kRecomputeLayernorm) && !m.mla.on() && !e.on())
-    throw InputError("--recompute-modules layernorm: needs a model with experts or multi-head latent attention (a "
-                     "dense layer's norms are fused into the next linear and have no output of their own)");
+  // Every module the space may recompute must apply to the model (module_unavailable, as validate()).
+  for (RecomputeModule module : {kRecomputeMoeAct, kRecomputeMlaUpProj, kRecomputeLayernorm}) {
+    const char* why = module_unavailable(m, module);
+    if ((x.recompute_modules & module) && why)
+      throw InputError(fmt::format("--recompute-modules {}: {}", recompute_modules_string(module), why));
+  }
   if (!x.etp_one && !x.etp_tp) throw InputError("--etp: must list 1, tp or both");
   if (x.max_ep < 0) throw InputError(fmt::format("--max-ep {}: must be >= 1", x.max_ep));
   if (!(x.moe_imbalance >= 1)) {

@@ -215,9 +215,11 @@ std::optional<std::string> bad(const char* flag, const Value& value, const std::
   return fmt::format("{} {}: {}", flag, value, rule);
 }
 
+constexpr const char* kDenseModelRule = "needs a model with experts (the model is dense)";
+
 // The expert flags of a dense model: each must keep its default (a flag is never silently ignored).
 std::optional<std::string> validate_dense_experts(const Strategy& s) {
-  const char* rule = "needs a model with experts (the model is dense)";
+  const char* rule = kDenseModelRule;
   if (s.ep != 1) return bad("--ep", s.ep, rule);
   if (s.etp != 1) return bad("--etp", s.etp, rule);
   if (s.moe_imbalance != 1) return bad("--moe-imbalance", s.moe_imbalance, rule);
@@ -251,17 +253,12 @@ bool same_pipeline_groups(const Strategy& s) {
   return dense == expert;
 }
 
-// Megatron-core's layernorm module recomputes only norms that are modules of their own.
-constexpr const char* kLayernormRule =
-    "needs a model with experts or multi-head latent attention (a dense layer's norms are fused into the next "
-    "linear and have no output of their own)";
-
 // The expert rules (Megatron-LM megatron/training/arguments.py and parallel_state.py).
 std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& m) {
-  if (s.recompute_modules & kRecomputeMlaUpProj && !m.mla.on())
-    return bad("--recompute-modules", "mla_up_proj", "needs a model with multi-head latent attention");
-  if (s.recompute_modules & kRecomputeLayernorm && !m.mla.on() && !m.moe.on())
-    return bad("--recompute-modules", "layernorm", kLayernormRule);
+  for (RecomputeModule module : {kRecomputeMlaUpProj, kRecomputeLayernorm}) {
+    const char* rule = module_unavailable(m, module);
+    if ((s.recompute_modules & module) && rule) return bad("--recompute-modules", recompute_modules_string(module), rule);
+  }
   if (s.recompute_modules && s.recompute == Recompute::full)
     return bad("--recompute-modules", recompute_modules_string(s.recompute_modules),
                "full recomputation already recomputes every module");
@@ -298,6 +295,26 @@ std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& 
 }
 
 }  // namespace
+
+const char* module_unavailable(const ModelSpec& m, RecomputeModule module) {
+  switch (module) {
+    case kRecomputeMoeAct: return m.moe.on() ? nullptr : kDenseModelRule;
+    case kRecomputeMlaUpProj: return m.mla.on() ? nullptr : "needs a model with multi-head latent attention";
+    case kRecomputeLayernorm:
+      // Megatron-core's layernorm module recomputes only norms that are modules of their own.
+      return m.moe.on() || m.mla.on() ? nullptr
+                                      : "needs a model with experts or multi-head latent attention (a dense layer's "
+                                        "norms are fused into the next linear and have no output of their own)";
+  }
+  return nullptr;
+}
+
+unsigned recomputable_modules(const ModelSpec& m) {
+  unsigned modules = 0;
+  for (const auto& [name, bit] : kRecomputeModules)
+    if (!module_unavailable(m, static_cast<RecomputeModule>(bit))) modules |= bit;
+  return modules;
+}
 
 namespace {
 

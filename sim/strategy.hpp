@@ -127,6 +127,16 @@ inline constexpr long long kMaxTokensPerStep = 1LL << 40;
 // The first rule `s` breaks for model `m`, as "<flag> <value>: <rule>", or nothing if valid.
 std::optional<std::string> validate(const Strategy& s, const ModelSpec& m);
 
+// Why recomputing `module` does not apply to model `m` (the rule, for "--recompute-modules NAME:
+// rule"), or nullptr where it does: moe_act needs experts; mla_up_proj multi-head latent
+// attention; layernorm either (a norm that is a module of its own). validate() and a search
+// space's checks refuse by it; recomputable_modules() gathers the modules it allows.
+const char* module_unavailable(const ModelSpec& m, RecomputeModule module);
+// The modules of `m` that Megatron-core's module recomputation applies to (RecomputeModule bits):
+// moe_act and layernorm with experts; mla_up_proj and layernorm with multi-head latent attention;
+// none for a dense model without MLA. A search tries every subset of them by default.
+unsigned recomputable_modules(const ModelSpec& m);
+
 // The rules that need the cluster: parameter-server nodes must fit. Colocated servers live on the
 // job's own nodes (ps_servers <= nodes the job spans); dedicated servers need nodes beyond the job's
 // (job nodes + ps_servers <= the cluster's max_gpus / gpus_per_node). Same message format.
