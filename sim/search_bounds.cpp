@@ -21,25 +21,20 @@ Bytes least_layer_activation(const LayerGraph& g, const Strategy& s) {
   return least;
 }
 
-// The strategy one layer's stored activations are figured for: layer shape `at`, variant `v`, the
-// space's batch, format and expert settings.
+// The strategy one layer's stored activations are figured for: layer shape `at` on one stage of
+// one replica, variant `v`, the space's other settings, as make_strategy builds every candidate's.
+// Sequence parallelism only with tp > 1: the tp == 1 entries with sp on hold the figure without it.
 Strategy layer_strategy(const Problem& p, const LayerShape& at, LayerVariant v) {
-  Strategy s;
-  s.tp = p.tps[at.tp], s.cp = p.cps[at.cp], s.micro_batch = p.micro_batches[at.mb];
-  s.global_batch = p.space.global_batch, s.seq_len = p.space.seq_len;
-  s.recompute = v.recompute, s.sequence_parallel = v.sp && s.tp > 1, s.recompute_modules = v.modules;
-  s.dtype = p.space.dtype, s.attention = p.space.attention;
-  s.ep = p.expert_layouts[at.ex].ep, s.etp = p.expert_layouts[at.ex].etp;
-  if (p.graph.model().moe.on()) {
-    s.moe_imbalance = s.ep > 1 ? p.space.experts.moe_imbalance : 1.0;
-    s.capacity_factor = p.space.experts.capacity_factor;
-  }
-  return s;
+  Layout l;
+  l.tp = p.tps[at.tp], l.tp_index = at.tp;
+  l.cp = p.cps[at.cp], l.cp_index = at.cp;
+  l.ep = p.expert_layouts[at.ex].ep, l.etp = p.expert_layouts[at.ex].etp, l.ex_index = at.ex;
+  v.sp = v.sp && l.tp > 1;
+  return make_strategy(p, l, p.micro_batches[at.mb], ScheduleKind::one_f_one_b, 1, Setting{{}, v});
 }
 
 // The stored activation bytes per layer (the least of the layer kinds') of every (tp, cp,
-// micro-batch, expert layout) and layer variant the space has; sp only where tp > 1 (the tp == 1
-// entries with sp on hold the figure without it).
+// micro-batch, expert layout) and layer variant the space has.
 LayerTable<Bytes> activation_table(const Problem& p) {
   LayerTable<Bytes> t(p.tps.size(), p.cps.size(), p.micro_batches.size(), p.expert_layouts.size(), 0.0);
   const std::vector<LayerVariant> variants = layer_variants(p.space);
