@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 
 #include "reports/console.hpp"
 #include "reports/prediction_json.hpp"
@@ -30,13 +31,12 @@ Exit status: 0 feasible, 3 infeasible (reasons printed), 2 bad input.
 // The closed form charges the interleaved schedule's fill and drain as if every chunk did equal
 // work; where chunks differ (an LM head or embedding chunk, layers that do not split evenly), the
 // schedule stalls further, up to 40% more in tests/sim/test_engine_agreement.cpp's sample, while
-// 1F1B stays within 3%. So an interleaved plan predicted analytically is simulated too, and a
-// note says so where the two steps differ by more than 5%.
-std::string interleaved_check_note(const LayerGraph& graph, const PlanInputs& in, const Estimate& analytic) {
-  const Strategy& s = in.strategy;
+// 1F1B stays within 3%. So an interleaved plan predicted analytically is simulated too, from the
+// same step costs, and a note says so where the two steps differ by more than 5%.
+std::string interleaved_check_note(const StepCosts& costs, const Strategy& s, const Estimate& analytic) {
   if (s.schedule != ScheduleKind::interleaved || s.pp < 2) return "";
   if (simulation_size_error(s) || !(analytic.time.step > 0)) return "";
-  const Seconds simulated = predict_with_simulation(graph, in.cluster, in.software, s).time.step;
+  const Seconds simulated = simulate(costs, schedule_for(s)).step;
   const double apart = simulated / analytic.time.step - 1;
   if (std::abs(apart) <= 0.05) return "";
   return fmt::format("the step simulator gives {} for this interleaved layout ({:+.1f}% against the closed form's {}): "
@@ -68,11 +68,18 @@ int cmd_predict(const Args& args, const Context& ctx) {
   const std::string engine = f.get_choice("engine", "analytic", {"analytic", "des"});
   const bool layers = f.get_choice("detail", "none", {"none", "layers"}) == "layers";
   f.finish();
-  const LayerGraph graph(in.model, in.strategy.seq_len);
-  // The step costs are computed once and shared by the closed form and the simulator.
-  Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.software, in.strategy)
-                               : predict(graph, in.cluster, in.software, in.strategy);
-  const std::string title = fmt::format("{} on {} x {} ({}), {}, {} engine", in.model.name, in.strategy.gpus(),
+  const Strategy& s = in.strategy;
+  const LayerGraph graph(in.model, s.seq_len);
+  // The step costs, computed once where the plan can be costed and something here reads them: the
+  // closed form, the layer detail and the interleaved cross-check (predict_with_simulation costs
+  // the plan for itself and shares them between its closed form and its simulator).
+  std::optional<StepCosts> costs;
+  if ((engine == "analytic" || layers) && !cannot_cost(graph, in.cluster, s))
+    costs = step_costs(graph, in.cluster, in.software, s);
+  const Estimate e = engine == "des" ? predict_with_simulation(graph, in.cluster, in.software, s)
+                     : costs         ? compose(*costs, graph, in.cluster, s)
+                                     : predict(graph, in.cluster, in.software, s);
+  const std::string title = fmt::format("{} on {} x {} ({}), {}, {} engine", in.model.name, s.gpus(),
                                         in.cluster.gpu.name, in.cluster.name, parameters_text(graph), engine);
   PredictionDoc prediction = prediction_doc(e);
   prediction.model = in.model.name;
@@ -84,8 +91,8 @@ int cmd_predict(const Args& args, const Context& ctx) {
   prediction.cost = prediction_cost(e, in.cluster);
   prediction.parameters = parameter_counts(graph);
   std::vector<StageDetail> detail;
-  if (layers && !cannot_cost(graph, in.cluster, in.strategy)) {
-    detail = layer_detail(step_costs(graph, in.cluster, in.software, in.strategy));
+  if (layers && costs) {
+    detail = layer_detail(*costs);
     prediction.layers = detail;
   }
   const auto doc = prediction_to_json(prediction);
@@ -94,7 +101,7 @@ int cmd_predict(const Args& args, const Context& ctx) {
   if (files.wants("json")) files.stage_json("json", doc);
   if (files.wants("html")) files.stage("html", html_page(doc, title));
   // Notes only once nothing can be refused any more: a refusal is exactly one line.
-  const std::string engine_note = engine == "analytic" ? interleaved_check_note(graph, in, e) : "";
+  const std::string engine_note = engine == "analytic" && costs ? interleaved_check_note(*costs, s, e) : "";
   print_notes(ctx.err, "predict", {in.seq_note, in.split_note, dropout_note(in.model, in.software),
                                    attention_kernel_note(in.cluster, in.software), engine_note});
   print_prediction(ctx.out, e, title);
