@@ -34,10 +34,12 @@ void print_counts(std::ostream& os, const SearchStats& st) {
   }
 }
 
-// The layout column: 52 characters, or the longest layout printed (expert and pipeline-split
-// settings make long ones), so that the columns after it stay aligned.
+// The layout column: kLayoutColumn characters, or the longest layout printed (expert, module and
+// pipeline-split settings make long ones), so that the columns after it stay aligned.
+constexpr std::size_t kLayoutColumn = 52;
+
 std::size_t layout_width(const SearchResult& r) {
-  std::size_t w = 52;
+  std::size_t w = kLayoutColumn;
   for (const auto* list : {&r.top, &r.infeasible, &r.pareto})
     for (const Estimate& e : *list) w = std::max(w, describe(e.strategy).size());
   return w;
@@ -45,7 +47,7 @@ std::size_t layout_width(const SearchResult& r) {
 
 // The same for the capacity tables: the best layout of every option and of its elastic restart.
 std::size_t layout_width(const CapacityResult& r) {
-  std::size_t w = 52;
+  std::size_t w = kLayoutColumn;
   for (const CapacityOption& o : r.options) {
     if (o.feasible) w = std::max(w, describe(o.best.strategy).size());
     if (o.elastic && o.elastic->feasible) w = std::max(w, describe(o.elastic->best.strategy).size());

@@ -61,11 +61,6 @@ struct ExpertSpace {
   bool operator==(const ExpertSpace&) const = default;
 };
 
-struct SearchSpace;
-// Whether every candidate of the space recomputes whole layers (its recompute list holds full
-// alone): none has modules left to recompute.
-bool only_full_recompute(const SearchSpace& space);
-
 // What to enumerate. Limits of 0 mean "no limit beyond what validate() allows".
 struct SearchSpace {
   int gpus = 1;                 // GPUs available
@@ -93,6 +88,10 @@ struct SearchSpace {
   PsPlacement ps_placement = PsPlacement::dedicated;
   ExpertSpace experts;  // models with experts
 };
+
+// Whether every candidate of the space recomputes whole layers (its recompute list holds full
+// alone): none has modules left to recompute.
+bool only_full_recompute(const SearchSpace& space);
 
 // Default limits for a cluster: tp and cp within one scale-up domain (a node, or a 72-GPU NVLink
 // rack: Cluster::scale_up_gpus), cp only while each rank keeps at least
