@@ -217,10 +217,13 @@ Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions&
   return m;
 }
 
-// Parameter servers and gradient compression: the combinations exec runs; the planner models the
-// others.
+// CUDA graphs, parameter servers and gradient compression: the combinations exec runs; the planner
+// models the others.
 void check_exec_supports(const Strategy& s) {
   const ZeroPolicy zero = ZeroPolicy::of(s.zero);
+  if (s.cuda_graphs != CudaGraphs::none)
+    throw InputError(fmt::format("--cuda-graphs {}: exec launches every kernel from the host; use none (predict and "
+                                 "simulate model graph replay)", to_string(s.cuda_graphs)));
   if (s.dp_algorithm == DpAlgorithm::ps_async)
     throw InputError("--dp-algorithm ps-async: exec runs synchronous parameter servers only (use ps); predict and "
                      "simulate model ps-async");

@@ -52,6 +52,9 @@ search:
   --attention flash|standard         attention kernel (default: the software profile's:
                                      standard for megatron-lm-2021 and megatron-deepspeed,
                                      flash for the others)
+  --cuda-graphs none|full            every candidate launches its kernels from the host
+                                     (default) or replays its forward and backward from one
+                                     CUDA graph per step (see trainplan predict --help)
   --zero LIST               ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)
   --recompute LIST          from none,selective,full (default none,full with flash attention,
                             where selective keeps none's memory and adds the attention core's
@@ -109,6 +112,7 @@ SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Clust
     throw InputError(fmt::format("--gpus {}: --exact-gpus needs at most the cluster's {} GPUs", gpus, cluster.max_gpus()));
   }
   space.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
+  space.cuda_graphs = read_cuda_graphs(f, space.cuda_graphs);
   space.zero_stages = list_flag<int>(f, "zero", "0,1,2,3", parse_zero, space.zero_stages);
   space.recompute = list_flag<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
   space.schedules = list_flag<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);

@@ -160,6 +160,7 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
   s.dtype = *parse_dtype(f.get_choice("dtype", to_string(s.dtype), {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   s.attention = *parse_attention(f.get_choice("attention", to_string(s.attention), {"flash", "standard"}));
   s.fp32_grad_accum = on_off(f, "fp32-grad-accum", s.fp32_grad_accum);
+  s.cuda_graphs = read_cuda_graphs(f, s.cuda_graphs);
   s.dp_algorithm = *parse_dp_algorithm(f.get_choice("dp-algorithm", to_string(s.dp_algorithm), {"allreduce", "ps", "ps-async"}));
   s.ps_servers = int_flag("ps-servers", s.ps_servers, 1, 1 << 20);
   s.ps_placement = *parse_ps_placement(f.get_choice("ps-placement", to_string(s.ps_placement), {"dedicated", "colocated"}));
@@ -313,6 +314,10 @@ void read_expert_space_flags(const Flags& f, const ModelSpec& model, const Softw
   read_moe_settings(f, x);
 }
 
+CudaGraphs read_cuda_graphs(const Flags& f, CudaGraphs current) {
+  return *parse_cuda_graphs(f.get_choice("cuda-graphs", to_string(current), {"none", "full"}));
+}
+
 std::string expert_space_flags_help() {
   return R"(experts (models with experts or MLA; every candidate shares all but ep, etp and its modules):
   --max-ep E                largest expert-parallel size (default: the experts); ep takes every
@@ -375,6 +380,11 @@ std::string plan_flags_help() {
                                     software profile's: standard for megatron-lm-2021 and
                                     megatron-deepspeed, flash for the others)
   --fp32-grad-accum on|off          keep 4-byte gradients (default off)
+  --cuda-graphs none|full           the host launches every kernel (default), or one CUDA graph
+                                    per step replays the forward and backward (Megatron-core
+                                    --cuda-graph-impl full_iteration): no host time per kernel,
+                                    the optimizer outside the graph; a dropless MoE model needs
+                                    --moe-dispatcher flex or a --capacity-factor (fixed shapes)
   --rank-order tp,cp,dp,pp          rank order, fastest-varying first (default tp,cp,dp,pp)
   --pipeline-accounts LIST  count the embedding and/or the loss as one layer of the first / last
                             pipeline chunk and split the layers evenly, (layers + counted) / (pp x

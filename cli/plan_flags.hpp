@@ -91,6 +91,8 @@ std::string dp_space_flags_help();
 void read_expert_space_flags(const Flags& flags, const ModelSpec& model, const Software& software,
                              ExpertSpace& experts);
 std::string expert_space_flags_help();
+// --cuda-graphs none|full over `current` (a plan's, a search space's or a capacity request's).
+CudaGraphs read_cuda_graphs(const Flags& flags, CudaGraphs current);
 
 // A comma-separated list flag (--zero 0,1, --schedules 1f1b,...): each item through `parse`
 // (std::nullopt: not one of `allowed`), `fallback` when the flag is absent. Throws InputError

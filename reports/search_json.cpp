@@ -99,6 +99,7 @@ json space_json(const SearchSpace& sp) {
           {"max_vp", sp.max_vp},
           {"max_micro_batch", sp.max_micro_batch},
           {"lists", lists}};
+  if (sp.cuda_graphs != CudaGraphs::none) out["cuda_graphs"] = to_string(sp.cuda_graphs);  // older files keep their bytes
   // The expert part only where it differs from the defaults (dense searches keep their keys).
   const ExpertSpace& x = sp.experts;
   if (!(x == ExpertSpace{})) {
@@ -180,6 +181,7 @@ SearchSpace read_space(const JsonObject& o) {
   sp.max_vp = limit("max_vp");
   sp.max_micro_batch = limit("max_micro_batch");
   read_lists(o.object("lists"), sp);
+  if (o.has("cuda_graphs")) sp.cuda_graphs = *parse_cuda_graphs(o.choice("cuda_graphs", {"none", "full"}));
   if (o.has("experts")) sp.experts = read_expert_space(o.object("experts"));
   o.finish();
   return sp;

@@ -33,6 +33,7 @@ SearchSpace option_space(const LayerGraph& graph, const CapacityRequest& req, co
   space.ps_servers = req.ps_servers;
   space.ps_placement = req.ps_placement;
   space.fp32_grad_accum = req.fp32_grad_accum;
+  space.cuda_graphs = req.cuda_graphs;
   space.experts = req.experts;
   return space;
 }

@@ -32,6 +32,7 @@ struct CapacityRequest {
   std::optional<double> budget_usd;
   Dtype dtype = Dtype::bf16;      // the rest of the space is default_space() of each cluster
   Attention attention = Attention::flash;
+  CudaGraphs cuda_graphs = CudaGraphs::none;
   int threads = 0;
   std::optional<Reliability> reliability;  // failures and checkpoints; none: failure-free figures only
   bool elastic = false;                    // also re-search each option without one node

@@ -9,9 +9,11 @@
 
 namespace trainplan {
 
-Seconds PassCost::time(const Software& sw) const { return std::max(gpu, kernels * sw.host_per_kernel + host); }
-Seconds PassCost::time_with_wait_before(const PassCost& tail, const Software& sw) const {
-  return PassCost{gpu - tail.gpu, kernels - tail.kernels, host - tail.host}.time(sw) + tail.time(sw);
+Seconds PassCost::time(const HostLaunch& h) const {
+  return h.graphed ? gpu : std::max(gpu, kernels * h.per_kernel + host);
+}
+Seconds PassCost::time_with_wait_before(const PassCost& tail, const HostLaunch& h) const {
+  return PassCost{gpu - tail.gpu, kernels - tail.kernels, host - tail.host}.time(h) + tail.time(h);
 }
 
 PassCost operator*(double n, const PassCost& p) { return {n * p.gpu, n * p.kernels, n * p.host}; }

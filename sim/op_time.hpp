@@ -24,11 +24,12 @@ struct PassCost {
   Seconds gpu = 0;     // sum of the kernels' times on the GPU
   double kernels = 0;  // kernels launched
   Seconds host = 0;    // host time beyond the kernels' launches (per-expert work, MoeOps)
-  // Wall time of the pass: max(GPU time, kernels x host time per kernel + host).
-  Seconds time(const Software& sw) const;
+  // Wall time of the pass: max(GPU time, kernels x host time per kernel + host); the GPU time
+  // alone where a CUDA graph issues the kernels (HostLaunch).
+  Seconds time(const HostLaunch& h) const;
   // The same pass with a host wait before its part `tail`: each part the longer of its GPU and
   // host time, as the host cannot launch the tail while the GPU runs the head.
-  Seconds time_with_wait_before(const PassCost& tail, const Software& sw) const;
+  Seconds time_with_wait_before(const PassCost& tail, const HostLaunch& h) const;
   PassCost& operator+=(const PassCost& o) {
     gpu += o.gpu;
     kernels += o.kernels;

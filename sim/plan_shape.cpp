@@ -174,7 +174,8 @@ PlanShape::PlanShape(const ModelSpec& model, const Cluster& cluster, const Softw
       tokens(token_shape(s)),
       moe(moe_shape(model, s, tokens)),
       bytes(element_bytes(sw, s)),
-      groups(with_zero3(parallel_groups(cluster, s, RankLayout(s)), sw)) {
+      groups(with_zero3(parallel_groups(cluster, s, RankLayout(s)), sw)),
+      host{sw.host_per_kernel, s.cuda_graphs == CudaGraphs::full} {
   // (Members initialised in place, not assigned: search builds one of these per layout.)
   if (s.uses_ps()) ps = ps_network(cluster, s, groups.dp);
 }

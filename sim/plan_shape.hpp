@@ -17,7 +17,8 @@
 //   moe     the tokens an MoE layer routes on this rank and the rows its experts take (MoeShape);
 //   zero    the ZeroPolicy (zero_policy.hpp) of the strategy's stage, as the stack runs it
 //           (zero_policy());
-//   ps      the parameter servers' network (Strategy::uses_ps()).
+//   ps      the parameter servers' network (Strategy::uses_ps());
+//   host    how the host issues the kernels of a pass (HostLaunch).
 // Building one allocates nothing: search builds one for every layout it predicts.
 #pragma once
 #include <optional>
@@ -154,6 +155,18 @@ ParallelGroups parallel_groups(const Cluster& c, const Strategy& s);
 // The pipeline group of `pp` stages `stride` ranks apart: ParallelGroups::pp.
 GroupLink pipeline_group(const Cluster& c, int pp, int stride);
 
+// How the host issues the kernels of a forward or backward pass (PassCost::time): one launch each
+// at the software profile's host time per kernel (host.per_kernel_us), or, with the iteration
+// captured in a CUDA graph (Strategy::cuda_graphs full), none: the replay issues them, so a pass
+// costs its GPU time alone (the graph's one launch per step, tens of microseconds, is not charged).
+// The optimizer step stays outside the graph (Megatron-core's full_iteration capture) and launches
+// its kernels as without one (eager()).
+struct HostLaunch {
+  Seconds per_kernel = 0;
+  bool graphed = false;
+  HostLaunch eager() const { return {per_kernel, false}; }
+};
+
 struct PlanShape {
   Strategy strategy;
   ZeroPolicy zero;             // zero_policy(software, strategy)
@@ -168,6 +181,7 @@ struct PlanShape {
   ElementBytes bytes;
   ParallelGroups groups;
   PsNetwork ps;                // the parameter servers' network (default without them)
+  HostLaunch host;
 
   // Derives every fact of `s`, which must pass cannot_shape() (a broken precondition that would
   // divide by zero is a bug check). shape_plan() checks and derives in one call.

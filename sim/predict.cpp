@@ -270,13 +270,14 @@ LayerCost layer_cost(const LayerInputs& x, int kind) {
   LayerCost c;
   // Compute from the op time model (measured kernels, software profile); a dropless dispatch
   // that waits on the host splits the forward there (MoeOps::dropless_dispatch_syncs).
+  const HostLaunch& host = x.shape.host;
   const bool waits = x.graph.kind(kind).moe && x.sw.moe.dropless_dispatch_syncs && s.capacity_factor == 0 &&
                      s.dispatcher != Dispatcher::allgather;
-  c.forward = waits ? ops.fwd.time_with_wait_before(ops.after_dispatch_fwd, x.sw) : ops.fwd.time(x.sw);
-  c.backward = ops.bwd.time(x.sw);
-  const Seconds attention_fwd = ops.attention_fwd.time(x.sw);
+  c.forward = waits ? ops.fwd.time_with_wait_before(ops.after_dispatch_fwd, host) : ops.fwd.time(host);
+  c.backward = ops.bwd.time(host);
+  const Seconds attention_fwd = ops.attention_fwd.time(host);
   add_params_and_flops(x, kind, attention_fwd, c);
-  if (s.recompute_modules != 0) c.recompute += ops.module_recompute.time(x.sw);
+  if (s.recompute_modules != 0) c.recompute += ops.module_recompute.time(host);
   c.expert_forward = ops.expert_fwd.gpu;
   c.expert_backward = ops.expert_bwd.gpu;
   // TP collectives where the graph's edges change a tensor's split (for GPT/Llama two each way);
@@ -306,8 +307,8 @@ LayerCost layer_cost(const LayerInputs& x, int kind) {
 
 EndCost end_cost(const LayerInputs& x, std::span<const OpSpec> ops, const EndOpCosts& t) {
   EndCost c;
-  c.forward = t.fwd.time(x.sw);
-  c.backward = t.bwd.time(x.sw);
+  c.forward = t.fwd.time(x.shape.host);
+  c.backward = t.bwd.time(x.shape.host);
   for (const auto& op : ops) {
     // The vocabulary-parallel embedding and LM head split the vocabulary over TP ranks; norms and
     // learned position embeddings are replicated (rank_params).
@@ -822,7 +823,7 @@ StageParams place_chunks(const LayerGraph& graph, const Cluster& cluster, const 
     stage_params[c.stage].params += c.params;
     stage_params[c.stage].expert += c.expert_params;
     // Stacks that cast fp32 weights to 16 bits every micro-batch (autocast) do it in the forward.
-    if (sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(sw);
+    if (sw.weight_cast_per_micro_batch) c.forward += weight_cast_cost(cluster, sw, c.params).time(shape.host);
     c.grad_bytes = c.params * shape.bytes.wire_grad;
   }
   StageParams busiest;
@@ -968,24 +969,25 @@ void set_step_work(const Cluster& cluster, const Software& sw, const PlanShape& 
   const Strategy& s = shape.strategy;
   const GroupLink& dp = shape.groups.dp;
   const GroupLink& edp = shape.groups.edp;
+  const HostLaunch eager = shape.host.eager();  // the optimizer step runs outside a CUDA graph
   const double dense = busiest.params - busiest.expert;
   out.ps_servers = 0;
   if (s.uses_ps()) {
     double total_params = 0;
     for (const auto& c : out.chunks) total_params += c.params * s.tp;
-    out.optimizer = optimizer_cost(cluster, sw, ps_params_per_server_gpu(total_params, shape.ps)).time(sw);
+    out.optimizer = optimizer_cost(cluster, sw, ps_params_per_server_gpu(total_params, shape.ps)).time(eager);
     out.ps_servers = s.ps_servers;
   } else if (busiest.expert <= 0) {
     const double opt_share = shape.zero.shards_optimizer ? 1.0 / dp.size : 1.0;
-    out.optimizer = optimizer_cost(cluster, sw, busiest.params * opt_share).time(sw);
+    out.optimizer = optimizer_cost(cluster, sw, busiest.params * opt_share).time(eager);
   } else {
     const bool shard = shape.zero.shards_optimizer;
     const double updated = dense * (shard ? 1.0 / dp.size : 1.0) + busiest.expert * (shard ? 1.0 / edp.size : 1.0);
-    out.optimizer = optimizer_cost(cluster, sw, updated).time(sw);
+    out.optimizer = optimizer_cost(cluster, sw, updated).time(eager);
   }
   out.optimizer += compression;
   out.compression = compression;
-  if (!sw.weight_cast_per_micro_batch) out.optimizer += weight_cast_cost(cluster, sw, busiest.params).time(sw);
+  if (!sw.weight_cast_per_micro_batch) out.optimizer += weight_cast_cost(cluster, sw, busiest.params).time(eager);
   out.dp_param_gather = 0;
   if (!shape.zero.gather_params_after_step) return;
   if (busiest.expert <= 0) {

@@ -93,6 +93,9 @@ void check_space(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, c
     }
   }
   check_expert_space(g.model(), sp.experts);
+  if (sp.cuda_graphs == CudaGraphs::full)
+    if (const char* rule = cuda_graphs_unavailable(g.model(), sp.experts.dispatcher, sp.experts.capacity_factor))
+      throw InputError(fmt::format("--cuda-graphs full: {}", rule));
   if (sp.experts.recompute_modules != 0 && only_full_recompute(sp)) {
     throw InputError(fmt::format("--recompute-modules {}: needs --recompute none or selective in the space (full "
                                  "recomputation already recomputes every module)",
@@ -274,6 +277,7 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
   s.dtype = p.space.dtype;
   s.attention = p.space.attention;
   s.fp32_grad_accum = p.space.fp32_grad_accum;
+  s.cuda_graphs = p.space.cuda_graphs;
   s.dp_algorithm = st.dpa;
   s.grad_compression = st.gc;
   s.ep = l.ep;

@@ -62,6 +62,7 @@ const char* to_string(DpAlgorithm a) {
   return "?";
 }
 const char* to_string(PsPlacement p) { return p == PsPlacement::dedicated ? "dedicated" : "colocated"; }
+const char* to_string(CudaGraphs g) { return g == CudaGraphs::full ? "full" : "none"; }
 const char* to_string(Dispatcher d) {
   switch (d) {
     case Dispatcher::alltoall: return "alltoall";
@@ -134,6 +135,11 @@ std::optional<unsigned> parse_pipeline_account_items(const std::vector<std::stri
 }
 int counted_modules(unsigned accounts) { return std::popcount(accounts & (kAccountEmbedding | kAccountLoss)); }
 
+std::optional<CudaGraphs> parse_cuda_graphs(const std::string& s) {
+  if (s == "none") return CudaGraphs::none;
+  if (s == "full") return CudaGraphs::full;
+  return std::nullopt;
+}
 std::optional<Dispatcher> parse_dispatcher(const std::string& s) {
   if (s == "alltoall") return Dispatcher::alltoall;
   if (s == "allgather") return Dispatcher::allgather;
@@ -286,6 +292,9 @@ std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& 
                fmt::format("must be in (0, experts / top_k] = (0, {}] (0: dropless)", max_capacity));
   if (s.moe_a2a_overlap && s.ep == 1)
     return bad("--moe-a2a-overlap", "on", "needs --ep > 1 (there is no expert all-to-all to overlap)");
+  if (s.cuda_graphs == CudaGraphs::full)
+    if (const char* rule = cuda_graphs_unavailable(m, s.dispatcher, s.capacity_factor))
+      return bad("--cuda-graphs", "full", rule);
   if (!same_pipeline_groups(s))
     return bad("--rank-order", fmt::format("{},{},{},{}", to_string(s.order[0]), to_string(s.order[1]),
                                            to_string(s.order[2]), to_string(s.order[3])),
@@ -295,6 +304,15 @@ std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& 
 }
 
 }  // namespace
+
+const char* cuda_graphs_unavailable(const ModelSpec& m, Dispatcher dispatcher, double capacity_factor) {
+  // A graph replays fixed shapes; dropless routing sizes each expert's tokens at run time unless the
+  // flex dispatcher's sync-free path pre-sizes its buffers (Megatron-core's paged stash: HybridEP,
+  // the fused grouped experts, --moe-expert-rank-capacity-factor) or a capacity pads every expert.
+  if (!m.moe.on() || capacity_factor > 0 || dispatcher == Dispatcher::flex) return nullptr;
+  return "a dropless MoE plan needs --moe-dispatcher flex (sync-free, pre-sized expert buffers) or a "
+         "--capacity-factor: a CUDA graph replays fixed shapes (Megatron-core)";
+}
 
 const char* module_unavailable(const ModelSpec& m, RecomputeModule module) {
   switch (module) {
@@ -510,6 +528,7 @@ json to_json(const Strategy& s) {
   if (s.capacity_factor != 0) j["capacity_factor"] = s.capacity_factor;
   if (s.recompute_modules != 0) j["recompute_modules"] = recompute_modules_string(s.recompute_modules);
   if (s.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
+  if (s.cuda_graphs != CudaGraphs::none) j["cuda_graphs"] = to_string(s.cuda_graphs);
   if (s.pipeline_accounts != 0) j["pipeline_accounts"] = pipeline_accounts_string(s.pipeline_accounts);
   return j;
 }
@@ -617,6 +636,7 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
   s.dtype = *parse_dtype(o.choice("dtype", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   s.attention = *parse_attention(o.choice("attention", {"flash", "standard"}));
   s.fp32_grad_accum = o.boolean("fp32_grad_accum");
+  if (o.has("cuda_graphs")) s.cuda_graphs = *parse_cuda_graphs(o.choice("cuda_graphs", {"none", "full"}));
   s.order = read_rank_order(o);
   read_data_parallel_fields(o, s);
   read_expert_fields(o, s);
@@ -638,6 +658,7 @@ std::string describe(const Strategy& s) {
   if (s.capacity_factor > 0) out += fmt::format(" cf{}", s.capacity_factor);
   if (s.dispatcher != Dispatcher::alltoall) out += fmt::format(" {}", to_string(s.dispatcher));
   if (s.moe_a2a_overlap) out += " a2a-overlap";
+  if (s.cuda_graphs == CudaGraphs::full) out += " graphs";
   if (s.recompute_modules) out += " rc:" + recompute_modules_string(s.recompute_modules);
   if (s.pipeline_accounts) out += " split+" + pipeline_accounts_string(s.pipeline_accounts);
   if (s.uses_ps())

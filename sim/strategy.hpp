@@ -42,6 +42,11 @@ struct GradCompression {
 // dispatcher (MoEFlexTokenDispatcher over DeepEP or HybridEP), whose kernels send a token once to
 // each node holding any of its experts and forward it over NVLink there.
 enum class Dispatcher { alltoall, allgather, flex };
+// Whether the host launches each kernel of the forward and backward or replays them from one CUDA
+// graph per step (Megatron-core --cuda-graph-impl full_iteration, FullCudaGraphWrapper: the whole
+// forward-backward of the iteration, the optimizer step outside it). Megatron-core's per-layer
+// capture (local / transformer_engine with --cuda-graph-modules) is not expressible here.
+enum class CudaGraphs { none, full };
 // Megatron-core's module-level recomputation (--recompute-modules, with --recompute-granularity
 // selective) beyond the core attention: bits of Strategy::recompute_modules.
 //   moe_act      the routed experts' activation function (its output is not kept; Megatron-core
@@ -97,6 +102,8 @@ struct Strategy {
   // --overlap-moe-expert-parallel-comm, the 1F1B A2A overlap after DeepSeek-V3's DualPipe); the
   // share it hides is the software profile's overlap.ep. Off by default, as in Megatron-core.
   bool moe_a2a_overlap = false;
+  // With full, passes cost their GPU time alone: no host time per launch (PlanShape::host).
+  CudaGraphs cuda_graphs = CudaGraphs::none;
   // Megatron-core's --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-
   // split (PipelineAccount bits): the embedding (loss) counts as one layer of the first (last)
   // pipeline chunk and the layers split evenly, (layers + counted) / (pp x vp) per chunk, so a
@@ -127,6 +134,12 @@ inline constexpr long long kMaxTokensPerStep = 1LL << 40;
 // The first rule `s` breaks for model `m`, as "<flag> <value>: <rule>", or nothing if valid.
 std::optional<std::string> validate(const Strategy& s, const ModelSpec& m);
 
+// Why one CUDA graph of the whole iteration (CudaGraphs::full) cannot replay model `m`'s experts
+// with this dispatcher and capacity factor (the rule, for "--cuda-graphs full: rule"), or nullptr
+// where it can: a dense model always; experts need static shapes (the flex dispatcher's pre-sized
+// buffers, or a capacity factor). validate() and a search space's checks refuse by it.
+const char* cuda_graphs_unavailable(const ModelSpec& m, Dispatcher dispatcher, double capacity_factor);
+
 // Why recomputing `module` does not apply to model `m` (the rule, for "--recompute-modules NAME:
 // rule"), or nullptr where it does: moe_act needs experts; mla_up_proj multi-head latent
 // attention; layernorm either (a norm that is a module of its own). validate() and a search
@@ -150,7 +163,8 @@ const char* to_string(Attention a);
 const char* to_string(Dim d);
 const char* to_string(DpAlgorithm a);   // allreduce | ps | ps-async
 const char* to_string(PsPlacement p);   // dedicated | colocated
-const char* to_string(Dispatcher d);    // alltoall | allgather
+const char* to_string(Dispatcher d);    // alltoall | allgather | flex
+const char* to_string(CudaGraphs g);    // none | full
 std::string recompute_modules_string(unsigned modules);  // "moe_act,mla_up_proj", "" for none
 std::string pipeline_accounts_string(unsigned accounts);  // "embedding,loss", "layers", "" for none
 std::string to_string(const GradCompression& g);  // none | bf16 | powersgd:R
@@ -165,6 +179,7 @@ std::optional<PsPlacement> parse_ps_placement(const std::string& s);
 // "none", "bf16" or "powersgd:R" with R a decimal integer >= 1 (at most 1 << 16).
 std::optional<GradCompression> parse_grad_compression(const std::string& s);
 std::optional<Dispatcher> parse_dispatcher(const std::string& s);
+std::optional<CudaGraphs> parse_cuda_graphs(const std::string& s);
 // A comma-separated list of moe_act, mla_up_proj, layernorm ("none" or "": no module); nullopt for another name.
 std::optional<unsigned> parse_recompute_modules(const std::string& s);
 // A comma-separated list of embedding, loss ("none" or "": neither); nullopt for another name.

@@ -82,6 +82,27 @@ TEST_F(SearchCli, TopOneNamesTheBestOfTopTen) {
   EXPECT_NE(one.out.find("the analytic top 10 re-ranked by the step simulator"), std::string::npos) << one.out;
 }
 
+TEST_F(SearchCli, CudaGraphsReachEveryCandidateAndThePlan) {
+  // One CUDA graph per step is a setting of the whole space: each candidate carries it, the search
+  // file records it, and predict --plan runs the best entry with it. Without host time per kernel
+  // no layout gets slower.
+  const std::string args = "search --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --global-batch 64 --max-pp 1 "
+                           "--top 1 --json ";
+  const fs::path graphed = dir_ / "graphed.json", eager = dir_ / "eager.json";
+  const Result g = run(args + graphed.string() + " --cuda-graphs full"), e = run(args + eager.string());
+  ASSERT_EQ(g.code, 0) << g.err;
+  ASSERT_EQ(e.code, 0) << e.err;
+  const json jg = read(graphed), je = read(eager);
+  EXPECT_EQ(jg.at("space").at("cuda_graphs"), "full");
+  EXPECT_FALSE(je.at("space").contains("cuda_graphs"));
+  EXPECT_EQ(jg.at("top").at(0).at("strategy").at("cuda_graphs"), "full");
+  EXPECT_LE(jg.at("top").at(0).at("time").at("step_s").get<double>(),
+            je.at("top").at(0).at("time").at("step_s").get<double>());
+  const Result plan = run("predict --plan " + graphed.string());
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  EXPECT_NE(plan.out.find(" graphs "), std::string::npos) << plan.out;
+}
+
 TEST_F(SearchCli, NothingFitsExitsThreeAndSaysWhy) {
   const Result r = run("search --model llama3-70b --cluster dgx-a100-80g --gpus 8 --global-batch 8");
   EXPECT_EQ(r.code, 3) << r.err;

@@ -1065,19 +1065,74 @@ TEST(MoeHandWorked, ExpertGemmLaunchesAndTheDispatchWaitOnTheHost) {
   const PassCost& f = k.fwd;
   const PassCost& tail = k.after_dispatch_fwd;
   const PassCost head{f.gpu - tail.gpu, f.kernels - tail.kernels, f.host - tail.host};
-  EXPECT_NEAR(lc.kinds[0].forward, head.time(sw) + tail.time(sw), 1e-12);
-  EXPECT_GT(lc.kinds[0].forward, f.time(sw));
+  const HostLaunch launch{sw.host_per_kernel, false};
+  EXPECT_NEAR(lc.kinds[0].forward, head.time(launch) + tail.time(launch), 1e-12);
+  EXPECT_GT(lc.kinds[0].forward, f.time(launch));
   Strategy dropping = s;
   dropping.capacity_factor = 1;
   const LayerOpCosts kd = op_costs(g, c, sw, dropping).kinds[0];
-  EXPECT_NEAR(layer_costs(g, c, sw, dropping).kinds[0].forward, kd.fwd.time(sw), 1e-12);
+  EXPECT_NEAR(layer_costs(g, c, sw, dropping).kinds[0].forward, kd.fwd.time(launch), 1e-12);
   // By hand: a head of 0.9 ms GPU / 0.2 ms host and a tail of 0.1 / 0.8 take 0.9 + 0.8 with the
   // wait, where the host could otherwise launch the tail under the head: max(1.0, 1.0).
-  Software host10 = sw;
-  host10.host_per_kernel = 10e-6;
+  const HostLaunch host10{10e-6, false};
   const PassCost whole{1e-3, 100, 0}, after{0.1e-3, 80, 0};
   EXPECT_NEAR(whole.time_with_wait_before(after, host10), 1.7e-3, 1e-12);
   EXPECT_NEAR(whole.time(host10), 1.0e-3, 1e-12);
+}
+
+TEST(CudaGraphs, APassReplayedFromAGraphCostsItsGpuTimeAlone) {
+  // By hand: 1 ms of GPU time in 100 kernels plus 0.5 ms of other host work; at 10 us a launch the
+  // host needs 1.5 ms, so the eager pass is host-bound; replayed from a graph it takes its 1 ms,
+  // and a wait on the host before its last 80 kernels costs nothing more.
+  const PassCost pass{1e-3, 100, 0.5e-3}, tail{0.1e-3, 80, 0};
+  EXPECT_NEAR(pass.time(HostLaunch{10e-6, false}), 1.5e-3, 1e-12);
+  EXPECT_NEAR(pass.time(HostLaunch{10e-6, true}), 1.0e-3, 1e-12);
+  EXPECT_NEAR(pass.time_with_wait_before(tail, HostLaunch{10e-6, true}), 1.0e-3, 1e-12);
+  EXPECT_EQ(HostLaunch({10e-6, true}).eager().graphed, false);
+}
+
+TEST(CudaGraphs, AGraphedMoeStepIsTheStepWithoutHostTime) {
+  // Qwen3-30B-A3B at micro-batch 1 on 8 H100s is host-bound under megatron-core (one GEMM launch
+  // and 60 us of host work per expert, the dispatch waiting on the host). With the iteration in one
+  // graph every layer costs its GPU time: the step equals the one under the same profile with
+  // every host cost removed (the optimizer's host time is below its GPU time in both).
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = load_model("qwen3-30b-a3b", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 4096);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  Strategy s = moe_layout(8, 8);
+  s.dispatcher = Dispatcher::flex;
+  Strategy graphed = s;
+  graphed.cuda_graphs = CudaGraphs::full;
+  ASSERT_FALSE(validate(graphed, m).has_value());
+  const LayerOpCosts ops = op_costs(g, c, sw, s).kinds[0];
+  const LayerCosts eager = layer_costs(g, c, sw, s), replayed = layer_costs(g, c, sw, graphed);
+  EXPECT_GT(eager.kinds[0].forward, 1.2 * ops.fwd.gpu);  // host-bound without the graph
+  EXPECT_NEAR(replayed.kinds[0].forward, ops.fwd.gpu, 1e-12);
+  EXPECT_NEAR(replayed.kinds[0].backward, ops.bwd.gpu, 1e-12);
+  Software no_host = sw;
+  no_host.host_per_kernel = 0;
+  no_host.moe.host_per_expert_gemm = 0;
+  no_host.moe.dropless_dispatch_syncs = false;
+  const Estimate with_graph = predict(g, c, sw, graphed), without_host = predict(g, c, no_host, s);
+  EXPECT_NEAR(with_graph.time.step, without_host.time.step, 1e-9 * without_host.time.step);
+  EXPECT_LT(with_graph.time.step, 0.9 * predict(g, c, sw, s).time.step);
+}
+
+TEST(CudaGraphs, ADroplessMoePlanNeedsFixedShapes) {
+  const ModelSpec m = load_model("qwen3-30b-a3b", TRAINPLAN_SOURCE_DIR);
+  Strategy s = moe_layout(8, 8);
+  s.cuda_graphs = CudaGraphs::full;
+  s.dispatcher = Dispatcher::alltoall;
+  const auto why = validate(s, m);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("--cuda-graphs full"), std::string::npos) << *why;
+  s.capacity_factor = 1.0;  // drop-and-pad: every expert's tokens fixed
+  EXPECT_FALSE(validate(s, m).has_value());
+  s.capacity_factor = 0;
+  s.dispatcher = Dispatcher::flex;  // the sync-free path's pre-sized buffers
+  EXPECT_FALSE(validate(s, m).has_value());
+  EXPECT_EQ(cuda_graphs_unavailable(load_model("llama2-7b", TRAINPLAN_SOURCE_DIR), Dispatcher::alltoall, 0), nullptr);
 }
 
 TEST(MoeHandWorked, ExpertStatesPerRankOverEpEtpAndEdpWithZero1) {

@@ -85,6 +85,14 @@ TEST(Strategy, JsonRoundTrip) {
   nlohmann::json j = to_json(s);
   j["pipeline_accounts"] = "embedding,head";
   EXPECT_THROW(strategy_from_json(j, "plan.json"), InputError);
+  EXPECT_FALSE(to_json(s).contains("cuda_graphs"));  // written only where set
+  s.cuda_graphs = CudaGraphs::full;
+  EXPECT_EQ(to_json(s).at("cuda_graphs"), "full");
+  EXPECT_EQ(strategy_from_json(to_json(s), "plan.json").cuda_graphs, CudaGraphs::full);
+  EXPECT_NE(describe(s).find(" graphs"), std::string::npos);
+  j = to_json(s);
+  j["cuda_graphs"] = "layers";
+  EXPECT_THROW(strategy_from_json(j, "plan.json"), InputError);
 }
 
 TEST(Strategy, JsonRejectsBadRankOrder) {
