@@ -80,6 +80,10 @@ Strategy row_strategy(const nlohmann::json& r) {
   const nlohmann::json& head = r.at("recipe_at_head");
   if (!head.is_null()) {
     s.moe_a2a_overlap = head.value("moe_a2a_overlap", false);
+    // full_iteration: one graph per step (Strategy::cuda_graphs). The per-layer capture of
+    // attention, router and preprocessing ("transformer_engine:...") is not expressible: those
+    // rows launch every kernel from the host here.
+    if (head.value("cuda_graph", "") == "full_iteration") s.cuda_graphs = CudaGraphs::full;
     std::string modules;
     for (const auto& name : head.value("recompute_modules", nlohmann::json::array()))
       modules += (modules.empty() ? "" : ",") + name.get<std::string>();
@@ -281,6 +285,46 @@ TEST(ValidationMoe, GptOssRowsTracked) {
   EXPECT_EQ(rows, 5);
   std::printf("gpt-oss-120b: mean absolute error %.1f%% over %d rows (tracked gap; the MoE target is 12%%)\n",
               100 * sum_abs / rows, rows);
+}
+
+// NVIDIA's newest published MoE table (NeMo 26.08, MXFP8 on GB300 and GB200 NVL72) with its
+// recipes' knobs: HybridEP, the all-to-all overlap and one CUDA graph per iteration are modelled
+// (--moe-dispatcher flex --moe-a2a-overlap on --cuda-graphs full); the fused grouped experts and FP8
+// attention those recipes add have no costs here (each row of the file lists them). Tracked, not
+// fitted: each row is held to 35% and the mean to 20% so the gap cannot widen unnoticed; the 12%
+// target is not claimed for these rows.
+TEST(ValidationMoe, NewestContainerRowsTracked) {
+  const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/megatron_bridge_moe_2608.json");
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  double sum_abs = 0, sum_abs_eager = 0;
+  int rows = 0;
+  for (const auto& r : data.at("rows")) {
+    const ModelSpec m = load_model(r.at("model").get<std::string>(), TRAINPLAN_SOURCE_DIR);
+    const nlohmann::json& f = r.at("flags");
+    const Strategy s = testing::strategy_from_flags(f);
+    const std::string label = fmt::format("{} {}", m.name, r.at("system").get<std::string>());
+    ASSERT_EQ(s.gpus(), f.at("gpus").get<int>()) << label;
+    ASSERT_EQ(s.cuda_graphs, CudaGraphs::full) << label;
+    ASSERT_FALSE(validate(s, m).has_value()) << label;
+    const Cluster c = testing::builtin_cluster(r.at("cluster").get<std::string>().c_str());
+    const LayerGraph g(m, s.seq_len);
+    const Estimate e = predict(g, c, sw, s);
+    const double published = r.at("expected_step_s"), err = (e.time.step - published) / published;
+    std::printf("%-28s %s  predicted %6.2f s  published %6.2f s  error %+5.1f%%%s  (tracked)\n", label.c_str(),
+                describe(s).c_str(), e.time.step, published, 100 * err, e.feasible ? "" : "  (predicted out of memory)");
+    EXPECT_LT(std::abs(err), 0.35) << label;
+    sum_abs += std::abs(err);
+    Strategy eager = s;  // what the knobs modelled add: the same layout without them
+    eager.cuda_graphs = CudaGraphs::none;
+    eager.moe_a2a_overlap = false;
+    sum_abs_eager += std::abs(predict(g, c, sw, eager).time.step / published - 1);
+    ++rows;
+  }
+  ASSERT_EQ(rows, 8);
+  std::printf("NeMo 26.08 MoE rows: mean absolute error %.1f%% over %d rows (tracked; bound 20%%); %.1f%% without the "
+              "all-to-all overlap and the CUDA graph\n",
+              100 * sum_abs / rows, rows, 100 * sum_abs_eager / rows);
+  EXPECT_LT(sum_abs / rows, 0.20);
 }
 
 // DeepSeek-V3 as its technical report trained it (DeepSeek-AI 2024, arXiv:2412.19437), on the
