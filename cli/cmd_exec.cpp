@@ -217,10 +217,13 @@ Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions&
   return m;
 }
 
-// CUDA graphs, parameter servers and gradient compression: the combinations exec runs; the planner
-// models the others.
+// Module recomputation, CUDA graphs, parameter servers and gradient compression: the combinations
+// exec runs; the planner models the others.
 void check_exec_supports(const Strategy& s) {
   const ZeroPolicy zero = ZeroPolicy::of(s.zero);
+  if (s.recompute_modules != 0)
+    throw InputError(fmt::format("--recompute-modules {}: exec recomputes whole layers or the attention core only "
+                                 "(--recompute full|selective)", recompute_modules_string(s.recompute_modules)));
   if (s.cuda_graphs != CudaGraphs::none)
     throw InputError(fmt::format("--cuda-graphs {}: exec launches every kernel from the host; use none (predict and "
                                  "simulate model graph replay)", to_string(s.cuda_graphs)));
@@ -283,9 +286,6 @@ void check_exec_experts(const ModelSpec& m, const Strategy& s) {
     throw InputError(fmt::format("--moe-imbalance {}: exec routes with the model's router, whose balance it measures; "
                                  "the imbalance is an assumption of predict and simulate (leave it 1)",
                                  s.moe_imbalance));
-  if (s.recompute_modules != 0)
-    throw InputError(fmt::format("--recompute-modules {}: exec recomputes whole layers or the attention core only "
-                                 "(--recompute full|selective)", recompute_modules_string(s.recompute_modules)));
   if (ZeroPolicy::of(s.zero).shards_params)
     throw InputError(fmt::format("--zero {}: exec does not gather routed experts unit by unit; use --zero 0, 1 or 2 "
                                  "with an MoE model", s.zero));

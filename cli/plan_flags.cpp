@@ -196,7 +196,7 @@ void read_moe_settings(const Flags& f, Settings& x) {
     auto parsed = parse_recompute_module_items(split_list("recompute-modules", *r));
     if (!parsed) {
       throw InputError(fmt::format(
-          "--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj, layernorm", *r));
+          "--recompute-modules {}: must be none or a comma-separated list of moe_act, mla_up_proj, layernorm, mlp", *r));
     }
     x.recompute_modules = *parsed;
   }
@@ -331,8 +331,9 @@ std::string expert_space_flags_help() {
   --capacity-factor C       cap (and pad) each expert's tokens (default 0: dropless)
   --recompute-modules LIST  modules a candidate without full recomputation may recompute, each
                             subset of them searched, none included: from moe_act, mla_up_proj,
-                            layernorm, or none (default: every one the model has; moe_act and
-                            layernorm with experts, mla_up_proj and layernorm with MLA)
+                            layernorm, mlp, or none (default: every one the model has but mlp,
+                            which only this flag adds; moe_act and layernorm with experts,
+                            mla_up_proj and layernorm with MLA)
 )";
 }
 
@@ -416,7 +417,8 @@ edp = tp x cp x dp / (etp x ep) ranks share an expert shard):
                             (default 0: dropless; at most experts / top_k)
   --recompute-modules LIST  recompute these modules in the backward: moe_act (the experts'
                             activation), mla_up_proj (MLA's up projections), layernorm (the
-                            MoE pre-MLP norm's and MLA's input norm's outputs); default none
+                            MoE pre-MLP norm's and MLA's input norm's outputs), mlp (a dense
+                            layer's MLP, from its input); default none
   --plan FILE               take the layout (and model/cluster) from a trainplan/prediction/v1
                             file or the best entry of a trainplan/search/v1 file; flags override.
                             The model is the one the plan carries (its model file or config

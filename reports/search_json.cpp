@@ -143,7 +143,7 @@ ExpertSpace read_expert_space(const JsonObject& o) {
   x.dispatcher = *parse_dispatcher(o.choice("moe_dispatcher", {"alltoall", "allgather", "flex"}));
   x.moe_a2a_overlap = o.boolean("moe_a2a_overlap");
   const auto modules = parse_recompute_modules(o.string("recompute_modules"));
-  if (!modules) throw o.error("recompute_modules", "must be none or a comma-separated list of moe_act, mla_up_proj, layernorm");
+  if (!modules) throw o.error("recompute_modules", "must be none or a comma-separated list of moe_act, mla_up_proj, layernorm, mlp");
   x.recompute_modules = *modules;
   o.finish();
   return x;

@@ -62,6 +62,11 @@ bool reads_own_norm(OpKind kind, const ModelSpec& m) {
   return kind == OpKind::q_up && m.mla.q_lora_rank == 0;
 }
 
+// The ops of a dense MLP after its norm: what the mlp module recomputation re-runs.
+bool is_dense_mlp_op(OpKind kind) {
+  return kind == OpKind::mlp_up || kind == OpKind::activation || kind == OpKind::mlp_down;
+}
+
 // layer_activation_bytes from the strategy's tokens and element widths (PlanShape's), for layers of
 // kind `kind`.
 Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const Strategy& s, const TokenShape& t,
@@ -75,10 +80,14 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
   const bool keep_scores = s.attention == Attention::standard && (keep_all || s.recompute == Recompute::none);
   const bool mla_up_recomputed = !keep_all && (s.recompute_modules & kRecomputeMlaUpProj);
   const bool norms_recomputed = !keep_all && (s.recompute_modules & kRecomputeLayernorm);
+  // The mlp module keeps only the MLP's input: the pre-MLP norm's saved stream tensor (the norm is
+  // fused into the up projection, inside the recomputed module).
+  const bool mlp_recomputed = !keep_all && (s.recompute_modules & kRecomputeMlp) && !graph.kind(kind).moe;
   Bytes total = 0;
   for (const auto& op : graph.kind_ops(kind)) {
     if (op.split == Split::expert) continue;  // routed_expert_bytes
     if (norms_recomputed && reads_own_norm(op.kind, m)) continue;  // the norm's output is rebuilt
+    if (mlp_recomputed && is_dense_mlp_op(op.kind)) continue;      // rebuilt from the MLP's input
     // Tensor-split saved tensors divide by tp; sequence-split ones (and their 1-byte dropout
     // masks) by tp only with SP; standard attention's score matrix is split by heads (tp).
     // A norm saves its input from the residual stream (composite RMSNorm also x * rsqrt(...));

@@ -352,6 +352,10 @@ void add_linears(const Ctx& x, bool moe, LayerOpCosts& L) {
   }
   const LinearCost up = linear(x, M, (swiglu ? 2 : 1) * f / tp, h, swiglu && !x.sw.gate_up_fused ? 2 : 1);
   const LinearCost down = linear(x, M, h, f / tp);
+  if (x.s.recompute_modules & kRecomputeMlp) {
+    L.module_recompute += up.fwd;
+    L.module_recompute += down.fwd;
+  }
   for (const LinearCost* l : {&std::as_const(qkv), &std::as_const(outp), &up, &down}) {
     L.fwd += l->fwd;
     L.bwd += l->bwd;
@@ -398,6 +402,11 @@ void add_mlp_activation(const Ctx& x, LayerOpCosts& L) {
   const MemOpImpl& activation = swiglu ? sw.mem.swiglu : sw.mem.gelu;
   L.fwd += mem_fwd(x, activation, in);
   L.bwd += mem_bwd(x, activation, in);
+  // The mlp module re-runs the MLP from its input: its fused norm, GEMMs (add_linears) and this.
+  if (x.s.recompute_modules & kRecomputeMlp) {
+    L.module_recompute += mem_fwd(x, norm_impl(x), stream_tensor(x));
+    L.module_recompute += mem_fwd(x, activation, in);
+  }
 }
 
 // One grouped GEMM over `groups` experts of m rows each (Megatron-core GroupedMLP, Transformer

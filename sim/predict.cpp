@@ -289,6 +289,11 @@ LayerCost layer_cost(const LayerInputs& x, int kind) {
   const LayerBoundaries& bounds = x.graph.boundaries(kind);
   TpTime tp = layer_tp_time(x, bounds);
   tp.backward += extra_input_gradient_reduces(x) * x.tp.all_reduce;
+  // The mlp module re-runs a dense MLP's forward collectives with it (tensor_parallel.checkpoint):
+  // with SP the all-gather into the up projection and the reduce-scatter after the down
+  // projection, else the all-reduce after it.
+  if ((s.recompute_modules & kRecomputeMlp) && !x.graph.kind(kind).moe && s.tp > 1)
+    tp.backward += s.sequence_parallel ? x.tp.all_gather + x.tp.reduce_scatter : x.tp.all_reduce;
   const double slowdown = x.cluster.collectives.overlap_slowdown;
   c.tp_forward = exposed_comm(tp.forward, c.forward, overlap_cost_rate(x.sw.overlap.tp, slowdown));
   c.tp_backward = exposed_comm(tp.backward, c.backward, overlap_cost_rate(x.sw.overlap.backward_tp(), slowdown));

@@ -44,9 +44,9 @@ void check_expert_space(const ModelSpec& m, const ExpertSpace& x) {
     if (x.moe_a2a_overlap) throw InputError(fmt::format("--moe-a2a-overlap on: {}", rule));
   }
   // Every module the space may recompute must apply to the model (module_unavailable, as validate()).
-  for (RecomputeModule module : {kRecomputeMoeAct, kRecomputeMlaUpProj, kRecomputeLayernorm}) {
-    const char* why = module_unavailable(m, module);
-    if ((x.recompute_modules & module) && why)
+  for (RecomputeModule module : kRecomputeModuleList) {
+    if (!(x.recompute_modules & module)) continue;
+    if (const char* why = module_unavailable(m, module))
       throw InputError(fmt::format("--recompute-modules {}: {}", recompute_modules_string(module), why));
   }
   if (!x.etp_one && !x.etp_tp) throw InputError("--etp: must list 1, tp or both");

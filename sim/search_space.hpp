@@ -27,8 +27,8 @@ struct LayerVariant {
   Recompute recompute = Recompute::none;
   bool sp = false;
   unsigned modules = 0;  // RecomputeModule bits (strategy.hpp)
-  static constexpr std::size_t kModuleSets = 8;  // every subset of the three RecomputeModule bits
-  static_assert((kRecomputeMoeAct | kRecomputeMlaUpProj | kRecomputeLayernorm) < kModuleSets);
+  static constexpr std::size_t kModuleSets = 16;  // every subset of the four RecomputeModule bits
+  static_assert(kAllRecomputeModules < kModuleSets);
   static constexpr std::size_t kCount = 3 * 2 * kModuleSets;  // Recompute's three values x sp off/on x modules
   constexpr std::size_t index() const {
     return (static_cast<std::size_t>(recompute) * 2 + (sp ? 1 : 0)) * kModuleSets + modules;

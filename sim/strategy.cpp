@@ -75,7 +75,10 @@ const char* to_string(Dispatcher d) {
 namespace {
 using NamedBit = std::pair<const char*, unsigned>;
 constexpr NamedBit kRecomputeModules[] = {
-    {"moe_act", kRecomputeMoeAct}, {"mla_up_proj", kRecomputeMlaUpProj}, {"layernorm", kRecomputeLayernorm}};
+    {"moe_act", kRecomputeMoeAct},
+    {"mla_up_proj", kRecomputeMlaUpProj},
+    {"layernorm", kRecomputeLayernorm},
+    {"mlp", kRecomputeMlp}};
 constexpr NamedBit kPipelineAccounts[] = {
     {"embedding", kAccountEmbedding}, {"loss", kAccountLoss}, {"layers", kAccountLayers}};
 
@@ -231,7 +234,6 @@ std::optional<std::string> validate_dense_experts(const Strategy& s) {
   if (s.moe_imbalance != 1) return bad("--moe-imbalance", s.moe_imbalance, rule);
   if (s.capacity_factor != 0) return bad("--capacity-factor", s.capacity_factor, rule);
   if (s.dispatcher != Dispatcher::alltoall) return bad("--moe-dispatcher", to_string(s.dispatcher), rule);
-  if (s.recompute_modules & kRecomputeMoeAct) return bad("--recompute-modules", "moe_act", rule);
   if (s.moe_a2a_overlap) return bad("--moe-a2a-overlap", "on", rule);
   return std::nullopt;
 }
@@ -261,9 +263,10 @@ bool same_pipeline_groups(const Strategy& s) {
 
 // The expert rules (Megatron-LM megatron/training/arguments.py and parallel_state.py).
 std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& m) {
-  for (RecomputeModule module : {kRecomputeMlaUpProj, kRecomputeLayernorm}) {
-    const char* rule = module_unavailable(m, module);
-    if ((s.recompute_modules & module) && rule) return bad("--recompute-modules", recompute_modules_string(module), rule);
+  for (RecomputeModule module : kRecomputeModuleList) {
+    if (!(s.recompute_modules & module)) continue;
+    if (const char* rule = module_unavailable(m, module))
+      return bad("--recompute-modules", recompute_modules_string(module), rule);
   }
   if (s.recompute_modules && s.recompute == Recompute::full)
     return bad("--recompute-modules", recompute_modules_string(s.recompute_modules),
@@ -323,6 +326,11 @@ const char* module_unavailable(const ModelSpec& m, RecomputeModule module) {
       return m.moe.on() || m.mla.on() ? nullptr
                                       : "needs a model with experts or multi-head latent attention (a dense layer's "
                                         "norms are fused into the next linear and have no output of their own)";
+    case kRecomputeMlp:
+      for (int l = 0; l < m.layers; ++l)
+        if (!m.is_moe_layer(l)) return nullptr;
+      return "needs a layer with a dense MLP (every layer of the model routes to experts; Megatron-core's mlp "
+             "module leaves MoE layers alone)";
   }
   return nullptr;
 }
@@ -331,7 +339,9 @@ unsigned recomputable_modules(const ModelSpec& m) {
   unsigned modules = 0;
   for (const auto& [name, bit] : kRecomputeModules)
     if (!module_unavailable(m, static_cast<RecomputeModule>(bit))) modules |= bit;
-  return modules;
+  // The mlp module is searched where asked for (--recompute-modules): it touches only the dense
+  // layers (DeepSeek-V3's first three), and every module doubles the settings a search tries.
+  return modules & ~static_cast<unsigned>(kRecomputeMlp);
 }
 
 namespace {
@@ -546,7 +556,7 @@ void read_expert_fields(const JsonObject& o, Strategy& s) {
   if (o.has("capacity_factor")) s.capacity_factor = o.number("capacity_factor", 0, 1 << 24, true);
   if (auto r = o.optional_string("recompute_modules")) {
     auto parsed = parse_recompute_modules(*r);
-    if (!parsed) throw o.error("recompute_modules", "must list moe_act, mla_up_proj, layernorm (comma-separated)");
+    if (!parsed) throw o.error("recompute_modules", "must list moe_act, mla_up_proj, layernorm, mlp (comma-separated)");
     s.recompute_modules = *parsed;
   }
 }

@@ -56,8 +56,21 @@ enum class CudaGraphs { none, full };
 //   layernorm    the outputs of the norms that are modules of their own, rebuilt before the
 //                backward: an MoE layer's pre-MLP norm and MLA's input norm (transformer_layer.py,
 //                CheckpointWithoutOutput). A dense layer's norms are fused into the next linear
-//                (Transformer Engine's LayerNormLinear) and have no output of their own to drop.
-enum RecomputeModule : unsigned { kRecomputeMoeAct = 1u, kRecomputeMlaUpProj = 2u, kRecomputeLayernorm = 4u };
+//                (Transformer Engine's LayerNormLinear) and have no output of their own to drop;
+//   mlp          a dense layer's MLP (its fused pre-MLP norm, up projection, activation and down
+//                projection) re-run from its input before the backward, with its tensor-parallel
+//                collectives (transformer_layer.py, tensor_parallel.checkpoint; MoE layers are
+//                left alone, as Megatron-core does): NVIDIA's DeepSeek-V3 and Kimi-K2 recipes
+//                recompute the large dense MLPs of their first layers this way.
+enum RecomputeModule : unsigned {
+  kRecomputeMoeAct = 1u,
+  kRecomputeMlaUpProj = 2u,
+  kRecomputeLayernorm = 4u,
+  kRecomputeMlp = 8u
+};
+inline constexpr RecomputeModule kRecomputeModuleList[] = {kRecomputeMoeAct, kRecomputeMlaUpProj, kRecomputeLayernorm,
+                                                           kRecomputeMlp};
+inline constexpr unsigned kAllRecomputeModules = kRecomputeMoeAct | kRecomputeMlaUpProj | kRecomputeLayernorm | kRecomputeMlp;
 // How a pipeline split is made (Strategy::pipeline_accounts). None set: by predicted time, the
 // split trainplan recommends. Otherwise evenly by count, as Megatron-core splits: embedding and
 // loss each count as one layer of the first / last chunk (its account flags); `layers` alone counts
@@ -142,12 +155,14 @@ const char* cuda_graphs_unavailable(const ModelSpec& m, Dispatcher dispatcher, d
 
 // Why recomputing `module` does not apply to model `m` (the rule, for "--recompute-modules NAME:
 // rule"), or nullptr where it does: moe_act needs experts; mla_up_proj multi-head latent
-// attention; layernorm either (a norm that is a module of its own). validate() and a search
-// space's checks refuse by it; recomputable_modules() gathers the modules it allows.
+// attention; layernorm either (a norm that is a module of its own); mlp a layer with a dense MLP.
+// validate() and a search space's checks refuse by it; recomputable_modules() gathers the modules
+// it allows.
 const char* module_unavailable(const ModelSpec& m, RecomputeModule module);
 // The modules of `m` that Megatron-core's module recomputation applies to (RecomputeModule bits):
 // moe_act and layernorm with experts; mla_up_proj and layernorm with multi-head latent attention;
-// none for a dense model without MLA. A search tries every subset of them by default.
+// none for a dense model without MLA. A search tries every subset of them by default; mlp
+// (module_unavailable allows it wherever a layer keeps a dense MLP) only where asked for.
 unsigned recomputable_modules(const ModelSpec& m);
 
 // The rules that need the cluster: parameter-server nodes must fit. Colocated servers live on the
@@ -180,7 +195,7 @@ std::optional<PsPlacement> parse_ps_placement(const std::string& s);
 std::optional<GradCompression> parse_grad_compression(const std::string& s);
 std::optional<Dispatcher> parse_dispatcher(const std::string& s);
 std::optional<CudaGraphs> parse_cuda_graphs(const std::string& s);
-// A comma-separated list of moe_act, mla_up_proj, layernorm ("none" or "": no module); nullopt for another name.
+// A comma-separated list of moe_act, mla_up_proj, layernorm, mlp ("none" or "": no module); nullopt for another name.
 std::optional<unsigned> parse_recompute_modules(const std::string& s);
 // A comma-separated list of embedding, loss ("none" or "": neither); nullopt for another name.
 std::optional<unsigned> parse_pipeline_accounts(const std::string& s);

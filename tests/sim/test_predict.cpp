@@ -1210,5 +1210,49 @@ TEST(MoeHandWorked, LayernormModuleDropsTheOwnNormsOutputs) {
             "norms are fused into the next linear and have no output of their own)");
 }
 
+TEST(RecomputeModules, MlpKeepsTheMlpInputAndRerunsItsForward) {
+  // Llama 3 8B, tp 2 with SP, one micro-batch of 8192 tokens, bf16, megatron-core. Each layer
+  // drops the MLP's saved tensors past its input: the up projection's sequence-split input
+  // (h / tp x 2 B), SwiGLU's input (2f / tp x 2 B) and the down projection's input (f / tp x 2 B),
+  // h = 4096, f = 14336: 47,104 B a token, x 8192 tokens x 32 layers = 12.35 GB.
+  const Software& sw = testing::default_software();
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = load_model("llama3-8b", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 8192);
+  Strategy s = layout(4, 2, 1, 1, 64, 8192);
+  s.sequence_parallel = true;
+  Strategy mlp = s;
+  mlp.recompute_modules = kRecomputeMlp;
+  ASSERT_FALSE(validate(mlp, m).has_value());
+  const double per_token = 4096.0 / 2 * 2 + 2 * 14336.0 / 2 * 2 + 14336.0 / 2 * 2;
+  EXPECT_DOUBLE_EQ(per_token, 47104);
+  const Estimate kept = predict(g, c, sw, s), rebuilt = predict(g, c, sw, mlp);
+  EXPECT_NEAR(kept.per_stage[0].activations - rebuilt.per_stage[0].activations, per_token * 8192 * 32, 1);
+  // The recompute: the fused norm, both GEMMs and the activation forward, once per layer and
+  // micro-batch, with the MLP's all-gather and reduce-scatter again in the backward.
+  const PassCost again = op_costs(g, c, sw, mlp).kinds[0].module_recompute;
+  const double tokens = 8192, kernels_mlp = 2 * sw.gemm_kernels + sw.mem.swiglu.kernels_fwd + sw.mem.rms_norm.kernels_fwd;
+  EXPECT_DOUBLE_EQ(again.kernels, kernels_mlp);
+  const Seconds floor = c.ops.kernel_floor;
+  const Seconds gemms = std::max(floor, gemm_time(c, Dtype::bf16, tokens, 2 * 14336.0 / 2, 4096, GemmPass::fwd)) +
+                        std::max(floor, gemm_time(c, Dtype::bf16, tokens, 4096, 14336.0 / 2, GemmPass::fwd));
+  const Seconds swiglu = std::max(floor, sw.mem.swiglu.passes_fwd *
+                                             c.ops.memory_fwd(MemKernel::swiglu, tokens * 2 * 14336.0 / 2 * 2));
+  const Seconds norm = std::max(floor, sw.mem.rms_norm.passes_fwd *
+                                           c.ops.memory_fwd(MemKernel::rms_norm, tokens / 2 * 4096 * 2));
+  EXPECT_NEAR(again.gpu, gemms + swiglu + norm, 1e-12);
+  const LayerCosts lc = layer_costs(g, c, sw, mlp);
+  EXPECT_NEAR(lc.kinds[0].recompute, again.time(HostLaunch{sw.host_per_kernel, false}), 1e-12);
+  EXPECT_GT(lc.kinds[0].tp_backward, layer_costs(g, c, sw, s).kinds[0].tp_backward);
+  EXPECT_NEAR(rebuilt.time.recompute, 32 * 16 * lc.kinds[0].recompute, 1e-9);
+  // MoE layers are left alone: Qwen3-30B routes every layer, so the module does not apply.
+  const std::string why = validate([] {
+    Strategy q = moe_layout(8, 8);
+    q.recompute_modules = kRecomputeMlp;
+    return q;
+  }(), load_model("qwen3-30b-a3b", TRAINPLAN_SOURCE_DIR)).value_or("");
+  EXPECT_NE(why.find("--recompute-modules mlp: needs a layer with a dense MLP"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -230,6 +230,7 @@ struct SmallSpace {
   const char* cluster;
   int gpus, global_batch, seq;
   Objective objective;
+  unsigned modules = 0;  // RecomputeModule bits the space may recompute (a dense model's: asked for)
 };
 
 // When nothing fits, the search quotes the least memory floor among the candidates it proved out
@@ -256,7 +257,8 @@ TEST_P(PrunedVsBruteForce, SameTopKSameParetoAndBoundsHold) {
   const SmallSpace& c = GetParam();
   const Cluster cl = load_cluster(c.cluster, TRAINPLAN_SOURCE_DIR);
   const LayerGraph g(model(c.model), c.seq);
-  const SearchSpace sp = default_space(cl, c.gpus, c.global_batch, c.seq);
+  SearchSpace sp = default_space(cl, c.gpus, c.global_batch, c.seq);
+  sp.experts.recompute_modules = c.modules;
   SearchOptions o;
   o.objective = c.objective;
   o.top_k = 5;
@@ -303,6 +305,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(SmallSpace{"gpt2-medium", "dgx-a100-80g", 32, 64, 1024, Objective::throughput},
                       SmallSpace{"gpt2-medium", "dgx-a100-40g", 32, 64, 1024, Objective::cost},
                       SmallSpace{"llama2-7b", "dgx-h100", 16, 32, 4096, Objective::time},
+                      SmallSpace{"llama2-7b", "dgx-h100", 16, 64, 4096, Objective::throughput, kRecomputeMlp},
                       SmallSpace{"llama2-13b", "dgx-a100-40g", 16, 16, 4096, Objective::throughput},
                       SmallSpace{"llama3-70b", "dgx-h100", 32, 32, 8192, Objective::cost},
                       // pp 6 x vp 7 = 42 chunks for 40 layers: accounted splits among the candidates
@@ -416,7 +419,7 @@ ExpertSpace dropping_flex() {
 
 ExpertSpace every_module(const ModelSpec& m) {
   ExpertSpace x;
-  x.recompute_modules = recomputable_modules(m);
+  x.recompute_modules = recomputable_modules(m) | kRecomputeMlp;  // mlp asked for: the dense first layer
   return x;
 }
 
@@ -439,9 +442,13 @@ INSTANTIATE_TEST_SUITE_P(
 // the empty set (full recomputes every module already); each candidate validates.
 TEST(Search, TriesEverySubsetOfTheRecomputableModules) {
   const ModelSpec m = small_deepseek();
+  // The mlp module applies wherever a layer keeps a dense MLP but is searched only where asked for.
   EXPECT_EQ(recomputable_modules(m), kRecomputeMoeAct | kRecomputeLayernorm | kRecomputeMlaUpProj);
+  EXPECT_EQ(module_unavailable(m, kRecomputeMlp), nullptr);  // its first layer is dense
   EXPECT_EQ(recomputable_modules(model("mixtral-8x7b")), kRecomputeMoeAct | kRecomputeLayernorm);
+  EXPECT_NE(module_unavailable(model("mixtral-8x7b"), kRecomputeMlp), nullptr);  // every layer routes
   EXPECT_EQ(recomputable_modules(model("llama3-8b")), 0u);
+  EXPECT_EQ(module_unavailable(model("llama3-8b"), kRecomputeMlp), nullptr);
   const Cluster cl = load_cluster("dgx-h100", TRAINPLAN_SOURCE_DIR);
   const LayerGraph g(m, 4096);
   SearchSpace sp = default_space(cl, 16, 32, 4096);

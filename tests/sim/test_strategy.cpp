@@ -340,7 +340,7 @@ TEST(StrategyExperts, JsonCarriesTheExpertFieldsOnlyWhenSet) {
   json bad = j;
   bad["recompute_modules"] = "moe_act,core";
   EXPECT_EQ(testing::input_error([&] { strategy_from_json(bad, "p.json"); }),
-            "p.json: strategy.recompute_modules = \"moe_act,core\", must list moe_act, mla_up_proj, layernorm (comma-separated)");
+            "p.json: strategy.recompute_modules = \"moe_act,core\", must list moe_act, mla_up_proj, layernorm, mlp (comma-separated)");
   EXPECT_EQ(parse_recompute_modules("none"), 0u);
   EXPECT_FALSE(parse_recompute_modules("moe_act,"));
   // The same list split at its commas (as the command line splits it): "none" only alone.
