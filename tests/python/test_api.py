@@ -51,6 +51,10 @@ PLANS = [
      "--software pytorch-eager --engine des"),
     (dict(model="gpt3-175b", cluster="dgx-a100-80g", gpus=8, global_batch=8, tp=8),  # infeasible: exit 3
      "--model gpt3-175b --cluster dgx-a100-80g --gpus 8 --global-batch 8 --tp 8"),
+    (dict(model="qwen3-30b-a3b", cluster="dgx-b200", gpus=8, global_batch=64, ep=8, cuda_graphs="full",
+          recompute_modules="moe_act,layernorm"),
+     "--model qwen3-30b-a3b --cluster dgx-b200 --gpus 8 --global-batch 64 --ep 8 --cuda-graphs full "
+     "--recompute-modules moe_act,layernorm"),
 ]
 
 
