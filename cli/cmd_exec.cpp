@@ -49,6 +49,9 @@ Parameter servers: --dp-algorithm ps runs synchronous servers (data parallelism 
 dedicated servers are extra ranks after the workers). --grad-compression bf16|powersgd:R compresses
 the ZeRO-0 all-reduce. The JSON's dp_bytes_sent_per_step counts the bytes handed to the DP
 collectives (or parameter-server sends) per step.
+Plan flags only predict and simulate model are refused with exit 2 and the rule, among them
+--cuda-graphs full (exec launches every kernel from the host), --recompute-modules (exec recomputes
+whole layers or the attention core), --moe-a2a-overlap on, --etp > 1 and --dp-algorithm ps-async.
 
 )";
 
