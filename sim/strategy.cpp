@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <charconv>
+#include <iterator>
 #include <span>
 
 #include "sim/check.hpp"
@@ -79,6 +80,7 @@ constexpr NamedBit kRecomputeModules[] = {
     {"mla_up_proj", kRecomputeMlaUpProj},
     {"layernorm", kRecomputeLayernorm},
     {"mlp", kRecomputeMlp}};
+static_assert(std::size(kRecomputeModules) == std::size(kRecomputeModuleList), "every recompute module has a name");
 constexpr NamedBit kPipelineAccounts[] = {
     {"embedding", kAccountEmbedding}, {"loss", kAccountLoss}, {"layers", kAccountLayers}};
 

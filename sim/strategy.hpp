@@ -70,7 +70,12 @@ enum RecomputeModule : unsigned {
 };
 inline constexpr RecomputeModule kRecomputeModuleList[] = {kRecomputeMoeAct, kRecomputeMlaUpProj, kRecomputeLayernorm,
                                                            kRecomputeMlp};
-inline constexpr unsigned kAllRecomputeModules = kRecomputeMoeAct | kRecomputeMlaUpProj | kRecomputeLayernorm | kRecomputeMlp;
+// Every RecomputeModule bit: the list's, or-ed (one list to extend with a new module).
+inline constexpr unsigned kAllRecomputeModules = [] {
+  unsigned all = 0;
+  for (RecomputeModule m : kRecomputeModuleList) all |= m;
+  return all;
+}();
 // How a pipeline split is made (Strategy::pipeline_accounts). None set: by predicted time, the
 // split trainplan recommends. Otherwise evenly by count, as Megatron-core splits: embedding and
 // loss each count as one layer of the first / last chunk (its account flags); `layers` alone counts
