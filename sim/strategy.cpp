@@ -81,6 +81,12 @@ constexpr NamedBit kRecomputeModules[] = {
     {"layernorm", kRecomputeLayernorm},
     {"mlp", kRecomputeMlp}};
 static_assert(std::size(kRecomputeModules) == std::size(kRecomputeModuleList), "every recompute module has a name");
+constexpr NamedBit kGraphModules[] = {{"attn", kGraphAttn},
+                                      {"mlp", kGraphMlp},
+                                      {"moe", kGraphMoe},
+                                      {"moe_router", kGraphMoeRouter},
+                                      {"moe_preprocess", kGraphMoePreprocess}};
+static_assert(std::size(kGraphModules) == std::size(kGraphModuleList), "every graph module has a name");
 constexpr NamedBit kPipelineAccounts[] = {
     {"embedding", kAccountEmbedding}, {"loss", kAccountLoss}, {"layers", kAccountLayers}};
 
@@ -132,6 +138,11 @@ std::string recompute_modules_string(unsigned modules) { return bits_string(modu
 std::optional<unsigned> parse_recompute_modules(const std::string& s) { return parse_bits(s, kRecomputeModules); }
 std::optional<unsigned> parse_recompute_module_items(const std::vector<std::string>& items) {
   return parse_bit_items(items, kRecomputeModules);
+}
+std::string cuda_graph_modules_string(unsigned modules) { return bits_string(modules, kGraphModules); }
+std::optional<unsigned> parse_cuda_graph_modules(const std::string& s) { return parse_bits(s, kGraphModules); }
+std::optional<unsigned> parse_cuda_graph_module_items(const std::vector<std::string>& items) {
+  return parse_bit_items(items, kGraphModules);
 }
 std::string pipeline_accounts_string(unsigned accounts) { return bits_string(accounts, kPipelineAccounts); }
 std::optional<unsigned> parse_pipeline_accounts(const std::string& s) { return parse_bits(s, kPipelineAccounts); }
@@ -297,9 +308,6 @@ std::optional<std::string> validate_experts(const Strategy& s, const ModelSpec& 
                fmt::format("must be in (0, experts / top_k] = (0, {}] (0: dropless)", max_capacity));
   if (s.moe_a2a_overlap && s.ep == 1)
     return bad("--moe-a2a-overlap", "on", "needs --ep > 1 (there is no expert all-to-all to overlap)");
-  if (s.cuda_graphs == CudaGraphs::full)
-    if (const char* rule = cuda_graphs_unavailable(m, s.dispatcher, s.capacity_factor))
-      return bad("--cuda-graphs", "full", rule);
   if (!same_pipeline_groups(s))
     return bad("--rank-order", fmt::format("{},{},{},{}", to_string(s.order[0]), to_string(s.order[1]),
                                            to_string(s.order[2]), to_string(s.order[3])),
@@ -317,6 +325,23 @@ const char* cuda_graphs_unavailable(const ModelSpec& m, Dispatcher dispatcher, d
   if (!m.moe.on() || capacity_factor > 0 || dispatcher == Dispatcher::flex) return nullptr;
   return "a dropless MoE plan needs --moe-dispatcher flex (sync-free, pre-sized expert buffers) or a "
          "--capacity-factor: a CUDA graph replays fixed shapes (Megatron-core)";
+}
+
+std::optional<std::string> graph_modules_error(const ModelSpec& m, unsigned modules, double capacity_factor) {
+  const auto bad_modules = [modules](const char* rule) {
+    return fmt::format("--cuda-graph-modules {}: {}", cuda_graph_modules_string(modules), rule);
+  };
+  if ((modules & (kGraphMoe | kGraphMoeRouter)) && !m.moe.on()) return bad_modules("moe and moe_router need experts");
+  if ((modules & kGraphMoe) && (modules & kGraphMoeRouter))
+    return bad_modules("moe (the whole MoE block) and moe_router (its part up to the router) exclude each other");
+  if ((modules & kGraphMoePreprocess) && !(modules & kGraphMoeRouter))
+    return bad_modules("moe_preprocess is captured with moe_router (Megatron-core): name both");
+  if ((modules & kGraphMoe) && capacity_factor <= 0)
+    return bad_modules("moe captures the dispatch, which replays fixed shapes only with drop-and-pad experts: give "
+                       "--capacity-factor (or capture moe_router,moe_preprocess)");
+  if (modules & kGraphMlp)
+    if (const char* rule = module_unavailable(m, kRecomputeMlp)) return bad_modules(rule);
+  return std::nullopt;
 }
 
 const char* module_unavailable(const ModelSpec& m, RecomputeModule module) {
@@ -475,6 +500,22 @@ std::optional<std::string> validate_grad_compression(const Strategy& s) {
   return std::nullopt;
 }
 
+// Full-iteration and per-layer CUDA graphs: what each can replay (Megatron-core TransformerConfig).
+std::optional<std::string> validate_cuda_graphs(const Strategy& s, const ModelSpec& m) {
+  if (s.cuda_graphs == CudaGraphs::full) {
+    if (s.cuda_graph_modules)
+      return bad("--cuda-graph-modules", cuda_graph_modules_string(s.cuda_graph_modules),
+                 "per-layer graphs and --cuda-graphs full exclude each other (one graph already holds the step)");
+    if (const char* rule = cuda_graphs_unavailable(m, s.dispatcher, s.capacity_factor))
+      return bad("--cuda-graphs", "full", rule);
+  }
+  if (s.cuda_graph_modules == 0) return std::nullopt;
+  if (s.recompute == Recompute::full)
+    return bad("--cuda-graph-modules", cuda_graph_modules_string(s.cuda_graph_modules),
+               "full recomputation runs only with --cuda-graphs full (Megatron-core)");
+  return graph_modules_error(m, s.cuda_graph_modules, s.capacity_factor);
+}
+
 }  // namespace
 
 // The rules by topic, in a fixed order: the first broken rule is the one reported.
@@ -485,6 +526,7 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m) {
   if (auto rule = validate_schedule(s)) return rule;
   if (auto rule = validate_pipeline_split(s, m)) return rule;
   if (auto rule = validate_experts(s, m)) return rule;
+  if (auto rule = validate_cuda_graphs(s, m)) return rule;
   if (auto rule = validate_parameter_servers(s)) return rule;
   return validate_grad_compression(s);
 }
@@ -541,6 +583,7 @@ json to_json(const Strategy& s) {
   if (s.recompute_modules != 0) j["recompute_modules"] = recompute_modules_string(s.recompute_modules);
   if (s.moe_a2a_overlap) j["moe_a2a_overlap"] = true;
   if (s.cuda_graphs != CudaGraphs::none) j["cuda_graphs"] = to_string(s.cuda_graphs);
+  if (s.cuda_graph_modules != 0) j["cuda_graph_modules"] = cuda_graph_modules_string(s.cuda_graph_modules);
   if (s.pipeline_accounts != 0) j["pipeline_accounts"] = pipeline_accounts_string(s.pipeline_accounts);
   return j;
 }
@@ -649,6 +692,13 @@ Strategy strategy_from_json(const json& j, const std::string& file) {
   s.attention = *parse_attention(o.choice("attention", {"flash", "standard"}));
   s.fp32_grad_accum = o.boolean("fp32_grad_accum");
   if (o.has("cuda_graphs")) s.cuda_graphs = *parse_cuda_graphs(o.choice("cuda_graphs", {"none", "full"}));
+  if (auto g = o.optional_string("cuda_graph_modules")) {
+    auto parsed = parse_cuda_graph_modules(*g);
+    if (!parsed)
+      throw o.error("cuda_graph_modules",
+                    "must list attn, mlp, moe, moe_router, moe_preprocess (comma-separated) or be none");
+    s.cuda_graph_modules = *parsed;
+  }
   s.order = read_rank_order(o);
   read_data_parallel_fields(o, s);
   read_expert_fields(o, s);
@@ -671,6 +721,7 @@ std::string describe(const Strategy& s) {
   if (s.dispatcher != Dispatcher::alltoall) out += fmt::format(" {}", to_string(s.dispatcher));
   if (s.moe_a2a_overlap) out += " a2a-overlap";
   if (s.cuda_graphs == CudaGraphs::full) out += " graphs";
+  if (s.cuda_graph_modules) out += " graphs:" + cuda_graph_modules_string(s.cuda_graph_modules);
   if (s.recompute_modules) out += " rc:" + recompute_modules_string(s.recompute_modules);
   if (s.pipeline_accounts) out += " split+" + pipeline_accounts_string(s.pipeline_accounts);
   if (s.uses_ps())

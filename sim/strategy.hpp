@@ -44,9 +44,30 @@ struct GradCompression {
 enum class Dispatcher { alltoall, allgather, flex };
 // Whether the host launches each kernel of the forward and backward or replays them from one CUDA
 // graph per step (Megatron-core --cuda-graph-impl full_iteration, FullCudaGraphWrapper: the whole
-// forward-backward of the iteration, the optimizer step outside it). Megatron-core's per-layer
-// capture (local / transformer_engine with --cuda-graph-modules) is not expressible here.
+// forward-backward of the iteration, the optimizer step outside it). Per-layer capture is
+// Strategy::cuda_graph_modules.
 enum class CudaGraphs { none, full };
+// Megatron-core's per-layer CUDA graphs (--cuda-graph-impl transformer_engine or local with
+// --cuda-graph-modules; TransformerConfig.cuda_graph_modules): bits of Strategy::cuda_graph_modules,
+// each a region of every layer whose forward and backward kernels are captured once and replayed,
+// one launch per region and pass instead of one per kernel:
+//   attn            TransformerLayer._forward_attention: the input norm, the attention's
+//                   projections and core, the residual add;
+//   mlp             a dense layer's _forward_mlp: the pre-MLP norm, the MLP, the residual add;
+//   moe             an MoE layer's _forward_mlp whole (router, dispatch, experts, combine), which
+//                   Megatron-core captures only for drop-and-pad experts (fixed shapes);
+//   moe_router      an MoE layer's _forward_mlp up to the router: the pre-MLP norm, the router and
+//                   the shared experts where the stack does not overlap them with the dispatch;
+//   moe_preprocess  with moe_router, the dispatcher's preprocessing (the routed copies' permutation).
+enum GraphModule : unsigned {
+  kGraphAttn = 1u,
+  kGraphMlp = 2u,
+  kGraphMoe = 4u,
+  kGraphMoeRouter = 8u,
+  kGraphMoePreprocess = 16u
+};
+inline constexpr GraphModule kGraphModuleList[] = {kGraphAttn, kGraphMlp, kGraphMoe, kGraphMoeRouter,
+                                                   kGraphMoePreprocess};
 // Megatron-core's module-level recomputation (--recompute-modules, with --recompute-granularity
 // selective) beyond the core attention: bits of Strategy::recompute_modules.
 //   moe_act      the routed experts' activation function (its output is not kept; Megatron-core
@@ -122,6 +143,9 @@ struct Strategy {
   bool moe_a2a_overlap = false;
   // With full, passes cost their GPU time alone: no host time per launch (PlanShape::host).
   CudaGraphs cuda_graphs = CudaGraphs::none;
+  // Per-layer graphs (GraphModule bits): the captured regions' kernels cost no host launches,
+  // each region one (op_time.cpp). Exclusive with cuda_graphs full.
+  unsigned cuda_graph_modules = 0;
   // Megatron-core's --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-
   // split (PipelineAccount bits): the embedding (loss) counts as one layer of the first (last)
   // pipeline chunk and the layers split evenly, (layers + counted) / (pp x vp) per chunk, so a
@@ -157,6 +181,12 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m);
 // where it can: a dense model always; experts need static shapes (the flex dispatcher's pre-sized
 // buffers, or a capacity factor). validate() and a search space's checks refuse by it.
 const char* cuda_graphs_unavailable(const ModelSpec& m, Dispatcher dispatcher, double capacity_factor);
+// The first rule per-layer CUDA graphs of `modules` (GraphModule bits) break for model `m` with this
+// capacity factor (Megatron-core TransformerConfig's checks), as "--cuda-graph-modules <value>:
+// <rule>", or nothing: moe and moe_router need experts and exclude each other, moe_preprocess needs
+// moe_router, moe drop-and-pad experts (a capacity factor), mlp a layer with a dense MLP. The rules
+// that involve other settings (full-iteration graphs, full recomputation) are validate()'s.
+std::optional<std::string> graph_modules_error(const ModelSpec& m, unsigned modules, double capacity_factor);
 
 // Why recomputing `module` does not apply to model `m` (the rule, for "--recompute-modules NAME:
 // rule"), or nullptr where it does: moe_act needs experts; mla_up_proj multi-head latent
@@ -186,6 +216,7 @@ const char* to_string(PsPlacement p);   // dedicated | colocated
 const char* to_string(Dispatcher d);    // alltoall | allgather | flex
 const char* to_string(CudaGraphs g);    // none | full
 std::string recompute_modules_string(unsigned modules);  // "moe_act,mla_up_proj", "" for none
+std::string cuda_graph_modules_string(unsigned modules);  // "attn,moe_router", "" for none
 std::string pipeline_accounts_string(unsigned accounts);  // "embedding,loss", "layers", "" for none
 std::string to_string(const GradCompression& g);  // none | bf16 | powersgd:R
 // Parse the CLI/JSON spelling; std::nullopt when unknown.
@@ -207,6 +238,9 @@ std::optional<unsigned> parse_pipeline_accounts(const std::string& s);
 // parse_recompute_modules and parse_pipeline_accounts over a list already split at its commas (the
 // command line splits it once, refusing an empty or repeated item there): {"none"} names nothing.
 std::optional<unsigned> parse_recompute_module_items(const std::vector<std::string>& items);
+// A comma-separated list of attn, mlp, moe, moe_router, moe_preprocess ("none" or "": none).
+std::optional<unsigned> parse_cuda_graph_modules(const std::string& s);
+std::optional<unsigned> parse_cuda_graph_module_items(const std::vector<std::string>& items);
 std::optional<unsigned> parse_pipeline_account_items(const std::vector<std::string>& items);
 
 // Serialises in the "strategy" object of trainplan/prediction/v1. The data-parallel algorithm keys

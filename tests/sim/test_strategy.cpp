@@ -93,6 +93,25 @@ TEST(Strategy, JsonRoundTrip) {
   j = to_json(s);
   j["cuda_graphs"] = "layers";
   EXPECT_THROW(strategy_from_json(j, "plan.json"), InputError);
+  s.cuda_graphs = CudaGraphs::none;
+  EXPECT_FALSE(to_json(s).contains("cuda_graph_modules"));  // written only where set
+  s.cuda_graph_modules = kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess;
+  EXPECT_EQ(to_json(s).at("cuda_graph_modules"), "attn,moe_router,moe_preprocess");
+  EXPECT_EQ(strategy_from_json(to_json(s), "plan.json").cuda_graph_modules, s.cuda_graph_modules);
+  EXPECT_NE(describe(s).find(" graphs:attn,moe_router,moe_preprocess"), std::string::npos) << describe(s);
+  j = to_json(s);
+  j["cuda_graph_modules"] = "attn,router";
+  EXPECT_THROW(strategy_from_json(j, "plan.json"), InputError);
+}
+
+TEST(Strategy, CudaGraphModulesParseAsMegatronNamesThem) {
+  EXPECT_EQ(parse_cuda_graph_modules("attn,mlp"), kGraphAttn | kGraphMlp);
+  EXPECT_EQ(parse_cuda_graph_modules("moe"), kGraphMoe);
+  EXPECT_EQ(parse_cuda_graph_modules("none"), 0u);
+  EXPECT_EQ(parse_cuda_graph_modules(""), 0u);
+  EXPECT_FALSE(parse_cuda_graph_modules("full").has_value());  // the whole iteration is --cuda-graphs full
+  EXPECT_FALSE(parse_cuda_graph_modules("attn,").has_value());
+  EXPECT_EQ(cuda_graph_modules_string(kGraphMoePreprocess | kGraphMoeRouter), "moe_router,moe_preprocess");
 }
 
 TEST(Strategy, JsonRejectsBadRankOrder) {
