@@ -50,6 +50,8 @@ options:
                             as infeasible)
   --cuda-graphs none|full   kernels launched by the host (default) or replayed from one CUDA
                             graph per step (see trainplan predict --help)
+  --cuda-graph-modules LIST per-layer CUDA graphs of every candidate, from attn, mlp, moe,
+                            moe_router, moe_preprocess (default none; see trainplan predict --help)
   --threads N               worker threads per search (default: all hardware threads)
 
 failures (goodput; defaults from reliability/default.json, which cites them):
@@ -227,6 +229,7 @@ int cmd_capacity(const Args& args, const Context& ctx) {
   if (f.has("budget-usd")) req.budget_usd = f.get_double("budget-usd", 0, 1e-6, 1e15);
   req.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   req.cuda_graphs = read_cuda_graphs(f, req.cuda_graphs);
+  req.cuda_graph_modules = read_cuda_graph_modules(f, req.cuda_graph_modules);
   req.threads = static_cast<int>(f.get_int("threads", 0, 1, 1024));
   req.reliability = read_reliability_flags(f, ctx.data_dir);
   req.elastic = f.has("elastic");

@@ -50,8 +50,9 @@ dedicated servers are extra ranks after the workers). --grad-compression bf16|po
 the ZeRO-0 all-reduce. The JSON's dp_bytes_sent_per_step counts the bytes handed to the DP
 collectives (or parameter-server sends) per step.
 Plan flags only predict and simulate model are refused with exit 2 and the rule, among them
---cuda-graphs full (exec launches every kernel from the host), --recompute-modules (exec recomputes
-whole layers or the attention core), --moe-a2a-overlap on, --etp > 1 and --dp-algorithm ps-async.
+--cuda-graphs full and --cuda-graph-modules (exec launches every kernel from the host),
+--recompute-modules (exec recomputes whole layers or the attention core), --moe-a2a-overlap on,
+--etp > 1 and --dp-algorithm ps-async.
 
 )";
 
@@ -230,6 +231,9 @@ void check_exec_supports(const Strategy& s) {
   if (s.cuda_graphs != CudaGraphs::none)
     throw InputError(fmt::format("--cuda-graphs {}: exec launches every kernel from the host; use none (predict and "
                                  "simulate model graph replay)", to_string(s.cuda_graphs)));
+  if (s.cuda_graph_modules != 0)
+    throw InputError(fmt::format("--cuda-graph-modules {}: exec launches every kernel from the host; use none (predict "
+                                 "and simulate model graph replay)", cuda_graph_modules_string(s.cuda_graph_modules)));
   if (s.dp_algorithm == DpAlgorithm::ps_async)
     throw InputError("--dp-algorithm ps-async: exec runs synchronous parameter servers only (use ps); predict and "
                      "simulate model ps-async");

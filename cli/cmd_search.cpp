@@ -55,6 +55,10 @@ search:
   --cuda-graphs none|full            every candidate launches its kernels from the host
                                      (default) or replays its forward and backward from one
                                      CUDA graph per step (see trainplan predict --help)
+  --cuda-graph-modules LIST          per-layer CUDA graphs of every candidate, from attn, mlp,
+                                     moe, moe_router, moe_preprocess (default none; candidates
+                                     with full recomputation are then left out; see trainplan
+                                     predict --help)
   --zero LIST               ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)
   --recompute LIST          from none,selective,full (default none,full with flash attention,
                             where selective keeps none's memory and adds the attention core's
@@ -113,6 +117,7 @@ SearchSpace read_space_flags(const Flags& f, const ModelSpec& model, const Clust
   }
   space.dtype = *parse_dtype(f.get_choice("dtype", "bf16", {"bf16", "fp16", "fp8", "fp32", "mxfp8", "nvfp4"}));
   space.cuda_graphs = read_cuda_graphs(f, space.cuda_graphs);
+  space.cuda_graph_modules = read_cuda_graph_modules(f, space.cuda_graph_modules);
   space.zero_stages = list_flag<int>(f, "zero", "0,1,2,3", parse_zero, space.zero_stages);
   space.recompute = list_flag<Recompute>(f, "recompute", "none,selective,full", parse_recompute, space.recompute);
   space.schedules = list_flag<ScheduleKind>(f, "schedules", "gpipe,1f1b,interleaved", parse_schedule, space.schedules);

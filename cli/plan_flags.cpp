@@ -161,6 +161,7 @@ void read_layout_flags(const Flags& f, const ModelSpec& model, bool have_plan, S
   s.attention = *parse_attention(f.get_choice("attention", to_string(s.attention), {"flash", "standard"}));
   s.fp32_grad_accum = on_off(f, "fp32-grad-accum", s.fp32_grad_accum);
   s.cuda_graphs = read_cuda_graphs(f, s.cuda_graphs);
+  s.cuda_graph_modules = read_cuda_graph_modules(f, s.cuda_graph_modules);
   s.dp_algorithm = *parse_dp_algorithm(f.get_choice("dp-algorithm", to_string(s.dp_algorithm), {"allreduce", "ps", "ps-async"}));
   s.ps_servers = int_flag("ps-servers", s.ps_servers, 1, 1 << 20);
   s.ps_placement = *parse_ps_placement(f.get_choice("ps-placement", to_string(s.ps_placement), {"dedicated", "colocated"}));
@@ -318,6 +319,19 @@ CudaGraphs read_cuda_graphs(const Flags& f, CudaGraphs current) {
   return *parse_cuda_graphs(f.get_choice("cuda-graphs", to_string(current), {"none", "full"}));
 }
 
+unsigned read_cuda_graph_modules(const Flags& f, unsigned current) {
+  auto v = f.get("cuda-graph-modules");
+  if (!v) return current;
+  // Split once: split_list refuses an empty or repeated item, as for every list flag.
+  auto parsed = parse_cuda_graph_module_items(split_list("cuda-graph-modules", *v));
+  if (!parsed) {
+    throw InputError(fmt::format("--cuda-graph-modules {}: must be none or a comma-separated list of attn, mlp, moe, "
+                                 "moe_router, moe_preprocess",
+                                 *v));
+  }
+  return *parsed;
+}
+
 std::string expert_space_flags_help() {
   return R"(experts (models with experts or MLA; every candidate shares all but ep, etp and its modules):
   --max-ep E                largest expert-parallel size (default: the experts); ep takes every
@@ -386,6 +400,14 @@ std::string plan_flags_help() {
                                     --cuda-graph-impl full_iteration): no host time per kernel,
                                     the optimizer outside the graph; a dropless MoE model needs
                                     --moe-dispatcher flex or a --capacity-factor (fixed shapes)
+  --cuda-graph-modules LIST         per-layer CUDA graphs (Megatron-core --cuda-graph-impl
+                                    transformer_engine or local, --cuda-graph-modules): regions of
+                                    every layer replayed with one launch per pass, from attn (norm,
+                                    attention, residual add), mlp (a dense layer's MLP side), moe
+                                    (an MoE block whole: needs --capacity-factor), moe_router (up
+                                    to the router, with unoverlapped shared experts),
+                                    moe_preprocess (the permutation; with moe_router). Default none;
+                                    not with --cuda-graphs full or --recompute full
   --rank-order tp,cp,dp,pp          rank order, fastest-varying first (default tp,cp,dp,pp)
   --pipeline-accounts LIST  count the embedding and/or the loss as one layer of the first / last
                             pipeline chunk and split the layers evenly, (layers + counted) / (pp x

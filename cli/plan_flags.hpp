@@ -93,6 +93,8 @@ void read_expert_space_flags(const Flags& flags, const ModelSpec& model, const S
 std::string expert_space_flags_help();
 // --cuda-graphs none|full over `current` (a plan's, a search space's or a capacity request's).
 CudaGraphs read_cuda_graphs(const Flags& flags, CudaGraphs current);
+// --cuda-graph-modules LIST (GraphModule bits, "none" for none) over `current`.
+unsigned read_cuda_graph_modules(const Flags& flags, unsigned current);
 
 // A comma-separated list flag (--zero 0,1, --schedules 1f1b,...): each item through `parse`
 // (std::nullopt: not one of `allowed`), `fallback` when the flag is absent. Throws InputError

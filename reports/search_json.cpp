@@ -100,6 +100,7 @@ json space_json(const SearchSpace& sp) {
           {"max_micro_batch", sp.max_micro_batch},
           {"lists", lists}};
   if (sp.cuda_graphs != CudaGraphs::none) out["cuda_graphs"] = to_string(sp.cuda_graphs);  // older files keep their bytes
+  if (sp.cuda_graph_modules != 0) out["cuda_graph_modules"] = cuda_graph_modules_string(sp.cuda_graph_modules);
   // The expert part only where it differs from the defaults (dense searches keep their keys).
   const ExpertSpace& x = sp.experts;
   if (!(x == ExpertSpace{})) {
@@ -182,6 +183,13 @@ SearchSpace read_space(const JsonObject& o) {
   sp.max_micro_batch = limit("max_micro_batch");
   read_lists(o.object("lists"), sp);
   if (o.has("cuda_graphs")) sp.cuda_graphs = *parse_cuda_graphs(o.choice("cuda_graphs", {"none", "full"}));
+  if (auto g = o.optional_string("cuda_graph_modules")) {
+    auto parsed = parse_cuda_graph_modules(*g);
+    if (!parsed)
+      throw o.error("cuda_graph_modules",
+                    "must list attn, mlp, moe, moe_router, moe_preprocess (comma-separated) or be none");
+    sp.cuda_graph_modules = *parsed;
+  }
   if (o.has("experts")) sp.experts = read_expert_space(o.object("experts"));
   o.finish();
   return sp;

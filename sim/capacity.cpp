@@ -34,6 +34,7 @@ SearchSpace option_space(const LayerGraph& graph, const CapacityRequest& req, co
   space.ps_placement = req.ps_placement;
   space.fp32_grad_accum = req.fp32_grad_accum;
   space.cuda_graphs = req.cuda_graphs;
+  space.cuda_graph_modules = req.cuda_graph_modules;
   space.experts = req.experts;
   return space;
 }

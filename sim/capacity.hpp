@@ -33,6 +33,7 @@ struct CapacityRequest {
   Dtype dtype = Dtype::bf16;      // the rest of the space is default_space() of each cluster
   Attention attention = Attention::flash;
   CudaGraphs cuda_graphs = CudaGraphs::none;
+  unsigned cuda_graph_modules = 0;  // Strategy::cuda_graph_modules of every candidate
   int threads = 0;
   std::optional<Reliability> reliability;  // failures and checkpoints; none: failure-free figures only
   bool elastic = false;                    // also re-search each option without one node

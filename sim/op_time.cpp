@@ -262,30 +262,54 @@ double kv_width(const Ctx& x) { return static_cast<double>(x.m.kv_width()); }
 // One sequence-split tensor of the residual stream.
 Bytes stream_tensor(const Ctx& x) { return x.t.seq_split * x.m.hidden * x.b.stream; }
 
+// The per-layer CUDA graph regions (GraphModule bits) an op of a layer falls in: any of them captured
+// captures it. The MLP side of a layer: its pre-MLP norm is captured with a dense MLP, with an MoE
+// block whole, or with the part up to its router; its residual add with the dense MLP or the whole
+// MoE block.
+constexpr unsigned kAttnRegion = kGraphAttn;
+constexpr unsigned kRouterRegion = kGraphMoe | kGraphMoeRouter;
+constexpr unsigned kPreprocessRegion = kGraphMoe | kGraphMoePreprocess;
+unsigned pre_mlp_region(bool moe) { return moe ? kRouterRegion : kGraphMlp; }
+unsigned post_mlp_region(bool moe) { return moe ? kGraphMoe : kGraphMlp; }
+
+// `p` as the host issues it in `region`: where a per-layer CUDA graph captures the region
+// (Strategy::cuda_graph_modules), its kernels and host work replay with the graph, which
+// layer_op_costs charges one launch per region and pass.
+PassCost in_region(const Ctx& x, unsigned region, PassCost p) {
+  if (x.s.cuda_graph_modules & region) p.kernels = p.host = 0;
+  return p;
+}
+LinearCost in_region(const Ctx& x, unsigned region, LinearCost l) {
+  return {in_region(x, region, l.fwd), in_region(x, region, l.bwd)};
+}
+
 // The residual stream's ops of one layer: two norms, two residual adds, dropout on the two
-// branches, and the casts of the stream for the GEMMs that read it.
-void add_stream_ops(const Ctx& x, LayerOpCosts& L) {
+// branches, and the casts of the stream for the GEMMs that read it; one of each on the attention
+// side, one on the MLP side (`moe`: an MoE block's).
+void add_stream_ops(const Ctx& x, bool moe, LayerOpCosts& L) {
   const Software& sw = x.sw;
   const Bytes stream_t = stream_tensor(x);
-  L.fwd += 2 * mem_fwd(x, norm_impl(x), stream_t);
-  L.fwd += 2 * mem_fwd(x, sw.mem.residual, stream_t);
-  L.bwd += 2 * mem_bwd(x, norm_impl(x), stream_t);
-  L.bwd += 2 * mem_bwd(x, sw.mem.residual, stream_t);
-  if (runs_dropout(sw, x.m.dropout)) {
+  const auto add = [&](unsigned region, const MemOpImpl& impl, Bytes bytes, double n = 1) {
+    L.fwd += in_region(x, region, n * mem_fwd(x, impl, bytes));
+    L.bwd += in_region(x, region, n * mem_bwd(x, impl, bytes));
+  };
+  for (unsigned side : {kAttnRegion, pre_mlp_region(moe)}) add(side, norm_impl(x), stream_t);
+  for (unsigned side : {kAttnRegion, post_mlp_region(moe)}) {
+    add(side, sw.mem.residual, stream_t);
     // Dropout on the attention and MLP branches before they join the stream (a 1-byte mask
     // written forward and read backward, as the stack runs it: software memory_bound.dropout).
-    L.fwd += 2 * mem_fwd(x, sw.mem.dropout, stream_t);
-    L.bwd += 2 * mem_bwd(x, sw.mem.dropout, stream_t);
+    if (runs_dropout(sw, x.m.dropout)) add(side, sw.mem.dropout, stream_t);
   }
   if (x.s.dtype != Dtype::fp32 && sw.autocast_casts_inputs) {
     // Autocast casts the stream once per GEMM that reads it: QKV (or Q, K, V) and MLP up (or gate
     // and up); backward casts each input gradient back and sums those of one tensor.
     const bool swiglu = x.m.activation == Activation::swiglu;
-    const double casts = (sw.qkv_fused ? 1 : 3) + (swiglu && !sw.gate_up_fused ? 2 : 1);
+    const double attn_casts = sw.qkv_fused ? 1 : 3, mlp_casts = swiglu && !sw.gate_up_fused ? 2 : 1;
     const Bytes cast_t = x.t.per_rank * x.m.hidden * x.b.stream;
-    L.fwd += casts * mem_fwd(x, sw.mem.autocast_cast, cast_t);
-    L.bwd += casts * mem_bwd(x, sw.mem.autocast_cast, cast_t);
-    L.bwd += (casts - 2) * mem_fwd(x, sw.mem.residual, cast_t);
+    add(kAttnRegion, sw.mem.autocast_cast, cast_t, attn_casts);
+    add(pre_mlp_region(moe), sw.mem.autocast_cast, cast_t, mlp_casts);
+    L.bwd += in_region(x, kAttnRegion, (attn_casts - 1) * mem_fwd(x, sw.mem.residual, cast_t));
+    L.bwd += in_region(x, pre_mlp_region(moe), (mlp_casts - 1) * mem_fwd(x, sw.mem.residual, cast_t));
   }
 }
 
@@ -331,7 +355,7 @@ void add_linears(const Ctx& x, bool moe, LayerOpCosts& L) {
   LinearCost qkv, outp;
   if (x.m.mla.on()) {
     const PassCost up = add_mla_linears(x, qkv, outp);
-    if (x.s.recompute_modules & kRecomputeMlaUpProj) L.module_recompute += up;
+    if (x.s.recompute_modules & kRecomputeMlaUpProj) L.module_recompute += in_region(x, kAttnRegion, up);
   } else {
     if (x.sw.qkv_fused) {
       qkv = linear(x, M, (q + 2 * kv) / tp, h);
@@ -343,6 +367,8 @@ void add_linears(const Ctx& x, bool moe, LayerOpCosts& L) {
     }
     outp = linear(x, M, h, q / tp);
   }
+  qkv = in_region(x, kAttnRegion, qkv);
+  outp = in_region(x, kAttnRegion, outp);
   if (moe) {
     for (const LinearCost* l : {&std::as_const(qkv), &std::as_const(outp)}) {
       L.fwd += l->fwd;
@@ -350,8 +376,9 @@ void add_linears(const Ctx& x, bool moe, LayerOpCosts& L) {
     }
     return;
   }
-  const LinearCost up = linear(x, M, (swiglu ? 2 : 1) * f / tp, h, swiglu && !x.sw.gate_up_fused ? 2 : 1);
-  const LinearCost down = linear(x, M, h, f / tp);
+  const int up_parts = swiglu && !x.sw.gate_up_fused ? 2 : 1;
+  const LinearCost up = in_region(x, kGraphMlp, linear(x, M, (swiglu ? 2 : 1) * f / tp, h, up_parts));
+  const LinearCost down = in_region(x, kGraphMlp, linear(x, M, h, f / tp));
   if (x.s.recompute_modules & kRecomputeMlp) {
     L.module_recompute += up.fwd;
     L.module_recompute += down.fwd;
@@ -363,13 +390,15 @@ void add_linears(const Ctx& x, bool moe, LayerOpCosts& L) {
   // The fused outputs are split into their parts by views (free forward); backward, each part's
   // gradient is assembled into the fused one as the stack does it (software memory_bound.fused_split).
   const double act = x.b.activation;
-  if (x.sw.qkv_fused) L.bwd += 3 * mem_bwd(x, x.sw.mem.fused_split, M * (q + 2 * kv) / tp * act);
-  if (swiglu && x.sw.gate_up_fused) L.bwd += 2 * mem_bwd(x, x.sw.mem.fused_split, M * 2 * f / tp * act);
+  if (x.sw.qkv_fused)
+    L.bwd += in_region(x, kAttnRegion, 3 * mem_bwd(x, x.sw.mem.fused_split, M * (q + 2 * kv) / tp * act));
+  if (swiglu && x.sw.gate_up_fused)
+    L.bwd += in_region(x, kGraphMlp, 2 * mem_bwd(x, x.sw.mem.fused_split, M * 2 * f / tp * act));
 }
 
 // The attention core and what surrounds it: RoPE on q and k (MLA: the heads' RoPE query parts and
 // the one shared RoPE key part), layout copies, GQA expansion.
-void add_attention(const Ctx& x, AttentionWindow window, LayerOpCosts& L) {
+void add_attention_ops(const Ctx& x, AttentionWindow window, LayerOpCosts& L) {
   const Software& sw = x.sw;
   const double tp = x.s.tp, q = q_width(x), kv = kv_width(x);
   const LinearCost core = attention_core(x, window);
@@ -393,6 +422,16 @@ void add_attention(const Ctx& x, AttentionWindow window, LayerOpCosts& L) {
   }
 }
 
+// The attention side's ops (add_attention_ops) in the attention's graph region.
+void add_attention(const Ctx& x, AttentionWindow window, LayerOpCosts& L) {
+  LayerOpCosts A;  // this side's ops, placed in the attention's graph region at the end
+  add_attention_ops(x, window, A);
+  L.attention_fwd = in_region(x, kAttnRegion, A.attention_fwd);
+  L.fwd += in_region(x, kAttnRegion, A.fwd);
+  L.bwd += in_region(x, kAttnRegion, A.bwd);
+  L.module_recompute += in_region(x, kAttnRegion, A.module_recompute);
+}
+
 // The dense MLP's activation.
 void add_mlp_activation(const Ctx& x, LayerOpCosts& L) {
   const Software& sw = x.sw;
@@ -400,12 +439,12 @@ void add_mlp_activation(const Ctx& x, LayerOpCosts& L) {
   const bool swiglu = x.m.activation == Activation::swiglu;
   const Bytes in = x.t.per_rank * (swiglu ? 2 * f : f) / tp * x.b.activation;
   const MemOpImpl& activation = swiglu ? sw.mem.swiglu : sw.mem.gelu;
-  L.fwd += mem_fwd(x, activation, in);
-  L.bwd += mem_bwd(x, activation, in);
+  L.fwd += in_region(x, kGraphMlp, mem_fwd(x, activation, in));
+  L.bwd += in_region(x, kGraphMlp, mem_bwd(x, activation, in));
   // The mlp module re-runs the MLP from its input: its fused norm, GEMMs (add_linears) and this.
   if (x.s.recompute_modules & kRecomputeMlp) {
-    L.module_recompute += mem_fwd(x, norm_impl(x), stream_tensor(x));
-    L.module_recompute += mem_fwd(x, activation, in);
+    L.module_recompute += in_region(x, kGraphMlp, mem_fwd(x, norm_impl(x), stream_tensor(x)));
+    L.module_recompute += in_region(x, kGraphMlp, mem_fwd(x, activation, in));
   }
 }
 
@@ -445,17 +484,17 @@ PassCost add_router_and_permutes(const Ctx& x, LayerOpCosts& L) {
   const MoeShape& ms = x.moe;
   const double h = x.m.hidden, experts = x.m.moe.experts;
   const Dtype router_dtype = quantized_gemms(x.s.dtype) ? Dtype::bf16 : x.s.dtype;
-  const LinearCost router = linear_in(x, router_dtype, ms.tokens, experts, h);
+  const LinearCost router = in_region(x, kRouterRegion, linear_in(x, router_dtype, ms.tokens, experts, h));
   const Bytes logits = ms.tokens * experts * 4.0, routed = ms.routed * h * x.b.activation;
   L.fwd += router.fwd;
   L.bwd += router.bwd;
-  L.fwd += mem_fwd(x, x.sw.moe.router, logits);
-  L.bwd += mem_bwd(x, x.sw.moe.router, logits);
-  const PassCost unpermute_fwd = mem_fwd(x, x.sw.moe.unpermute, routed);
-  L.fwd += mem_fwd(x, x.sw.moe.permute, routed);
+  L.fwd += in_region(x, kRouterRegion, mem_fwd(x, x.sw.moe.router, logits));
+  L.bwd += in_region(x, kRouterRegion, mem_bwd(x, x.sw.moe.router, logits));
+  const PassCost unpermute_fwd = in_region(x, kGraphMoe, mem_fwd(x, x.sw.moe.unpermute, routed));
+  L.fwd += in_region(x, kPreprocessRegion, mem_fwd(x, x.sw.moe.permute, routed));
   L.fwd += unpermute_fwd;
-  L.bwd += mem_bwd(x, x.sw.moe.permute, routed);
-  L.bwd += mem_bwd(x, x.sw.moe.unpermute, routed);
+  L.bwd += in_region(x, kPreprocessRegion, mem_bwd(x, x.sw.moe.permute, routed));
+  L.bwd += in_region(x, kGraphMoe, mem_bwd(x, x.sw.moe.unpermute, routed));
   return unpermute_fwd;
 }
 
@@ -470,30 +509,32 @@ void add_moe_mlp(const Ctx& x, LayerOpCosts& L) {
   const bool swiglu = x.m.activation == Activation::swiglu;
   const double g = swiglu ? 2 : 1;
   L.after_dispatch_fwd = add_router_and_permutes(x, L);
-  const LinearCost up = grouped_linear(x, ms.local_experts, ms.expert_tokens, g * f / etp, h);
-  const LinearCost down = grouped_linear(x, ms.local_experts, ms.expert_tokens, h, f / etp);
+  const LinearCost up = in_region(x, kGraphMoe, grouped_linear(x, ms.local_experts, ms.expert_tokens, g * f / etp, h));
+  const LinearCost down = in_region(x, kGraphMoe, grouped_linear(x, ms.local_experts, ms.expert_tokens, h, f / etp));
   const Bytes act_in = ms.received * g * f / etp * x.b.activation;
   const MemOpImpl& act = swiglu ? x.sw.mem.swiglu : x.sw.mem.gelu;
   for (const LinearCost* l : {&up, &down}) {
     L.expert_fwd += l->fwd;
     L.expert_bwd += l->bwd;
   }
-  L.expert_fwd += mem_fwd(x, act, act_in);
-  L.expert_bwd += mem_bwd(x, act, act_in);
+  L.expert_fwd += in_region(x, kGraphMoe, mem_fwd(x, act, act_in));
+  L.expert_bwd += in_region(x, kGraphMoe, mem_bwd(x, act, act_in));
   L.fwd += L.expert_fwd;
   L.bwd += L.expert_bwd;
   L.after_dispatch_fwd += L.expert_fwd;
-  if (x.s.recompute_modules & kRecomputeMoeAct) L.module_recompute += mem_fwd(x, act, act_in);
+  if (x.s.recompute_modules & kRecomputeMoeAct) L.module_recompute += in_region(x, kGraphMoe, mem_fwd(x, act, act_in));
   if (e.shared_experts == 0) return;
   const double fs = static_cast<double>(e.shared_experts) * e.shared_ffn;
-  const LinearCost s_up = linear(x, M, g * fs / tp, h, swiglu && !x.sw.gate_up_fused ? 2 : 1);
-  const LinearCost s_down = linear(x, M, h, fs / tp);
+  // Captured with the router where the stack runs them before the dispatch (not overlapped).
+  const unsigned region = x.sw.moe.shared_expert_overlap ? kGraphMoe : kRouterRegion;
+  const LinearCost s_up = in_region(x, region, linear(x, M, g * fs / tp, h, swiglu && !x.sw.gate_up_fused ? 2 : 1));
+  const LinearCost s_down = in_region(x, region, linear(x, M, h, fs / tp));
   L.shared_fwd = s_up.fwd;
   L.shared_fwd += s_down.fwd;
-  L.shared_fwd += mem_fwd(x, act, M * g * fs / tp * x.b.activation);
+  L.shared_fwd += in_region(x, region, mem_fwd(x, act, M * g * fs / tp * x.b.activation));
   L.shared_bwd = s_up.bwd;
   L.shared_bwd += s_down.bwd;
-  L.shared_bwd += mem_bwd(x, act, M * g * fs / tp * x.b.activation);
+  L.shared_bwd += in_region(x, region, mem_bwd(x, act, M * g * fs / tp * x.b.activation));
   L.fwd += L.shared_fwd;
   L.bwd += L.shared_bwd;
 }
@@ -504,10 +545,12 @@ void add_moe_mlp(const Ctx& x, LayerOpCosts& L) {
 void add_biases_and_gradients(const Ctx& x, const LayerGraph& g, int kind, LayerOpCosts& L) {
   const Software& sw = x.sw;
   const LinearBiases biases = x.m.linear_biases();  // the output and MLP down projections' (layer_graph.cpp)
-  if (const int adds = (biases.out ? 1 : 0) + (biases.mlp ? 1 : 0); adds > 0) {
-    const Bytes t = x.t.seq_split * x.m.hidden * x.b.activation;
-    L.fwd += adds * mem_fwd(x, sw.mem.bias_add, t);
-    L.bwd += adds * mem_bwd(x, sw.mem.bias_add, t);
+  const Bytes t = x.t.seq_split * x.m.hidden * x.b.activation;
+  const unsigned mlp_region = post_mlp_region(g.kind(kind).moe);
+  for (const auto& [on, region] : {std::pair{biases.out, kAttnRegion}, std::pair{biases.mlp, mlp_region}}) {
+    if (!on) continue;
+    L.fwd += in_region(x, region, mem_fwd(x, sw.mem.bias_add, t));
+    L.bwd += in_region(x, region, mem_bwd(x, sw.mem.bias_add, t));
   }
   if (!sw.wgrad_accumulate_fused) {
     const double params = g.kind_params_per_rank(kind, x.s.tp, x.moe.expert_shards);
@@ -516,12 +559,22 @@ void add_biases_and_gradients(const Ctx& x, const LayerGraph& g, int kind, Layer
   }
 }
 
+// One launch per captured region of the layer and pass (Strategy::cuda_graph_modules): the
+// attention side, and the MLP side's dense MLP, whole MoE block, or part up to the router (with
+// the preprocessing, in the same graph).
+void add_graph_launches(const Ctx& x, bool moe, LayerOpCosts& L) {
+  const unsigned g = x.s.cuda_graph_modules;
+  const double launches = ((g & kAttnRegion) ? 1.0 : 0.0) + ((g & (moe ? kRouterRegion : kGraphMlp)) ? 1.0 : 0.0);
+  L.fwd.kernels += launches;
+  L.bwd.kernels += launches;
+}
+
 // One layer of kind `k`: the residual stream's ops, the projections, the attention core, the MLP
 // (dense or routed experts), biases and gradient accumulation.
 LayerOpCosts layer_op_costs(const Ctx& x, const LayerGraph& g, int k) {
   const LayerKind& kind = g.kind(k);
   LayerOpCosts L;
-  add_stream_ops(x, L);
+  add_stream_ops(x, kind.moe, L);
   add_linears(x, kind.moe, L);
   add_attention(x, kind.window, L);
   if (kind.moe) {
@@ -533,9 +586,11 @@ LayerOpCosts layer_op_costs(const Ctx& x, const LayerGraph& g, int k) {
   // The layernorm module rebuilds, before the backward, the outputs of the norms that are modules
   // of their own: an MoE layer's pre-MLP norm and MLA's input norm (Strategy RecomputeModule).
   if (x.s.recompute_modules & kRecomputeLayernorm) {
-    const double own_norms = (kind.moe ? 1.0 : 0.0) + (x.m.mla.on() ? 1.0 : 0.0);
-    L.module_recompute += own_norms * mem_fwd(x, norm_impl(x), stream_tensor(x));
+    const PassCost norm = mem_fwd(x, norm_impl(x), stream_tensor(x));
+    if (kind.moe) L.module_recompute += in_region(x, kRouterRegion, norm);
+    if (x.m.mla.on()) L.module_recompute += in_region(x, kAttnRegion, norm);
   }
+  add_graph_launches(x, kind.moe, L);
   return L;
 }
 

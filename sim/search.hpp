@@ -79,6 +79,8 @@ struct SearchSpace {
   Attention attention = Attention::flash;
   bool fp32_grad_accum = false;
   CudaGraphs cuda_graphs = CudaGraphs::none;  // every candidate's (Strategy::cuda_graphs)
+  unsigned cuda_graph_modules = 0;  // every candidate's (Strategy::cuda_graph_modules); full
+                                    // recomputation is then not tried (validate() refuses it)
   // How replicas combine gradients (strategy.hpp). The default space keeps the all-reduce and no
   // compression; callers opt in to parameter servers (with ps_servers/ps_placement for all of
   // them) and compressions. Combinations validate() refuses (PS or PowerSGD with ZeRO > 0, bf16

@@ -96,6 +96,20 @@ void check_space(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, c
   if (sp.cuda_graphs == CudaGraphs::full)
     if (const char* rule = cuda_graphs_unavailable(g.model(), sp.experts.dispatcher, sp.experts.capacity_factor))
       throw InputError(fmt::format("--cuda-graphs full: {}", rule));
+  if (sp.cuda_graph_modules != 0) {
+    if (sp.cuda_graphs == CudaGraphs::full) {
+      throw InputError(fmt::format("--cuda-graph-modules {}: per-layer graphs and --cuda-graphs full exclude each other "
+                                   "(one graph already holds the step)",
+                                   cuda_graph_modules_string(sp.cuda_graph_modules)));
+    }
+    if (auto rule = graph_modules_error(g.model(), sp.cuda_graph_modules, sp.experts.capacity_factor))
+      throw InputError(*rule);
+    if (only_full_recompute(sp)) {
+      throw InputError(fmt::format("--cuda-graph-modules {}: needs --recompute none or selective in the space (full "
+                                   "recomputation runs only with --cuda-graphs full)",
+                                   cuda_graph_modules_string(sp.cuda_graph_modules)));
+    }
+  }
   if (sp.experts.recompute_modules != 0 && only_full_recompute(sp)) {
     throw InputError(fmt::format("--recompute-modules {}: needs --recompute none or selective in the space (full "
                                  "recomputation already recomputes every module)",
@@ -123,11 +137,19 @@ std::vector<unsigned> module_sets(const SearchSpace& sp, Recompute r) {
   return sets;
 }
 
+namespace {
+// Whether candidates recompute `r`: full recomputation runs without per-layer CUDA graphs only
+// (validate() refuses the pair).
+bool recompute_tried(const SearchSpace& sp, Recompute r) { return r != Recompute::full || sp.cuda_graph_modules == 0; }
+}  // namespace
+
 std::vector<LayerVariant> layer_variants(const SearchSpace& sp) {
   std::vector<LayerVariant> out;
-  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    if (!recompute_tried(sp, r)) continue;
     for (unsigned modules : module_sets(sp, r))
       for (bool on : {false, true}) out.push_back({r, on, modules});
+  }
   return out;
 }
 
@@ -142,7 +164,7 @@ void add_settings(Problem& p) {
   for (int stage : sp.zero_stages) {
     const ZeroPolicy z = ZeroPolicy::of(stage);
     for (Recompute r : sp.recompute)
-      for (unsigned modules : module_sets(sp, r))
+      for (unsigned modules : recompute_tried(sp, r) ? module_sets(sp, r) : std::vector<unsigned>{})
         for (bool on : sp.sequence_parallel) {
           for (DpAlgorithm a : sp.dp_algorithms)
             for (const GradCompression& gc : sp.grad_compressions) {
@@ -278,6 +300,7 @@ Strategy make_strategy(const Problem& p, const Layout& l, int mb, ScheduleKind k
   s.attention = p.space.attention;
   s.fp32_grad_accum = p.space.fp32_grad_accum;
   s.cuda_graphs = p.space.cuda_graphs;
+  s.cuda_graph_modules = p.space.cuda_graph_modules;
   s.dp_algorithm = st.dpa;
   s.grad_compression = st.gc;
   s.ep = l.ep;

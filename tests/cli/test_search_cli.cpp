@@ -103,6 +103,32 @@ TEST_F(SearchCli, CudaGraphsReachEveryCandidateAndThePlan) {
   EXPECT_NE(plan.out.find(" graphs "), std::string::npos) << plan.out;
 }
 
+TEST_F(SearchCli, PerLayerCudaGraphsReachEveryCandidateAndLeaveFullRecomputationOut) {
+  // Per-layer graphs are a setting of the whole space too: every candidate carries them, the search
+  // file records them, predict --plan runs the best entry with them, and no candidate recomputes
+  // whole layers (Megatron-core runs full recomputation only with the whole-iteration graph).
+  const fs::path out = dir_ / "regions.json";
+  const Result r = run("search --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --global-batch 64 --max-pp 1 "
+                       "--top 20 --recompute none,full --cuda-graph-modules attn,moe_router,moe_preprocess --json " +
+                       out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json j = read(out);
+  EXPECT_EQ(j.at("space").at("cuda_graph_modules"), "attn,moe_router,moe_preprocess");
+  ASSERT_FALSE(j.at("top").empty());
+  for (const json& entry : j.at("top")) {
+    EXPECT_EQ(entry.at("strategy").at("cuda_graph_modules"), "attn,moe_router,moe_preprocess");
+    EXPECT_NE(entry.at("strategy").at("recompute"), "full");
+  }
+  const Result plan = run("predict --plan " + out.string());
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  EXPECT_NE(plan.out.find(" graphs:attn,moe_router,moe_preprocess"), std::string::npos) << plan.out;
+  const Result only_full = run("search --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --global-batch 64 "
+                               "--recompute full --cuda-graph-modules attn");
+  EXPECT_EQ(only_full.code, 2);
+  EXPECT_NE(only_full.err.find("--cuda-graph-modules attn: needs --recompute none or selective"), std::string::npos)
+      << only_full.err;
+}
+
 TEST_F(SearchCli, NothingFitsExitsThreeAndSaysWhy) {
   const Result r = run("search --model llama3-70b --cluster dgx-a100-80g --gpus 8 --global-batch 8");
   EXPECT_EQ(r.code, 3) << r.err;

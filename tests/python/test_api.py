@@ -55,6 +55,10 @@ PLANS = [
           recompute_modules="moe_act,layernorm"),
      "--model qwen3-30b-a3b --cluster dgx-b200 --gpus 8 --global-batch 64 --ep 8 --cuda-graphs full "
      "--recompute-modules moe_act,layernorm"),
+    (dict(model="qwen3-30b-a3b", cluster="dgx-h100", gpus=8, global_batch=64, ep=8,
+          cuda_graph_modules="attn,moe_router,moe_preprocess"),
+     "--model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --global-batch 64 --ep 8 "
+     "--cuda-graph-modules attn,moe_router,moe_preprocess"),
 ]
 
 

@@ -1135,6 +1135,98 @@ TEST(CudaGraphs, ADroplessMoePlanNeedsFixedShapes) {
   EXPECT_EQ(cuda_graphs_unavailable(load_model("llama2-7b", TRAINPLAN_SOURCE_DIR), Dispatcher::alltoall, 0), nullptr);
 }
 
+TEST(CudaGraphs, ACapturedRegionCostsOneLaunchPerPass) {
+  // Per-layer graphs (Strategy::cuda_graph_modules) leave every kernel's GPU time as it is and
+  // replace the launches of the captured regions by one per region and pass. Llama 3 8B under
+  // megatron-core (gradient accumulation fused into the GEMMs, so every kernel of a layer belongs
+  // to its attention side or its MLP side): with both sides captured a layer's forward and
+  // backward each launch two graphs and nothing else; with the attention side alone, the MLP
+  // side's kernels stay and the attention side's become one launch.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = load_model("llama3-8b", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 4096);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  ASSERT_TRUE(sw.wgrad_accumulate_fused);
+  Strategy s;
+  s.dp = 8, s.global_batch = 64, s.seq_len = 4096, s.zero = 1;
+  Strategy layer = s, attn = s, mlp = s;
+  layer.cuda_graph_modules = kGraphAttn | kGraphMlp;
+  attn.cuda_graph_modules = kGraphAttn;
+  mlp.cuda_graph_modules = kGraphMlp;
+  for (const Strategy* x : {&layer, &attn, &mlp}) ASSERT_FALSE(validate(*x, m).has_value());
+  const LayerOpCosts e = op_costs(g, c, sw, s).kinds[0], l = op_costs(g, c, sw, layer).kinds[0];
+  const LayerOpCosts a = op_costs(g, c, sw, attn).kinds[0], p = op_costs(g, c, sw, mlp).kinds[0];
+  for (const auto& [eager, graphed] : {std::pair{e.fwd, l.fwd}, std::pair{e.bwd, l.bwd}}) {
+    EXPECT_DOUBLE_EQ(graphed.gpu, eager.gpu);
+    EXPECT_DOUBLE_EQ(graphed.kernels, 2.0);
+    EXPECT_DOUBLE_EQ(graphed.host, 0.0);
+  }
+  // The two sides' kernels add up to the layer's: (eager - attn side + 1) + (eager - mlp side + 1).
+  EXPECT_DOUBLE_EQ((a.fwd.kernels - 1) + (p.fwd.kernels - 1), e.fwd.kernels);
+  EXPECT_DOUBLE_EQ((a.bwd.kernels - 1) + (p.bwd.kernels - 1), e.bwd.kernels);
+  EXPECT_GT(a.fwd.kernels, 1.0);
+  EXPECT_GT(p.fwd.kernels, 1.0);
+}
+
+TEST(CudaGraphs, CapturingTheMoeLayersBeforeTheDispatchShortensAHostBoundStep) {
+  // Qwen3-30B-A3B at micro-batch 1 on 8 H100s is host-bound (one GEMM launch and 60 us of host work
+  // per expert). Capturing the attention and the MoE block up to the dispatch (NVIDIA's
+  // transformer_engine recipes: attn, moe_router, moe_preprocess) saves their launches but not the
+  // experts': the step lies between the eager one and the whole-iteration graph's.
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const ModelSpec m = load_model("qwen3-30b-a3b", TRAINPLAN_SOURCE_DIR);
+  const LayerGraph g(m, 4096);
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  Strategy s = moe_layout(8, 8);
+  s.dispatcher = Dispatcher::flex;
+  Strategy regions = s, whole = s, experts = s;
+  regions.cuda_graph_modules = kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess;
+  whole.cuda_graphs = CudaGraphs::full;
+  experts.capacity_factor = 1.0;  // drop-and-pad: the whole MoE block can be captured
+  experts.cuda_graph_modules = kGraphAttn | kGraphMoe;
+  for (const Strategy* x : {&regions, &whole, &experts}) ASSERT_FALSE(validate(*x, m).has_value());
+  const double eager = predict(g, c, sw, s).time.step, partial = predict(g, c, sw, regions).time.step;
+  EXPECT_LT(partial, eager);
+  EXPECT_GT(partial, predict(g, c, sw, whole).time.step);
+  // With every region of the layer captured no host launch is left in its passes but the graphs'.
+  const LayerOpCosts all = op_costs(g, c, sw, experts).kinds[0];
+  EXPECT_DOUBLE_EQ(all.fwd.kernels, 2.0);
+  EXPECT_DOUBLE_EQ(all.fwd.host, 0.0);
+  EXPECT_DOUBLE_EQ(all.bwd.kernels, 2.0);
+}
+
+TEST(CudaGraphs, PerLayerRegionsFollowMegatronCoresRules) {
+  const ModelSpec moe = load_model("qwen3-30b-a3b", TRAINPLAN_SOURCE_DIR);
+  const ModelSpec dense = load_model("llama3-8b", TRAINPLAN_SOURCE_DIR);
+  Strategy s = moe_layout(8, 8);
+  const auto refused = [&](unsigned modules, const ModelSpec& m, const char* words) {
+    Strategy x = s;
+    if (!m.moe.on()) x.ep = 1;
+    x.cuda_graph_modules = modules;
+    const auto why = validate(x, m);
+    if (!why) return ::testing::AssertionFailure() << cuda_graph_modules_string(modules) << " accepted";
+    if (why->find("--cuda-graph-modules") == std::string::npos || why->find(words) == std::string::npos)
+      return ::testing::AssertionFailure() << *why;
+    return ::testing::AssertionSuccess();
+  };
+  EXPECT_TRUE(refused(kGraphMoe, moe, "drop-and-pad"));           // dropless: shapes vary
+  EXPECT_TRUE(refused(kGraphMoePreprocess, moe, "moe_router"));   // only with the router
+  EXPECT_TRUE(refused(kGraphMoe | kGraphMoeRouter, moe, "exclude"));
+  EXPECT_TRUE(refused(kGraphMlp, moe, "dense MLP"));              // every Qwen3 layer is MoE
+  EXPECT_TRUE(refused(kGraphMoeRouter, dense, "need experts"));
+  Strategy x = s;
+  x.cuda_graph_modules = kGraphAttn;
+  x.cuda_graphs = CudaGraphs::full;
+  x.dispatcher = Dispatcher::flex;
+  EXPECT_NE(validate(x, moe).value_or("").find("exclude each other"), std::string::npos);
+  x.cuda_graphs = CudaGraphs::none;
+  x.recompute = Recompute::full;
+  EXPECT_NE(validate(x, moe).value_or("").find("full recomputation"), std::string::npos);
+  x.recompute = Recompute::none;
+  x.cuda_graph_modules = kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess;
+  EXPECT_FALSE(validate(x, moe).has_value());
+}
+
 TEST(MoeHandWorked, ExpertStatesPerRankOverEpEtpAndEdpWithZero1) {
   // Mixtral, dp 16 tp 2 (sp) ep 4 etp 2: the 32 x 8 experts' 3 x 4096 x 14336 weights each
   // (45.1B) are split over ep x etp = 8 ranks and their ZeRO-1 optimizer states over edp = tp x dp

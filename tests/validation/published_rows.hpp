@@ -10,8 +10,8 @@
 namespace trainplan::testing {
 
 // The layout of `f`: every dense key required; the expert keys ("ep", "etp", "moe-dispatcher",
-// "moe-a2a-overlap", "recompute-modules"), "pipeline-accounts" and "cuda-graphs" where the row
-// states them.
+// "moe-a2a-overlap", "recompute-modules"), "pipeline-accounts", "cuda-graphs" and
+// "cuda-graph-modules" where the row states them.
 inline Strategy strategy_from_flags(const nlohmann::json& f) {
   Strategy s;
   s.tp = f.at("tp");
@@ -35,6 +35,8 @@ inline Strategy strategy_from_flags(const nlohmann::json& f) {
     s.recompute_modules = *parse_recompute_modules(f.at("recompute-modules").get<std::string>());
   if (f.contains("pipeline-accounts")) s.pipeline_accounts = *parse_pipeline_accounts(f.at("pipeline-accounts"));
   if (f.contains("cuda-graphs")) s.cuda_graphs = *parse_cuda_graphs(f.at("cuda-graphs").get<std::string>());
+  if (f.contains("cuda-graph-modules"))
+    s.cuda_graph_modules = parse_cuda_graph_modules(f.at("cuda-graph-modules").get<std::string>()).value();
   return s;
 }
 

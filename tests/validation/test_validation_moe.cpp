@@ -80,10 +80,12 @@ Strategy row_strategy(const nlohmann::json& r) {
   const nlohmann::json& head = r.at("recipe_at_head");
   if (!head.is_null()) {
     s.moe_a2a_overlap = head.value("moe_a2a_overlap", false);
-    // full_iteration: one graph per step (Strategy::cuda_graphs). The per-layer capture of
-    // attention, router and preprocessing ("transformer_engine:...") is not expressible: those
-    // rows launch every kernel from the host here.
-    if (head.value("cuda_graph", "") == "full_iteration") s.cuda_graphs = CudaGraphs::full;
+    // full_iteration: one graph per step (Strategy::cuda_graphs); "transformer_engine:attn,..."
+    // the per-layer capture of those regions (Strategy::cuda_graph_modules).
+    const std::string graph = head.value("cuda_graph", "");
+    if (graph == "full_iteration") s.cuda_graphs = CudaGraphs::full;
+    if (graph.starts_with("transformer_engine:"))
+      s.cuda_graph_modules = parse_cuda_graph_modules(graph.substr(graph.find(':') + 1)).value();
     std::string modules;
     for (const auto& name : head.value("recompute_modules", nlohmann::json::array()))
       modules += (modules.empty() ? "" : ",") + name.get<std::string>();
