@@ -1091,17 +1091,29 @@ TEST(CudaGraphs, APassReplayedFromAGraphCostsItsGpuTimeAlone) {
   EXPECT_EQ(HostLaunch({10e-6, true}).eager().graphed, false);
 }
 
-TEST(CudaGraphs, AGraphedMoeStepIsTheStepWithoutHostTime) {
-  // Qwen3-30B-A3B at micro-batch 1 on 8 H100s is host-bound under megatron-core (one GEMM launch
-  // and 60 us of host work per expert, the dispatch waiting on the host). With the iteration in one
-  // graph every layer costs its GPU time: the step equals the one under the same profile with
-  // every host cost removed (the optimizer's host time is below its GPU time in both).
+// Qwen3-30B-A3B at micro-batch 1 on 8 H100s under megatron-core with the flex dispatcher: host-bound
+// (one GEMM launch and 60 us of host work per expert, the dispatch waiting on the host). Not
+// copyable: the graph refers to the model.
+struct HostBoundMoe {
   const Cluster c = testing::builtin_cluster("dgx-h100");
   const ModelSpec m = load_model("qwen3-30b-a3b", TRAINPLAN_SOURCE_DIR);
-  const LayerGraph g(m, 4096);
+  const LayerGraph g{m, 4096};
   const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
-  Strategy s = moe_layout(8, 8);
-  s.dispatcher = Dispatcher::flex;
+  const Strategy s = [] {
+    Strategy x = moe_layout(8, 8);
+    x.dispatcher = Dispatcher::flex;
+    return x;
+  }();
+  HostBoundMoe() = default;
+  HostBoundMoe(const HostBoundMoe&) = delete;
+};
+
+TEST(CudaGraphs, AGraphedMoeStepIsTheStepWithoutHostTime) {
+  // With the iteration in one graph every layer of the host-bound plan costs its GPU time: the
+  // step equals the one under the same profile with every host cost removed (the optimizer's host
+  // time is below its GPU time in both).
+  const HostBoundMoe plan;
+  const auto& [c, m, g, sw, s] = plan;
   Strategy graphed = s;
   graphed.cuda_graphs = CudaGraphs::full;
   ASSERT_FALSE(validate(graphed, m).has_value());
@@ -1169,16 +1181,11 @@ TEST(CudaGraphs, ACapturedRegionCostsOneLaunchPerPass) {
 }
 
 TEST(CudaGraphs, CapturingTheMoeLayersBeforeTheDispatchShortensAHostBoundStep) {
-  // Qwen3-30B-A3B at micro-batch 1 on 8 H100s is host-bound (one GEMM launch and 60 us of host work
-  // per expert). Capturing the attention and the MoE block up to the dispatch (NVIDIA's
+  // Capturing the host-bound plan's attention and MoE block up to the dispatch (NVIDIA's
   // transformer_engine recipes: attn, moe_router, moe_preprocess) saves their launches but not the
   // experts': the step lies between the eager one and the whole-iteration graph's.
-  const Cluster c = testing::builtin_cluster("dgx-h100");
-  const ModelSpec m = load_model("qwen3-30b-a3b", TRAINPLAN_SOURCE_DIR);
-  const LayerGraph g(m, 4096);
-  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
-  Strategy s = moe_layout(8, 8);
-  s.dispatcher = Dispatcher::flex;
+  const HostBoundMoe plan;
+  const auto& [c, m, g, sw, s] = plan;
   Strategy regions = s, whole = s, experts = s;
   regions.cuda_graph_modules = kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess;
   whole.cuda_graphs = CudaGraphs::full;
