@@ -62,6 +62,28 @@ void check_expert_space(const ModelSpec& m, const ExpertSpace& x) {
   }
 }
 
+// The space's CUDA graphs, as validate() checks a plan's (strategy.cpp validate_cuda_graphs): what
+// the whole-iteration graph can replay, the per-layer regions' rules, and not both; per-layer
+// graphs need candidates without full recomputation.
+void check_graph_space(const ModelSpec& m, const SearchSpace& sp) {
+  if (sp.cuda_graphs == CudaGraphs::full)
+    if (const char* rule = cuda_graphs_unavailable(m, sp.experts.dispatcher, sp.experts.capacity_factor))
+      throw InputError(fmt::format("--cuda-graphs full: {}", rule));
+  if (sp.cuda_graph_modules == 0) return;
+  const std::string modules = cuda_graph_modules_string(sp.cuda_graph_modules);
+  if (sp.cuda_graphs == CudaGraphs::full) {
+    throw InputError(fmt::format("--cuda-graph-modules {}: per-layer graphs and --cuda-graphs full exclude each other "
+                                 "(one graph already holds the step)",
+                                 modules));
+  }
+  if (auto rule = graph_modules_error(m, sp.cuda_graph_modules, sp.experts.capacity_factor)) throw InputError(*rule);
+  if (only_full_recompute(sp)) {
+    throw InputError(fmt::format("--cuda-graph-modules {}: needs --recompute none or selective in the space (full "
+                                 "recomputation runs only with --cuda-graphs full)",
+                                 modules));
+  }
+}
+
 // The space's own checks (the settings' combinations are checked by add_settings).
 void check_space(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, const SearchOptions& o) {
   if (sp.gpus < 1) throw InputError(fmt::format("--gpus {}: must be >= 1", sp.gpus));
@@ -93,23 +115,7 @@ void check_space(const LayerGraph& g, const Cluster& c, const SearchSpace& sp, c
     }
   }
   check_expert_space(g.model(), sp.experts);
-  if (sp.cuda_graphs == CudaGraphs::full)
-    if (const char* rule = cuda_graphs_unavailable(g.model(), sp.experts.dispatcher, sp.experts.capacity_factor))
-      throw InputError(fmt::format("--cuda-graphs full: {}", rule));
-  if (sp.cuda_graph_modules != 0) {
-    if (sp.cuda_graphs == CudaGraphs::full) {
-      throw InputError(fmt::format("--cuda-graph-modules {}: per-layer graphs and --cuda-graphs full exclude each other "
-                                   "(one graph already holds the step)",
-                                   cuda_graph_modules_string(sp.cuda_graph_modules)));
-    }
-    if (auto rule = graph_modules_error(g.model(), sp.cuda_graph_modules, sp.experts.capacity_factor))
-      throw InputError(*rule);
-    if (only_full_recompute(sp)) {
-      throw InputError(fmt::format("--cuda-graph-modules {}: needs --recompute none or selective in the space (full "
-                                   "recomputation runs only with --cuda-graphs full)",
-                                   cuda_graph_modules_string(sp.cuda_graph_modules)));
-    }
-  }
+  check_graph_space(g.model(), sp);
   if (sp.experts.recompute_modules != 0 && only_full_recompute(sp)) {
     throw InputError(fmt::format("--recompute-modules {}: needs --recompute none or selective in the space (full "
                                  "recomputation already recomputes every module)",
