@@ -62,25 +62,16 @@ void check_expert_space(const ModelSpec& m, const ExpertSpace& x) {
   }
 }
 
-// The space's CUDA graphs, as validate() checks a plan's (strategy.cpp validate_cuda_graphs): what
-// the whole-iteration graph can replay, the per-layer regions' rules, and not both; per-layer
-// graphs need candidates without full recomputation.
+// The space's CUDA graphs by the rules of a plan's (cuda_graphs_error); per-layer graphs need
+// candidates without full recomputation (module_sets leaves those out).
 void check_graph_space(const ModelSpec& m, const SearchSpace& sp) {
-  if (sp.cuda_graphs == CudaGraphs::full)
-    if (const char* rule = cuda_graphs_unavailable(m, sp.experts.dispatcher, sp.experts.capacity_factor))
-      throw InputError(fmt::format("--cuda-graphs full: {}", rule));
-  if (sp.cuda_graph_modules == 0) return;
-  const std::string modules = cuda_graph_modules_string(sp.cuda_graph_modules);
-  if (sp.cuda_graphs == CudaGraphs::full) {
-    throw InputError(fmt::format("--cuda-graph-modules {}: per-layer graphs and --cuda-graphs full exclude each other "
-                                 "(one graph already holds the step)",
-                                 modules));
-  }
-  if (auto rule = graph_modules_error(m, sp.cuda_graph_modules, sp.experts.capacity_factor)) throw InputError(*rule);
-  if (only_full_recompute(sp)) {
+  if (auto rule = cuda_graphs_error(m, sp.cuda_graphs, sp.cuda_graph_modules, sp.experts.dispatcher,
+                                    sp.experts.capacity_factor))
+    throw InputError(*rule);
+  if (sp.cuda_graph_modules && only_full_recompute(sp)) {
     throw InputError(fmt::format("--cuda-graph-modules {}: needs --recompute none or selective in the space (full "
                                  "recomputation runs only with --cuda-graphs full)",
-                                 modules));
+                                 cuda_graph_modules_string(sp.cuda_graph_modules)));
   }
 }
 
@@ -136,6 +127,8 @@ bool valid_combination(const SearchSpace& sp, const ZeroPolicy& z, DpAlgorithm a
 }  // namespace
 
 std::vector<unsigned> module_sets(const SearchSpace& sp, Recompute r) {
+  // Full recomputation runs without per-layer CUDA graphs only (validate() refuses the pair).
+  if (r == Recompute::full && sp.cuda_graph_modules != 0) return {};
   const unsigned allowed = r == Recompute::full ? 0u : sp.experts.recompute_modules;
   std::vector<unsigned> sets;
   for (unsigned m = 0; m < LayerVariant::kModuleSets; ++m)
@@ -143,19 +136,11 @@ std::vector<unsigned> module_sets(const SearchSpace& sp, Recompute r) {
   return sets;
 }
 
-namespace {
-// Whether candidates recompute `r`: full recomputation runs without per-layer CUDA graphs only
-// (validate() refuses the pair).
-bool recompute_tried(const SearchSpace& sp, Recompute r) { return r != Recompute::full || sp.cuda_graph_modules == 0; }
-}  // namespace
-
 std::vector<LayerVariant> layer_variants(const SearchSpace& sp) {
   std::vector<LayerVariant> out;
-  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-    if (!recompute_tried(sp, r)) continue;
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
     for (unsigned modules : module_sets(sp, r))
       for (bool on : {false, true}) out.push_back({r, on, modules});
-  }
   return out;
 }
 
@@ -170,7 +155,7 @@ void add_settings(Problem& p) {
   for (int stage : sp.zero_stages) {
     const ZeroPolicy z = ZeroPolicy::of(stage);
     for (Recompute r : sp.recompute)
-      for (unsigned modules : recompute_tried(sp, r) ? module_sets(sp, r) : std::vector<unsigned>{})
+      for (unsigned modules : module_sets(sp, r))
         for (bool on : sp.sequence_parallel) {
           for (DpAlgorithm a : sp.dp_algorithms)
             for (const GradCompression& gc : sp.grad_compressions) {

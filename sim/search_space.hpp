@@ -49,8 +49,9 @@ class ByVariant {
 };
 
 // The module sets a candidate with recomputation `r` may recompute: every subset of the space's
-// recompute_modules (the empty set first) with none or selective recomputation; none with full
-// recomputation, which recomputes every module already.
+// recompute_modules (the empty set first) with none or selective recomputation; with full
+// recomputation, which recomputes every module already, only the empty set, and no set at all
+// under per-layer CUDA graphs (which full recomputation does not run with).
 std::vector<unsigned> module_sets(const SearchSpace& sp, Recompute r);
 
 // Every layer variant of the space: each recomputation (none, selective, full) with its module

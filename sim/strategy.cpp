@@ -327,10 +327,17 @@ const char* cuda_graphs_unavailable(const ModelSpec& m, Dispatcher dispatcher, d
          "--capacity-factor: a CUDA graph replays fixed shapes (Megatron-core)";
 }
 
-std::optional<std::string> graph_modules_error(const ModelSpec& m, unsigned modules, double capacity_factor) {
+std::optional<std::string> cuda_graphs_error(const ModelSpec& m, CudaGraphs whole, unsigned modules,
+                                             Dispatcher dispatcher, double capacity_factor) {
   const auto bad_modules = [modules](const char* rule) {
     return fmt::format("--cuda-graph-modules {}: {}", cuda_graph_modules_string(modules), rule);
   };
+  if (whole == CudaGraphs::full) {
+    if (modules)
+      return bad_modules("per-layer graphs and --cuda-graphs full exclude each other (one graph already holds the step)");
+    if (const char* rule = cuda_graphs_unavailable(m, dispatcher, capacity_factor))
+      return fmt::format("--cuda-graphs full: {}", rule);
+  }
   if ((modules & (kGraphMoe | kGraphMoeRouter)) && !m.moe.on()) return bad_modules("moe and moe_router need experts");
   if ((modules & kGraphMoe) && (modules & kGraphMoeRouter))
     return bad_modules("moe (the whole MoE block) and moe_router (its part up to the router) exclude each other");
@@ -502,18 +509,10 @@ std::optional<std::string> validate_grad_compression(const Strategy& s) {
 
 // Full-iteration and per-layer CUDA graphs: what each can replay (Megatron-core TransformerConfig).
 std::optional<std::string> validate_cuda_graphs(const Strategy& s, const ModelSpec& m) {
-  if (s.cuda_graphs == CudaGraphs::full) {
-    if (s.cuda_graph_modules)
-      return bad("--cuda-graph-modules", cuda_graph_modules_string(s.cuda_graph_modules),
-                 "per-layer graphs and --cuda-graphs full exclude each other (one graph already holds the step)");
-    if (const char* rule = cuda_graphs_unavailable(m, s.dispatcher, s.capacity_factor))
-      return bad("--cuda-graphs", "full", rule);
-  }
-  if (s.cuda_graph_modules == 0) return std::nullopt;
-  if (s.recompute == Recompute::full)
+  if (s.cuda_graph_modules && s.recompute == Recompute::full)
     return bad("--cuda-graph-modules", cuda_graph_modules_string(s.cuda_graph_modules),
                "full recomputation runs only with --cuda-graphs full (Megatron-core)");
-  return graph_modules_error(m, s.cuda_graph_modules, s.capacity_factor);
+  return cuda_graphs_error(m, s.cuda_graphs, s.cuda_graph_modules, s.dispatcher, s.capacity_factor);
 }
 
 }  // namespace

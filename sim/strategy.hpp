@@ -181,12 +181,16 @@ std::optional<std::string> validate(const Strategy& s, const ModelSpec& m);
 // where it can: a dense model always; experts need static shapes (the flex dispatcher's pre-sized
 // buffers, or a capacity factor). validate() and a search space's checks refuse by it.
 const char* cuda_graphs_unavailable(const ModelSpec& m, Dispatcher dispatcher, double capacity_factor);
-// The first rule per-layer CUDA graphs of `modules` (GraphModule bits) break for model `m` with this
-// capacity factor (Megatron-core TransformerConfig's checks), as "--cuda-graph-modules <value>:
-// <rule>", or nothing: moe and moe_router need experts and exclude each other, moe_preprocess needs
-// moe_router, moe drop-and-pad experts (a capacity factor), mlp a layer with a dense MLP. The rules
-// that involve other settings (full-iteration graphs, full recomputation) are validate()'s.
-std::optional<std::string> graph_modules_error(const ModelSpec& m, unsigned modules, double capacity_factor);
+// The first rule the CUDA graphs of a plan or a search space break for model `m` (Megatron-core
+// TransformerConfig's checks), as "--cuda-graphs full: <rule>" or "--cuda-graph-modules <value>:
+// <rule>", or nothing: the whole-iteration graph and per-layer graphs exclude each other; the whole
+// iteration needs fixed expert shapes (cuda_graphs_unavailable); of the per-layer `modules`
+// (GraphModule bits), moe and moe_router need experts and exclude each other, moe_preprocess needs
+// moe_router, moe drop-and-pad experts (a capacity factor), mlp a layer with a dense MLP. Full
+// recomputation, which per-layer graphs exclude, is checked by the caller (a plan's setting, or a
+// search space's list).
+std::optional<std::string> cuda_graphs_error(const ModelSpec& m, CudaGraphs whole, unsigned modules,
+                                             Dispatcher dispatcher, double capacity_factor);
 
 // Why recomputing `module` does not apply to model `m` (the rule, for "--recompute-modules NAME:
 // rule"), or nullptr where it does: moe_act needs experts; mla_up_proj multi-head latent
