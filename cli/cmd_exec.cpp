@@ -84,6 +84,10 @@ const char* kExecFlags = R"(execution:
   --dump-params FILE        debug: each rank writes its parameters after the last step to FILE.rank<R>
   --dump-grads FILE         debug: each rank writes the reduced gradients of the first step (what the
                             optimizer sees) to FILE.rank<R>
+  --trace PREFIX            after the measured steps, run one more under the PyTorch profiler (host
+                            operators; on GPUs every kernel and copy) and write each rank's chrome trace
+                            to PREFIX.rank<R>.json (Perfetto, chrome://tracing, or
+                            tests/gpu/step_profile.py --summarize); not counted in the measurement
   --cpu-autocast on|off     --dtype bf16/fp16 on the CPU: run under CPU autocast with fp32 master
                             weights as on GPUs (slow; checks the mixed-precision paths) instead of
                             computing fp32 (default off)
@@ -319,6 +323,7 @@ exec::ExecOptions read_exec_options(const Flags& f, bool cuda) {
   o.data_file = f.get_or("data", "");
   o.dump_params = f.get_or("dump-params", "");
   o.dump_grads = f.get_or("dump-grads", "");
+  o.trace = f.get_or("trace", "");
   o.cpu_autocast = f.get_choice("cpu-autocast", "off", {"on", "off"}) == "on";
   o.memory_accounting = f.get_choice("memory-accounting", "off", {"on", "off"}) == "on";
   o.faults.kill_rank = static_cast<int>(f.get_int("fault-kill-rank", -1, -1, 1 << 24));
@@ -341,6 +346,9 @@ void check_exec_request(const PlanInputs& in, const exec::ExecOptions& o, bool c
   if (o.device == "cuda" && quantized_gemms(s.dtype))
     throw InputError(fmt::format("--dtype {}: exec runs bf16, fp16 (dynamic loss scaling) or fp32 on GPUs, not {}",
                                  to_string(s.dtype), to_string(s.dtype)));
+  // Both hook the thread's profiler state: the allocator reports to one of them only.
+  if (o.memory_accounting && !o.trace.empty())
+    throw InputError("--trace: not with --memory-accounting on (both attach to the profiler); run them separately");
   if (o.cpu_autocast && s.dtype != Dtype::bf16 && s.dtype != Dtype::fp16)
     throw InputError(fmt::format("--cpu-autocast on: runs bf16 or fp16, not {}", to_string(s.dtype)));
   if (o.cpu_autocast && o.device != "cpu")
@@ -457,6 +465,7 @@ void check_before_start(const PlanInputs& in, const exec::ExecOptions& o, const 
   for (const auto& [flag, prefix] : {std::pair{"dump-params", o.dump_params}, std::pair{"dump-grads", o.dump_grads}}) {
     if (!prefix.empty()) check_output_path(prefix + ".rank0", fmt::format("--{} {}", flag, prefix));
   }
+  if (!o.trace.empty()) check_output_path(o.trace + ".rank0.json", fmt::format("--trace {}", o.trace));
   // Ranks on this machine: all of them under the local launcher, else the launcher's count.
   const int local_ranks = launch.local ? static_cast<int>(*nproc)
                                        : std::max(1, env_int(launch.torchrun ? "LOCAL_WORLD_SIZE" : "SLURM_NTASKS_PER_NODE", 1));
@@ -595,7 +604,7 @@ int cmd_exec(const Args& given, const Context& ctx) {
   }
   // Before any input is read: the outputs (the dump prefixes name files too) writable, apart from
   // each other and from every input, and outside the built-in data folders. --data is streamed.
-  const CommandFiles files(f, ctx, {"json", "dump-params", "dump-grads"}, {"data"});
+  const CommandFiles files(f, ctx, {"json", "dump-params", "dump-grads", "trace"}, {"data"});
   const bool cuda = exec::cuda_available();
   PlanInputs in = read_plan_flags(f, ctx.data_dir, "cpu-local", "trainplan-exec");
   // exec dispatches tokens by all-to-all whichever profile --software names for the prediction.

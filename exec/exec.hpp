@@ -40,6 +40,7 @@ struct ExecOptions {
   std::string data_file;       // optional: little-endian uint16 token file; empty: synthetic
   std::string dump_params;     // debug: write this rank's parameters to <dump_params>.rank<R>
   std::string dump_grads;      // debug: ...and the reduced gradients of the first step to <dump_grads>.rank<R>
+  std::string trace;           // one more step, after the measured ones, under the profiler: <trace>.rank<R>.json
   // bf16/fp16 plans on the CPU: false computes fp32 (and records that); true runs them under CPU
   // autocast with fp32 master weights as on GPUs (slow; checks the mixed-precision paths, ZeRO-3's
   // 16-bit gathers among them, without a GPU).

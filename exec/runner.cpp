@@ -9,10 +9,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <thread>
 
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
 #include <ATen/autocast_mode.h>
@@ -138,6 +141,7 @@ class ScheduleRunner {
   std::unique_ptr<GradSync> expert_grad_sync();
   void build_worker(const ModelSettings& ms, const AdamWSettings& adam);
   void step(int index, bool measured);
+  void traced_step(int index);  // one more step under the profiler (--trace), not measured
   void forward_slot(StepState& st, const Slot& slot);
   void backward_slot(StepState& st, const Slot& slot);
   void reduce_and_update(StepState& st);
@@ -727,6 +731,7 @@ std::optional<Measurement> ScheduleRunner::run() {
     enter("after the last step (dumps, measurement gather)");
     if (!opt_.dump_params.empty()) dump(opt_.dump_params, false);
     Measurement m = collect();
+    if (!opt_.trace.empty()) traced_step(total);
     if (env_.rank == 0) return m;
     return std::nullopt;
   } catch (const c10::Error& e) {
@@ -738,6 +743,34 @@ std::optional<Measurement> ScheduleRunner::run() {
     const std::string error = first_line(e.what());
     throw reported(RankFailure(fmt::format("rank {} failed {}: {}", env_.rank, where(), error), failure(error)));
   }
+}
+
+// A step under the PyTorch profiler (Kineto: the operators on the host; on a GPU, every kernel
+// and copy), after the measured ones so that its overhead is in no measured figure. Each rank
+// writes its chrome trace (Perfetto, chrome://tracing, tests/gpu/step_profile.py --summarize) to
+// <trace>.rank<R>.json, whole: saved under a temporary name, then renamed.
+void ScheduleRunner::traced_step(int index) {
+  namespace prof = torch::autograd::profiler;
+  enter("tracing a step (--trace)");
+  std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
+  if (on_gpu_) activities.insert(prof::ActivityType::CUDA);
+  const prof::ProfilerConfig config(prof::ProfilerState::KINETO, /*report_input_shapes=*/true);
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  std::unique_ptr<prof::ProfilerResult> result;
+  try {
+    step(index, false);
+#ifdef TRAINPLAN_EXEC_CUDA
+    if (on_gpu_) torch::cuda::synchronize(device_.index());  // the step's last kernels in the trace
+#endif
+    result = prof::disableProfiler();
+  } catch (...) {
+    prof::disableProfiler();
+    throw;
+  }
+  const std::string path = fmt::format("{}.rank{}.json", opt_.trace, env_.rank);
+  result->save(path + ".tmp");
+  std::filesystem::rename(path + ".tmp", path);
 }
 
 RankFailure ScheduleRunner::reported(RankFailure f) const {

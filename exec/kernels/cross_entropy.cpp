@@ -41,13 +41,19 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
     // grad_w directly; under autocast they stay out-of-place (16-bit GEMMs; an in-place addmm_
     // would run in fp32) and are added.
     const bool autocast = at::autocast::is_autocast_enabled(x.device().type());
+    // Under autocast the GEMMs take 16-bit copies of x and of the head, made once here: a cast
+    // inside the loop would convert the whole head (vocabulary x hidden, fp32) for every chunk and
+    // GEMM, and each chunk's fp32 gradient twice.
+    const at::ScalarType gemm_dtype = autocast ? at::autocast::get_autocast_dtype(x.device().type()) : x.scalar_type();
+    const at::Tensor xg = x.to(gemm_dtype);
+    const at::Tensor wg = wv.to(gemm_dtype);
     at::Tensor grad_wv = grad_w.narrow(0, 0, valid);
     for (int64_t off = 0; off < T; off += chunk) {
       const int64_t n = std::min(chunk, T - off);
-      const at::Tensor xc = x.narrow(0, off, n);
+      const at::Tensor xc = xg.narrow(0, off, n);
       const auto [local, inside] = local_targets(targets.narrow(0, off, n), s);
       // Logits of this rank's real rows, fp32: [n, valid].
-      at::Tensor logits = at::matmul(xc, wv.t()).to(at::kFloat);
+      at::Tensor logits = at::matmul(xc, wg.t()).to(at::kFloat);
       at::Tensor mx = valid > 0 ? logits.amax(-1) : at::full({n}, -std::numeric_limits<float>::infinity(), f32);
       tp.all_reduce(mx, c10d::ReduceOp::MAX);
       // log-sum-exp over the whole vocabulary = mx + log(sum over ranks of sum exp(logit - mx)).
@@ -67,13 +73,18 @@ struct ChunkedCrossEntropy : torch::autograd::Function<ChunkedCrossEntropy> {
       // dL/dlogits of the mean loss: (softmax - one_hot(target)) / T, softmax = e / sum over ranks.
       at::Tensor g = e.div_(sums[0].unsqueeze(-1) * static_cast<double>(T));
       g.scatter_add_(-1, local.unsqueeze(-1), inside.to(at::kFloat).neg().unsqueeze(-1).div_(static_cast<double>(T)));
-      const at::Tensor gc = g.to(xc.scalar_type());
+      const at::Tensor gc = g.to(gemm_dtype);
+      // Under autocast gc is a 16-bit copy: the chunk's fp32 buffer is freed before the GEMMs, so
+      // that the head's 16-bit copy and the weight gradient's 16-bit product never sit beside it.
+      g.reset();
+      e.reset();
+      logits.reset();
       if (autocast) {
-        grad_x.narrow(0, off, n).copy_(at::matmul(gc, wv));
+        grad_x.narrow(0, off, n).copy_(at::matmul(gc, wg));
         grad_wv.add_(at::matmul(gc.t(), xc));
       } else {
         at::Tensor gx = grad_x.narrow(0, off, n);
-        at::mm_out(gx, gc, wv);
+        at::mm_out(gx, gc, wg);
         grad_wv.addmm_(gc.t(), xc);
       }
     }

@@ -220,6 +220,38 @@ TEST(ExecCli, MixtureOfExpertsRunsWithExpertParallelism) {
   EXPECT_NE(bad.output.find("--ep 3"), std::string::npos) << bad.output;
 }
 
+// --trace: one step after the measured ones under the profiler, one chrome trace per rank holding
+// the forward and the backward's operators; the measurement still counts only the measured steps.
+TEST(ExecCli, TraceWritesOneProfiledStepPerRank) {
+  const ScratchDir scratch;
+  const fs::path& dir = scratch.path();
+  const fs::path m = dir / "m.json";
+  auto r = run_merged(std::string("exec --model ") + TRAINPLAN_TEST_DATA_DIR +
+                      "/exec/tiny-gpt.json --cluster cpu-local --dtype fp32 --global-batch 4 --micro-batch 1 --dp 2"
+                      " --nproc 2 --steps 2 --warmup 0 --json " + m.string() + " --trace " + (dir / "t").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream mf(m);
+  EXPECT_EQ(nlohmann::json::parse(mf).at("steps").size(), 2u);
+  for (int rank : {0, 1}) {
+    const fs::path t = dir / ("t.rank" + std::to_string(rank) + ".json");
+    ASSERT_TRUE(fs::exists(t)) << t;
+    EXPECT_FALSE(fs::exists(t.string() + ".tmp"));
+    std::ifstream f(t);
+    const auto j = nlohmann::json::parse(f);
+    int ops = 0;
+    bool forward = false, backward = false;
+    for (const auto& e : j.at("traceEvents")) {
+      if (e.value("cat", "") != "cpu_op") continue;
+      ++ops;
+      const std::string name = e.value("name", "");
+      forward = forward || name == "aten::embedding";
+      backward = backward || name.find("EmbeddingBackward") != std::string::npos;
+    }
+    EXPECT_GT(ops, 50) << t;
+    EXPECT_TRUE(forward && backward) << t;
+  }
+}
+
 TEST(ExecCli, HelpListsExecutionFlags) {
   auto r = run_merged("exec --help");
   EXPECT_EQ(r.code, 0) << r.output;

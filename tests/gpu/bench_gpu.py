@@ -6,7 +6,7 @@ exec/eager step, exec/eager reserved memory and, where torch.compile is run, exe
 
   python3 tests/gpu/bench_gpu.py --trainplan build-gpu/trainplan --out reports/measurements/bench-gpu.json
       [--plans gpt2-xl-mb4,llama-1b-mb4,gpt2-xl-mb12] [--compile PLAN,...|all] [--steps 8 --warmup 3]
-      [--phases] [--profile-dir DIR] [--exec-args '...']
+      [--phases] [--profile-dir DIR] [--exec-args '...'] [--cluster dgx-h200]
 
 `make bench-gpu` runs it with the defaults. Needs a CUDA build of trainplan (bash
 ../shared/tools/gpu-build.sh, or cmake -DTRAINPLAN_EXEC_CUDA_MODE=ON) and PyTorch with a GPU.
@@ -51,7 +51,7 @@ def run_exec(a, name, p):
     """One `trainplan exec` run in its own process; returns its figures or the failure."""
     fd, meas = tempfile.mkstemp(prefix=f'exec-{name}.', suffix='.json')
     os.close(fd)
-    cmd = [a.trainplan, 'exec', '--cluster', 'dgx-h100', '--gpus', '1',
+    cmd = [a.trainplan, 'exec', '--cluster', a.cluster, '--gpus', '1',
            '--model', os.path.join(ROOT, 'models', p['model'] + '.json'),
            '--global-batch', str(p['global_batch']), '--micro-batch', str(p['micro_batch']),
            '--seq', str(p['seq']), '--dtype', 'bf16', '--recompute', 'none',
@@ -115,6 +115,8 @@ def main():
     ap.add_argument('--phases', action='store_true', help='reference: one extra step timed per phase')
     ap.add_argument('--profile-dir', default='', help='reference: PyTorch profiler kernel table per plan')
     ap.add_argument('--exec-args', default='', help='extra flags for trainplan exec')
+    ap.add_argument('--cluster', default='dgx-h100',
+                    help="exec's --cluster: the GPU its memory check assumes (dgx-h200 on an H200)")
     ap.add_argument('--timeout', type=float, default=900, help='seconds per run')
     ap.add_argument('--git-commit', default='', help="commit of the code measured (default: git rev-parse HEAD)")
     a = ap.parse_args()

@@ -20,8 +20,12 @@
 #              allocator: weight copies, saved activations, the step's peak, optimizer temporaries) and
 #              compared; cluster dgx-h200 on an H200, else dgx-h100, about 4 minutes
 #              -> OUT/execmem/<name>.{pred,meas}.json, <name>.cmp.txt
-#   bench      the side by side, trainplan exec against plain PyTorch (tests/gpu/bench_gpu.py)
-#              -> OUT/bench-gpu.json
+#   bench      the side by side, trainplan exec against plain PyTorch (tests/gpu/bench_gpu.py; exec's
+#              extra flags from $BENCH_EXEC_ARGS, e.g. '--fused-kernels on') -> OUT/bench-gpu.json
+#   trace      where exec's step time goes against eager PyTorch's: llama-1b and gpt2-xl at micro-batch
+#              4 (the bench plans), exec with --fused-kernels off and on under `exec --trace`, eager
+#              under step_profile.py, every trace summarized by kernel name (step_profile.py
+#              --summarize), about 2 minutes -> OUT/trace/summary.json, exec-*.meas.json, eager.json
 #   pytorch    the eager and torch.compile rows of tests/data/h100/pytorch_steps.jsonl again
 #              -> OUT/pytorch_steps.jsonl
 #   sustained  three bf16 GEMMs timed as isolated calls (idle GPU, as ops_bench.py) and back to back
@@ -34,8 +38,8 @@
 # OUT/clocks.csv, to check whether sustained work runs at lower clocks than the short op timings
 # (the hypothesis the issue-14 note gives for single-GPU and published runs disagreeing).
 set -uo pipefail
-trainplan=${1:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|execmem|bench|pytorch|sustained|profile ...]}
-out=${2:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|execmem|bench|pytorch|sustained|profile ...]}
+trainplan=${1:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|execmem|bench|trace|pytorch|sustained|profile ...]}
+out=${2:?usage: remeasure.sh TRAINPLAN OUT [calibrate|exec|execmem|bench|trace|pytorch|sustained|profile ...]}
 shift 2
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(calibrate exec bench)
@@ -66,6 +70,8 @@ sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
 
 models="$root/tests/data/h100/llama-1b.json,gpt2-xl,gpt2-medium,llama3-8b,gpt3-175b"
+cluster=dgx-h100
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && cluster=dgx-h200
 for phase in "${phases[@]}"; do
   case "$phase" in
     calibrate)
@@ -93,8 +99,6 @@ PLANS
       ;;
     execmem)
       mkdir -p "$out/execmem"
-      cluster=dgx-h100
-      nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && cluster=dgx-h200
       # Llama 3.2 3B shape (Hugging Face meta-llama/Llama-3.2-3B config.json), as llama-1b.json is 1B's.
       python3 -c "import json,sys; m=json.load(open(sys.argv[1])); m.update(name='llama-3b', layers=28, hidden=3072,
 heads=24, kv_heads=8, source='Llama 3.2 3B shape (28 layers, hidden 3072, 24 heads, 8 kv heads, ffn 8192)');
@@ -120,7 +124,30 @@ PLANS
       ;;
     bench)
       step bench 400 python3 "$root/tests/gpu/bench_gpu.py" --trainplan "$trainplan" --out "$out/bench-gpu.json" \
-        > "$out/bench-gpu.log" 2>&1
+        --cluster "$cluster" --steps "${BENCH_STEPS:-8}" --warmup "${BENCH_WARMUP:-3}" \
+        --exec-args "${BENCH_EXEC_ARGS:-}" > "$out/bench-gpu.log" 2>&1
+      ;;
+    trace)
+      mkdir -p "$out/trace"
+      # name model micro-batch global-batch sequence
+      while read -r name model mb gb seq; do
+        case "$model" in llama-1b) model="$root/tests/data/h100/llama-1b.json" ;; esac
+        for fused in off on; do
+          step "trace-$name-$fused" 120 "$trainplan" exec --cluster "$cluster" --gpus 1 --model "$model" \
+            --micro-batch "$mb" --global-batch "$gb" --seq "$seq" --dtype bf16 --recompute none --steps 3 --warmup 1 \
+            --fused-kernels "$fused" --json "$out/trace/exec-$name-$fused.meas.json" \
+            --trace "$out/trace/exec-$name-$fused" > "$out/trace/exec-$name-$fused.log" 2>&1
+        done
+      done <<'PLANS'
+l1b-mb4 llama-1b 4 32 2048
+xl-mb4 gpt2-xl 4 32 1024
+PLANS
+      step trace-eager 180 python3 "$root/tests/gpu/step_profile.py" --out "$out/trace/eager.json" \
+        --trace-dir "$out/trace" llama-1b:4:32:2048 gpt2-xl:4:32:1024 > "$out/trace/eager.log" 2>&1
+      step trace-summary 120 python3 "$root/tests/gpu/step_profile.py" --out "$out/trace/summary.json" \
+        --summarize "$out"/trace/exec-*.rank0.json "$out"/trace/*_*_*.json > "$out/trace/summary.log" 2>&1
+      # The traces themselves (tens of MB each) stay on the GPU machine; their summaries come back.
+      rm -f "$out"/trace/*.rank0.json "$out"/trace/llama-1b_*.json "$out"/trace/gpt2-xl_*.json
       ;;
     pytorch)
       # The rows of tests/data/h100/pytorch_steps.jsonl: model micro-batch global-batch sequence modes.
@@ -149,7 +176,7 @@ ROWS
         > "$out/step_profile.log" 2>&1
       ;;
     *)
-      echo "remeasure.sh: unknown phase '$phase' (calibrate, exec, execmem, bench, pytorch, sustained, profile)" >&2
+      echo "remeasure.sh: unknown phase '$phase' (calibrate, exec, execmem, bench, trace, pytorch, sustained, profile)" >&2
       exit 2
       ;;
   esac

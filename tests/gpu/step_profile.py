@@ -14,11 +14,14 @@ gradient accumulation), after warm-up steps, under torch.profiler, and writes pe
   busy_s, idle_s     the union of kernel intervals on the GPU, and wall - busy (gaps no kernel ran)
   kernels            the number of kernels launched
   by_class           kernel time and count per class: gemm, attention, optimizer, other (by name)
+  top_kernels        the kernels that took the most time, by name: time and count
   gemm_shapes        per aten::mm / aten::addmm / aten::bmm input-shape group: calls and the mean
                      GPU time per call (self device time), the in-step figure to set against
                      `trainplan`'s table lookup for that M x N x K
 
 usage: python3 step_profile.py --out FILE [RUN ...]     RUN = MODEL:MB:GB:SEQ[:compile]
+       python3 step_profile.py --summarize TRACE [...]  the same kernel figures of chrome traces
+                                                       written elsewhere (`trainplan exec --trace`)
        python3 step_profile.py --self-test             checks the trace summary on a made-up trace
                                                        (no GPU, no torch; run by ctest)
        (default: the three llama-1b eager rows and gpt2-medium compiled, as in pytorch_steps.jsonl)
@@ -36,6 +39,7 @@ DEFAULT_RUNS = ["llama-1b:2:32:2048", "llama-1b:4:32:2048", "llama-1b:8:32:2048"
 CLASSES = [("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
            ("gemm", re.compile(r"gemm|cutlass|xmma|nvjet", re.I)),
            ("optimizer", re.compile(r"adam", re.I))]
+TOP_KERNELS = 25  # kernel names listed per run, by time
 
 
 def load_reference():
@@ -65,14 +69,19 @@ def kernel_summary(trace_path):
         elif b > end:
             busy += b - end
             end = b
-    by_class = {}
+    by_class, by_name = {}, {}
     for e in kernels:
-        cls = next((c for c, rx in CLASSES if rx.search(e.get("name", ""))), "other")
-        entry = by_class.setdefault(cls, {"kernel_s": 0.0, "kernels": 0})
-        entry["kernel_s"] += float(e["dur"]) * 1e-6
-        entry["kernels"] += 1
+        name = e.get("name", "")
+        cls = next((c for c, rx in CLASSES if rx.search(name)), "other")
+        for table, key in ((by_class, cls), (by_name, name)):
+            entry = table.setdefault(key, {"kernel_s": 0.0, "kernels": 0})
+            entry["kernel_s"] += float(e["dur"]) * 1e-6
+            entry["kernels"] += 1
+    top = sorted(by_name.items(), key=lambda kv: -kv[1]["kernel_s"])[:TOP_KERNELS]
     return {"kernel_s": sum(float(e["dur"]) for e in kernels) * 1e-6, "busy_s": busy * 1e-6,
-            "kernels": len(kernels), "by_class": by_class}
+            "span_s": (spans[-1][1] - spans[0][0]) * 1e-6 if spans else 0.0,
+            "kernels": len(kernels), "by_class": by_class,
+            "top_kernels": [dict(name=n[:160], **v) for n, v in top]}
 
 
 def gemm_shapes(prof):
@@ -88,7 +97,7 @@ def gemm_shapes(prof):
     return sorted(out, key=lambda g: -g["mean_us"] * g["calls"])
 
 
-def profile_run(ref, spec):
+def profile_run(ref, spec, trace_dir=None):
     import torch
 
     parts = spec.split(":")
@@ -123,13 +132,17 @@ def profile_run(ref, spec):
         step()
         end.record()
         torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        trace = f.name
+    if trace_dir:
+        trace = os.path.join(trace_dir, spec.replace(":", "_") + ".json")
+    else:
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            trace = f.name
     try:
         prof.export_chrome_trace(trace)
         summary = kernel_summary(trace)
     finally:
-        os.unlink(trace)
+        if not trace_dir:
+            os.unlink(trace)
     wall = start.elapsed_time(end) / 1e3
     row = {"run": spec, "model": m["name"], "mb": mb, "gb": gb, "seq": seq, "compile": compiled, "wall_s": wall}
     row.update(summary)
@@ -155,11 +168,14 @@ def self_test():
         got = kernel_summary(f.name)
     finally:
         os.unlink(f.name)
-    expect = {"kernels": 5, "kernel_s": 255e-6, "busy_s": 205e-6}
+    expect = {"kernels": 5, "kernel_s": 255e-6, "busy_s": 205e-6, "span_s": 255e-6}
     problems = [f"{k}: {got[k]} != {v}" for k, v in expect.items() if abs(got[k] - v) > 1e-12]
     classes = {c: e["kernels"] for c, e in got["by_class"].items()}
     if classes != {"gemm": 2, "attention": 1, "optimizer": 1, "other": 1}:
         problems.append(f"classes {classes}")
+    names = [k["name"] for k in got["top_kernels"]]
+    if names[:2] != ["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN"] or len(names) != 5:
+        problems.append(f"top kernels {names}")
     if problems:
         raise SystemExit("step_profile.py self-test failed: " + "; ".join(problems))
     print("step_profile.py self-test: ok")
@@ -169,10 +185,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="JSON file to write (one object, runs in order)")
     ap.add_argument("--self-test", action="store_true", help="check the trace summary without a GPU and exit")
+    ap.add_argument("--trace-dir", help="keep each run's chrome trace in this folder (MODEL_MB_GB_SEQ.json)")
+    ap.add_argument("--summarize", nargs="+", metavar="TRACE",
+                    help="summarize these chrome traces (no GPU needed) and exit; with --out, also write them")
     ap.add_argument("runs", nargs="*", default=DEFAULT_RUNS, help="MODEL:MB:GB:SEQ[:compile]")
     args = ap.parse_args()
     if args.self_test:
         return self_test()
+    if args.summarize:
+        result = {"traces": [dict(trace=t, **kernel_summary(t)) for t in args.summarize]}
+        for row in result["traces"]:
+            print(json.dumps({k: v for k, v in row.items() if k != "top_kernels"}))
+        if args.out:
+            tmp = args.out + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(result, f, indent=1)
+            os.replace(tmp, args.out)
+        return None
     if not args.out:
         ap.error("--out is required")
     import torch
@@ -183,7 +212,7 @@ def main():
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "runs": []}
     for spec in args.runs:
         try:
-            row = profile_run(ref, spec)
+            row = profile_run(ref, spec, args.trace_dir)
         except Exception as e:  # one failed run (out of memory, a compile error) must not lose the others
             row = {"run": spec, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
             torch.cuda.empty_cache()
