@@ -72,11 +72,11 @@ const char* kExecFlags = R"(execution:
                             inf/NaN gradients is skipped and halves it
   --bucket-mb X             data-parallel gradient bucket in MiB of fp32 gradients (default 16); ZeRO-2/3
                             hold at most two buckets of gradients beyond their shard
-  --fused-kernels on|off    run RMSNorm/LayerNorm, RoPE and SwiGLU/GELU as trainplan's fused kernels
-                            (exec/kernels: one kernel forward and one backward each; CUDA on GPUs, the
-                            same math in CPU loops on the CPU) instead of LibTorch op composites
-                            (default off: not yet shown to be faster on a GPU); recorded as
-                            environment.fused_kernels in the JSON
+  --fused-kernels auto|on|off  which ops run as trainplan's fused kernels (exec/kernels: one kernel
+                            forward and one backward each; CUDA on GPUs, the same math in CPU loops on
+                            the CPU) instead of LibTorch: auto (default) RMSNorm, RoPE and SwiGLU, which
+                            LibTorch runs here as several kernels; on also LayerNorm and GELU, which it
+                            runs as one; off none; recorded as environment.fused_kernels in the JSON
   --data FILE               train on a little-endian uint16 token file instead of synthetic tokens
   --timeout SECONDS         collective/rendezvous timeout; a dead or hung rank stops the job (default 30)
   --json FILE               write the trainplan/measurement/v1 JSON to FILE ("status": "ok"; a failed
@@ -221,7 +221,7 @@ Measurement run_description(const exec::ExecPlan& plan, const exec::ExecOptions&
   m.environment = {{"backend", o.backend},
                    {"device", m.device},
                    {"ranks", world},
-                   {"fused_kernels", o.fused_kernels ? "on" : "off"}};
+                   {"fused_kernels", exec::to_string(o.fused_kernels)}};
   return m;
 }
 
@@ -319,7 +319,10 @@ exec::ExecOptions read_exec_options(const Flags& f, bool cuda) {
   o.device = f.get_choice("device", cuda ? "cuda" : "cpu", {"cpu", "cuda"});
   o.backend = f.get_choice("backend", o.device == "cuda" ? "nccl" : "gloo", {"nccl", "gloo"});
   o.bucket_bytes = f.get_double("bucket-mb", 16, 1.0 / 1024, 65536) * (1 << 20);
-  o.fused_kernels = f.get_choice("fused-kernels", "off", {"on", "off"}) == "on";
+  const std::string fused = f.get_choice("fused-kernels", "auto", {"auto", "on", "off"});
+  o.fused_kernels = fused == "on"    ? exec::FusedKernels::on
+                    : fused == "off" ? exec::FusedKernels::off
+                                     : exec::FusedKernels::automatic;
   o.data_file = f.get_or("data", "");
   o.dump_params = f.get_or("dump-params", "");
   o.dump_grads = f.get_or("dump-grads", "");

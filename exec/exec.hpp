@@ -23,7 +23,20 @@ namespace trainplan::exec {
 // by category move away from what the profile predicts or from those recorded for this name.
 //   mem-1  the executor measured on the H100 (commit e64f6de; its measurements predate the name)
 //   mem-2  fused q/k/v and gate/up GEMMs, chunked loss, fused AdamW, expandable segments
-inline constexpr const char* kExecutorFingerprint = "mem-2";
+//   mem-3  RMSNorm, RoPE and SwiGLU as fused kernels by default (--fused-kernels auto), q/k/v split
+//          by split_with_sizes, the loss's 16-bit casts of the head and its input made once
+inline constexpr const char* kExecutorFingerprint = "mem-3";
+
+// Which of the model's elementwise and per-row ops run as exec/kernels/fused_ops (one kernel
+// forward, one backward) instead of LibTorch: none, all, or (automatic) those LibTorch runs here
+// as several kernels -- RMSNorm, RoPE, SwiGLU -- leaving LayerNorm and GELU to LibTorch's single
+// kernels. On one H200 (reports/measurements/README.md) the three fused saved 0.28 s of a
+// llama-1b step's 1.50 s of kernel time, while the fused LayerNorm and GELU cost gpt2-xl 0.06 s
+// more than LibTorch's.
+enum class FusedKernels { off, automatic, on };
+inline const char* to_string(FusedKernels f) {
+  return f == FusedKernels::off ? "off" : f == FusedKernels::on ? "on" : "auto";
+}
 
 struct ExecOptions {
   int steps = 3;               // measured steps
@@ -36,7 +49,7 @@ struct ExecOptions {
   double loss_scale = 65536;   // fp16: initial dynamic loss scale
   int loss_scale_window = 2000;  // fp16: good steps before the scale grows
   double bucket_bytes = 16.0 * (1 << 20);  // DP gradient bucket (fp32 bytes)
-  bool fused_kernels = false;  // norms, RoPE, SwiGLU/GELU as exec/kernels/fused_ops (ModelSettings)
+  FusedKernels fused_kernels = FusedKernels::automatic;  // which ops run as exec/kernels/fused_ops
   std::string data_file;       // optional: little-endian uint16 token file; empty: synthetic
   std::string dump_params;     // debug: write this rank's parameters to <dump_params>.rank<R>
   std::string dump_grads;      // debug: ...and the reduced gradients of the first step to <dump_grads>.rank<R>

@@ -44,9 +44,11 @@ uint64_t param_seed(long long seed, const std::string& name) {
 }
 
 
+// Halves by chunk rather than narrow: backward, a split's parts join in one cat, where each
+// narrow would fill a zero tensor of the whole, copy its part in, and the parts be summed.
 at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t d = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, d, d), x.narrow(-1, 0, d)}, -1);
+  const auto halves = x.chunk(2, -1);
+  return at::cat({-halves[1], halves[0]}, -1);
 }
 
 }  // namespace
@@ -87,7 +89,7 @@ ModelChunk::ModelChunk(const ModelSettings& s, const ChunkPlacement& place, Comm
   positions_ = zigzag_positions(s_.seq_len, s_.cp, s_.cp_rank).to(s_.device);
   if (m.moe.on()) {
     moe_ = {m.moe.experts, m.moe.top_k, m.moe.scoring, m.activation, s_.ep, s_.ep_rank, s_.capacity_factor,
-            s_.fused_kernels};
+            s_.fuse_composites, s_.fuse_library_ops};
   }
   if (place_.experts) {  // the routed experts of the chunk's layers, one unit per layer
     TORCH_CHECK(!place_.has_embedding && !place_.has_head, "an expert chunk holds only routed experts");
@@ -362,7 +364,7 @@ void ModelChunk::materialize() {
 
 at::Tensor ModelChunk::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
   const int64_t h = s_.spec.hidden;
-  if (s_.fused_kernels)
+  if (s_.spec.norm == Norm::layernorm ? s_.fuse_library_ops : s_.fuse_composites)
     return s_.spec.norm == Norm::layernorm ? fused_layer_norm(x, w, b, 1e-5) : fused_rms_norm(x, w, 1e-5);
   // 16-bit ZeRO-3 parameters (ModelSettings::unit_dtype) normalise in the stream's dtype, as
   // autocast runs layer_norm in fp32 on CUDA (no cast for fp32 parameters).
@@ -407,10 +409,12 @@ at::Tensor ModelChunk::layer_forward(const Layer& l, const at::Tensor& x) const 
   at::Tensor bias;
   if (l.bq >= 0) bias = at::cat({P(l.bq), at::zeros({kvw}, P(l.bq).options()), P(l.bv)});
   auto qkv = at::linear(hn, P(l.wqkv), bias);  // [s, b, qw + 2 kvw]
-  auto q = qkv.narrow(-1, 0, qw).view({s, b, heads_local_, head_dim_});
-  auto k = qkv.narrow(-1, qw, kvw).view({s, b, kv_local_, head_dim_});
-  auto v = qkv.narrow(-1, qw + kvw, kvw).view({s, b, kv_local_, head_dim_});
-  if (rope_cos_.defined() && s_.fused_kernels) {
+  // Split, not narrowed: backward the three gradients are one cat (rotate_half says why).
+  const auto parts = qkv.split_with_sizes({qw, kvw, kvw}, -1);
+  auto q = parts[0].view({s, b, heads_local_, head_dim_});
+  auto k = parts[1].view({s, b, kv_local_, head_dim_});
+  auto v = parts[2].view({s, b, kv_local_, head_dim_});
+  if (rope_cos_.defined() && s_.fuse_composites) {
     const at::Tensor cos = rope_cos_.view({rope_cos_.size(0), head_dim_}), sin = rope_sin_.view(cos.sizes());
     q = fused_rope(q, cos, sin);
     k = fused_rope(k, cos, sin);
@@ -434,13 +438,12 @@ at::Tensor ModelChunk::mlp(const Layer& l, const at::Tensor& h2) const {
   at::Tensor a;
   if (l.w1 >= 0) {  // GELU
     auto h1 = at::linear(h2, P(l.w1), P(l.b1));
-    a = s_.fused_kernels ? fused_gelu(h1) : at::gelu(h1, "tanh");
-  } else if (s_.fused_kernels) {  // SwiGLU: gate and up from one GEMM
+    a = s_.fuse_library_ops ? fused_gelu(h1) : at::gelu(h1, "tanh");
+  } else if (s_.fuse_composites) {  // SwiGLU: gate and up from one GEMM
     a = fused_swiglu(at::linear(h2, P(l.wgu)));
   } else {
-    auto gu = at::linear(h2, P(l.wgu));
-    const int64_t f = gu.size(-1) / 2;
-    a = at::silu(gu.narrow(-1, 0, f)) * gu.narrow(-1, f, f);
+    const auto gate_up = at::linear(h2, P(l.wgu)).chunk(2, -1);
+    a = at::silu(gate_up[0]) * gate_up[1];
   }
   // Row-parallel output: with TP the bias is added once, after the sum over ranks.
   auto o2 = s_.tp > 1 ? from_tp(at::linear(a, P(l.w2))) : at::linear(a, P(l.w2), P(l.b2));

@@ -128,11 +128,12 @@ struct ModelSettings {
   // 16-bit GEMM output, the gradient's cast) against eager PyTorch's ~12 B per logit of the whole
   // micro-batch.
   int64_t loss_chunk_bytes = int64_t(1) << 30;
-  // --fused-kernels on: RMSNorm/LayerNorm, RoPE, SwiGLU and GELU run as the fused ops of
-  // exec/kernels/fused_ops.hpp (one kernel forward, one backward; CUDA kernels on GPUs, the same
-  // math in CPU loops on the CPU) instead of composites of LibTorch ops. Same math; results agree
-  // to rounding (tests/exec/test_exec_fused.cpp).
-  bool fused_kernels = false;
+  // Which ops run as the fused ops of exec/kernels/fused_ops.hpp (one kernel forward, one
+  // backward; CUDA kernels on GPUs, the same math in CPU loops on the CPU) instead of LibTorch:
+  // fuse_composites the ops written here as several LibTorch ops (RMSNorm, RoPE, SwiGLU),
+  // fuse_library_ops those LibTorch runs as one kernel (LayerNorm, GELU). Same math; results
+  // agree to rounding (tests/exec/test_exec_fused.cpp). Set from ExecOptions::fused_kernels.
+  bool fuse_composites = false, fuse_library_ops = false;
   // MoE layers: this rank's place in the expert-parallel group (it holds experts
   // [ep_rank E/ep, (ep_rank + 1) E/ep) of each MoE layer) and the capacity factor (0: dropless).
   int ep = 1, ep_rank = 0;

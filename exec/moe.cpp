@@ -116,15 +116,15 @@ Exchange exchange_counts(const Dispatch& d, const MoeSettings& s, Comm& ep, Expe
 // One expert's MLP over its rows (none is fine: its weights then get a zero gradient).
 at::Tensor expert_mlp(const at::Tensor& x, const ExpertWeights& w, const MoeSettings& s) {
   const at::Tensor h = at::linear(x, w.w_in, w.b_in);
-  const bool fused = s.fused_kernels && x.size(0) > 0;
+  const bool rows = x.size(0) > 0;
   at::Tensor a;
   if (s.activation == Activation::gelu) {
-    a = fused ? fused_gelu(h) : at::gelu(h, "tanh");
-  } else if (fused) {
+    a = s.fuse_gelu && rows ? fused_gelu(h) : at::gelu(h, "tanh");
+  } else if (s.fuse_swiglu && rows) {
     a = fused_swiglu(h);
   } else {
-    const int64_t f = h.size(-1) / 2;
-    a = at::silu(h.narrow(-1, 0, f)) * h.narrow(-1, f, f);
+    const auto gate_up = h.chunk(2, -1);  // backward one cat (model.cpp rotate_half)
+    a = at::silu(gate_up[0]) * gate_up[1];
   }
   return at::linear(a, w.w_out, w.b_out);
 }

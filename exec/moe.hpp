@@ -58,7 +58,7 @@ struct MoeSettings {
   Activation activation = Activation::swiglu;
   int ep = 1, ep_rank = 0;       // expert-parallel ranks; this rank holds experts [ep_rank E/ep, (ep_rank+1) E/ep)
   double capacity_factor = 0;    // 0: dropless
-  bool fused_kernels = false;    // SwiGLU/GELU as exec/kernels/fused_ops
+  bool fuse_swiglu = false, fuse_gelu = false;  // as exec/kernels/fused_ops (ModelSettings says which)
   int local_experts() const { return experts / ep; }
 };
 

@@ -246,7 +246,8 @@ ModelSettings ScheduleRunner::model_settings() const {
   ms.unit_buffers = zero_.shards_params;  // sharded parameters are gathered unit by unit
   ms.unit_dtype = compute_dtype();        // ...in the compute dtype (16-bit under mixed precision)
   ms.device = device_;
-  ms.fused_kernels = opt_.fused_kernels;
+  ms.fuse_composites = opt_.fused_kernels != FusedKernels::off;
+  ms.fuse_library_ops = opt_.fused_kernels == FusedKernels::on;
   if (layout_.is_worker(env_.rank)) ms.ep_rank = layout_.expert_coord(env_.rank).ep;
   ms.ep = s_.ep;
   ms.capacity_factor = s_.capacity_factor;
@@ -593,7 +594,7 @@ nlohmann::json ScheduleRunner::environment() const {
                                         : s_.dtype == Dtype::bf16 ? "bf16 (autocast, fp32 master)"
                                                                   : "fp16 (autocast, fp32 master)"},
                       {"data", opt_.data_file.empty() ? "synthetic" : opt_.data_file},
-                      {"fused_kernels", opt_.fused_kernels ? "on" : "off"},
+                      {"fused_kernels", to_string(opt_.fused_kernels)},
                       {"vocab_padding",
                        {{"vocab", plan_.model.vocab},
                         {"padded_vocab", padded_vocab(plan_.model.vocab, s_.tp)},

@@ -80,7 +80,7 @@ TEST_F(CompareCli, WarnsWhenTheExecutorIsNotTheProfiles) {
   Result r = run("predict --model gpt2-xl --cluster dgx-h200 --gpus 1 --micro-batch 4 --global-batch 32 --seq 1024 "
                  "--software trainplan-exec --json " + p.string());
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(trainplan::read_json_file(p).at("software_executor"), "mem-2");
+  EXPECT_EQ(trainplan::read_json_file(p).at("software_executor"), "mem-3");
   auto warnings = [&](const fs::path& meas) {
     const Result c = run("compare " + p.string() + " " + meas.string());
     EXPECT_EQ(c.code, 0) << c.err;
@@ -92,10 +92,10 @@ TEST_F(CompareCli, WarnsWhenTheExecutorIsNotTheProfiles) {
   std::ofstream(m) << j.dump();
   const std::string other = warnings(m);
   EXPECT_NE(other.find("warning: the measurement came from executor 'mem-1', the profile 'trainplan-exec' describes "
-                       "executor 'mem-2'"),
+                       "executor 'mem-3'"),
             std::string::npos)
       << other;
-  j["executor"] = "mem-2";
+  j["executor"] = "mem-3";
   std::ofstream(m) << j.dump();
   EXPECT_EQ(warnings(m).find("executor"), std::string::npos);
 }

@@ -39,7 +39,7 @@ TEST(Software, TheShippedProfilesLoad) {
 
 TEST(Software, ExecProfileDescribesWhatExecLaunches) {
   const Software e = load_software("trainplan-exec", kSource);
-  EXPECT_EQ(e.describes_executor, "mem-2");  // exec/exec.hpp kExecutorFingerprint (test_exec_memory checks)
+  EXPECT_EQ(e.describes_executor, "mem-3");  // exec/exec.hpp kExecutorFingerprint (test_exec_memory checks)
   EXPECT_TRUE(e.qkv_fused);                 // exec/model.cpp: attn.wqkv, one GEMM
   EXPECT_TRUE(e.gate_up_fused);             // mlp.wgu
   EXPECT_DOUBLE_EQ(e.stream_bytes, 4);      // fp32 residual stream under autocast
@@ -48,7 +48,16 @@ TEST(Software, ExecProfileDescribesWhatExecLaunches) {
   EXPECT_EQ(e.vocab_multiple, 128);         // padded_vocab(vocab, tp)
   EXPECT_DOUBLE_EQ(e.memory.loss_chunk_bytes, 1 << 30);  // exec's ModelSettings::loss_chunk_bytes
   EXPECT_TRUE(e.memory.weight_copies_layers_only);
-  EXPECT_GT(e.mem.fused_split.passes_bwd, 0);  // q/k/v and gate/up split by narrow
+  EXPECT_GT(e.mem.fused_split.passes_bwd, 0);  // q/k/v split, its gradients joined by one cat
+  // --fused-kernels auto: RMSNorm as one kernel that saves its input alone, SwiGLU one that saves
+  // only the fused gate/up output.
+  EXPECT_EQ(e.memory.rms_norm_saved_stream_tensors, 1);
+  EXPECT_FALSE(e.memory.activation_output_saved);
+  EXPECT_EQ(e.mem.swiglu.kernels_fwd, 1);
+  // The profile of the composite ops (mem-2), kept for the H200 rows measured with them.
+  const Software mem2 = load_software((fs::path(TRAINPLAN_TEST_DATA_DIR) / "h200" / "trainplan-exec-mem-2.json").string(), kSource);
+  EXPECT_EQ(mem2.describes_executor, "mem-2");
+  EXPECT_EQ(mem2.memory.rms_norm_saved_stream_tensors, 2);  // x and x * rsqrt(...)
   // The profile of the executor measured on the H100 (commit e64f6de), kept for those rows.
   const Software old = load_software((fs::path(TRAINPLAN_TEST_DATA_DIR) / "h100" / "trainplan-exec-e64f6de.json").string(), kSource);
   EXPECT_EQ(old.describes_executor, "mem-1");
