@@ -364,11 +364,12 @@ void ModelChunk::materialize() {
 
 at::Tensor ModelChunk::norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
   const int64_t h = s_.spec.hidden;
-  if (s_.spec.norm == Norm::layernorm ? s_.fuse_library_ops : s_.fuse_composites)
-    return s_.spec.norm == Norm::layernorm ? fused_layer_norm(x, w, b, 1e-5) : fused_rms_norm(x, w, 1e-5);
+  const bool layernorm = s_.spec.norm == Norm::layernorm;
+  if (layernorm && s_.fuse_library_ops) return fused_layer_norm(x, w, b, 1e-5);
+  if (!layernorm && s_.fuse_composites) return fused_rms_norm(x, w, 1e-5);
   // 16-bit ZeRO-3 parameters (ModelSettings::unit_dtype) normalise in the stream's dtype, as
   // autocast runs layer_norm in fp32 on CUDA (no cast for fp32 parameters).
-  if (s_.spec.norm == Norm::layernorm)
+  if (layernorm)
     return at::layer_norm(x, {h}, w.to(x.scalar_type()), b.defined() ? b.to(x.scalar_type()) : b, 1e-5);
   auto rms = at::rsqrt(x.pow(2).mean(-1, true) + 1e-5);
   return x * rms * w;

@@ -770,8 +770,14 @@ void ScheduleRunner::traced_step(int index) {
     throw;
   }
   const std::string path = fmt::format("{}.rank{}.json", opt_.trace, env_.rank);
-  result->save(path + ".tmp");
-  std::filesystem::rename(path + ".tmp", path);
+  try {
+    result->save(path + ".tmp");
+    std::filesystem::rename(path + ".tmp", path);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(path + ".tmp", ignored);  // no partial trace left behind
+    throw;
+  }
 }
 
 RankFailure ScheduleRunner::reported(RankFailure f) const {

@@ -147,7 +147,7 @@ PLANS
       step trace-summary 120 python3 "$root/tests/gpu/step_profile.py" --out "$out/trace/summary.json" \
         --summarize "$out"/trace/exec-*.rank0.json "$out"/trace/*_*_*.json > "$out/trace/summary.log" 2>&1
       # The traces themselves (tens of MB each) stay on the GPU machine; their summaries come back.
-      rm -f "$out"/trace/*.rank0.json "$out"/trace/llama-1b_*.json "$out"/trace/gpt2-xl_*.json
+      rm -f "$out"/trace/exec-*.rank0.json "$out"/trace/*_*_*.json
       ;;
     pytorch)
       # The rows of tests/data/h100/pytorch_steps.jsonl: model micro-batch global-batch sequence modes.

@@ -42,6 +42,14 @@ CLASSES = [("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
 TOP_KERNELS = 25  # kernel names listed per run, by time
 
 
+def write_json_atomic(path, obj):
+    """Writes obj to path whole or not at all (a temporary name, then renamed)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
 def load_reference():
     path = os.path.join(ROOT, "tests", "data", "h100", "pytorch_reference.py")
     spec = importlib.util.spec_from_file_location("pytorch_reference", path)
@@ -197,10 +205,7 @@ def main():
         for row in result["traces"]:
             print(json.dumps({k: v for k, v in row.items() if k != "top_kernels"}))
         if args.out:
-            tmp = args.out + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(result, f, indent=1)
-            os.replace(tmp, args.out)
+            write_json_atomic(args.out, result)
         return None
     if not args.out:
         ap.error("--out is required")
@@ -219,10 +224,7 @@ def main():
         result["runs"].append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "gemm_shapes"}), flush=True)
         # Written after every run, whole or not at all, so a time limit keeps the runs that finished.
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, args.out)
+        write_json_atomic(args.out, result)
 
 if __name__ == "__main__":
     main()
