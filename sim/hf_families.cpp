@@ -199,6 +199,8 @@ int parse_gpt_oss(const JsonObject& o, ModelSpec& m) {
   m.moe.expert_ffn = m.ffn_hidden;
   m.moe.expert_bias = m.moe.router_bias = true;  // GptOssExperts' biases, GptOssTopKRouter's bias
   m.attention_sinks = true;                      // GptOssAttention.sinks
+  // GptOssExperts clamps gate and up to swiglu_limit (GptOssConfig's default 7.0).
+  m.activation_clamp = o.has_value("swiglu_limit") ? o.number("swiglu_limit", 0, 1e6, true) : 7.0;
   m.sliding_window = int_of(o, "sliding_window", kSeq);
   if (o.has_value("layer_types")) {
     m.layer_attention = layer_types(o, "layer_types", m.layers,
@@ -275,7 +277,7 @@ bool absent_value(const json& v) {
 // qwen3_moe config, DeepSeek's dense first layers in a mixtral one) and is refused, not ignored.
 constexpr const char* kLayoutKeys[] = {
     "mlp_only_layers", "n_group", "topk_group", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-    "no_rope_layers", "attention_chunk_size", "intermediate_size_mlp"};
+    "no_rope_layers", "attention_chunk_size", "intermediate_size_mlp", "swiglu_limit"};
 
 // A value that sets nothing: absent_value, or 1 for a key whose 1 is "every layer" or "one group".
 bool neutral_value(const std::string& key, const json& v) {
@@ -289,8 +291,8 @@ bool neutral_value(const std::string& key, const json& v) {
 void refuse_unread_layout_keys(const JsonObject& o, const std::string& what) {
   auto check = [&](const char* key) {
     if (o.asked(key) || !o.has_value(key) || neutral_value(key, o.raw(key))) return;
-    throw o.error(key, fmt::format("is not a key of {} (another family's expert, latent-attention or "
-                                   "attention-window setting), and trainplan will not ignore it",
+    throw o.error(key, fmt::format("is not a key of {} (another family's expert, latent-attention, "
+                                   "attention-window or activation setting), and trainplan will not ignore it",
                                    what));
   };
   for (const char* key : kExtendedKeys) check(key);

@@ -39,13 +39,24 @@ double gemm_input_copies(const Software& sw, const ModelSpec& m, OpKind kind) {
   return 1;
 }
 
+// Activation inputs an MLP's activation keeps for its backward: 1, or 2 where a clamped gated
+// activation is clamped in kernels of the stack's own (glu_clamp), each keeping its input (the
+// activation's input before the clamp) beside the clamped copy the activation keeps.
+double activation_input_copies(const Software& sw, const ModelSpec& m) {
+  const MemOpImpl& clamp = sw.mem.glu_clamp;
+  return m.activation_clamp > 0 && clamp.kernels_fwd > 0 ? 2 : 1;
+}
+
 // The routed experts' saved tensors on the busiest EP rank (memory_model.hpp), and the router's
 // fp32 scores.
-Bytes routed_expert_bytes(const ModelSpec& m, const Strategy& s, const MoeShape& x, const ElementBytes& w, bool keep_all) {
+Bytes routed_expert_bytes(const Software& sw, const ModelSpec& m, const Strategy& s, const MoeShape& x,
+                          const ElementBytes& w, bool keep_all) {
   const double h = m.hidden, f = m.moe.expert_ffn, etp = s.etp;
   const double g = m.activation == Activation::swiglu ? 2 : 1;
   const bool act_recomputed = !keep_all && (s.recompute_modules & kRecomputeMoeAct);
-  Bytes b = x.received * (h * w.saved_gemm_input + g * f / etp * w.activation);
+  // Recomputing the activation (moe_act) keeps only the activation's input: no clamped copy.
+  const double act_inputs = act_recomputed ? 1 : activation_input_copies(sw, m);
+  Bytes b = x.received * (h * w.saved_gemm_input + act_inputs * g * f / etp * w.activation);
   if (!act_recomputed) b += x.received * f / etp * w.saved_gemm_input;
   b += x.routed * h * w.activation + x.tokens * m.moe.experts * 4.0;
   return b;
@@ -114,6 +125,8 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     if (op.kind == OpKind::activation && p.activation_output_saved && m.activation == Activation::swiglu) {
       tensor_elems += f;  // silu(gate)
     }
+    if (op.kind == OpKind::activation || op.kind == OpKind::shared_activation)
+      tensor_elems += (activation_input_copies(sw, m) - 1) * op.saved_tensor_elems_per_token;
     Bytes b = tensor_elems * tensor * width + seq_bytes * share;
     if (p.dropout_masks) b += op.saved_mask_bytes_per_token * share;
     if (keep_scores) {
@@ -121,7 +134,7 @@ Bytes layer_activation_bytes(const LayerGraph& graph, const Software& sw, const 
     }
     total += b * tokens;
   }
-  if (graph.kind(kind).moe) total += routed_expert_bytes(m, s, moe, w, keep_all);
+  if (graph.kind(kind).moe) total += routed_expert_bytes(sw, m, s, moe, w, keep_all);
   return total;
 }
 

@@ -204,6 +204,11 @@ void read_model_extensions(const JsonObject& o, ModelSpec& m) {
   if (m.attention_chunk > 0 && !uses(m, AttentionWindow::chunked))
     throw o.error("attention_chunk", "is given but no layer's attention is chunked (layer_attention)");
   if (o.has("attention_sinks")) m.attention_sinks = o.boolean("attention_sinks");
+  if (o.has("activation_clamp")) {
+    m.activation_clamp = o.number("activation_clamp", 0, 1e6, true);
+    if (m.activation != Activation::swiglu)
+      throw o.error("activation_clamp", "clamps a gated activation's two halves; activation must be swiglu");
+  }
   if (o.has("mtp_layers")) m.mtp_layers = static_cast<int>(o.integer("mtp_layers", 0, 16));
   check_extensions(m, o, ExtensionKeys{.experts = nullptr});  // the moe object's checked as it was read
 }
@@ -237,6 +242,7 @@ void extensions_to_json(const ModelSpec& m, json& j) {
   if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
   if (m.attention_chunk > 0) j["attention_chunk"] = m.attention_chunk;
   if (m.attention_sinks) j["attention_sinks"] = true;
+  if (m.activation_clamp > 0) j["activation_clamp"] = m.activation_clamp;
   if (m.mtp_layers > 0) j["mtp_layers"] = m.mtp_layers;
 }
 

@@ -115,6 +115,10 @@ struct ModelSpec {
   // gpt-oss's attention sinks: one learned logit per head per layer joining the softmax's
   // denominator (heads parameters per layer; no measurable time).
   bool attention_sinks = false;
+  // gpt-oss's clamped gated activation: the gate half clamped to at most L and the linear half to
+  // [-L, L] before the activation (Hugging Face swiglu_limit; 0: no clamp). Same FLOPs; what the
+  // clamp costs is the stack's (Software MemOps::glu_clamp).
+  double activation_clamp = 0;
   // DeepSeek-V3's multi-token prediction (report Sec. 2.2): `mtp_layers` sequential modules after
   // the last layer, each a norm of the hidden state and of the next token's embedding, a linear
   // projection 2h -> h, one transformer layer (an MoE layer where the model has experts) and the

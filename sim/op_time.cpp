@@ -432,19 +432,32 @@ void add_attention(const Ctx& x, AttentionWindow window, LayerOpCosts& L) {
   L.module_recompute += in_region(x, kAttnRegion, A.module_recompute);
 }
 
+// An MLP's activation (the stack's SwiGLU or GeLU) on `in` bytes of its input, after the clamps
+// of a clamped gated activation (ModelSpec::activation_clamp) as the stack runs them (glu_clamp).
+PassCost activation_fwd(const Ctx& x, Bytes in) {
+  const MemOps& mem = x.sw.mem;
+  PassCost p = mem_fwd(x, x.m.activation == Activation::swiglu ? mem.swiglu : mem.gelu, in);
+  if (x.m.activation_clamp > 0) p += mem_fwd(x, mem.glu_clamp, in);
+  return p;
+}
+PassCost activation_bwd(const Ctx& x, Bytes in) {
+  const MemOps& mem = x.sw.mem;
+  PassCost p = mem_bwd(x, x.m.activation == Activation::swiglu ? mem.swiglu : mem.gelu, in);
+  if (x.m.activation_clamp > 0) p += mem_bwd(x, mem.glu_clamp, in);
+  return p;
+}
+
 // The dense MLP's activation.
 void add_mlp_activation(const Ctx& x, LayerOpCosts& L) {
-  const Software& sw = x.sw;
   const double f = x.m.ffn_hidden, tp = x.s.tp;
   const bool swiglu = x.m.activation == Activation::swiglu;
   const Bytes in = x.t.per_rank * (swiglu ? 2 * f : f) / tp * x.b.activation;
-  const MemOpImpl& activation = swiglu ? sw.mem.swiglu : sw.mem.gelu;
-  L.fwd += in_region(x, kGraphMlp, mem_fwd(x, activation, in));
-  L.bwd += in_region(x, kGraphMlp, mem_bwd(x, activation, in));
+  L.fwd += in_region(x, kGraphMlp, activation_fwd(x, in));
+  L.bwd += in_region(x, kGraphMlp, activation_bwd(x, in));
   // The mlp module re-runs the MLP from its input: its fused norm, GEMMs (add_linears) and this.
   if (x.s.recompute_modules & kRecomputeMlp) {
     L.module_recompute += in_region(x, kGraphMlp, mem_fwd(x, norm_impl(x), stream_tensor(x)));
-    L.module_recompute += in_region(x, kGraphMlp, mem_fwd(x, activation, in));
+    L.module_recompute += in_region(x, kGraphMlp, activation_fwd(x, in));
   }
 }
 
@@ -512,17 +525,22 @@ void add_moe_mlp(const Ctx& x, LayerOpCosts& L) {
   const LinearCost up = in_region(x, kGraphMoe, grouped_linear(x, ms.local_experts, ms.expert_tokens, g * f / etp, h));
   const LinearCost down = in_region(x, kGraphMoe, grouped_linear(x, ms.local_experts, ms.expert_tokens, h, f / etp));
   const Bytes act_in = ms.received * g * f / etp * x.b.activation;
-  const MemOpImpl& act = swiglu ? x.sw.mem.swiglu : x.sw.mem.gelu;
   for (const LinearCost* l : {&up, &down}) {
     L.expert_fwd += l->fwd;
     L.expert_bwd += l->bwd;
   }
-  L.expert_fwd += in_region(x, kGraphMoe, mem_fwd(x, act, act_in));
-  L.expert_bwd += in_region(x, kGraphMoe, mem_bwd(x, act, act_in));
+  L.expert_fwd += in_region(x, kGraphMoe, activation_fwd(x, act_in));
+  L.expert_bwd += in_region(x, kGraphMoe, activation_bwd(x, act_in));
+  if (e.expert_bias) {
+    // The down projections' biases, each expert's on its own rows (kernels per local expert).
+    const Bytes rows = ms.received * h * x.b.activation, per_expert = rows / ms.local_experts;
+    L.expert_fwd += in_region(x, kGraphMoe, ms.local_experts * mem_fwd(x, x.sw.moe.expert_bias, per_expert));
+    L.expert_bwd += in_region(x, kGraphMoe, ms.local_experts * mem_bwd(x, x.sw.moe.expert_bias, per_expert));
+  }
   L.fwd += L.expert_fwd;
   L.bwd += L.expert_bwd;
   L.after_dispatch_fwd += L.expert_fwd;
-  if (x.s.recompute_modules & kRecomputeMoeAct) L.module_recompute += in_region(x, kGraphMoe, mem_fwd(x, act, act_in));
+  if (x.s.recompute_modules & kRecomputeMoeAct) L.module_recompute += in_region(x, kGraphMoe, activation_fwd(x, act_in));
   if (e.shared_experts == 0) return;
   const double fs = static_cast<double>(e.shared_experts) * e.shared_ffn;
   // Captured with the router where the stack runs them before the dispatch (not overlapped).
@@ -531,10 +549,10 @@ void add_moe_mlp(const Ctx& x, LayerOpCosts& L) {
   const LinearCost s_down = in_region(x, region, linear(x, M, h, fs / tp));
   L.shared_fwd = s_up.fwd;
   L.shared_fwd += s_down.fwd;
-  L.shared_fwd += in_region(x, region, mem_fwd(x, act, M * g * fs / tp * x.b.activation));
+  L.shared_fwd += in_region(x, region, activation_fwd(x, M * g * fs / tp * x.b.activation));
   L.shared_bwd = s_up.bwd;
   L.shared_bwd += s_down.bwd;
-  L.shared_bwd += in_region(x, region, mem_bwd(x, act, M * g * fs / tp * x.b.activation));
+  L.shared_bwd += in_region(x, region, activation_bwd(x, M * g * fs / tp * x.b.activation));
   L.fwd += L.shared_fwd;
   L.bwd += L.shared_bwd;
 }

@@ -90,6 +90,7 @@ void parse_memory_bound_ops(JsonObject m, Software& s) {
   s.mem.weight_cast = parse_mem_op(m.object("weight_cast"));
   s.mem.optimizer = parse_mem_op(m.object("optimizer"));
   if (m.has("fused_split")) s.mem.fused_split = parse_mem_op(m.object("fused_split"));
+  if (m.has("glu_clamp")) s.mem.glu_clamp = parse_mem_op(m.object("glu_clamp"));
   m.finish();
 }
 
@@ -110,6 +111,7 @@ void parse_moe(JsonObject m, Software& s) {
   s.moe.router = parse_mem_op(m.object("router"));
   s.moe.permute = parse_mem_op(m.object("permute"));
   s.moe.unpermute = parse_mem_op(m.object("unpermute"));
+  if (m.has("expert_bias")) s.moe.expert_bias = parse_mem_op(m.object("expert_bias"));
   s.moe.shared_expert_overlap = m.boolean("shared_expert_overlap");
   if (m.has("grouped_gemm")) s.moe.gemm_per_expert = m.choice("grouped_gemm", {"one_kernel", "per_expert"}) == "per_expert";
   if (m.has("host_per_expert_gemm_us")) {

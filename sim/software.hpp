@@ -51,6 +51,13 @@ struct MemOps {
   MemOpImpl fused_split;        // optional key: the backward of splitting a fused GEMM's output (QKV, gate/up)
                                 // into its parts where the stack's split does more than a concatenation;
                                 // charged once per part, tensor: the fused output (tokens x its width / tp)
+  // Optional key: the clamps of a clamped gated activation's halves (ModelSpec::activation_clamp)
+  // where the stack runs them outside its activation kernel; tensor: the activation's input (gate +
+  // up). Default: plain PyTorch, one clamp per half, each reading and writing its half (forward, 4 B
+  // per element: 0.67 of an add pass) and, backward, reading the gradient and the saved input and
+  // writing the gradient (6 B: one pass). A stack with kernels here keeps the clamp's input for its
+  // backward beside the activation's own (memory_model.cpp); all zero: clamped inside the kernel.
+  MemOpImpl glu_clamp{MemKernel::add, 0.67, 1, 2, 2};
 };
 
 // What the stack runs around an MoE layer's experts (the profile's optional "moe" object; the
@@ -66,6 +73,11 @@ struct MoeOps {
   // The experts' outputs scaled by their routing weights and summed back per token after the
   // combine; tensor: routed copies x hidden activations.
   MemOpImpl unpermute{MemKernel::add, 0.67, 0.67, 1, 1};
+  // The experts' output biases (MoeSpec::expert_bias) where added outside the grouped GEMM; tensor:
+  // this rank's received rows x hidden; kernels per local expert. Default: plain PyTorch, each
+  // expert's rows plus its bias (an add pass, one kernel each), the bias gradient a sum over the
+  // rows (reads the gradient once: 0.33 of a pass).
+  MemOpImpl expert_bias{MemKernel::add, 1, 0.33, 1, 1};
   // The shared experts run while the dispatch all-to-all is in flight (Megatron-core
   // --moe-shared-expert-overlap); else after it.
   bool shared_expert_overlap = false;

@@ -482,8 +482,8 @@ TEST(Cli, CapacityTablesStayAlignedWithLongLayouts) {
 // within 3%, gets no such note.
 TEST(Cli, PredictNotesWhereTheSimulatorDisagreesOnAnInterleavedPlan) {
   const std::string layout =
-      "predict --model gpt-oss-120b --cluster dgx-h100 --gpus 32 --tp 4 --pp 8 --dp 1 --micro-batch 16 "
-      "--global-batch 256 --seq 4096 --ep 2 --sequence-parallel on";
+      "predict --model gpt-oss-120b --cluster dgx-h100 --gpus 32 --tp 4 --pp 8 --dp 1 --micro-batch 1 "
+      "--global-batch 16 --seq 4096 --ep 2 --sequence-parallel on";
   auto interleaved = run_merged(layout + " --vp 2");
   ASSERT_TRUE(interleaved.code == 0 || interleaved.code == 3) << interleaved.output;
   EXPECT_NE(interleaved.output.find("note: the step simulator gives"), std::string::npos) << interleaved.output;

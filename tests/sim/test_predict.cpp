@@ -1275,6 +1275,52 @@ TEST(MoeHandWorked, ExpertStatesPerRankOverEpEtpAndEdpWithZero1) {
 // DeepSeek-V3's MoE layers (MLA, shared expert): the pre-MLP norm's output (the router's; the
 // shared expert reads the same tensor and never counted it) and MLA's input norm's (the query
 // down projection's input): two such tensors (4096 x 7168 x 2 B each). Dense models refuse it.
+// gpt-oss's clamped activation and expert biases under megatron-core, at ep 8 on 8 H100s with one
+// micro-batch of 4096 tokens: a rank's experts take 4096 x top-4 = 16,384 rows over 16 local
+// experts. The clamps run on the activation's input, 16,384 x 2 x 2880 x 2 B = 188,743,680 B
+// (1.33 add passes forward, 1.67 backward, 3 kernels each way); the down projections' biases on
+// their output, 16,384 x 2880 x 2 B = 94,371,840 B, each expert's 1/16 of it (2 passes and 2
+// kernels per expert forward, 2.67 and 4 backward). The clamps keep their input as well: one more
+// copy of the activation's input per layer, which recomputing moe_act drops.
+TEST(MoeHandWorked, ClampedActivationAndExpertBiasesAsTheStackRunsThem) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  const ModelSpec oss = load_model("gpt-oss-120b", TRAINPLAN_SOURCE_DIR);
+  ASSERT_EQ(oss.activation_clamp, 7.0);
+  ASSERT_TRUE(oss.moe.expert_bias);
+  ModelSpec plain = oss;
+  plain.activation_clamp = 0;
+  plain.moe.expert_bias = false;
+  const Strategy s = moe_layout(8, 8);
+  const LayerOpCosts with = op_costs(LayerGraph(oss, 4096), c, sw, s).kinds[0];
+  const LayerOpCosts without = op_costs(LayerGraph(plain, 4096), c, sw, s).kinds[0];
+  const double act_in = 16384.0 * 2 * 2880 * 2, rows = 16384.0 * 2880 * 2;
+  const double clamp_fwd = 1.33 * c.ops.memory_fwd(MemKernel::add, act_in);
+  const double bias_fwd = 16 * 2 * c.ops.memory_fwd(MemKernel::add, rows / 16);
+  const double clamp_bwd = 1.67 * c.ops.memory_bwd(MemKernel::add, act_in);
+  const double bias_bwd = 16 * 2.67 * c.ops.memory_bwd(MemKernel::add, rows / 16);
+  EXPECT_NEAR(with.expert_fwd.gpu - without.expert_fwd.gpu, clamp_fwd + bias_fwd, 1e-12);
+  EXPECT_NEAR(with.expert_bwd.gpu - without.expert_bwd.gpu, clamp_bwd + bias_bwd, 1e-12);
+  EXPECT_DOUBLE_EQ(with.expert_fwd.kernels - without.expert_fwd.kernels, 3 + 2 * 16);
+  EXPECT_DOUBLE_EQ(with.expert_bwd.kernels - without.expert_bwd.kernels, 3 + 4 * 16);
+  // Memory: the clamp's input beside the activation's; none of it kept under moe_act recompute.
+  auto saved = [&](const ModelSpec& m, unsigned modules) {
+    Strategy r = s;
+    r.recompute_modules = modules;
+    return layer_activation_bytes(LayerGraph(m, 4096), sw, PlanShape(m, c, sw, r), 0, false);
+  };
+  EXPECT_DOUBLE_EQ(saved(oss, 0) - saved(plain, 0), act_in);
+  EXPECT_DOUBLE_EQ(saved(oss, kRecomputeMoeAct) - saved(plain, kRecomputeMoeAct), 0);
+  // A stack that clamps inside its activation kernel costs and keeps nothing more.
+  Software fused = sw;
+  fused.mem.glu_clamp = MemOpImpl{};
+  ModelSpec unbiased = oss;
+  unbiased.moe.expert_bias = false;
+  EXPECT_EQ(op_costs(LayerGraph(unbiased, 4096), c, fused, s).kinds[0].expert_fwd.gpu, without.expert_fwd.gpu);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(LayerGraph(unbiased, 4096), fused, PlanShape(unbiased, c, fused, s), 0, false),
+                   saved(plain, 0));
+}
+
 TEST(MoeHandWorked, LayernormModuleDropsTheOwnNormsOutputs) {
   const Software& sw = testing::default_software();
   const Cluster c = testing::builtin_cluster("dgx-h100");

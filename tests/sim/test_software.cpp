@@ -262,5 +262,23 @@ TEST(Software, OptionalMemoryKeys) {
             "s.json: memory_bound.fused_split.kernels_bwd is missing (required key)");
 }
 
+// A clamped gated activation's clamps and the experts' output biases: stated by megatron-core (as
+// its code runs them), plain PyTorch's where a profile leaves them out, checked like any op.
+TEST(Software, ClampAndExpertBiasOps) {
+  const fs::path p = kSource / "software" / "megatron-core.json";
+  json j = read_json_file(p);
+  const Software m = parse_software(j, "s.json");
+  EXPECT_EQ(m.mem.glu_clamp.kernels_fwd, 3);
+  EXPECT_DOUBLE_EQ(m.moe.expert_bias.passes_bwd, 2.67);
+  j["memory_bound"].erase("glu_clamp");
+  j["moe"].erase("expert_bias");
+  const Software plain = parse_software(j, "s.json");
+  EXPECT_EQ(plain.mem.glu_clamp.kernels_fwd, 2);
+  EXPECT_DOUBLE_EQ(plain.mem.glu_clamp.passes_fwd, 0.67);
+  EXPECT_EQ(plain.moe.expert_bias.kernels_bwd, 1);
+  j["moe"]["expert_bias"] = {{"kernel", "add"}, {"passes_fwd", -1}, {"passes_bwd", 1}, {"kernels_fwd", 1}, {"kernels_bwd", 1}};
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: moe.expert_bias.passes_fwd = -1, must be in [0, 1000]");
+}
+
 }  // namespace
 }  // namespace trainplan
