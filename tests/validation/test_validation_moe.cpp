@@ -260,7 +260,7 @@ TEST(ValidationMoe, ExpertGemmHostTimeFit) {
 // NeMo 26.04.01 with its recipes' knobs): a tracked gap, NOT the 20% target. trainplan predicts
 // these runs 16-35% fast (their memory verdicts right: every one fits), while the same layouts publish within
 // 6% of each other across five containers, so the runs are not one release's regression. Each
-// row is held to 50% so that the gap cannot widen unnoticed. The clamped activation and the
+// row is held to 40% and the mean to 30% so that the gap cannot widen unnoticed. The clamped activation and the
 // experts' eager output biases are costed (megatron-core's glu_clamp and moe.expert_bias); the
 // rest is not known (the learnable-softmax attention runs through cuDNN only, 64-wide heads, YaRN
 // rotary embeddings, and the recipes' CUDA graphs are not modelled).
@@ -281,11 +281,12 @@ TEST(ValidationMoe, GptOssRowsTracked) {
     std::printf("gpt-oss-120b %-9s %s  predicted %5.2f s  published %5.2f s  error %+5.1f%%%s  (tracked, not met)\n",
                 r.at("system").get<std::string>().c_str(), describe(s).c_str(), e.time.step, published, 100 * err,
                 e.feasible ? "" : "  (predicted out of memory)");
-    EXPECT_LT(std::abs(err), 0.5) << r.at("system");
+    EXPECT_LT(std::abs(err), 0.4) << r.at("system");
     sum_abs += std::abs(err);
     ++rows;
   }
   EXPECT_EQ(rows, 5);
+  EXPECT_LT(sum_abs / rows, 0.3);
   std::printf("gpt-oss-120b: mean absolute error %.1f%% over %d rows (tracked gap; the MoE target is 12%%)\n",
               100 * sum_abs / rows, rows);
 }
