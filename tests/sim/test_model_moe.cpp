@@ -156,6 +156,18 @@ TEST(HfMoe, GptOssAlternatesSlidingAndFullAttention) {
             "g.json: experts_per_token = 2, must equal num_experts_per_tok (4)");
 }
 
+// GptOssExperts clamps gate and up to swiglu_limit: read where given, GptOssConfig's 7.0 where not.
+TEST(HfMoe, GptOssReadsItsSwigluLimit) {
+  EXPECT_EQ(hf("gpt-oss-120b").activation_clamp, 7.0);
+  json j = read_json_file(kHf + "gpt-oss-120b/config.json");
+  j["swiglu_limit"] = 5.5;
+  EXPECT_EQ(parse_hf_config(j, "g.json").activation_clamp, 5.5);
+  j.erase("swiglu_limit");
+  EXPECT_EQ(parse_hf_config(j, "g.json").activation_clamp, 7.0);
+  j["swiglu_limit"] = nullptr;
+  EXPECT_EQ(parse_hf_config(j, "g.json").activation_clamp, 7.0);
+}
+
 TEST(HfMoe, Llama4ReadsItsTextConfig) {
   const ModelSpec m = hf("llama4-scout");
   EXPECT_EQ(m.layers, 48);
