@@ -38,6 +38,7 @@
 #include "exec/recorder.hpp"
 #include "exec/reducer.hpp"
 #include "exec/tokens.hpp"
+#include "sim/atomic_file.hpp"
 #include "sim/model_spec.hpp"
 #include "sim/rank_layout.hpp"
 #include "sim/schedule.hpp"
@@ -749,7 +750,7 @@ std::optional<Measurement> ScheduleRunner::run() {
 // A step under the PyTorch profiler (Kineto: the operators on the host; on a GPU, every kernel
 // and copy), after the measured ones so that its overhead is in no measured figure. Each rank
 // writes its chrome trace (Perfetto, chrome://tracing, tests/gpu/step_profile.py --summarize) to
-// <trace>.rank<R>.json, whole: saved under a temporary name, then renamed.
+// <trace>.rank<R>.json, whole, through OutputSet as every other output.
 void ScheduleRunner::traced_step(int index) {
   namespace prof = torch::autograd::profiler;
   enter("tracing a step (--trace)");
@@ -770,14 +771,9 @@ void ScheduleRunner::traced_step(int index) {
     throw;
   }
   const std::string path = fmt::format("{}.rank{}.json", opt_.trace, env_.rank);
-  try {
-    result->save(path + ".tmp");
-    std::filesystem::rename(path + ".tmp", path);
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(path + ".tmp", ignored);  // no partial trace left behind
-    throw;
-  }
+  OutputSet out;  // a hidden temporary, flushed, then renamed; removed if the save fails
+  out.stage_by_path(path, "--trace " + path, [&](const std::filesystem::path& tmp) { result->save(tmp.string()); });
+  out.commit();
 }
 
 RankFailure ScheduleRunner::reported(RankFailure f) const {

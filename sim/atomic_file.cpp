@@ -108,15 +108,33 @@ void OutputSet::stage(const fs::path& path, std::string_view content, std::strin
   stage(path, std::move(what), [&](std::ostream& os) { os.write(content.data(), static_cast<std::streamsize>(content.size())); });
 }
 
-void OutputSet::stage(const fs::path& path, std::string what, const std::function<void(std::ostream&)>& write) {
+// A new hidden temporary beside `path` (.NAME.tmp-XXXXXX), staged (so removed unless committed);
+// returns its open descriptor.
+int OutputSet::create_temporary(const fs::path& path, const std::string& what) {
   check_output_path(path, what);
-  std::string leaf = ".";  // hidden temporary beside the target: .NAME.tmp-XXXXXX
+  std::string leaf = ".";
   leaf += path.filename().string();
   leaf += ".tmp-XXXXXX";
   std::string tmp = (folder_of(path) / leaf).string();
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) throw InputError(fmt::format("{}: cannot create a temporary file: {}", what, std::strerror(errno)));
   staged_.push_back({path, tmp, what});  // removed by the destructor unless committed
+  return fd;
+}
+
+// Gives the temporary on `fd` an ordinary new file's permissions (mkstemp creates 0600), flushes
+// it to disk and closes it; `step` names a write that already failed (with errno `err`).
+void OutputSet::finish_temporary(int fd, const std::string& what, const char* step, int err) {
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (!step && ::fchmod(fd, 0666 & ~mask) != 0) step = "setting permissions", err = errno;
+  if (!step && ::fsync(fd) != 0) step = "flushing", err = errno;
+  if (::close(fd) != 0 && !step) step = "closing", err = errno;
+  if (step) throw InputError(fmt::format("{}: {} failed: {}", what, step, std::strerror(err)));
+}
+
+void OutputSet::stage(const fs::path& path, std::string what, const std::function<void(std::ostream&)>& write) {
+  const int fd = create_temporary(path, what);
   const char* step = nullptr;  // what failed, with errno in `err`
   int err = 0;
   try {
@@ -129,13 +147,15 @@ void OutputSet::stage(const fs::path& path, std::string what, const std::functio
     ::close(fd);
     throw;
   }
-  // Keep the permissions an ordinary new file would get (mkstemp creates 0600).
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  if (!step && ::fchmod(fd, 0666 & ~mask) != 0) step = "setting permissions", err = errno;
-  if (!step && ::fsync(fd) != 0) step = "flushing", err = errno;
-  if (::close(fd) != 0 && !step) step = "closing", err = errno;
-  if (step) throw InputError(fmt::format("{}: {} failed: {}", what, step, std::strerror(err)));
+  finish_temporary(fd, what, step, err);
+}
+
+void OutputSet::stage_by_path(const fs::path& path, std::string what, const std::function<void(const fs::path&)>& write) {
+  ::close(create_temporary(path, what));
+  write(staged_.back().temporary);
+  const int fd = ::open(staged_.back().temporary.c_str(), O_RDONLY);
+  if (fd < 0) throw InputError(fmt::format("{}: reopening the written file failed: {}", what, std::strerror(errno)));
+  finish_temporary(fd, what, nullptr, 0);
 }
 
 void OutputSet::commit() {

@@ -41,6 +41,10 @@ class OutputSet {
   // The same, the content written by `write` to a stream on the temporary (a large trace is then
   // never held in memory).
   void stage(const std::filesystem::path& path, std::string what, const std::function<void(std::ostream&)>& write);
+  // The same for a writer that can only write to a file it names itself (a profiler's save()):
+  // `write` is given the temporary's path, writes it whole or throws; the file is then flushed.
+  void stage_by_path(const std::filesystem::path& path, std::string what,
+                     const std::function<void(const std::filesystem::path&)>& write);
   // Renames every staged temporary into place; throws InputError naming the output that failed.
   void commit();
 
@@ -49,6 +53,8 @@ class OutputSet {
     std::filesystem::path target, temporary;
     std::string what;
   };
+  int create_temporary(const std::filesystem::path& path, const std::string& what);
+  static void finish_temporary(int fd, const std::string& what, const char* step, int err);
   std::vector<Staged> staged_;
 };
 

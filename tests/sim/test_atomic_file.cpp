@@ -133,6 +133,40 @@ TEST(OutputsOnFailure, OutputSetReplacesNothingWhenOneOutputFails) {
   fs::remove_all(dir);
 }
 
+// A writer that names its own file (a profiler's save()) writes the hidden temporary it is handed;
+// nothing replaces the target until commit(), and a writer that throws leaves the previous file
+// and no temporary behind.
+TEST(OutputsOnFailure, StageByPathWritesTheTemporaryItHandsOut) {
+  const fs::path dir = scratch("bypath");
+  const fs::path t = dir / "trace.rank0.json";
+  write_file_atomically(t, "previous\n", "--trace trace.rank0.json");
+  auto save = [&dir](const std::string& text) {
+    return [text, &dir](const fs::path& tmp) {
+      EXPECT_EQ(tmp.parent_path(), dir);
+      EXPECT_EQ(tmp.filename().string().rfind(".trace.rank0.json.tmp-", 0), 0u) << tmp;
+      std::ofstream(tmp) << text;
+    };
+  };
+  {
+    trainplan::OutputSet outputs;
+    outputs.stage_by_path(t, "--trace trace.rank0.json", save("never committed\n"));
+  }
+  EXPECT_EQ(read(t), "previous\n");
+  EXPECT_THROW(
+      {
+        trainplan::OutputSet outputs;
+        outputs.stage_by_path(t, "--trace trace.rank0.json", [](const fs::path&) { throw InputError("save failed"); });
+      },
+      InputError);
+  EXPECT_EQ(names(dir), std::vector<std::string>{"trace.rank0.json"});
+  trainplan::OutputSet outputs;
+  outputs.stage_by_path(t, "--trace trace.rank0.json", save("{\"traceEvents\": []}\n"));
+  outputs.commit();
+  EXPECT_EQ(read(t), "{\"traceEvents\": []}\n");
+  EXPECT_EQ(names(dir), std::vector<std::string>{"trace.rank0.json"});
+  fs::remove_all(dir);
+}
+
 // An output that cannot be written is refused before anything is created.
 TEST(AtomicFile, MissingFolderIsRefusedAndNothingIsCreated) {
   const fs::path dir = scratch("missing");
