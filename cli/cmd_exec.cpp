@@ -271,6 +271,7 @@ void check_exec_model(const ModelSpec& m, int seq) {
       throw refuse(fmt::format("{} attention (layer {} at --seq {})", to_string(m.layer_attention_at(l, seq)), l, seq));
   if (m.attention_sinks) throw refuse("attention sinks");
   if (m.activation_clamp > 0) throw refuse("a clamped activation (activation_clamp)");
+  if (m.rope_attention_factor != 1) throw refuse("a scaled rotary embedding (rope_attention_factor)");
   if (m.mtp_layers > 0) throw refuse("multi-token prediction (mtp_layers)");
   // exec/model.cpp builds GPT-2's linears (GeLU) with biases and Llama's (SwiGLU) without.
   const bool gpt = m.activation == Activation::gelu;

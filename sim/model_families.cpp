@@ -209,6 +209,11 @@ void read_model_extensions(const JsonObject& o, ModelSpec& m) {
     if (m.activation != Activation::swiglu)
       throw o.error("activation_clamp", "clamps a gated activation's two halves; activation must be swiglu");
   }
+  if (o.has("rope_attention_factor")) {
+    m.rope_attention_factor = o.number("rope_attention_factor", 0, 100, true);
+    if (m.position != Position::rope)
+      throw o.error("rope_attention_factor", "scales RoPE's cos and sin tables; position must be rope");
+  }
   if (o.has("mtp_layers")) m.mtp_layers = static_cast<int>(o.integer("mtp_layers", 0, 16));
   check_extensions(m, o, ExtensionKeys{.experts = nullptr});  // the moe object's checked as it was read
 }
@@ -243,6 +248,7 @@ void extensions_to_json(const ModelSpec& m, json& j) {
   if (m.attention_chunk > 0) j["attention_chunk"] = m.attention_chunk;
   if (m.attention_sinks) j["attention_sinks"] = true;
   if (m.activation_clamp > 0) j["activation_clamp"] = m.activation_clamp;
+  if (m.rope_attention_factor != 1) j["rope_attention_factor"] = m.rope_attention_factor;
   if (m.mtp_layers > 0) j["mtp_layers"] = m.mtp_layers;
 }
 

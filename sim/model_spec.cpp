@@ -1,6 +1,7 @@
 #include "sim/model_spec.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -250,6 +251,52 @@ static void read_hf_dropout(const JsonObject& arch, ModelSpec& m) {
   }
 }
 
+// YaRN's attention factor for a context stretched `scale` times, with the config's mscale (1 where
+// absent): 0.1 mscale ln(scale) + 1, and 1 where nothing is stretched (transformers' get_mscale in
+// modeling_rope_utils.py; Megatron-core's _yarn_get_mscale).
+static double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+// A "yarn" scaling's factor on cos and sin: its attention_factor where given, else
+// mscale(factor, mscale) / mscale(factor, mscale_all_dim) where both are given (and not 0), else
+// mscale(factor) (transformers' _compute_yarn_parameters; Megatron-core's
+// _yarn_get_concentration_factor from the same factor).
+static double yarn_attention_factor(const JsonObject& r) {
+  if (r.has_value("attention_factor")) return r.number("attention_factor", 0, 100, true);
+  const double factor = r.number("factor", 1, 1e6);
+  const double ms = r.has_value("mscale") ? r.number("mscale", 0, 100) : 0;
+  const double all = r.has_value("mscale_all_dim") ? r.number("mscale_all_dim", 0, 100) : 0;
+  return ms > 0 && all > 0 ? yarn_mscale(factor, ms) / yarn_mscale(factor, all) : yarn_mscale(factor, 1);
+}
+
+// The key holding a config's rotary scaling, rope_scaling (transformers 4) or rope_parameters (5),
+// or nullptr where neither has a value; both at once are refused.
+static const char* rope_scaling_key(const JsonObject& arch) {
+  const bool v4 = arch.has_value("rope_scaling"), v5 = arch.has_value("rope_parameters");
+  if (v4 && v5) throw arch.error("rope_parameters", "must not be given beside rope_scaling (the same settings twice)");
+  return v4 ? "rope_scaling" : v5 ? "rope_parameters" : nullptr;
+}
+
+// The factor RoPE's cos and sin are scaled by (ModelSpec::rope_attention_factor), from the config's
+// rope_scaling (transformers 4) or rope_parameters (5): its rope_type (or legacy type) "default",
+// "linear", "dynamic" and "llama3" change the frequencies only (1); "yarn" scales them
+// (yarn_attention_factor). Other types, and scalings set per layer type, are refused, not ignored.
+static void read_rope_scaling(const JsonObject& arch, ModelSpec& m) {
+  const char* key = rope_scaling_key(arch);
+  if (!key) return;
+  if (m.position != Position::rope) throw arch.error(key, "scales rotary embeddings, which this model does not use");
+  const JsonObject r = arch.object(key);
+  for (const char* per_type : {"full_attention", "sliding_attention"})
+    if (r.has_value(per_type)) throw r.error(per_type, "sets the rotary scaling per layer type, which trainplan does not read");
+  const char* type_key = r.has_value("rope_type") || !r.has_value("type") ? "rope_type" : "type";
+  if (!r.has_value(type_key)) return;  // transformers 5: rope_theta alone, plain RoPE
+  const std::string type = r.string(type_key);
+  if (type == "yarn") {
+    m.rope_attention_factor = yarn_attention_factor(r);
+  } else if (type != "default" && type != "linear" && type != "dynamic" && type != "llama3") {
+    throw r.error(type_key, "must be default, linear, dynamic, llama3 or yarn (the rotary scalings trainplan reads)");
+  }
+}
+
 // The model's name: "_name_or_path" when the config carries a non-empty one; else the folder of a
 // "config.json" (as Hugging Face downloads lay them out); else the file's stem; else the type.
 static std::string hf_model_name(const JsonObject& o, const std::string& file, const std::string& type) {
@@ -284,6 +331,7 @@ ModelSpec parse_hf_config(const json& j, const std::string& file) {
   // The object holding the text model's keys, which the checks below name: Llama 4's text_config.
   const JsonObject arch = type == "llama4" ? o.object("text_config") : o;
   read_hf_dropout(arch, m);
+  read_rope_scaling(arch, m);
   set_hf_training_seq_len(m, type, keys.position_limit, keys.limit_key.c_str());
   m.name = hf_model_name(o, file, type);
   check_shape(m, arch, keys.heads_key.c_str(), "num_key_value_heads");

@@ -119,6 +119,11 @@ struct ModelSpec {
   // [-L, L] before the activation (Hugging Face swiglu_limit; 0: no clamp). Same FLOPs; what the
   // clamp costs is the stack's (Software MemOps::glu_clamp).
   double activation_clamp = 0;
+  // The factor a RoPE model's cos and sin tables are multiplied by: YaRN's attention factor
+  // (0.1 ln s + 1 for a context stretched s times: gpt-oss's 1.35), read from a Hugging Face
+  // config's rope_scaling; 1 for plain RoPE. Same FLOPs; a stack whose fused RoPE kernel takes no
+  // such factor rotates q and k unfused (Software MemOps::rope_scaled).
+  double rope_attention_factor = 1;
   // DeepSeek-V3's multi-token prediction (report Sec. 2.2): `mtp_layers` sequential modules after
   // the last layer, each a norm of the hidden state and of the next token's embedding, a linear
   // projection 2h -> h, one transformer layer (an MoE layer where the model has experts) and the

@@ -397,7 +397,8 @@ void add_linears(const Ctx& x, bool moe, LayerOpCosts& L) {
 }
 
 // The attention core and what surrounds it: RoPE on q and k (MLA: the heads' RoPE query parts and
-// the one shared RoPE key part), layout copies, GQA expansion.
+// the one shared RoPE key part; the stack's rope_scaled where the model scales its cos and sin and
+// has no MLA, whose own fused RoPE kernels take scaled tables), layout copies, GQA expansion.
 void add_attention_ops(const Ctx& x, AttentionWindow window, LayerOpCosts& L) {
   const Software& sw = x.sw;
   const double tp = x.s.tp, q = q_width(x), kv = kv_width(x);
@@ -410,9 +411,11 @@ void add_attention_ops(const Ctx& x, AttentionWindow window, LayerOpCosts& L) {
     const double roped = x.m.mla.on() ? x.m.heads * x.m.mla.qk_rope_head_dim / tp + x.m.mla.qk_rope_head_dim
                                       : (q + kv) / tp;
     const Bytes qk = x.t.per_rank * roped * x.b.activation;
-    L.fwd += mem_fwd(x, sw.mem.rope, qk);
-    L.bwd += mem_bwd(x, sw.mem.rope, qk);
-    if (x.s.recompute_modules & kRecomputeMlaUpProj) L.module_recompute += mem_fwd(x, sw.mem.rope, qk);
+    const bool scaled = x.m.rope_attention_factor != 1 && !x.m.mla.on() && sw.mem.rope_scaled;
+    const MemOpImpl& rope = scaled ? *sw.mem.rope_scaled : sw.mem.rope;
+    L.fwd += mem_fwd(x, rope, qk);
+    L.bwd += mem_bwd(x, rope, qk);
+    if (x.s.recompute_modules & kRecomputeMlaUpProj) L.module_recompute += mem_fwd(x, rope, qk);
   }
   L.fwd += mem_fwd(x, sw.mem.attention_copies, heads_t);
   L.bwd += mem_bwd(x, sw.mem.attention_copies, heads_t);

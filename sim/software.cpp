@@ -91,6 +91,7 @@ void parse_memory_bound_ops(JsonObject m, Software& s) {
   s.mem.optimizer = parse_mem_op(m.object("optimizer"));
   if (m.has("fused_split")) s.mem.fused_split = parse_mem_op(m.object("fused_split"));
   if (m.has("glu_clamp")) s.mem.glu_clamp = parse_mem_op(m.object("glu_clamp"));
+  if (m.has("rope_scaled")) s.mem.rope_scaled = parse_mem_op(m.object("rope_scaled"));
   m.finish();
 }
 

@@ -58,6 +58,10 @@ struct MemOps {
   // writing the gradient (6 B: one pass). A stack with kernels here keeps the clamp's input for its
   // backward beside the activation's own (memory_model.cpp); all zero: clamped inside the kernel.
   MemOpImpl glu_clamp{MemKernel::add, 0.67, 1, 2, 2};
+  // Optional key: RoPE where the model scales its cos and sin (ModelSpec::rope_attention_factor != 1,
+  // YaRN) and the stack's rotation cannot take the factor; tensor as `rope`. Absent: `rope`, the
+  // stack folding the factor into its cos and sin tables (Hugging Face's rotary embedding does).
+  std::optional<MemOpImpl> rope_scaled;
 };
 
 // What the stack runs around an MoE layer's experts (the profile's optional "moe" object; the

@@ -4,6 +4,7 @@
 // derives from them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -166,6 +167,38 @@ TEST(HfMoe, GptOssReadsItsSwigluLimit) {
   EXPECT_EQ(parse_hf_config(j, "g.json").activation_clamp, 7.0);
   j["swiglu_limit"] = nullptr;
   EXPECT_EQ(parse_hf_config(j, "g.json").activation_clamp, 7.0);
+}
+
+// rope_scaling's YaRN attention factor (transformers' _compute_yarn_parameters): gpt-oss's factor 32
+// without mscale gives 0.1 ln 32 + 1, the built-in file's 1.3466; DeepSeek-V3's mscale and
+// mscale_all_dim (both 1.0) cancel; Llama 4's llama3 scaling changes frequencies only.
+TEST(HfMoe, RopeScalingGivesYarnsAttentionFactor) {
+  EXPECT_NEAR(hf("gpt-oss-120b").rope_attention_factor, 1.34657, 1e-5);
+  EXPECT_NEAR(load_model("gpt-oss-120b", kSource).rope_attention_factor, hf("gpt-oss-120b").rope_attention_factor, 1e-4);
+  EXPECT_EQ(hf("deepseek-v3").rope_attention_factor, 1.0);
+  EXPECT_EQ(hf("llama4-scout").rope_attention_factor, 1.0);
+  EXPECT_EQ(hf("qwen3-30b-a3b").rope_attention_factor, 1.0);
+  json j = read_json_file(kHf + "gpt-oss-120b/config.json");
+  j["rope_scaling"]["mscale"] = 0.707, j["rope_scaling"]["mscale_all_dim"] = 1.0;
+  EXPECT_NEAR(parse_hf_config(j, "g.json").rope_attention_factor, (0.0707 * std::log(32.0) + 1) / (0.1 * std::log(32.0) + 1), 1e-9);
+  j["rope_scaling"]["attention_factor"] = 1.1;  // given outright, it wins
+  EXPECT_EQ(parse_hf_config(j, "g.json").rope_attention_factor, 1.1);
+  // transformers 5 writes the same settings as rope_parameters.
+  j["rope_parameters"] = j["rope_scaling"];
+  j.erase("rope_scaling");
+  EXPECT_EQ(parse_hf_config(j, "g.json").rope_attention_factor, 1.1);
+  j["rope_scaling"] = nullptr;  // null is absent
+  EXPECT_EQ(parse_hf_config(j, "g.json").rope_attention_factor, 1.1);
+  j["rope_scaling"] = j["rope_parameters"];
+  EXPECT_EQ(input_error([&] { parse_hf_config(j, "g.json"); }).find("g.json: rope_parameters = "), 0u);
+  j.erase("rope_parameters");
+  j["rope_scaling"]["rope_type"] = "longrope";
+  EXPECT_EQ(input_error([&] { parse_hf_config(j, "g.json"); }),
+            "g.json: rope_scaling.rope_type = \"longrope\", must be default, linear, dynamic, llama3 or yarn (the rotary "
+            "scalings trainplan reads)");
+  // Written back to a model file and read again, the factor survives.
+  const ModelSpec oss = hf("gpt-oss-120b");
+  EXPECT_DOUBLE_EQ(parse_model(to_json(oss), "m.json").rope_attention_factor, oss.rope_attention_factor);
 }
 
 TEST(HfMoe, Llama4ReadsItsTextConfig) {

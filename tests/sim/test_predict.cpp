@@ -1321,6 +1321,45 @@ TEST(MoeHandWorked, ClampedActivationAndExpertBiasesAsTheStackRunsThem) {
                    saved(plain, 0));
 }
 
+// gpt-oss's YaRN-scaled RoPE (cos and sin x 1.3466) under megatron-core, whose fused RoPE takes no
+// such factor: q and k rotated in eager PyTorch, on 4096 tokens x (64 x 64 + 8 x 64) x 2 B =
+// 37,748,736 B at 4 add passes and 24 kernels forward, 5.67 passes and 18 kernels backward, where
+// the fused kernel takes 0.67 passes and one kernel each way. On the sliding and the full layers
+// alike; a stack that folds the factor into its tables (no rope_scaled), or a model with latent
+// attention, costs the same either way.
+TEST(MoeHandWorked, ScaledRopeRunsUnfusedWhereTheStackCannotTakeTheFactor) {
+  const Cluster c = testing::builtin_cluster("dgx-h100");
+  const Software sw = load_software("megatron-core", TRAINPLAN_SOURCE_DIR);
+  const ModelSpec oss = load_model("gpt-oss-120b", TRAINPLAN_SOURCE_DIR);
+  ASSERT_NEAR(oss.rope_attention_factor, 1.3466, 1e-4);
+  ModelSpec plain = oss;
+  plain.rope_attention_factor = 1;
+  const Strategy s = moe_layout(8, 8);
+  const double qk = 4096.0 * (64 * 64 + 8 * 64) * 2, floor = c.ops.kernel_floor;
+  const double fwd = std::max(4 * c.ops.memory_fwd(MemKernel::add, qk), 24 * floor) -
+                     std::max(0.67 * c.ops.memory_fwd(MemKernel::add, qk), floor);
+  const double bwd = std::max(5.67 * c.ops.memory_bwd(MemKernel::add, qk), 18 * floor) -
+                     std::max(0.67 * c.ops.memory_bwd(MemKernel::add, qk), floor);
+  const OpCosts with = op_costs(LayerGraph(oss, 4096), c, sw, s), without = op_costs(LayerGraph(plain, 4096), c, sw, s);
+  ASSERT_EQ(LayerGraph(oss, 4096).kind_count(), 2);
+  for (int k : {0, 1}) {
+    EXPECT_NEAR(with.kinds[k].fwd.gpu - without.kinds[k].fwd.gpu, fwd, 1e-12) << k;
+    EXPECT_NEAR(with.kinds[k].bwd.gpu - without.kinds[k].bwd.gpu, bwd, 1e-12) << k;
+    EXPECT_DOUBLE_EQ(with.kinds[k].fwd.kernels - without.kinds[k].fwd.kernels, 24 - 1) << k;
+    EXPECT_DOUBLE_EQ(with.kinds[k].bwd.kernels - without.kinds[k].bwd.kernels, 18 - 1) << k;
+  }
+  // Latent attention keeps the fused RoPE: Megatron-core's MLA kernels take scaled tables.
+  ModelSpec ds = load_model("deepseek-v3", TRAINPLAN_SOURCE_DIR), ds_scaled = ds;
+  ds_scaled.rope_attention_factor = 1.3;
+  const Strategy d = moe_layout(32, 32);
+  for (int k = 0; k < LayerGraph(ds, 4096).kind_count(); ++k)
+    EXPECT_EQ(op_costs(LayerGraph(ds_scaled, 4096), c, sw, d).kinds[k].fwd.gpu, op_costs(LayerGraph(ds, 4096), c, sw, d).kinds[k].fwd.gpu) << k;
+  Software folded = sw;
+  folded.mem.rope_scaled.reset();
+  EXPECT_EQ(op_costs(LayerGraph(oss, 4096), c, folded, s).kinds[1].fwd.gpu, without.kinds[1].fwd.gpu);
+  EXPECT_EQ(op_costs(LayerGraph(oss, 4096), c, folded, s).kinds[1].bwd.gpu, without.kinds[1].bwd.gpu);
+}
+
 TEST(MoeHandWorked, LayernormModuleDropsTheOwnNormsOutputs) {
   const Software& sw = testing::default_software();
   const Cluster c = testing::builtin_cluster("dgx-h100");

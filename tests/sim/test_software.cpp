@@ -280,5 +280,21 @@ TEST(Software, ClampAndExpertBiasOps) {
   EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }), "s.json: moe.expert_bias.passes_fwd = -1, must be in [0, 1000]");
 }
 
+// RoPE where the model scales cos and sin: megatron-core states its unfused rotation; a profile
+// that leaves it out folds the factor into its tables (rope_scaled absent: the plain rope's cost).
+TEST(Software, ScaledRopeOp) {
+  json j = read_json_file(kSource / "software" / "megatron-core.json");
+  const Software m = parse_software(j, "s.json");
+  ASSERT_TRUE(m.mem.rope_scaled.has_value());
+  EXPECT_EQ(m.mem.rope_scaled->kernels_fwd, 24);
+  EXPECT_DOUBLE_EQ(m.mem.rope_scaled->passes_bwd, 5.67);
+  j["memory_bound"].erase("rope_scaled");
+  EXPECT_FALSE(parse_software(j, "s.json").mem.rope_scaled.has_value());
+  j["memory_bound"]["rope_scaled"] = {{"kernel", "add"}, {"passes_fwd", 1}, {"passes_bwd", 1}, {"kernels_fwd", -2}, {"kernels_bwd", 1}};
+  EXPECT_EQ(input_error([&] { parse_software(j, "s.json"); }).find("s.json: memory_bound.rope_scaled.kernels_fwd = -2, must be"), 0u);
+  for (const char* name : {"pytorch-eager", "trainplan-exec", "llm-foundry"})
+    EXPECT_FALSE(load_software(name, kSource).mem.rope_scaled.has_value()) << name;
+}
+
 }  // namespace
 }  // namespace trainplan

@@ -261,9 +261,10 @@ TEST(ValidationMoe, ExpertGemmHostTimeFit) {
 // these runs 16-35% fast (their memory verdicts right: every one fits), while the same layouts publish within
 // 6% of each other across five containers, so the runs are not one release's regression. Each
 // row is held to 40% and the mean to 30% so that the gap cannot widen unnoticed. The clamped activation and the
-// experts' eager output biases are costed (megatron-core's glu_clamp and moe.expert_bias); the
-// rest is not known (the learnable-softmax attention runs through cuDNN only, 64-wide heads, YaRN
-// rotary embeddings, and the recipes' CUDA graphs are not modelled).
+// experts' eager output biases are costed (megatron-core's glu_clamp and moe.expert_bias), and so
+// is the YaRN-scaled RoPE that Megatron-core runs unfused (rope_scaled); the rest is not known (the
+// learnable-softmax attention runs through cuDNN only, 64-wide heads, and the recipes' CUDA graphs
+// are not modelled).
 TEST(ValidationMoe, GptOssRowsTracked) {
   const auto data = read_json_file(std::string(TRAINPLAN_TEST_DATA_DIR) + "/published/megatron_bridge_gpt_oss.json");
   const ModelSpec m = load_model("gpt-oss-120b", TRAINPLAN_SOURCE_DIR);
